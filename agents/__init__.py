@@ -1,0 +1,1 @@
+"""oddl subpackage."""

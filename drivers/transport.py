@@ -1,0 +1,117 @@
+"""Byte transports that drivers talk through: any pyserial URL, logged frame by frame.
+
+A driver never opens a port itself; it receives a `Transport`. `open_serial` accepts every
+`serial.serial_for_url` form: `/dev/ttyUSB0`, `socket://127.0.0.1:5001`, `rfc2217://…`,
+`loop://`. Wire frames are logged at DEBUG from this one place, tagged with the device name.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+import serial
+
+from oddl.errors import DeviceError, DeviceTimeout
+
+logger = logging.getLogger(__name__)
+
+
+class Transport(Protocol):
+    """What a driver needs from a byte link."""
+
+    name: str
+
+    def write(self, data: bytes) -> None:
+        """Send all of `data`."""
+
+    def read_exact(self, n: int, timeout: float) -> bytes:
+        """Read exactly `n` bytes or raise DeviceTimeout."""
+
+    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
+        """Read up to and including `terminator` or raise DeviceTimeout."""
+
+    def reset_input(self) -> None:
+        """Discard bytes already received and not read."""
+
+    def close(self) -> None:
+        """Release the link."""
+
+
+class SerialTransport:
+    """A pyserial link (any `serial_for_url` URL) with frame logging and typed timeouts."""
+
+    def __init__(self, url: str, *, name: str = "", baudrate: int = 9600, timeout: float = 0.25):
+        self.name = name or url
+        self.url = url
+        self.lock = threading.RLock()
+        try:
+            self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
+        except (serial.SerialException, OSError, ValueError) as exc:
+            raise DeviceError(
+                f"cannot open {url!r} ({exc}); check the resource in the testbed file and "
+                "that the device (or its emulator) is running",
+                device=self.name,
+            ) from exc
+
+    def write(self, data: bytes) -> None:
+        logger.debug("%s >> %s", self.name, data.hex(" "))
+        try:
+            self._port.write(data)
+            self._port.flush()
+        except (serial.SerialException, OSError) as exc:
+            raise DeviceError(f"write failed on {self.url}: {exc}", device=self.name) from exc
+
+    def read_exact(self, n: int, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        buf = bytearray()
+        while len(buf) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DeviceTimeout(
+                    f"no answer within {timeout * 1000:.0f} ms (got {len(buf)} of {n} bytes); "
+                    "check cabling, baud rate and that the device is powered",
+                    device=self.name,
+                )
+            self._port.timeout = remaining
+            try:
+                chunk = self._port.read(n - len(buf))
+            except (serial.SerialException, OSError) as exc:
+                raise DeviceError(f"read failed on {self.url}: {exc}", device=self.name) from exc
+            buf += chunk
+        logger.debug("%s << %s", self.name, bytes(buf).hex(" "))
+        return bytes(buf)
+
+    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
+        deadline = time.monotonic() + timeout
+        buf = bytearray()
+        while not buf.endswith(terminator):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DeviceTimeout(
+                    f"no complete line within {timeout * 1000:.0f} ms (got {bytes(buf)!r}); "
+                    "check cabling, baud rate and that the device is powered",
+                    device=self.name,
+                )
+            self._port.timeout = remaining
+            try:
+                chunk = self._port.read(1)
+            except (serial.SerialException, OSError) as exc:
+                raise DeviceError(f"read failed on {self.url}: {exc}", device=self.name) from exc
+            buf += chunk
+        logger.debug("%s << %r", self.name, bytes(buf))
+        return bytes(buf)
+
+    def reset_input(self) -> None:
+        try:
+            self._port.reset_input_buffer()
+        except (serial.SerialException, OSError):  # a closed socket cannot be drained
+            pass
+
+    def close(self) -> None:
+        try:
+            self._port.close()
+        except (serial.SerialException, OSError):
+            pass

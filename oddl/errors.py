@@ -1,0 +1,54 @@
+"""Typed errors shared by every layer; the CLI maps them to exit codes.
+
+Every message names the thing that is wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class OddlError(Exception):
+    """Base of every error oddl raises on purpose."""
+
+
+class ConfigError(OddlError):
+    """A testbed file is malformed or inconsistent."""
+
+
+class DeviceError(OddlError):
+    """A device refused a command, answered wrongly, or did not answer."""
+
+    def __init__(self, message: str, *, device: str = "") -> None:
+        super().__init__(f"{device}: {message}" if device else message)
+        self.device = device
+
+
+class DeviceTimeout(DeviceError):
+    """A device did not answer (or did not finish an operation) in time."""
+
+
+class ProtocolError(DeviceError):
+    """Bytes on the wire do not follow the device protocol (bad checksum, bad echo, garbage)."""
+
+
+class SafetyLimitError(OddlError):
+    """A requested setting is outside the limits the testbed file allows; nothing was sent."""
+
+
+class ScheduleError(OddlError):
+    """A collective or schedule cannot be built for the given topology and parameters."""
+
+
+class PlanError(ScheduleError):
+    """A collective plan cannot serve the requested N, W or degree."""
+
+
+class CollectiveError(OddlError):
+    """An all-reduce failed: lost data, mismatched inputs, a dead peer, or a cancelled job."""
+
+
+class ControllerUnavailable(OddlError):
+    """The controller could not be reached."""
+
+
+class OperationRefused(OddlError):
+    """The controller refused an operation (unknown node, unknown job, not allowed)."""
