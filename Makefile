@@ -1,0 +1,42 @@
+# oddl: every target works on a fresh machine with Python 3.11+ and make; it creates .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv demo test lint protos check-protos bench clean
+
+help:
+	@echo "make demo    - run the emulated four-node testbed end to end"
+	@echo "make test    - run the whole test suite (lint included)"
+	@echo "make bench   - run the benchmarks and write benchmarks/results/"
+	@echo "make protos  - regenerate the gRPC code from protos/oddl.proto"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oddl needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/oddl demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python protos/generate.py --check
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+protos: $(STAMP)
+	$(BIN)/python protos/generate.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info runs .pytest_cache .ruff_cache .hypothesis
