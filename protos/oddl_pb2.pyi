@@ -101,12 +101,21 @@ class ScheduleEvent(_message.Message):
     def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ...) -> None: ...
 
 class JobAssigned(_message.Message):
-    __slots__ = ("job", "rank")
+    __slots__ = ("job", "rank", "peers")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     rank: int
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ...) -> None: ...
+    peers: _containers.ScalarMap[str, str]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobEnded(_message.Message):
     __slots__ = ("job_id", "reason")

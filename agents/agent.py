@@ -1,0 +1,434 @@
+"""The node agent: one long-lived process per training host (`oddl agent serve`).
+
+It registers with the controller over gRPC, keeps its clock offset to the controller, watches
+the schedule stream (job assignments, collective start signals, job ends), serves a local API
+to the training process (`allreduce(array) -> array`, see `oddl.agents.client`), and runs each
+collective through its data-plane link, gating sends into their slots locally: no round trip
+to the controller per flow, one barrier entry per collective.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+import zmq
+
+from oddl import __version__
+from oddl.agents.clock import ClockEstimate, ClockSample, estimate
+from oddl.agents.dataplane import DirectLink, FabricLink, Link
+from oddl.agents.executor import CollectiveRun, SlotSpec, StepSpec, run_collective
+from oddl.agents.gate import SlotGate
+from oddl.config import TestbedConfig
+from oddl.errors import CollectiveError, OddlError, OperationRefused
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 5.0
+
+
+@dataclass
+class AgentJob:
+    """What the agent knows about one job it takes part in."""
+
+    id: str
+    nodes: tuple[str, ...]
+    rank: int
+    network: str
+    collective: str
+    next_seq: int = 1
+    ended: str = ""
+    plans: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
+
+
+@dataclass
+class _Request:
+    ident: bytes
+    header: dict[str, Any]
+    payload: bytes
+
+
+class Agent:
+    """The agent of one node; `start()` it, then `close()` it."""
+
+    def __init__(self, cfg: TestbedConfig, node_id: str, controller: str,
+                 local_api: str = "tcp://127.0.0.1:0", data_bind: str | None = None):
+        cfg.node(node_id)  # unknown node: ConfigError naming the known ids
+        self.cfg = cfg
+        self.node_id = node_id
+        self.controller = controller
+        self.gate = SlotGate()
+        self.clock = ClockEstimate(0.0, 0.0)
+        self.jobs: dict[str, AgentJob] = {}
+        self.session = ""
+        self.done = 0
+        self.failed = 0
+        self.last_error = ""
+        self._go: dict[tuple[str, int], pb.CollectiveGo] = {}
+        self._go_cond = threading.Condition()
+        self._stop = threading.Event()
+        self._work: queue.Queue[_Request | None] = queue.Queue()
+        self._channel = grpc.insecure_channel(controller)
+        self._stub = pb_grpc.ControllerStub(self._channel)
+        node = cfg.node(node_id)
+        self.link_kind = cfg.fabric.link
+        self.link: Link
+        if self.link_kind == "direct":
+            self.link = DirectLink(node_id, data_bind or f"{node.host}:{node.data_port}")
+        else:
+            if not cfg.fabric.address:
+                raise OddlError("the testbed file has no [fabric] address; start the emulated "
+                                "testbed with `oddl emulate testbed` and use its resolved file")
+            self.link = FabricLink(node_id, cfg.fabric.address)
+        ctx = zmq.Context.instance()
+        self._api = ctx.socket(zmq.ROUTER)
+        self._api.setsockopt(zmq.LINGER, 0)
+        if local_api.endswith(":0"):
+            port = self._api.bind_to_random_port(local_api.rsplit(":", 1)[0])
+            self.local_api = f"{local_api.rsplit(':', 1)[0]}:{port}"
+        else:
+            self._api.bind(local_api)
+            self.local_api = local_api
+        self._results = ctx.socket(zmq.PULL)
+        self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
+        self._results.bind(self._results_addr)
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def data_address(self) -> str:
+        """The address peers reach this agent at (direct links), else empty."""
+        return getattr(self.link, "address", "")
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        """Register, synchronise clocks and start the agent's threads."""
+        self.register()
+        self.sync_clock()
+        for target, name in ((self._watch_loop, "watch"), (self._heartbeat_loop, "heartbeat"),
+                             (self._api_loop, "local-api"), (self._work_loop, "collectives")):
+            t = threading.Thread(target=target, name=f"{self.node_id}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def close(self) -> None:
+        """Stop every thread and release sockets and the channel."""
+        self._stop.set()
+        self._work.put(None)
+        with self._go_cond:
+            self._go_cond.notify_all()
+        self._channel.close()
+        for t in self._threads:
+            t.join(timeout=3)
+        self.link.close()
+        self._api.close(0)
+        self._results.close(0)
+
+    def register(self) -> None:
+        """Announce this node to the controller (raises OperationRefused for unknown nodes)."""
+        req = pb.RegisterAgentRequest(node_id=self.node_id, data_address=self.data_address,
+                                      agent_version=__version__, local_api=self.local_api)
+        try:
+            reply = self._stub.RegisterAgent(req, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, f"registering {self.node_id} with {self.controller}") from exc
+        self.session = reply.session
+        self.heartbeat_s = reply.heartbeat_interval_s or 1.0
+        logger.info("%s registered with %s (session %s)", self.node_id, self.controller,
+                    self.session)
+
+    def sync_clock(self, samples: int = 8) -> ClockEstimate:
+        """Estimate the controller-minus-agent clock offset from a few exchanges."""
+        got: list[ClockSample] = []
+        for _ in range(samples):
+            t1 = time.time_ns()
+            try:
+                r = self._stub.SyncClock(pb.SyncClockRequest(node_id=self.node_id,
+                                                             agent_send_ns=t1),
+                                         timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError:
+                continue
+            got.append(ClockSample(t1, r.controller_receive_ns, r.controller_send_ns,
+                                   time.time_ns()))
+        if got:
+            self.clock = estimate(got)
+        return self.clock
+
+    # ---- threads ----------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                stream = self._stub.WatchSchedule(
+                    pb.WatchScheduleRequest(node_id=self.node_id, session=self.session))
+                for event in stream:
+                    backoff = 0.2
+                    self._on_event(event)
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return
+                logger.warning("%s: schedule stream ended (%s); reconnecting", self.node_id,
+                               exc.code() if hasattr(exc, "code") else exc)
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, 2.0)
+            try:
+                self.register()
+            except OddlError as exc:
+                logger.warning("%s: re-register failed: %s", self.node_id, exc)
+
+    def _on_event(self, event: pb.ScheduleEvent) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "assigned":
+            job = event.assigned.job
+            old = self.jobs.get(job.id)
+            self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.assigned.rank,
+                                         job.network, job.collective,
+                                         next_seq=old.next_seq if old else 1)
+            if isinstance(self.link, DirectLink):
+                self.link.set_peers(dict(event.assigned.peers))
+            logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id,
+                        event.assigned.rank)
+        elif kind == "go":
+            with self._go_cond:
+                self._go[(event.go.job_id, event.go.seq)] = event.go
+                self._go_cond.notify_all()
+        elif kind == "ended":
+            job = self.jobs.get(event.ended.job_id)
+            if job is not None:
+                job.ended = event.ended.reason or "ended"
+            with self._go_cond:
+                self._go_cond.notify_all()
+
+    def _heartbeat_loop(self) -> None:
+        last_sync = time.monotonic()
+        while not self._stop.wait(self.heartbeat_s):
+            if time.monotonic() - last_sync > 10.0:
+                self.sync_clock(4)
+                last_sync = time.monotonic()
+            p50, p99, _ = self.gate.percentiles()
+            req = pb.HeartbeatRequest(
+                node_id=self.node_id, session=self.session, clock_offset_s=self.clock.offset_s,
+                clock_rtt_s=self.clock.rtt_s, collectives_done=self.done,
+                collectives_failed=self.failed, gate_error_p50_s=p50, gate_error_p99_s=p99,
+                bytes_sent=getattr(self.link, "sent_bytes", 0))
+            try:
+                reply = self._stub.Heartbeat(req, timeout=RPC_TIMEOUT_S)
+                if reply.reregister:
+                    self.register()
+            except (grpc.RpcError, OddlError) as exc:
+                logger.warning("%s: heartbeat failed: %s", self.node_id, exc)
+
+    def _api_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._api, zmq.POLLIN)
+        poller.register(self._results, zmq.POLLIN)
+        while not self._stop.is_set():
+            ready = dict(poller.poll(100))
+            if self._results in ready:
+                while True:
+                    try:
+                        self._api.send_multipart(self._results.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            if self._api in ready:
+                while True:
+                    try:
+                        frames = self._api.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_api(frames)
+
+    def _on_api(self, frames: list[bytes]) -> None:
+        ident = frames[0]
+        op = frames[1] if len(frames) > 1 else b""
+        if op == b"status":
+            self._api.send_multipart([ident, b"ok", json.dumps(self.status()).encode()])
+        elif op == b"allreduce" and len(frames) == 4:
+            try:
+                header = json.loads(frames[2])
+                if not isinstance(header, dict):
+                    raise ValueError("header is not an object")
+            except ValueError as exc:
+                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc))])
+                return
+            self._work.put(_Request(ident, header, frames[3]))
+        else:
+            self._api.send_multipart([ident, b"error", _err(
+                "bad-request", f"unknown request {op!r}; use oddl.agents.client.AgentClient")])
+
+    def _work_loop(self) -> None:
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self._results_addr)
+        try:
+            while not self._stop.is_set():
+                req = self._work.get()
+                if req is None:
+                    return
+                try:
+                    out = self.allreduce(req.header, req.payload)
+                    reply = [req.ident, b"ok", json.dumps({"dtype": out.dtype.str,
+                                                            "shape": list(out.shape)}).encode(),
+                             out.tobytes()]
+                except CollectiveError as exc:
+                    self.failed += 1
+                    self.last_error = str(exc)
+                    reply = [req.ident, b"error", _err("collective", str(exc))]
+                except OddlError as exc:
+                    self.failed += 1
+                    self.last_error = str(exc)
+                    reply = [req.ident, b"error", _err("refused", str(exc))]
+                push.send_multipart(reply)
+        finally:
+            push.close(0)
+
+    # ---- collectives ------------------------------------------------------------------
+    def _job_for(self, job_id: str | None) -> AgentJob:
+        if job_id:
+            job = self.jobs.get(job_id)
+            if job is None:
+                raise OperationRefused(f"{self.node_id} is not part of job {job_id!r}; known "
+                                       f"jobs: {', '.join(self.jobs) or 'none'}")
+            return job
+        live = [j for j in self.jobs.values() if not j.ended]
+        if not live:
+            raise OperationRefused(f"no job is assigned to node {self.node_id}; submit one "
+                                   "(`oddl jobs submit`) before calling allreduce")
+        if len(live) > 1:
+            raise OperationRefused(f"{self.node_id} takes part in jobs "
+                                   f"{', '.join(j.id for j in live)}; name one")
+        return live[0]
+
+    def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
+        """All-reduce one array (sum) with the job's collective and return the result."""
+        try:
+            dtype = np.dtype(header["dtype"])
+            shape = tuple(int(x) for x in header["shape"])
+            array = np.frombuffer(payload, dtype=dtype).reshape(shape)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
+                                   "the array bytes") from exc
+        job = self._job_for(header.get("job"))
+        if job.ended:
+            raise CollectiveError(f"job {job.id} has ended: {job.ended}")
+        seq = job.next_seq
+        job.next_seq += 1
+        if job.network == "ideal":
+            return self._run_ideal(job, seq, array)
+        self._ready(job, seq, array)
+        go = self._await_go(job, seq, header.get("timeout_s", 60.0))
+        if go.error:
+            raise CollectiveError(go.error)
+        return self._run(job, seq, array, go.schedule, go.t0_ns / 1e9 - self.clock.offset_s)
+
+    def _ready(self, job: AgentJob, seq: int, array: np.ndarray) -> None:
+        req = pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
+                                        shape=list(array.shape), dtype=array.dtype.str)
+        try:
+            self._stub.ReadyCollective(req, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, f"entering collective {seq} of job {job.id}") from exc
+
+    def _await_go(self, job: AgentJob, seq: int, timeout_s: float) -> pb.CollectiveGo:
+        deadline = time.monotonic() + timeout_s
+        with self._go_cond:
+            while (job.id, seq) not in self._go:
+                if job.ended:
+                    raise CollectiveError(f"job {job.id} ended while waiting for collective "
+                                          f"{seq}: {job.ended}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stop.is_set():
+                    raise CollectiveError(
+                        f"collective {seq} of job {job.id} did not start within {timeout_s:.0f} s: "
+                        "not every node of the job called allreduce (check the other training "
+                        "processes and `oddl status`)")
+                self._go_cond.wait(min(remaining, 0.1))
+            return self._go.pop((job.id, seq))
+
+    def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
+             t0_local: float) -> np.ndarray:
+        run = CollectiveRun(
+            job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes,
+            steps=tuple(_step_spec(s) for s in schedule.steps),
+            slots=tuple(_slot_spec(s) for s in schedule.slots), t0_local=t0_local,
+            network=job.network, receive_timeout_s=self.cfg.timing.receive_timeout_ms / 1000.0)
+        ok, error = True, ""
+        try:
+            out = run_collective(run, array, self.link, self.gate)
+            self.done += 1
+            return out
+        except CollectiveError as exc:
+            ok, error = False, str(exc)
+            raise
+        finally:
+            self.link.inbox.discard(job.id, seq)
+            self._report(job, seq, ok, error, run.stats)
+
+    def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
+        key = (array.size, array.dtype.str)
+        schedule = job.plans.get(key)
+        if schedule is None:
+            try:
+                schedule = self._stub.GetSchedule(
+                    pb.GetScheduleRequest(job_id=job.id,
+                                          message_bytes=array.size * array.dtype.itemsize,
+                                          itemsize=array.dtype.itemsize), timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                raise _rpc_error(exc, f"fetching the plan of job {job.id}") from exc
+            job.plans[key] = schedule
+        return self._run(job, seq, array, schedule, 0.0)
+
+    def _report(self, job: AgentJob, seq: int, ok: bool, error: str,
+                stats: dict[str, float]) -> None:
+        req = pb.ReportCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq, ok=ok,
+                                         error=error, duration_s=stats.get("duration_s", 0.0),
+                                         gate_error_max_s=stats.get("gate_error_max_s", 0.0))
+        try:
+            self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            logger.warning("%s: could not report collective %d: %s", self.node_id, seq, exc)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-friendly snapshot of this agent."""
+        p50, p99, worst = self.gate.percentiles()
+        return {"node": self.node_id, "session": self.session, "link": self.link_kind,
+                "clock_offset_s": self.clock.offset_s, "clock_rtt_s": self.clock.rtt_s,
+                "gate_error_p50_s": p50, "gate_error_p99_s": p99, "gate_error_max_s": worst,
+                "collectives_done": self.done, "collectives_failed": self.failed,
+                "last_error": self.last_error, "jobs": sorted(self.jobs),
+                "misrouted_frames": self.link.inbox.misrouted,
+                "gate_errors": self.gate.errors()[-2000:]}
+
+
+def _step_spec(s: pb.PlanStep) -> StepSpec:
+    return StepSpec(s.op, tuple(s.src), tuple(s.dst), tuple(s.offset), tuple(s.length))
+
+
+def _slot_spec(s: pb.Slot) -> SlotSpec:
+    return SlotSpec(s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
+                    tuple((c.src, c.dst) for c in s.circuits))
+
+
+def _err(kind: str, message: str) -> bytes:
+    return json.dumps({"kind": kind, "message": message}).encode()
+
+
+def _rpc_error(exc: grpc.RpcError, doing: str) -> OddlError:
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = exc.details() if hasattr(exc, "details") else str(exc)
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED):
+        return OperationRefused(f"{doing}: {detail}")
+    from oddl.errors import ControllerUnavailable
+    return ControllerUnavailable(f"{doing}: the controller did not answer ({code}: {detail}); "
+                                 "is `oddl controller serve` running at that address?")

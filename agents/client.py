@@ -1,0 +1,77 @@
+"""The training process's side of the local agent API: `AgentClient(address).allreduce(a)`.
+
+Requests and replies are multipart ZeroMQ messages (JSON header + raw array bytes), never
+pickle. Errors come back typed: CollectiveError for a failed collective, OperationRefused for
+a request the agent refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import zmq
+
+from oddl.errors import CollectiveError, OperationRefused
+
+
+class AgentClient:
+    """Talks to the local agent; one client per training process (not thread-safe)."""
+
+    def __init__(self, address: str, *, timeout_s: float = 120.0):
+        self.address = address
+        self.timeout_s = timeout_s
+        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(address)
+
+    def allreduce(self, array: np.ndarray, *, job: str | None = None) -> np.ndarray:
+        """Sum `array` across the job's nodes; returns a new array of the same shape and dtype."""
+        a = np.ascontiguousarray(array)
+        header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
+                                  "timeout_s": self.timeout_s}
+        if job:
+            header["job"] = job
+        self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
+                                  copy=False)
+        frames = self._recv()
+        if frames[0] == b"ok" and len(frames) == 3:
+            meta = json.loads(frames[1])
+            return np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"]).copy()
+        raise self._error(frames)
+
+    def status(self) -> dict[str, Any]:
+        """The agent's status snapshot."""
+        self._sock.send_multipart([b"status"])
+        frames = self._recv()
+        if frames[0] == b"ok":
+            return json.loads(frames[1])
+        raise self._error(frames)
+
+    def _recv(self) -> list[bytes]:
+        if not self._sock.poll(int(self.timeout_s * 1000) + 5000):
+            raise CollectiveError(f"the agent at {self.address} did not answer within "
+                                  f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
+        return self._sock.recv_multipart()
+
+    @staticmethod
+    def _error(frames: list[bytes]) -> Exception:
+        try:
+            info = json.loads(frames[1])
+            kind, message = info["kind"], info["message"]
+        except (IndexError, ValueError, KeyError):
+            return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
+        if kind == "collective":
+            return CollectiveError(message)
+        return OperationRefused(message)
+
+    def close(self) -> None:
+        """Release the socket."""
+        self._sock.close(0)
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

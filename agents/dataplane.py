@@ -1,0 +1,225 @@
+"""The agents' data plane on ZeroMQ: links that carry collective frames between nodes.
+
+Two link kinds, one frame format ([b"D", header JSON, payload], never pickle):
+- `FabricLink`: through the emulated optical fabric, which decides where the frame goes from
+  the emulated light paths (the header's dst is only used to detect misrouting).
+- `DirectLink`: straight to the peer's data address over the host network; in a lab the
+  optical circuit *is* that link.
+A receive thread per link files arriving frames into an `Inbox` keyed by
+(job, seq, step, src); the collective executor takes them with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import zmq
+
+logger = logging.getLogger(__name__)
+
+FrameKey = tuple[str, int, int, str]
+"""(job id, collective seq, plan step, source node)."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One received frame: its header and payload bytes."""
+
+    header: dict[str, Any]
+    payload: bytes
+
+
+class Inbox:
+    """Frames that arrived, waiting for the executor; thread-safe."""
+
+    def __init__(self, node_id: str):
+        self.node_id = node_id
+        self._frames: dict[FrameKey, Frame] = {}
+        self._cond = threading.Condition()
+        self.misrouted = 0
+        self.malformed = 0
+        self.received_bytes = 0
+
+    def put(self, header_raw: bytes, payload: bytes) -> None:
+        """File a frame; count and drop frames that are malformed or meant for another node."""
+        try:
+            header = json.loads(header_raw)
+            key = (str(header["job"]), int(header["seq"]), int(header["step"]), str(header["src"]))
+            dst = str(header["dst"])
+        except (ValueError, KeyError, TypeError):
+            self.malformed += 1
+            logger.warning("%s: dropped a malformed frame", self.node_id)
+            return
+        if dst != self.node_id:
+            self.misrouted += 1
+            logger.warning("%s: frame %s meant for %s arrived here (misrouted circuit)",
+                           self.node_id, key, dst)
+            return
+        with self._cond:
+            self._frames[key] = Frame(header, payload)
+            self.received_bytes += len(payload)
+            self._cond.notify_all()
+
+    def take(self, key: FrameKey, deadline: float, cancel: threading.Event | None = None
+             ) -> Frame | None:
+        """Remove and return the frame for `key`, or None once time.time() passes `deadline`."""
+        with self._cond:
+            while key not in self._frames:
+                remaining = deadline - time.time()
+                if remaining <= 0 or (cancel is not None and cancel.is_set()):
+                    return None
+                self._cond.wait(min(remaining, 0.05))
+            return self._frames.pop(key)
+
+    def discard(self, job: str, seq_upto: int) -> None:
+        """Forget frames of collectives up to `seq_upto` of `job` (late or duplicate arrivals)."""
+        with self._cond:
+            for key in [k for k in self._frames if k[0] == job and k[1] <= seq_upto]:
+                del self._frames[key]
+
+
+class Link(Protocol):
+    """What the executor needs to move frames."""
+
+    inbox: Inbox
+
+    def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
+        """Send one frame (the header names job, seq, step, src, dst)."""
+
+    def close(self) -> None:
+        """Stop the receive thread and close the sockets."""
+
+
+def _encode(header: dict[str, Any]) -> bytes:
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+class _Receiver:
+    """A thread that owns one receiving socket and files its frames into an inbox."""
+
+    def __init__(self, sock: zmq.Socket, inbox: Inbox, router: bool, name: str):
+        self._sock = sock
+        self._inbox = inbox
+        self._router = router
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(50):
+                continue
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                continue
+            except zmq.ZMQError:
+                break
+            if self._router:
+                frames = frames[1:]
+            if len(frames) == 3 and frames[0] == b"D":
+                self._inbox.put(frames[1], frames[2])
+            elif frames and frames[0] in (b"H", b"S"):
+                continue
+            else:
+                self._inbox.malformed += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sock.close(0)
+
+
+class FabricLink:
+    """Frames go through the emulated optical fabric (or its ideal electrical mode)."""
+
+    def __init__(self, node_id: str, fabric_address: str, *, connect_timeout: float = 5.0):
+        self.node_id = node_id
+        self.inbox = Inbox(node_id)
+        ctx = zmq.Context.instance()
+        rx = ctx.socket(zmq.DEALER)
+        rx.setsockopt(zmq.IDENTITY, node_id.encode())
+        rx.setsockopt(zmq.LINGER, 0)
+        rx.setsockopt(zmq.RCVHWM, 100000)
+        rx.connect(fabric_address)
+        rx.send_multipart([b"H"])
+        if not rx.poll(int(connect_timeout * 1000)):
+            rx.close(0)
+            raise ConnectionError(f"the fabric at {fabric_address} did not answer; is "
+                                  "`oddl emulate testbed` running?")
+        rx.recv_multipart()
+        self._tx = ctx.socket(zmq.DEALER)
+        self._tx.setsockopt(zmq.IDENTITY, f"{node_id}/tx".encode())
+        self._tx.setsockopt(zmq.LINGER, 0)
+        self._tx.setsockopt(zmq.SNDHWM, 100000)
+        self._tx.connect(fabric_address)
+        self._rx = _Receiver(rx, self.inbox, router=False, name=f"{node_id}-fabric-rx")
+        self.sent_bytes = 0
+
+    def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
+        self._tx.send_multipart([b"D", _encode(header), payload], copy=False)
+        self.sent_bytes += len(payload)
+
+    def close(self) -> None:
+        self._rx.close()
+        self._tx.close(0)
+
+
+class DirectLink:
+    """Frames go straight to each peer's data address over the host network."""
+
+    def __init__(self, node_id: str, bind: str):
+        self.node_id = node_id
+        self.inbox = Inbox(node_id)
+        ctx = zmq.Context.instance()
+        rx = ctx.socket(zmq.ROUTER)
+        rx.setsockopt(zmq.LINGER, 0)
+        rx.setsockopt(zmq.RCVHWM, 100000)
+        host, _, port = bind.rpartition(":")
+        if port == "0":
+            self.address = f"tcp://{host}:{rx.bind_to_random_port(f'tcp://{host}')}"
+        else:
+            rx.bind(f"tcp://{bind}")
+            self.address = f"tcp://{bind}"
+        self._rx = _Receiver(rx, self.inbox, router=True, name=f"{node_id}-direct-rx")
+        self._peers: dict[str, zmq.Socket] = {}
+        self._lock = threading.Lock()
+        self.sent_bytes = 0
+
+    def set_peers(self, peers: Mapping[str, str]) -> None:
+        """Connect to each peer's data address (idempotent)."""
+        ctx = zmq.Context.instance()
+        with self._lock:
+            for node, address in peers.items():
+                if node == self.node_id or node in self._peers:
+                    continue
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.IDENTITY, self.node_id.encode())
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.SNDHWM, 100000)
+                s.connect(address)
+                self._peers[node] = s
+
+    def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
+        dst = str(header["dst"])
+        sock = self._peers.get(dst)
+        if sock is None:
+            raise ConnectionError(f"{self.node_id}: no data address for peer {dst}; it has not "
+                                  "registered with the controller")
+        sock.send_multipart([b"D", _encode(header), payload], copy=False)
+        self.sent_bytes += len(payload)
+
+    def close(self) -> None:
+        self._rx.close()
+        with self._lock:
+            for s in self._peers.values():
+                s.close(0)
+            self._peers.clear()
