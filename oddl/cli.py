@@ -1,8 +1,335 @@
-"""The `oddl` command line."""
+"""The `oddl` command line: `main(argv)` returns the exit code.
+
+Exit codes: 0 success; 1 the operation ran and failed (e.g. a wrong all-reduce result);
+2 usage or configuration error; 3 the controller could not be reached; 4 the controller
+refused the operation. Every error message says what to do.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the oddl command line and return its exit code."""
-    return 0
+from oddl import __version__
+from oddl.errors import (
+    CollectiveError,
+    ConfigError,
+    ControllerUnavailable,
+    DeviceError,
+    OddlError,
+    OperationRefused,
+    SafetyLimitError,
+)
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING - 10 * verbosity
+    logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+
+
+def _print_ready(info: dict[str, Any], ready_file: str | None) -> None:
+    text = json.dumps(info)
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, ready_file)
+    print(text, flush=True)
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate a testbed file offline."""
+    from oddl.config import load_testbed
+
+    cfg = load_testbed(args.file)
+    summary = {"file": args.file, "ok": True, "name": cfg.name, "nodes": [n.id for n in cfg.nodes],
+               "devices": {d.id: d.kind for d in cfg.devices}, "fibres": len(cfg.fibres),
+               "link": cfg.fabric.link}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{args.file}: ok — testbed {cfg.name!r}: {len(cfg.nodes)} nodes "
+              f"({', '.join(summary['nodes'])}), {len(cfg.devices)} devices, "
+              f"{len(cfg.fibres)} fibres, {cfg.fabric.link} link")
+    return EXIT_OK
+
+
+def cmd_controller_serve(args: argparse.Namespace) -> int:
+    """Run the controller until SIGINT/SIGTERM."""
+    from oddl.config import load_testbed
+    from oddl.controller.service import ControllerServer
+
+    cfg = load_testbed(args.config)
+    server = ControllerServer(cfg, args.listen)
+    server.start()
+    try:
+        _print_ready({"ready": True, "address": server.address, "testbed": cfg.name},
+                     args.ready_file)
+        _wait_for_signal()
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def cmd_agent_serve(args: argparse.Namespace) -> int:
+    """Run one node's agent until SIGINT/SIGTERM."""
+    from oddl.agents.agent import Agent
+    from oddl.config import load_testbed
+
+    cfg = load_testbed(args.config)
+    controller = args.controller or os.environ.get("ODDL_CONTROLLER") or cfg.controller.address
+    if not controller:
+        raise ConfigError(f"{args.config}: no controller address; pass --controller HOST:PORT "
+                          "or set [controller] address")
+    agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind)
+    try:
+        agent.start()
+        _print_ready({"ready": True, "node": args.node, "local_api": agent.local_api,
+                      "data_address": agent.data_address}, args.ready_file)
+        _wait_for_signal()
+    finally:
+        agent.close()
+    return EXIT_OK
+
+
+def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
+                                   Callable[[argparse.Namespace], int]]:
+    import importlib
+
+    mod = importlib.import_module(f"oddl.drivers.{module}")
+    return mod.add_arguments, mod.run
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the emulated four-node testbed end to end."""
+    from oddl.demo import run_demo
+
+    return run_demo(args)
+
+
+# ---- operator commands against a running controller ---------------------------------------
+
+
+def _controller(args: argparse.Namespace) -> Any:
+    from oddl.operator import OperatorClient
+
+    address = args.controller or os.environ.get("ODDL_CONTROLLER")
+    if not address:
+        raise ConfigError("no controller address: pass --controller HOST:PORT or set "
+                          "ODDL_CONTROLLER")
+    return OperatorClient(address)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Show agents, jobs and counters."""
+    from oddl.operator import format_status
+
+    status = _controller(args).status()
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return EXIT_OK
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """List, submit or cancel jobs."""
+    from oddl.operator import format_jobs
+
+    client = _controller(args)
+    if args.jobs_cmd == "submit":
+        job = client.submit(args.name, args.nodes.split(",") if args.nodes else [],
+                            args.collective, args.network)
+        print(json.dumps(job) if args.json else f"submitted {job['id']} ({job['collective']} on "
+              f"{','.join(job['nodes'])}, {job['network']})")
+    elif args.jobs_cmd == "cancel":
+        job = client.cancel(args.job_id)
+        print(json.dumps(job) if args.json else f"{job['id']}: {job['state']}")
+    else:
+        jobs = client.jobs()
+        print(json.dumps(jobs, indent=2) if args.json else format_jobs(jobs))
+    return EXIT_OK
+
+
+def cmd_reconfigure(args: argparse.Namespace) -> int:
+    """Set a transceiver's channel or a WSS route by hand (dry run, then confirm)."""
+    client = _controller(args)
+    if args.transmitter:
+        change: dict[str, Any] = {"set_channel": {"transmitter": args.transmitter,
+                                                  "channel": args.channel}}
+    else:
+        change = {"set_route": {"wss": args.wss, "channel": args.channel, "port": args.port,
+                                "attenuation_db": args.attenuation}}
+    preview = client.reconfigure(change, dry_run=True)
+    if args.dry_run:
+        print(json.dumps(preview) if args.json else "\n".join(["dry run:", *preview["changes"]]))
+        return EXIT_OK
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("refusing to apply without confirmation: pass --yes (or --dry-run)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        answer = input(f"apply {'; '.join(preview['changes'])}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("not applied")
+            return EXIT_OK
+    result = client.reconfigure(change, dry_run=False)
+    print(json.dumps(result) if args.json else f"{result['message']}: {'; '.join(result['changes'])}")
+    return EXIT_OK
+
+
+# ---- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree."""
+    p = argparse.ArgumentParser(prog="oddl", description="Testbed controller for all-optical "
+                                "networks carrying distributed deep learning (ODDL).")
+    p.add_argument("--version", action="version", version=f"oddl {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    cfg = sub.add_parser("config", help="testbed files").add_subparsers(dest="config_cmd",
+                                                                          required=True)
+    check = cfg.add_parser("check", help="validate a testbed file offline")
+    check.add_argument("file")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=cmd_config_check)
+
+    emu = sub.add_parser("emulate", help="run device emulators").add_subparsers(
+        dest="emulate_cmd", required=True)
+    for name, module, help_text in (
+            ("itla", "itla_emulator", "one OIF-ITLA tunable laser"),
+            ("wss", "wss_emulator", "one flexgrid WSS (ASCII serial protocol)"),
+            ("powermeter", "powermeter_emulator", "one N7744A-style power meter (SCPI)"),
+            ("testbed", "emulator_host", "every emulated device of a testbed file + the fabric")):
+        sp = emu.add_parser(name, help=help_text)
+        sp.set_defaults(func=lambda a, m=module: _emulate(m)[1](a), emulate_module=module)
+
+    ctl = sub.add_parser("controller", help="the central controller").add_subparsers(
+        dest="controller_cmd", required=True)
+    serve = ctl.add_parser("serve", help="run the controller")
+    serve.add_argument("--config", required=True)
+    serve.add_argument("--listen", help="HOST:PORT (default: [controller] listen)")
+    serve.add_argument("--ready-file", help="write the served address here as JSON")
+    serve.set_defaults(func=cmd_controller_serve)
+
+    ag = sub.add_parser("agent", help="a node agent").add_subparsers(dest="agent_cmd",
+                                                                      required=True)
+    aserve = ag.add_parser("serve", help="run one node's agent")
+    aserve.add_argument("--config", required=True)
+    aserve.add_argument("--node", required=True)
+    aserve.add_argument("--controller", help="HOST:PORT (default: ODDL_CONTROLLER or "
+                        "[controller] address)")
+    aserve.add_argument("--local-api", default="tcp://127.0.0.1:0",
+                        help="address of the training-process API (default %(default)s)")
+    aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
+                        "and data_port)")
+    aserve.add_argument("--ready-file")
+    aserve.set_defaults(func=cmd_agent_serve)
+
+    demo = sub.add_parser("demo", help="run the emulated four-node testbed end to end")
+    demo.add_argument("--config", default=None, help="testbed file (default: the emulated "
+                      "four-node testbed)")
+    demo.add_argument("--iterations", type=int, default=20)
+    demo.add_argument("--collective", default="ring")
+    demo.add_argument("--params", type=int, default=1_000_000,
+                      help="model parameters (gradient elements)")
+    demo.add_argument("--run-dir", default=None, help="where logs go (default runs/<time>)")
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+
+    def with_controller(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--controller", help="HOST:PORT (default: ODDL_CONTROLLER)")
+        sp.add_argument("--json", action="store_true")
+        return sp
+
+    with_controller(sub.add_parser("status", help="agents, jobs, counters")).set_defaults(
+        func=cmd_status)
+    jobs = with_controller(sub.add_parser("jobs", help="list, submit, cancel jobs"))
+    jsub = jobs.add_subparsers(dest="jobs_cmd")
+    jsub.add_parser("list")
+    js = jsub.add_parser("submit")
+    js.add_argument("--name", default="")
+    js.add_argument("--nodes", default="", help="comma-separated, rank order (default: all)")
+    js.add_argument("--collective", default="ring")
+    js.add_argument("--network", default="optical", choices=("optical", "ideal"))
+    jc = jsub.add_parser("cancel")
+    jc.add_argument("job_id")
+    jobs.set_defaults(func=cmd_jobs)
+
+    rc = with_controller(sub.add_parser("reconfigure", help="set a channel or a WSS route"))
+    what = rc.add_mutually_exclusive_group(required=True)
+    what.add_argument("--transmitter", help="transmitter device id (with --channel)")
+    what.add_argument("--wss", help="WSS device id (with --channel --port [--attenuation])")
+    rc.add_argument("--channel", type=int, required=True)
+    rc.add_argument("--port", type=int, default=0)
+    rc.add_argument("--attenuation", type=float, default=0.0)
+    rc.add_argument("--dry-run", action="store_true")
+    rc.add_argument("--yes", action="store_true", help="apply without asking")
+    rc.set_defaults(func=cmd_reconfigure)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # emulator sub-commands own their options: parse them with the module's own parser
+    if len(argv) >= 2 and argv[0] == "emulate" and argv[1] in ("itla", "wss", "powermeter",
+                                                               "testbed"):
+        module = {"itla": "itla_emulator", "wss": "wss_emulator",
+                  "powermeter": "powermeter_emulator", "testbed": "emulator_host"}[argv[1]]
+        add_arguments, run = _emulate(module)
+        sp = argparse.ArgumentParser(prog=f"oddl emulate {argv[1]}")
+        sp.add_argument("-v", "--verbose", action="count", default=0)
+        add_arguments(sp)
+        args = sp.parse_args(argv[2:])
+        _setup_logging(args.verbose)
+        return _guard(lambda: run(args))
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    return _guard(lambda: args.func(args))
+
+
+def _guard(fn: Callable[[], int]) -> int:
+    try:
+        return fn()
+    except (ConfigError, SafetyLimitError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ControllerUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except OperationRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (CollectiveError, DeviceError, OddlError) as exc:
+        print(f"failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The device manager: applies configurations to the real drivers as verified transactions.
+
+A configuration is the channel of every transmitter and the channel table of every WSS. A
+transaction checks it against the safety limits of the testbed file before anything is sent,
+stages every WSS table, applies the WSS tables and tunes the transmitters, reads every device
+back and compares. On any failure or timeout it restores the last verified configuration,
+reads back again and raises `TransactionError` saying exactly what happened; nothing is left
+half-applied without the operator being told.
+
+Per-slot retunes during a collective take the fast path (`retune`): the transmitters named
+in a slot are tuned in parallel, each within its guard time, and the lock is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from oddl.config import DeviceConfig, TestbedConfig
+from oddl.drivers.interfaces import (
+    BLOCKED_DB,
+    Route,
+    TransceiverState,
+    TunableTransceiver,
+    WavelengthSelectiveSwitch,
+)
+from oddl.errors import DeviceError, OddlError, SafetyLimitError
+
+logger = logging.getLogger(__name__)
+
+
+class TransactionError(DeviceError):
+    """A configuration could not be applied; `report` says what happened to every device."""
+
+    def __init__(self, message: str, report: list[str]):
+        super().__init__(message + "\n  " + "\n  ".join(report) if report else message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """Target state: transmitter → channel, WSS → {channel: Route}."""
+
+    channels: Mapping[str, int] = field(default_factory=dict)
+    wss_tables: Mapping[str, Mapping[int, Route]] = field(default_factory=dict)
+
+    def merged_over(self, base: Configuration) -> Configuration:
+        """This configuration with everything it does not name taken from `base`."""
+        tables = {w: dict(t) for w, t in base.wss_tables.items()}
+        for w, t in self.wss_tables.items():
+            tables.setdefault(w, {}).update(t)
+        return Configuration({**base.channels, **self.channels}, tables)
+
+
+@dataclass
+class DeviceEvent:
+    """One entry of the device log."""
+
+    time_ns: int
+    device: str
+    action: str
+    ok: bool
+    detail: str = ""
+
+
+def open_driver(dev: DeviceConfig) -> Any:
+    """Open the real driver for a device of the testbed file."""
+    from oddl.drivers.transport import SerialTransport
+
+    if dev.kind == "itla":
+        from oddl.drivers.itla import ItlaDriver
+
+        return ItlaDriver(SerialTransport(dev.resource, name=dev.id, baudrate=dev.baud or 9600,
+                                          timeout=dev.timeout_s), name=dev.id)
+    if dev.kind == "wss":
+        from oddl.drivers.wss import FlexgridWss
+
+        return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
+                                           baudrate=dev.baud or 115200, timeout=dev.timeout_s),
+                           name=dev.id)
+    if dev.kind == "powermeter":
+        from oddl.drivers.powermeter import PowerMeter
+
+        return PowerMeter(dev.resource, name=dev.id)
+    raise SafetyLimitError(f"{dev.id}: unknown device kind {dev.kind!r}")
+
+
+class DeviceManager:
+    """Owns the drivers of a testbed and the last verified configuration."""
+
+    def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None):
+        self.cfg = cfg
+        self.drivers: dict[str, Any] = dict(drivers) if drivers is not None else {}
+        self.verified = Configuration()
+        self.verified_ns: dict[str, int] = {}
+        self.transceiver_states: dict[str, TransceiverState] = {}
+        self.unreachable: dict[str, str] = {}
+        self.events: deque[DeviceEvent] = deque(maxlen=2000)
+        self.reconfigurations = 0
+        self.transactions_failed = 0
+        self.tune_times: deque[float] = deque(maxlen=2000)
+        self._lock = threading.RLock()
+        self._pool = ThreadPoolExecutor(max_workers=max(4, len(cfg.devices)),
+                                        thread_name_prefix="devices")
+
+    # ---- start-up ---------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open every driver; collect all failures into one error naming each device."""
+        failures = []
+        for dev in self.cfg.devices:
+            if dev.id in self.drivers:
+                continue
+            try:
+                self.drivers[dev.id] = open_driver(dev)
+            except OddlError as exc:
+                failures.append(f"{dev.id} ({dev.resource}): {exc}")
+        if failures:
+            self.close()
+            raise DeviceError("could not open devices:\n  " + "\n  ".join(failures))
+
+    def initialise(self, target: Configuration) -> None:
+        """Bring every transmitter up (grid, power, channel, output on) and apply `target`."""
+        grid = self.cfg.grid
+        for dev in self.cfg.devices_of("itla"):
+            drv: TunableTransceiver = self.drivers[dev.id]
+            self._log(dev.id, "identify", True, str(drv.identify()))
+            drv.disable_output()
+            drv.configure_grid(grid.first_thz, grid.spacing_ghz)
+            drv.set_power_dbm(dev.power_dbm)
+            drv.set_channel(target.channels.get(dev.id, 1))
+            drv.enable_output()
+        for dev in self.cfg.devices_of("wss"):
+            self._log(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
+        self.transact(target, reason="initialise")
+
+    def close(self) -> None:
+        """Release every driver (optical state is left as it is) and the worker pool."""
+        for drv in self.drivers.values():
+            try:
+                drv.close()
+            except Exception:  # closing must never raise during shutdown
+                logger.exception("closing a driver failed")
+        self._pool.shutdown(wait=False)
+
+    # ---- validation -------------------------------------------------------------------
+    def check_limits(self, target: Configuration) -> None:
+        """Raise SafetyLimitError naming the setting and the limit; nothing is sent."""
+        grid = self.cfg.grid
+        for tx, ch in target.channels.items():
+            dev = self._device(tx, "itla")
+            wss = self.cfg.device(self.cfg.attachment(self._node_of(tx)).wss)
+            lo, hi = wss.channels_allowed
+            if not (1 <= ch <= grid.channels and lo <= ch <= hi):
+                raise SafetyLimitError(f"{dev.id}: channel {ch} is not allowed (grid 1..{grid.channels}, "
+                                       f"{wss.id}.channels_allowed [{lo}, {hi}]); pick an allowed channel")
+        for wss_id, table in target.wss_tables.items():
+            dev = self._device(wss_id, "wss")
+            lo, hi = dev.channels_allowed
+            alo, ahi = dev.attenuation_range_db
+            for ch, route in table.items():
+                if not lo <= ch <= hi:
+                    raise SafetyLimitError(f"{wss_id}: channel {ch} is outside channels_allowed "
+                                           f"[{lo}, {hi}]; change the route or the testbed file")
+                if not 0 <= route.port <= dev.ports:
+                    raise SafetyLimitError(f"{wss_id}: port {route.port} does not exist "
+                                           f"(1..{dev.ports})")
+                if route.attenuation_db != BLOCKED_DB and not alo <= route.attenuation_db <= ahi:
+                    raise SafetyLimitError(f"{wss_id}: attenuation {route.attenuation_db} dB on "
+                                           f"channel {ch} is outside [{alo}, {ahi}] dB "
+                                           f"(or {BLOCKED_DB} to block)")
+
+    def _device(self, device_id: str, kind: str) -> DeviceConfig:
+        dev = self.cfg.device(device_id)
+        if dev.kind != kind:
+            raise SafetyLimitError(f"{device_id} is a {dev.kind}, not a {kind}")
+        return dev
+
+    def _node_of(self, transmitter: str) -> str:
+        for n in self.cfg.nodes:
+            if n.transmitter == transmitter:
+                return n.id
+        raise SafetyLimitError(f"{transmitter} is not the transmitter of any node")
+
+    # ---- transactions -----------------------------------------------------------------
+    def transact(self, change: Configuration, *, reason: str = "", timeout: float = 10.0
+                 ) -> Configuration:
+        """Apply `change` over the verified configuration as one transaction; return the result."""
+        with self._lock:
+            target = change.merged_over(self.verified)
+            self.check_limits(target)
+            before = self.verified
+            try:
+                self._apply(target, before, timeout)
+                self._verify(target)
+            except OddlError as exc:
+                self.transactions_failed += 1
+                report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
+                report += self._roll_back(before, timeout)
+                self._log("*", f"transaction {reason}", False, "; ".join(report))
+                raise TransactionError("reconfiguration failed and was rolled back", report) from exc
+            self.verified = target
+            now = time.time_ns()
+            for dev in list(target.channels) + list(target.wss_tables):
+                self.verified_ns[dev] = now
+            self._log("*", f"transaction {reason}", True, _describe(before, target))
+            return target
+
+    def _apply(self, target: Configuration, before: Configuration, timeout: float) -> None:
+        tables = {w: t for w, t in target.wss_tables.items()
+                  if dict(t) != dict(before.wss_tables.get(w, {}))}
+        for wss_id, table in tables.items():
+            self.drivers[wss_id].stage(dict(table))
+            self._log(wss_id, "stage", True, f"{len(table)} channels")
+        futures = [self._pool.submit(self._apply_wss, w, timeout) for w in tables]
+        futures += [self._pool.submit(self._tune, tx, ch, timeout)
+                    for tx, ch in target.channels.items() if before.channels.get(tx) != ch]
+        errors = []
+        for f in futures:
+            try:
+                f.result()
+            except OddlError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise DeviceError("; ".join(errors))
+
+    def _apply_wss(self, wss_id: str, timeout: float) -> None:
+        drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
+        drv.apply(timeout=timeout)
+        self._log(wss_id, "apply", True)
+
+    def _tune(self, tx: str, channel: int, timeout: float) -> float:
+        drv: TunableTransceiver = self.drivers[tx]
+        t_lock = drv.set_channel(channel, timeout=timeout)
+        self.tune_times.append(t_lock)
+        self.reconfigurations += 1
+        self._log(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
+        return t_lock
+
+    def _verify(self, target: Configuration) -> None:
+        problems = []
+        for wss_id, table in target.wss_tables.items():
+            active = self.drivers[wss_id].read_active()
+            for ch, route in table.items():
+                got = active.get(ch)
+                if got is None or got.port != route.port or abs(got.attenuation_db - route.attenuation_db) > 0.05:
+                    problems.append(f"{wss_id} channel {ch}: wanted {route}, reads {got}")
+        for tx, ch in target.channels.items():
+            st: TransceiverState = self.drivers[tx].state()
+            self.transceiver_states[tx] = st
+            if st.channel != ch or not st.locked or not st.output_enabled:
+                problems.append(f"{tx}: wanted channel {ch} locked and on, reads channel "
+                                f"{st.channel} locked={st.locked} on={st.output_enabled}")
+        if problems:
+            raise DeviceError("read-back does not match: " + "; ".join(problems))
+
+    def _roll_back(self, before: Configuration, timeout: float) -> list[str]:
+        report = []
+        for wss_id, table in before.wss_tables.items():
+            try:
+                self.drivers[wss_id].stage(dict(table))
+                self.drivers[wss_id].apply(timeout=timeout)
+                report.append(f"{wss_id}: restored the last verified table")
+            except OddlError as exc:
+                report.append(f"{wss_id}: COULD NOT RESTORE ({exc}); check the device")
+        for tx, ch in before.channels.items():
+            try:
+                self.drivers[tx].set_channel(ch, timeout=timeout)
+                report.append(f"{tx}: restored channel {ch}")
+            except OddlError as exc:
+                report.append(f"{tx}: COULD NOT RESTORE channel {ch} ({exc}); check the device")
+        try:
+            self._verify(before)
+            report.append("read-back after roll-back matches the last verified configuration")
+        except OddlError as exc:
+            report.append(f"read-back after roll-back: {exc}")
+        return report
+
+    # ---- the fast path ----------------------------------------------------------------
+    def retune(self, channels: Mapping[str, int], timeout: float = 1.0) -> list[str]:
+        """Tune transmitters in parallel (slot guard); return errors, empty when all locked."""
+        futures = {tx: self._pool.submit(self._tune, tx, ch, timeout) for tx, ch in channels.items()}
+        errors = []
+        for tx, f in futures.items():
+            try:
+                f.result()
+            except OddlError as exc:
+                errors.append(f"{tx}: {exc}")
+                self._log(tx, "tune", False, str(exc))
+        with self._lock:
+            if not errors:
+                self.verified = Configuration(channels).merged_over(self.verified)
+                now = time.time_ns()
+                for tx in channels:
+                    self.verified_ns[tx] = now
+        return errors
+
+    # ---- reading ----------------------------------------------------------------------
+    def read_states(self) -> dict[str, dict[str, Any]]:
+        """Read every transmitter and WSS back; unreachable devices carry their error."""
+        out: dict[str, dict[str, Any]] = {}
+        for dev in self.cfg.devices:
+            drv = self.drivers.get(dev.id)
+            entry: dict[str, Any] = {"kind": dev.kind, "reachable": drv is not None}
+            try:
+                if dev.kind == "itla" and drv is not None:
+                    entry["state"] = drv.state()
+                elif dev.kind == "wss" and drv is not None:
+                    entry["routes"] = drv.read_active()
+            except OddlError as exc:
+                entry["reachable"] = False
+                entry["error"] = str(exc)
+            entry["verified_ns"] = self.verified_ns.get(dev.id, 0)
+            out[dev.id] = entry
+        return out
+
+    def _log(self, device: str, action: str, ok: bool, detail: str = "") -> None:
+        self.events.append(DeviceEvent(time.time_ns(), device, action, ok, detail))
+        (logger.info if ok else logger.warning)("device %s: %s %s %s", device, action,
+                                                "ok" if ok else "FAILED", detail)
+
+
+def _describe(before: Configuration, after: Configuration) -> str:
+    changes = [f"{tx} ch {before.channels.get(tx)}→{ch}" for tx, ch in after.channels.items()
+               if before.channels.get(tx) != ch]
+    changes += [f"{w} table" for w, t in after.wss_tables.items()
+                if dict(t) != dict(before.wss_tables.get(w, {}))]
+    return ", ".join(changes) or "no change"

@@ -1,0 +1,226 @@
+"""Jobs, their admission and the collective barrier (no I/O; time is passed in).
+
+Admission checks the nodes and the collective, refuses a job that shares a node with a running
+job (each job gets its own slice of transmitters, receivers and WSS channels), computes the
+job-scale configuration (WSS tables, the transmitters' first channels) and hands it to the
+caller to apply. The barrier collects every node's "ready" for one collective invocation and
+decides: start (same shape and dtype everywhere) or refuse with the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oddl.config import TestbedConfig
+from oddl.controller.devices import Configuration
+from oddl.controller.scheduling import (
+    COLLECTIVES,
+    Grid,
+    NodeSpec,
+    Schedule,
+    TimingModel,
+    Topology,
+    WssSpec,
+    make_plan,
+    schedule_plan,
+)
+from oddl.drivers.interfaces import Route
+from oddl.errors import OddlError, OperationRefused
+
+logger = logging.getLogger(__name__)
+
+NETWORKS = ("optical", "ideal")
+
+
+def topology_from_config(cfg: TestbedConfig) -> Topology:
+    """The scheduler's view of a testbed file."""
+    grid = Grid(cfg.grid.first_thz, cfg.grid.spacing_ghz, cfg.grid.channels)
+    nodes = tuple(NodeSpec(n.id, n.transmitter, n.rx_channel, cfg.attachment(n.id).wss,
+                           cfg.attachment(n.id).out_port) for n in cfg.nodes)
+    wss = tuple(WssSpec(d.id, d.ports) for d in cfg.devices_of("wss"))
+    return Topology(grid=grid, nodes=nodes, wss=wss)
+
+
+def timing_from_config(cfg: TestbedConfig) -> TimingModel:
+    """The scheduler's timing model from the [timing] and [fabric] tables."""
+    t = cfg.timing
+    return TimingModel(tune_s=t.laser_tune_ms / 1e3, skew_s=t.clock_skew_us / 1e6,
+                       cdr_s=t.cdr_lock_us / 1e6, command_s=t.command_ms / 1e3,
+                       wss_settle_s=t.wss_settle_ms / 1e3, slot_margin_s=t.slot_margin_us / 1e6,
+                       line_rate_bps=cfg.fabric.line_rate_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """The outcome of a complete barrier: start, or refuse with `error`."""
+
+    job_id: str
+    seq: int
+    n_elems: int
+    itemsize: int
+    error: str = ""
+
+
+@dataclass
+class JobRecord:
+    """One job and its counters."""
+
+    id: str
+    name: str
+    nodes: tuple[str, ...]
+    collective: str
+    network: str
+    params: dict[str, str]
+    submitted_ns: int
+    state: str = "running"
+    reason: str = ""
+    collectives_done: int = 0
+    reconfigurations: int = 0
+    guard_time_s: float = 0.0
+    ready: dict[int, dict[str, tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        """True until the job is cancelled or fails."""
+        return self.state == "running"
+
+
+class JobManager:
+    """Admits jobs, builds their schedules and runs their barriers."""
+
+    def __init__(self, cfg: TestbedConfig, topology: Topology, timing: TimingModel):
+        self.cfg = cfg
+        self.topology = topology
+        self.timing = timing
+        self.jobs: dict[str, JobRecord] = {}
+        self._ids = itertools.count(1)
+
+    # ---- admission --------------------------------------------------------------------
+    def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
+              params: Mapping[str, str], now_ns: int) -> tuple[JobRecord, Configuration]:
+        """Check a job and return it with its job-scale configuration (not yet applied)."""
+        known = [n.id for n in self.cfg.nodes]
+        nodes = tuple(nodes) or tuple(known)
+        for n in nodes:
+            if n not in known:
+                raise OperationRefused(f"unknown node {n!r}; the testbed has {', '.join(known)}")
+        if len(set(nodes)) != len(nodes):
+            raise OperationRefused("a node is listed twice; list each node once")
+        if len(nodes) < 2:
+            raise OperationRefused("a job needs at least two nodes")
+        network = network or "optical"
+        if network not in NETWORKS:
+            raise OperationRefused(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
+        collective = collective or "ring"
+        if collective not in COLLECTIVES:
+            raise OperationRefused(f"unknown collective {collective!r}; this controller serves "
+                                   f"{', '.join(sorted(COLLECTIVES))}")
+        try:
+            plan = make_plan(collective, len(nodes), len(nodes) * 8, **_plan_params(params))
+            first = schedule_plan(plan, nodes, self.topology, self.timing, 4)
+        except OddlError as exc:
+            raise OperationRefused(f"the testbed cannot carry {collective} on {len(nodes)} "
+                                   f"nodes: {exc}") from exc
+        for job in self.jobs.values():
+            shared = set(job.nodes) & set(nodes)
+            if job.running and shared:
+                raise OperationRefused(f"node(s) {', '.join(sorted(shared))} already run job "
+                                       f"{job.id} ({job.name}); cancel it first "
+                                       f"(`oddl jobs cancel {job.id}`) or pick other nodes")
+        job = JobRecord(f"job-{next(self._ids)}", name or collective, nodes, collective, network,
+                        dict(params), now_ns)
+        target = Configuration()
+        if network == "optical":
+            tables = {w: {ch: Route(port, 0.0) for ch, port in t.items()}
+                      for w, t in first.wss_tables().items()}
+            channels = {}
+            if first.slots:
+                for c in first.slots[0].circuits():
+                    channels[c.transmitter] = c.channel
+            target = Configuration(channels, tables)
+        self.jobs[job.id] = job
+        return job, target
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job with this id, or OperationRefused naming the known ids."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise OperationRefused(f"unknown job {job_id!r}; known jobs: "
+                                   f"{', '.join(self.jobs) or 'none'} (`oddl jobs list`)")
+        return job
+
+    def end(self, job_id: str, state: str, reason: str) -> JobRecord:
+        """Mark a job cancelled, failed or finished."""
+        job = self.get(job_id)
+        if job.running:
+            job.state, job.reason = state, reason
+            job.ready.clear()
+        return job
+
+    # ---- schedules --------------------------------------------------------------------
+    def schedule(self, job: JobRecord, n_elems: int, itemsize: int,
+                 initial_channels: Mapping[str, int | None] | None = None) -> Schedule:
+        """The job's collective laid out for `n_elems` elements (cached)."""
+        init = tuple((initial_channels or {}).get(n) for n in job.nodes)
+        key = (n_elems, itemsize, init)
+        cached = job.schedules.get(key)
+        if cached is not None:
+            return cached
+        plan = make_plan(job.collective, len(job.nodes), n_elems, **_plan_params(job.params))
+        sched = schedule_plan(plan, job.nodes, self.topology, self.timing, itemsize,
+                              initial_channels=dict(zip(job.nodes, init, strict=True)))
+        if len(job.schedules) > 64:
+            job.schedules.clear()
+        job.schedules[key] = sched
+        return sched
+
+    # ---- the barrier ------------------------------------------------------------------
+    def ready(self, job_id: str, seq: int, node: str, shape: Sequence[int], dtype: str
+              ) -> Barrier | None:
+        """Record one node's ready; return the barrier's outcome once every node is in."""
+        job = self.get(job_id)
+        if not job.running:
+            raise OperationRefused(f"job {job_id} is {job.state}: {job.reason}")
+        if node not in job.nodes:
+            raise OperationRefused(f"node {node} is not part of job {job_id} "
+                                   f"(nodes {', '.join(job.nodes)})")
+        entries = job.ready.setdefault(seq, {})
+        entries[node] = (tuple(int(x) for x in shape), dtype)
+        if len(entries) < len(job.nodes):
+            return None
+        del job.ready[seq]
+        kinds = {v for v in entries.values()}
+        if len(kinds) > 1:
+            detail = ", ".join(f"{n}: shape {list(s)} dtype {d}" for n, (s, d) in sorted(entries.items()))
+            return Barrier(job_id, seq, 0, 0, error=(
+                f"collective {seq} of job {job_id} refused: the training processes handed in "
+                f"different arrays ({detail}); every node must all-reduce the same shape and "
+                "dtype in the same order"))
+        shape_, dtype_ = kinds.pop()
+        n = 1
+        for x in shape_:
+            n *= x
+        try:
+            itemsize = np.dtype(dtype_).itemsize
+        except TypeError:
+            return Barrier(job_id, seq, 0, 0, error=f"unknown dtype {dtype_!r}")
+        return Barrier(job_id, seq, n, itemsize)
+
+
+def _plan_params(params: Mapping[str, str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in params.items():
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out

@@ -1,0 +1,441 @@
+"""The controller's gRPC shell: translates RPCs into calls on the job manager and devices.
+
+The decisions live in `JobManager` (admission, schedules, barriers) and `DeviceManager`
+(verified transactions); this module keeps the agents registry, the per-agent event streams
+and the slot executor that retunes transmitters at slot edges during a collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from oddl.config import TestbedConfig
+from oddl.controller.devices import Configuration, DeviceManager, TransactionError
+from oddl.controller.jobs import JobManager, JobRecord, timing_from_config, topology_from_config
+from oddl.controller.scheduling import Schedule
+from oddl.drivers.interfaces import Route
+from oddl.errors import OddlError, OperationRefused, SafetyLimitError
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Controller"].full_name
+
+
+@dataclass
+class AgentRecord:
+    """What the controller knows about one node's agent."""
+
+    node_id: str
+    session: str
+    data_address: str
+    local_api: str
+    last_seen: float
+    events: queue.Queue[pb.ScheduleEvent] = field(default_factory=queue.Queue)
+    stream_generation: int = 0
+    heartbeat: pb.HeartbeatRequest = field(default_factory=pb.HeartbeatRequest)
+
+
+def schedule_to_proto(sched: Schedule, job_id: str) -> pb.Schedule:
+    """The wire form of a schedule, times relative to its start, with the plan's transfers."""
+    out = pb.Schedule(job_id=job_id, collective=sched.plan.collective,
+                      n_elems=sched.plan.n_elems, itemsize=sched.itemsize,
+                      reconfigurations=sched.reconfigurations,
+                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
+                      efficiency=sched.efficiency)
+    for step in sched.plan.steps:
+        out.steps.add(op=str(step.op), src=step.src.tolist(), dst=step.dst.tolist(),
+                      offset=step.offset.tolist(), length=step.length.tolist())
+    grid = sched.topology.grid
+    for slot in sched.slots:
+        retuning = {r.transmitter for r in slot.retunes()}
+        ps = out.slots.add(index=slot.index, step=slot.step,
+                           start_ns=round((slot.start_s - sched.start_s) * 1e9),
+                           data_start_ns=round((slot.data_start_s - sched.start_s) * 1e9),
+                           end_ns=round((slot.end_s - sched.start_s) * 1e9))
+        for c, nbytes in zip(slot.circuits(), slot.bytes.tolist(), strict=True):
+            ps.circuits.add(src=c.src, dst=c.dst, transmitter=c.transmitter, channel=c.channel,
+                            frequency_thz=grid.frequency_thz(c.channel), wss=c.wss,
+                            in_port=c.in_port, out_port=c.out_port, bytes=nbytes,
+                            retune=c.transmitter in retuning)
+    return out
+
+
+class ControllerService(pb_grpc.ControllerServicer):
+    """The Controller gRPC service."""
+
+    def __init__(self, cfg: TestbedConfig, devices: DeviceManager):
+        self.cfg = cfg
+        self.devices = devices
+        self.topology = topology_from_config(cfg)
+        self.timing = timing_from_config(cfg)
+        self.jobs = JobManager(cfg, self.topology, self.timing)
+        self.agents: dict[str, AgentRecord] = {}
+        self._lock = threading.RLock()
+        self._executors: dict[str, threading.Thread] = {}
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        """Stop the streams and executors."""
+        self._stop.set()
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _abort_unknown_node(self, context: grpc.ServicerContext, node_id: str) -> None:
+        known = ", ".join(n.id for n in self.cfg.nodes)
+        context.abort(grpc.StatusCode.NOT_FOUND,
+                      f"unknown node {node_id!r}: the testbed {self.cfg.name} has {known}; "
+                      "start the agent with --node set to one of them")
+
+    def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> None:
+        code = (grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, SafetyLimitError)
+                else grpc.StatusCode.FAILED_PRECONDITION if isinstance(exc, OperationRefused)
+                else grpc.StatusCode.ABORTED if isinstance(exc, TransactionError)
+                else grpc.StatusCode.UNAVAILABLE)
+        context.abort(code, str(exc))
+
+    def _known_node(self, node_id: str) -> bool:
+        return any(n.id == node_id for n in self.cfg.nodes)
+
+    def _alive(self, rec: AgentRecord, now: float) -> bool:
+        return now - rec.last_seen < 3 * self.cfg.controller.heartbeat_s
+
+    def _job_pb(self, job: JobRecord) -> pb.Job:
+        return pb.Job(id=job.id, name=job.name, nodes=job.nodes, collective=job.collective,
+                      network=job.network, state=job.state, reason=job.reason,
+                      collectives_done=job.collectives_done,
+                      reconfigurations=job.reconfigurations, guard_time_s=job.guard_time_s,
+                      submitted_ns=job.submitted_ns, params=job.params)
+
+    def _assigned(self, job: JobRecord, node: str) -> pb.ScheduleEvent:
+        peers = {n: self.agents[n].data_address for n in job.nodes
+                 if n in self.agents and self.agents[n].data_address}
+        return pb.ScheduleEvent(assigned=pb.JobAssigned(job=self._job_pb(job),
+                                                        rank=job.nodes.index(node), peers=peers))
+
+    def _push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent) -> None:
+        for n in nodes:
+            rec = self.agents.get(n)
+            if rec is not None:
+                rec.events.put(event)
+
+    # ---- agents -----------------------------------------------------------------------
+    def RegisterAgent(self, request, context):  # noqa: N802 (gRPC names)
+        if not self._known_node(request.node_id):
+            self._abort_unknown_node(context, request.node_id)
+        with self._lock:
+            old = self.agents.get(request.node_id)
+            rec = AgentRecord(request.node_id, uuid.uuid4().hex[:12], request.data_address,
+                              request.local_api, time.monotonic())
+            if old is not None:
+                rec.events = old.events
+                rec.stream_generation = old.stream_generation
+            self.agents[request.node_id] = rec
+            # peers learn the (new) data address of this node
+            for job in self.jobs.jobs.values():
+                if job.running and request.node_id in job.nodes:
+                    for n in job.nodes:
+                        if n != request.node_id and n in self.agents:
+                            self.agents[n].events.put(self._assigned(job, n))
+        logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
+                    request.data_address or "fabric")
+        return pb.RegisterAgentReply(session=rec.session,
+                                     heartbeat_interval_s=self.cfg.controller.heartbeat_s,
+                                     topology=self._topology_pb(),
+                                     fabric_address=self.cfg.fabric.address,
+                                     link=self.cfg.fabric.link,
+                                     line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+
+    def Heartbeat(self, request, context):  # noqa: N802
+        with self._lock:
+            rec = self.agents.get(request.node_id)
+            if rec is None or rec.session != request.session:
+                return pb.HeartbeatReply(controller_time_ns=time.time_ns(), reregister=True)
+            rec.last_seen = time.monotonic()
+            rec.heartbeat = request
+        return pb.HeartbeatReply(controller_time_ns=time.time_ns())
+
+    def SyncClock(self, request, context):  # noqa: N802
+        t2 = time.time_ns()
+        return pb.SyncClockReply(agent_send_ns=request.agent_send_ns, controller_receive_ns=t2,
+                                 controller_send_ns=time.time_ns())
+
+    def WatchSchedule(self, request, context) -> Iterator[pb.ScheduleEvent]:  # noqa: N802
+        with self._lock:
+            rec = self.agents.get(request.node_id)
+            if rec is None:
+                if not self._known_node(request.node_id):
+                    self._abort_unknown_node(context, request.node_id)
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{request.node_id} is not registered; call RegisterAgent first")
+            rec.stream_generation += 1
+            generation = rec.stream_generation
+            events = rec.events
+            for job in self.jobs.jobs.values():
+                if job.running and request.node_id in job.nodes:
+                    events.put(self._assigned(job, request.node_id))
+        while context.is_active() and not self._stop.is_set():
+            if rec.stream_generation != generation:
+                return
+            try:
+                event = events.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            yield event
+
+    def ReadyCollective(self, request, context):  # noqa: N802
+        with self._lock:
+            try:
+                barrier = self.jobs.ready(request.job_id, request.seq, request.node_id,
+                                          request.shape, request.dtype)
+            except OddlError as exc:
+                self._refuse(context, exc)
+            if barrier is None:
+                return pb.ReadyCollectiveReply()
+            job = self.jobs.get(request.job_id)
+        if barrier.error:
+            self._push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
+                job_id=job.id, seq=barrier.seq, error=barrier.error)))
+            return pb.ReadyCollectiveReply()
+        previous = self._executors.get(job.id)
+        if previous is not None:
+            previous.join(timeout=10)
+        initial = self._node_channels(job)
+        try:
+            sched = self.jobs.schedule(job, barrier.n_elems, barrier.itemsize, initial)
+        except OddlError as exc:
+            self._push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
+                job_id=job.id, seq=barrier.seq, error=f"no schedule: {exc}")))
+            return pb.ReadyCollectiveReply()
+        t0_ns = time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
+        go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=t0_ns,
+                             schedule=schedule_to_proto(sched, job.id))
+        if any(s.retuned for s in sched.slots):
+            t = threading.Thread(target=self._execute_slots, args=(job, sched, t0_ns),
+                                 name=f"slots-{job.id}", daemon=True)
+            self._executors[job.id] = t
+            t.start()
+        job.guard_time_s += sched.guard_total_s
+        self._push(job.nodes, pb.ScheduleEvent(go=go))
+        return pb.ReadyCollectiveReply()
+
+    def _node_channels(self, job: JobRecord) -> dict[str, int | None]:
+        verified = self.devices.verified.channels
+        return {n: verified.get(self.cfg.node(n).transmitter) for n in job.nodes}
+
+    def _execute_slots(self, job: JobRecord, sched: Schedule, t0_ns: int) -> None:
+        """Retune transmitters at each slot's start (controller clock), within its guard."""
+        for slot in sched.slots:
+            retunes = slot.retunes()
+            if not retunes:
+                continue
+            at = t0_ns / 1e9 + (slot.start_s - sched.start_s)
+            delay = at - time.time()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
+                                         timeout=max(1.0, 20 * slot.guard_s))
+            job.reconfigurations += len(retunes)
+            late = time.time() - (t0_ns / 1e9 + (slot.data_start_s - sched.start_s))
+            if errors:
+                logger.error("job %s slot %d: retune failed: %s", job.id, slot.index,
+                             "; ".join(errors))
+            elif late > 0:
+                logger.warning("job %s slot %d: retune finished %.2f ms after the guard; "
+                               "raise [timing] command_ms or laser_tune_ms", job.id, slot.index,
+                               late * 1e3)
+
+    def ReportCollective(self, request, context):  # noqa: N802
+        with self._lock:
+            job = self.jobs.jobs.get(request.job_id)
+            if job is not None and request.ok and job.nodes and request.node_id == job.nodes[0]:
+                job.collectives_done += 1
+        if not request.ok:
+            logger.warning("collective %d of %s failed at %s: %s", request.seq, request.job_id,
+                           request.node_id, request.error)
+        return pb.ReportCollectiveReply()
+
+    # ---- jobs -------------------------------------------------------------------------
+    def SubmitJob(self, request, context):  # noqa: N802
+        with self._lock:
+            try:
+                job, target = self.jobs.admit(request.name, list(request.nodes),
+                                              request.collective, request.network,
+                                              dict(request.params), time.time_ns())
+            except OddlError as exc:
+                self._refuse(context, exc)
+        try:
+            if target.channels or target.wss_tables:
+                self.devices.transact(target, reason=f"admit {job.id}")
+        except OddlError as exc:
+            with self._lock:
+                self.jobs.end(job.id, "failed", f"job-scale configuration failed: {exc}")
+            self._refuse(context, exc)
+        with self._lock:
+            for n in job.nodes:
+                if n in self.agents:
+                    self.agents[n].events.put(self._assigned(job, n))
+        logger.info("admitted %s (%s on %s, %s network)", job.id, job.collective,
+                    ",".join(job.nodes), job.network)
+        return self._job_pb(job)
+
+    def CancelJob(self, request, context):  # noqa: N802
+        with self._lock:
+            try:
+                job = self.jobs.end(request.job_id, "cancelled", "cancelled by the operator")
+            except OddlError as exc:
+                self._refuse(context, exc)
+            self._push(job.nodes, pb.ScheduleEvent(ended=pb.JobEnded(job_id=job.id,
+                                                                     reason=job.reason)))
+            return self._job_pb(job)
+
+    def ListJobs(self, request, context):  # noqa: N802
+        with self._lock:
+            return pb.ListJobsReply(jobs=[self._job_pb(j) for j in self.jobs.jobs.values()])
+
+    def GetSchedule(self, request, context):  # noqa: N802
+        with self._lock:
+            try:
+                job = self.jobs.get(request.job_id)
+                itemsize = request.itemsize or 4
+                if request.message_bytes % itemsize:
+                    raise OperationRefused(f"message_bytes {request.message_bytes} is not a "
+                                           f"multiple of itemsize {itemsize}")
+                sched = self.jobs.schedule(job, request.message_bytes // itemsize, itemsize,
+                                           self._node_channels(job))
+            except OddlError as exc:
+                self._refuse(context, exc)
+        return schedule_to_proto(sched, job.id)
+
+    # ---- reading ----------------------------------------------------------------------
+    def _topology_pb(self) -> pb.Topology:
+        cfg = self.cfg
+        return pb.Topology(
+            testbed=cfg.name, grid_first_thz=cfg.grid.first_thz,
+            grid_spacing_ghz=cfg.grid.spacing_ghz, grid_channels=cfg.grid.channels,
+            nodes=[pb.Node(id=n.id, host=n.host, transmitter=n.transmitter,
+                           rx_channel=n.rx_channel, wss=cfg.attachment(n.id).wss,
+                           out_port=cfg.attachment(n.id).out_port) for n in cfg.nodes],
+            devices=[pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.devices])
+
+    def GetTopology(self, request, context):  # noqa: N802
+        return self._topology_pb()
+
+    def GetStatus(self, request, context):  # noqa: N802
+        now = time.monotonic()
+        with self._lock:
+            agents = []
+            for n in self.cfg.nodes:
+                rec = self.agents.get(n.id)
+                if rec is None:
+                    agents.append(pb.AgentStatus(node_id=n.id, alive=False,
+                                                 last_heartbeat_age_s=-1))
+                    continue
+                hb = rec.heartbeat
+                agents.append(pb.AgentStatus(
+                    node_id=n.id, alive=self._alive(rec, now),
+                    last_heartbeat_age_s=now - rec.last_seen, clock_offset_s=hb.clock_offset_s,
+                    clock_rtt_s=hb.clock_rtt_s, gate_error_p50_s=hb.gate_error_p50_s,
+                    gate_error_p99_s=hb.gate_error_p99_s, collectives_done=hb.collectives_done,
+                    collectives_failed=hb.collectives_failed, data_address=rec.data_address))
+            return pb.Status(testbed=self.cfg.name, controller_time_ns=time.time_ns(),
+                             agents=agents,
+                             jobs=[self._job_pb(j) for j in self.jobs.jobs.values()],
+                             reconfigurations=self.devices.reconfigurations,
+                             transactions_failed=self.devices.transactions_failed)
+
+    def GetDeviceState(self, request, context):  # noqa: N802
+        out = pb.DeviceStateList()
+        for dev_id, entry in self.devices.read_states().items():
+            ds = out.devices.add(id=dev_id, kind=entry["kind"], reachable=entry["reachable"],
+                                 error=entry.get("error", ""), verified_ns=entry["verified_ns"])
+            st = entry.get("state")
+            if st is not None:
+                ds.channel, ds.frequency_thz, ds.power_dbm = st.channel, st.frequency_thz, st.power_dbm
+                ds.output_enabled, ds.locked = st.output_enabled, st.locked
+            for ch, route in sorted(entry.get("routes", {}).items()):
+                ds.routes.add(channel=ch, port=route.port, attenuation_db=route.attenuation_db)
+        return out
+
+    def Reconfigure(self, request, context):  # noqa: N802
+        kind = request.WhichOneof("change")
+        if kind == "set_channel":
+            change = Configuration(channels={request.set_channel.transmitter:
+                                             request.set_channel.channel})
+            what = f"{request.set_channel.transmitter}: channel → {request.set_channel.channel}"
+        elif kind == "set_route":
+            r = request.set_route
+            change = Configuration(wss_tables={r.wss: {r.channel: Route(r.port, r.attenuation_db)}})
+            what = f"{r.wss}: channel {r.channel} → port {r.port} at {r.attenuation_db} dB"
+        else:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "give set_channel or set_route (see `oddl reconfigure --help`)")
+        try:
+            target = change.merged_over(self.devices.verified)
+            self.devices.check_limits(target)
+            if request.dry_run:
+                return pb.ReconfigureReply(applied=False, changes=[what],
+                                           message="dry run: limits checked, nothing sent")
+            self.devices.transact(change, reason="operator")
+        except OddlError as exc:
+            self._refuse(context, exc)
+        return pb.ReconfigureReply(applied=True, changes=[what], message="applied and verified")
+
+
+class ControllerServer:
+    """The controller process: devices, the gRPC service, health and reflection."""
+
+    def __init__(self, cfg: TestbedConfig, listen: str | None = None,
+                 devices: DeviceManager | None = None, max_workers: int = 32):
+        self.cfg = cfg
+        self.devices = devices or DeviceManager(cfg)
+        self.service = ControllerService(cfg, self.devices)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                             thread_name_prefix="grpc"))
+        pb_grpc.add_ControllerServicer_to_server(self.service, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        where = listen or cfg.controller.listen
+        self.port = self.server.add_insecure_port(where)
+        if self.port == 0:
+            raise OddlError(f"cannot listen on {where}; pick a free port or use port 0")
+        self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+
+    def start(self, initialise_devices: bool = True) -> None:
+        """Connect the devices, bring them to the default configuration and serve."""
+        if initialise_devices:
+            self.devices.connect()
+            self.devices.initialise(default_configuration(self.cfg))
+        self.server.start()
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        logger.info("controller for %s serving on %s", self.cfg.name, self.address)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop serving and release the devices (their optical state is left as it is)."""
+        self.health.enter_graceful_shutdown()
+        self.service.close()
+        self.server.stop(grace).wait(grace + 1)
+        self.devices.close()
+
+
+def default_configuration(cfg: TestbedConfig) -> Configuration:
+    """TT-FR at rest: every receive channel routed to its node's port; lasers on their own channel."""
+    tables: dict[str, dict[int, Route]] = {}
+    for n in cfg.nodes:
+        att = cfg.attachment(n.id)
+        tables.setdefault(att.wss, {})[n.rx_channel] = Route(att.out_port, 0.0)
+    return Configuration({n.transmitter: n.rx_channel for n in cfg.nodes}, tables)

@@ -1,0 +1,174 @@
+"""The emulated testbed: every `resource = "emulated"` device, the optical fabric, one process.
+
+`oddl emulate testbed --config FILE` starts an emulator for each emulated device of the
+testbed file (each on its own TCP port, speaking the device's real wire protocol), the optical
+fabric that reads those emulators' states to decide where light goes, and power meters that
+read the light the emulated lasers and WSS deliver to their taps. It writes a resolved copy of
+the testbed file (emulated resources replaced by their `socket://` / `TCPIP…SOCKET` addresses
+and the fabric address filled in) that the controller and agents are started with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oddl.config import EMULATED, TestbedConfig, dump_testbed, load_testbed
+from oddl.drivers.fabric import Fabric, OpticalModel
+from oddl.drivers.tcpserve import TcpEmulatorServer
+from oddl.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EmulatedTestbed:
+    """Running emulators, servers and fabric of one testbed; `close()` stops them all."""
+
+    cfg: TestbedConfig
+    lasers: dict[str, Any] = field(default_factory=dict)
+    switches: dict[str, Any] = field(default_factory=dict)
+    meters: dict[str, Any] = field(default_factory=dict)
+    servers: dict[str, TcpEmulatorServer] = field(default_factory=dict)
+    resources: dict[str, str] = field(default_factory=dict)
+    fabric: Fabric | None = None
+    model: OpticalModel | None = None
+
+    @property
+    def resolved(self) -> TestbedConfig:
+        """The testbed file with the emulators' addresses filled in."""
+        return self.cfg.with_resources(self.resources,
+                                       self.fabric.address if self.fabric else "")
+
+    def close(self) -> None:
+        """Stop the fabric and every emulator server."""
+        if self.fabric is not None:
+            self.fabric.close()
+        for server in self.servers.values():
+            server.close()
+
+
+def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
+                           fabric_listen: str | None = None) -> EmulatedTestbed:
+    """Start emulators for every emulated device of `cfg`, and the fabric."""
+    from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler
+    from oddl.drivers.powermeter_emulator import PowerMeterEmulator, powermeter_connection_handler
+    from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
+
+    tb = EmulatedTestbed(cfg)
+    grid, timing = cfg.grid, cfg.timing
+    try:
+        for i, dev in enumerate(cfg.devices):
+            if not dev.emulated:
+                continue
+            serial = dev.serial or f"EMU-{dev.id}"
+            if dev.kind == "itla":
+                emu = ItlaEmulator(serial_number=serial, first_thz=grid.first_thz,
+                                   spacing_ghz=grid.spacing_ghz, channels=grid.channels,
+                                   time_to_lock_s=timing.laser_tune_ms / 1e3,
+                                   power_dbm=dev.power_dbm, seed=cfg.seed * 1000 + i)
+                _inject(emu, dev.faults, dev.id)
+                tb.lasers[dev.id] = emu
+                server = TcpEmulatorServer(itla_connection_handler(emu), host, 0, name=dev.id)
+                tb.resources[dev.id] = server.url
+            elif dev.kind == "wss":
+                emu = WssEmulator(ports=dev.ports, first_thz=grid.first_thz,
+                                  spacing_ghz=grid.spacing_ghz, channels=grid.channels,
+                                  settle_s=timing.wss_settle_ms / 1e3, serial_number=serial,
+                                  seed=cfg.seed * 1000 + i)
+                _inject(emu, dev.faults, dev.id)
+                tb.switches[dev.id] = emu
+                server = TcpEmulatorServer(wss_connection_handler(emu), host, 0, name=dev.id)
+                tb.resources[dev.id] = server.url
+            else:
+                emu = PowerMeterEmulator(channels=dev.channels, serial_number=serial,
+                                         power_source=_meter_source(tb, dev.id),
+                                         seed=cfg.seed * 1000 + i)
+                _inject(emu, dev.faults, dev.id)
+                tb.meters[dev.id] = emu
+                server = TcpEmulatorServer(powermeter_connection_handler(emu), host, 0,
+                                           name=dev.id)
+                tb.resources[dev.id] = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
+            tb.servers[dev.id] = server
+        missing = [n.transmitter for n in cfg.nodes if n.transmitter not in tb.lasers]
+        missing += [d.id for d in cfg.devices_of("wss") if d.id not in tb.switches]
+        if missing:
+            raise ConfigError(f"{cfg.path}: the emulated fabric needs every transmitter and WSS "
+                              f"emulated, but {', '.join(missing)} are not; set "
+                              'resource = "emulated" for them (or run a lab testbed without '
+                              "the emulator host)")
+        tb.model = OpticalModel(cfg, tb.lasers, tb.switches)
+        if cfg.fabric.link == "fabric":
+            tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
+                               fabric_listen or cfg.fabric.listen)
+    except BaseException:
+        tb.close()
+        raise
+    return tb
+
+
+def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
+    if not faults:
+        return
+    try:
+        emulator.inject(**faults)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"devices ({device}).faults: {exc}; see the emulator's fault "
+                          "options in docs") from exc
+
+
+def _meter_source(tb: EmulatedTestbed, meter_id: str):  # noqa: ANN202 (closure)
+    """power_source(channel) for a meter: the light at the WSS port its tap watches."""
+    taps = tb.cfg.meter_taps()
+
+    def source(channel: int) -> float | None:
+        where = taps.get((meter_id, channel))
+        if where is None or tb.model is None:
+            return None
+        return tb.model.power_at_port(where[0], where[1], time.monotonic())
+
+    return source
+
+
+# ---- `oddl emulate testbed` ---------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `oddl emulate testbed`."""
+    parser.add_argument("--config", required=True, help="testbed file (TOML)")
+    parser.add_argument("--resolved", help="write the resolved testbed file here "
+                        "(default: print it only)")
+    parser.add_argument("--host", default="127.0.0.1", help="address the emulators bind")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the emulated testbed until SIGINT/SIGTERM; print one JSON line when ready."""
+    cfg = load_testbed(args.config)
+    tb = start_emulated_testbed(cfg, args.host)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        text = dump_testbed(tb.resolved)
+        if args.resolved:
+            Path(args.resolved).write_text(text, encoding="utf-8")
+        print(json.dumps({"ready": True, "resolved": args.resolved or "",
+                          "fabric": tb.fabric.address if tb.fabric else "",
+                          "devices": tb.resources}), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        tb.close()
+        sys.stdout.flush()
+    return 0
+
+
+__all__ = ["EMULATED", "EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]

@@ -1,0 +1,7 @@
+"""`python -m oddl` runs the command line."""
+
+import sys
+
+from oddl.cli import main
+
+sys.exit(main())

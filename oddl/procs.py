@@ -1,0 +1,121 @@
+"""Start and stop the testbed's processes: each prints one JSON line when it is ready.
+
+Children get their own session (so a terminal's Ctrl-C reaches only the parent, which stops
+them in order) and are killed by the kernel if the parent dies (PR_SET_PDEATHSIG on Linux).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from oddl.errors import OddlError
+
+logger = logging.getLogger(__name__)
+
+
+def _die_with_parent() -> None:  # runs in the child before exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class ManagedProcess:
+    """One child process whose stderr goes to a log file and whose first stdout line is JSON."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        self.info: dict[str, Any] = {}
+
+    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait for the child's ready line; raise with the log's tail if it fails or stalls."""
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not line or not line[0]:
+            self.stop()
+            raise OddlError(f"{self.name} did not become ready within {timeout:.0f} s "
+                            f"(exit code {self.proc.poll()}); its log {self.log_path} ends with:\n"
+                            f"{self.tail()}")
+        try:
+            self.info = json.loads(line[0])
+        except ValueError as exc:
+            raise OddlError(f"{self.name} printed {line[0][:200]!r} instead of its ready line; "
+                            f"see {self.log_path}") from exc
+        return self.info
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of the child's log."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def alive(self) -> bool:
+        """True while the child runs."""
+        return self.proc.poll() is None
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                logger.warning("%s did not stop within %.0f s; killing it", self.name, grace)
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._log.close()
+        return self.proc.returncode
+
+
+class ProcessGroup:
+    """Processes started in order and stopped in reverse, also on errors and Ctrl-C."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[ManagedProcess] = []
+
+    def start(self, name: str, argv: list[str], timeout: float = 30.0) -> dict[str, Any]:
+        """Start a child and wait for its ready line."""
+        p = ManagedProcess(name, argv, self.log_dir)
+        self.procs.append(p)
+        return p.wait_ready(timeout)
+
+    def stop_all(self) -> None:
+        """Stop every child, newest first."""
+        while self.procs:
+            self.procs.pop().stop()
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+def oddl_command(*args: str) -> list[str]:
+    """argv that runs the `oddl` CLI of this interpreter."""
+    return [sys.executable, "-m", "oddl", *args]
