@@ -1,1 +1,67 @@
-"""oddl subpackage."""
+"""The pure scheduling core: collective plans and the TT-FR slot scheduler.
+
+No I/O, no clocks, no threads: time is a value passed in. The controller, the agents and the
+1024-node simulator all use this same code.
+
+    plan = make_plan("ring", n_ranks=4, n_elems=1_000_000)
+    sched = schedule_plan(plan, topo.node_ids, topo, timing, itemsize=4)
+    sched.check_contention_free()
+"""
+
+from oddl.controller.scheduling.collectives import (
+    COLLECTIVES,
+    CollectiveBuilder,
+    Op,
+    Plan,
+    Step,
+    execute_plan,
+    halving_doubling_allreduce,
+    make_plan,
+    register_collective,
+    ring_allreduce,
+    validate_plan,
+)
+from oddl.controller.scheduling.scheduler import (
+    NodeEvent,
+    Retune,
+    Schedule,
+    Slot,
+    bipartite_edge_colouring,
+    schedule_plan,
+)
+from oddl.controller.scheduling.topology import (
+    IN_PORT,
+    Circuit,
+    Grid,
+    NodeSpec,
+    TimingModel,
+    Topology,
+    WssSpec,
+)
+
+__all__ = [
+    "COLLECTIVES",
+    "IN_PORT",
+    "Circuit",
+    "CollectiveBuilder",
+    "Grid",
+    "NodeEvent",
+    "NodeSpec",
+    "Op",
+    "Plan",
+    "Retune",
+    "Schedule",
+    "Slot",
+    "Step",
+    "TimingModel",
+    "Topology",
+    "WssSpec",
+    "bipartite_edge_colouring",
+    "execute_plan",
+    "halving_doubling_allreduce",
+    "make_plan",
+    "register_collective",
+    "ring_allreduce",
+    "schedule_plan",
+    "validate_plan",
+]

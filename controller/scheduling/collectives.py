@@ -1,0 +1,349 @@
+"""Collective plans: an all-reduce expanded into steps of transfers over a flat buffer.
+
+Every rank holds a flat buffer of `n_elems` elements. A `Step` is a set of transfers, each
+"rank src sends elements [offset, offset+length) of its buffer to rank dst", with one `Op`
+for the whole step:
+
+- ``REDUCE``: the receiver adds the segment into the same range of its buffer;
+- ``COPY``: the receiver overwrites that range with the segment.
+
+Snapshot semantics: within a step every send reads the sender's buffer as it was at the
+START of the step; only then are the received segments applied (in transfer order). A step is
+therefore one barrier-separated exchange, and an agent may send and receive concurrently.
+Zero-length transfers are never stored, and steps left without transfers are dropped.
+
+Plans stay compact at N = 1024: a step holds four int64 numpy arrays (not Python objects per
+transfer), and plans share read-only arrays between steps where they are equal (every ring
+step uses the same src/dst arrays; offsets are views into one rotated array).
+
+New collectives are added by registering a builder ``f(n_ranks, n_elems, **params) -> Plan``
+with `register_collective`; `make_plan` then finds it by name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from oddl.errors import PlanError
+
+
+class Op(StrEnum):
+    """What a receiver does with a received segment."""
+
+    REDUCE = "reduce"
+    """Add the segment into the same range of the receiver's buffer."""
+    COPY = "copy"
+    """Overwrite the same range of the receiver's buffer with the segment."""
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One exchange: transfer t sends ``buf[src[t]][offset[t]:offset[t]+length[t]]`` to dst[t].
+
+    The arrays are int64, equally long, and read-only (steps may share them).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    op: Op
+    phase: str = ""
+
+    def __post_init__(self) -> None:
+        n = self.src.shape
+        if len(n) != 1 or self.dst.shape != n or self.offset.shape != n or self.length.shape != n:
+            raise PlanError(
+                "a step needs four 1-D arrays of equal length (src, dst, offset, length); got "
+                f"shapes {self.src.shape}, {self.dst.shape}, {self.offset.shape}, "
+                f"{self.length.shape}"
+            )
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A collective over `n_ranks` ranks of `n_elems`-element buffers, as ordered steps."""
+
+    collective: str
+    n_ranks: int
+    n_elems: int
+    steps: tuple[Step, ...]
+
+    @property
+    def n_steps(self) -> int:
+        """Number of steps (barrier-separated exchanges)."""
+        return len(self.steps)
+
+    @property
+    def n_transfers(self) -> int:
+        """Number of transfers over all steps."""
+        return sum(len(s) for s in self.steps)
+
+    def bytes_sent(self, itemsize: int) -> np.ndarray:
+        """Return the bytes each rank sends over the whole plan (int64 array, by rank)."""
+        return self._per_rank("src", itemsize)
+
+    def bytes_received(self, itemsize: int) -> np.ndarray:
+        """Return the bytes each rank receives over the whole plan (int64 array, by rank)."""
+        return self._per_rank("dst", itemsize)
+
+    def _per_rank(self, side: str, itemsize: int) -> np.ndarray:
+        total = np.zeros(self.n_ranks, dtype=np.int64)
+        if self.n_transfers:
+            ranks = np.concatenate([getattr(s, side) for s in self.steps])
+            lengths = np.concatenate([s.length for s in self.steps])
+            order = np.argsort(ranks, kind="stable")
+            ranks, lengths = ranks[order], lengths[order]
+            starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
+            total[ranks[starts]] = np.add.reduceat(lengths, starts)
+        return total * int(itemsize)
+
+
+CollectiveBuilder = Callable[..., Plan]
+"""``f(n_ranks, n_elems, **params) -> Plan``."""
+
+COLLECTIVES: dict[str, CollectiveBuilder] = {}
+"""Registered collectives by name; add one with `register_collective`."""
+
+
+def register_collective(name: str) -> Callable[[CollectiveBuilder], CollectiveBuilder]:
+    """Register a plan builder under `name` (a decorator)."""
+
+    def add(fn: CollectiveBuilder) -> CollectiveBuilder:
+        if name in COLLECTIVES:
+            raise PlanError(f"collective {name!r} is already registered; pick another name")
+        COLLECTIVES[name] = fn
+        return fn
+
+    return add
+
+
+def make_plan(name: str, n_ranks: int, n_elems: int, **params: object) -> Plan:
+    """Build the plan of the collective registered as `name`."""
+    fn = COLLECTIVES.get(name)
+    if fn is None:
+        close = difflib.get_close_matches(name, COLLECTIVES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PlanError(
+            f"unknown collective {name!r}; {hint}known: {', '.join(sorted(COLLECTIVES))}"
+        )
+    try:
+        inspect.signature(fn).bind(n_ranks, n_elems, **params)
+    except TypeError as exc:
+        accepted = [p for p in list(inspect.signature(fn).parameters)[2:]]
+        raise PlanError(
+            f"collective {name!r} does not take parameters {sorted(params)}; it takes "
+            f"{accepted or 'none'} ({exc})"
+        ) from None
+    return fn(n_ranks, n_elems, **params)
+
+
+# --------------------------------------------------------------------------- builders
+
+
+@register_collective("ring")
+def ring_allreduce(n_ranks: int, n_elems: int) -> Plan:
+    """Ring all-reduce: reduce-scatter then all-gather, 2(N−1) steps, i → i+1 in every step.
+
+    The buffer is cut into N chunks whose sizes differ by at most one element. In
+    reduce-scatter step k rank i sends chunk (i−k) mod N (REDUCE); afterwards rank i holds
+    the full sum of chunk (i+1) mod N. In all-gather step k it sends chunk (i+1−k) mod N
+    (COPY). N = 1 gives zero steps.
+    """
+    n, n_elems = _check_sizes("ring", n_ranks, n_elems)
+    bounds = (np.arange(n + 1, dtype=np.int64) * n_elems) // n
+    # Rotations of the chunk table as views: ext[j:j+n][i] describes chunk (i+j) mod n.
+    ext_off = read_only(np.concatenate((bounds[:-1], bounds[:-1])))
+    ext_len = read_only(np.concatenate((np.diff(bounds), np.diff(bounds))))
+    src = read_only(np.arange(n, dtype=np.int64))
+    dst = read_only((src + 1) % n)
+    full = n_elems >= n  # every chunk is non-empty: all steps share src and dst
+    steps: list[Step] = []
+    for phase, op, shift in (("reduce-scatter", Op.REDUCE, 0), ("all-gather", Op.COPY, 1)):
+        for k in range(n - 1):
+            j = (shift - k) % n
+            off, ln = ext_off[j : j + n], ext_len[j : j + n]
+            if full:
+                steps.append(Step(src, dst, off, ln, op, phase))
+            else:
+                _append_nonempty(steps, src, dst, off, ln, op, phase)
+    return Plan("ring", n, n_elems, tuple(steps))
+
+
+@register_collective("halving-doubling")
+def halving_doubling_allreduce(n_ranks: int, n_elems: int) -> Plan:
+    """Halving-doubling (Rabenseifner) all-reduce: 2·log₂N steps, power-of-two N only.
+
+    Reduce-scatter by recursive vector halving with distance doubling: in step k (k = 0 ..
+    log₂N−1) rank i and its partner i XOR 2^k split their common segment [lo, mid, hi);
+    the rank whose bit k is 0 keeps the lower half and sends the upper (REDUCE), the other the
+    reverse. All-gather mirrors it (distance halving, vector doubling): each rank sends its
+    whole owned segment to i XOR 2^k (COPY), for k = log₂N−1 down to 0.
+    """
+    n, n_elems = _check_sizes("halving-doubling", n_ranks, n_elems)
+    if n & (n - 1):
+        lower = 1 << (n.bit_length() - 1)
+        raise PlanError(
+            f"halving-doubling needs a power-of-two number of nodes; got {n}, use {lower} or "
+            f"{lower * 2}, or the ring"
+        )
+    ranks = read_only(np.arange(n, dtype=np.int64))
+    lo = np.zeros(n, dtype=np.int64)
+    hi = np.full(n, n_elems, dtype=np.int64)
+    owned: list[tuple[np.ndarray, np.ndarray]] = []
+    partners: list[np.ndarray] = []
+    steps: list[Step] = []
+    for k in range(n.bit_length() - 1):
+        bit = 1 << k
+        partner = read_only(ranks ^ bit)
+        keep_lower = (ranks & bit) == 0
+        mid = lo + (hi - lo) // 2
+        off = np.where(keep_lower, mid, lo)
+        ln = np.where(keep_lower, hi - mid, mid - lo)
+        _append_nonempty(steps, ranks, partner, off, ln, Op.REDUCE, "reduce-scatter")
+        lo, hi = np.where(keep_lower, lo, mid), np.where(keep_lower, mid, hi)
+        owned.append((lo, hi))
+        partners.append(partner)
+    for k in reversed(range(len(owned))):
+        lo, hi = owned[k]
+        _append_nonempty(steps, ranks, partners[k], lo, hi - lo, Op.COPY, "all-gather")
+    return Plan("halving-doubling", n, n_elems, tuple(steps))
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def validate_plan(plan: Plan) -> None:
+    """Raise PlanError unless every transfer is in range, non-empty and unambiguous.
+
+    Checks: ranks in 0..N−1, no rank sends to itself, 0 ≤ offset, 0 < length,
+    offset+length ≤ n_elems, integer arrays, and in COPY steps no two segments received by
+    one rank overlap (their order would decide the result).
+    """
+    n, n_elems = plan.n_ranks, plan.n_elems
+    if n < 1 or n_elems < 0:
+        raise PlanError(f"plan needs n_ranks >= 1 and n_elems >= 0; got {n} and {n_elems}")
+    for i, step in enumerate(plan.steps):
+        where = f"{plan.collective} step {i}"
+        if not isinstance(step.op, Op):
+            raise PlanError(f"{where}: op must be Op.REDUCE or Op.COPY; got {step.op!r}")
+        arrays = (step.src, step.dst, step.offset, step.length)
+        if not all(np.issubdtype(a.dtype, np.integer) for a in arrays):
+            raise PlanError(f"{where}: src, dst, offset and length must be integer arrays")
+        if len(step) == 0:
+            continue
+        bad = np.flatnonzero((step.src < 0) | (step.src >= n) | (step.dst < 0) | (step.dst >= n))
+        if len(bad):
+            t = bad[0]
+            raise PlanError(
+                f"{where}: transfer {t} goes {step.src[t]} -> {step.dst[t]}; ranks are 0..{n - 1}"
+            )
+        bad = np.flatnonzero(step.src == step.dst)
+        if len(bad):
+            raise PlanError(f"{where}: rank {step.src[bad[0]]} sends to itself; drop the transfer")
+        end = step.offset + step.length
+        bad = np.flatnonzero((step.offset < 0) | (step.length <= 0) | (end > n_elems))
+        if len(bad):
+            t = bad[0]
+            raise PlanError(
+                f"{where}: transfer {t} covers [{step.offset[t]}, {end[t]}) of length "
+                f"{step.length[t]}; segments must be non-empty and inside [0, {n_elems})"
+            )
+        if step.op is Op.COPY:
+            order = np.lexsort((step.offset, step.dst))
+            d, o, e = step.dst[order], step.offset[order], end[order]
+            clash = np.flatnonzero((d[1:] == d[:-1]) & (o[1:] < e[:-1]))
+            if len(clash):
+                c = clash[0]
+                raise PlanError(
+                    f"{where}: rank {d[c]} receives overlapping COPY segments [{o[c]}, {e[c]}) "
+                    f"and [{o[c + 1]}, {e[c + 1]}); split them over two steps"
+                )
+
+
+def execute_plan(plan: Plan, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run `plan` on one input buffer per rank and return every rank's final buffer.
+
+    The reference executor (pure numpy, snapshot semantics, receives applied in transfer
+    order). The inputs are not modified. For an all-reduce every output equals the sum.
+    """
+    if len(inputs) != plan.n_ranks:
+        raise PlanError(
+            f"{plan.collective} plan has {plan.n_ranks} ranks; got {len(inputs)} inputs"
+        )
+    bufs = [np.array(x, copy=True) for x in inputs]
+    for r, b in enumerate(bufs):
+        if b.shape != (plan.n_elems,) or b.dtype != bufs[0].dtype:
+            raise PlanError(
+                f"input {r} has shape {b.shape} and dtype {b.dtype}; every input must be 1-D "
+                f"with {plan.n_elems} elements of dtype {bufs[0].dtype}"
+            )
+    for step in plan.steps:
+        src, dst = step.src.tolist(), step.dst.tolist()
+        off, ln = step.offset.tolist(), step.length.tolist()
+        sent = [bufs[s][o : o + m].copy() for s, o, m in zip(src, off, ln, strict=True)]
+        for d, o, m, data in zip(dst, off, ln, sent, strict=True):
+            if step.op is Op.REDUCE:
+                bufs[d][o : o + m] += data
+            else:
+                bufs[d][o : o + m] = data
+    return bufs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_sizes(name: str, n_ranks: int, n_elems: int) -> tuple[int, int]:
+    try:
+        n, e = operator.index(n_ranks), operator.index(n_elems)
+    except TypeError:
+        raise PlanError(
+            f"{name} needs integer n_ranks and n_elems; got {n_ranks!r} and {n_elems!r}"
+        ) from None
+    if n < 1:
+        raise PlanError(f"{name} needs at least 1 rank; got {n}")
+    if e < 0:
+        raise PlanError(f"{name} needs n_elems >= 0; got {e}")
+    return n, e
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """Mark `a` read-only and return it (plans and schedules share such arrays)."""
+    a.setflags(write=False)
+    return a
+
+
+def _append_nonempty(
+    steps: list[Step],
+    src: np.ndarray,
+    dst: np.ndarray,
+    off: np.ndarray,
+    ln: np.ndarray,
+    op: Op,
+    phase: str,
+) -> None:
+    """Append a step without its zero-length transfers, or nothing if none is left."""
+    keep = ln > 0
+    if keep.all():
+        steps.append(Step(src, dst, read_only(off), read_only(ln), op, phase))
+    elif keep.any():
+        steps.append(
+            Step(
+                read_only(src[keep]),
+                read_only(dst[keep]),
+                read_only(off[keep]),
+                read_only(ln[keep]),
+                op,
+                phase,
+            )
+        )

@@ -1,0 +1,90 @@
+"""The testbed file loader: the shipped files load, and every kind of mistake is named."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from oddl.cli import main
+from oddl.config import dump_testbed, load_testbed, parse_testbed
+from oddl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
+LAB = ROOT / "deploy" / "testbeds" / "lab-4node.toml"
+
+
+def test_shipped_testbeds_load():
+    emu, lab = load_testbed(EMULATED), load_testbed(LAB)
+    assert [n.id for n in emu.nodes] == ["n0", "n1", "n2", "n3"]
+    assert [n.rx_channel for n in emu.nodes] == [1, 2, 3, 4]
+    assert emu.attachment("n2").out_port == 3
+    assert all(d.emulated for d in emu.devices)
+    assert lab.device("laser0").resource.startswith("/dev/")
+    assert lab.device("pm0").resource.startswith("TCPIP0::")
+    assert lab.fabric.link == "direct"
+    assert emu.meter_taps()[("pm0", 4)] == ("wss0", 4)
+
+
+def test_round_trip_through_dump():
+    cfg = load_testbed(EMULATED)
+    again = parse_testbed(dump_testbed(cfg), str(EMULATED))
+    assert again == cfg
+
+
+def _mutate(old: str, new: str, count: int = 1) -> str:
+    text = EMULATED.read_text()
+    assert old in text, old
+    return text.replace(old, new, count)
+
+
+@pytest.mark.parametrize(("old", "new", "key", "fix"), [
+    ("spacing_ghz = 100.0\n", "spacing_ghz = 100.0\nspacng = 3\n", "grid.spacng", "did you mean 'spacing_ghz'"),
+    ('id = "n1"', 'id = "n0"', "id", "duplicate node id 'n0'"),
+    ('transmitter = "laser2"', 'transmitter = "laser9"', "transmitter", "add a [[devices]] entry"),
+    ("rx_thz = 193.3", "rx_thz = 193.33", "rx_thz", "use a grid frequency, e.g. 193.3000 THz"),
+    ('from = "wss0.3"\nto = "n2.rx"', 'from = "wss0.7"\nto = "n2.rx"', "fibres[6].from", "no port '7'"),
+    ('[fabric]', '[fabrik]', "fabrik", "did you mean [fabric]"),
+    ('kind = "wss"', 'kind = "roadm"', "kind", "use one of itla, wss, powermeter"),
+    ("power_dbm = 10.0\npower_range_dbm = [7.0, 13.0]",
+     "power_dbm = 15.0\npower_range_dbm = [7.0, 13.0]", "power_dbm", "safety range"),
+    ("rx_thz = 193.4", "rx_thz = 193.3", "rx_channel", "its own channel"),
+    ('from = "n3.tx"\nto = "wss0.in"', 'from = "n3.tx"\nto = "n0.rx"', "fibres[3]", "connect node.tx"),
+])
+def test_mistakes_name_file_key_and_fix(old, new, key, fix):
+    with pytest.raises(ConfigError) as err:
+        parse_testbed(_mutate(old, new), "bench.toml")
+    msg = str(err.value)
+    assert msg.startswith("bench.toml: ")
+    assert key in msg
+    assert fix in msg
+
+
+def test_missing_fibre_to_receiver_is_named():
+    text = _mutate('[[fibres]]\nfrom = "wss0.2"\nto = "n1.rx"\n', "")
+    with pytest.raises(ConfigError, match=re.escape("node n1 has no fibre to its receiver")):
+        parse_testbed(text, "t.toml")
+
+
+def test_not_toml_and_missing_file():
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        parse_testbed("[testbed\nname=", "x.toml")
+    with pytest.raises(ConfigError, match="cannot read the testbed file"):
+        load_testbed("/nonexistent/testbed.toml")
+
+
+def test_cli_config_check(capsys):
+    assert main(["config", "check", str(EMULATED)]) == 0
+    assert "ok — testbed 'emulated-4node': 4 nodes" in capsys.readouterr().out
+    assert main(["config", "check", str(LAB), "--json"]) == 0
+    assert '"link": "direct"' in capsys.readouterr().out
+
+
+def test_cli_config_check_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(_mutate('transmitter = "laser2"', 'transmitter = "laser9"'))
+    assert main(["config", "check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "laser9" in err
