@@ -1,0 +1,318 @@
+"""Protocol tests for the flexgrid WSS driver: pure codec and exact bytes, no hardware."""
+
+from __future__ import annotations
+
+import pytest
+
+from oddl.drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
+from oddl.drivers.wss import (
+    FlexgridWss,
+    InvalidRouteTable,
+    WssCommandError,
+    WssErrorReply,
+    WssLimits,
+    format_attenuation,
+    format_table,
+    format_ura,
+    parse_error_line,
+    parse_rra,
+)
+from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+
+
+class ScriptedTransport:
+    """A Transport that expects exact writes and replays canned replies; fails on leftovers."""
+
+    def __init__(self, script: list[tuple[bytes, bytes]]) -> None:
+        self.name = "scripted"
+        self._script = list(script)
+        self._pending = bytearray()
+        self.closed = False
+        self.resets = 0
+
+    def write(self, data: bytes) -> None:
+        assert self._script, f"unexpected write {data!r}: the script is used up"
+        expected, reply = self._script.pop(0)
+        assert data == expected, f"sent {data!r}, script expected {expected!r}"
+        self._pending += reply
+
+    def read_exact(self, n: int, timeout: float) -> bytes:
+        if len(self._pending) < n:
+            raise DeviceTimeout("scripted: not enough reply bytes", device=self.name)
+        out = bytes(self._pending[:n])
+        del self._pending[:n]
+        return out
+
+    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
+        i = self._pending.find(terminator)
+        if i < 0:
+            raise DeviceTimeout("scripted: no complete line left", device=self.name)
+        out = bytes(self._pending[:i + len(terminator)])
+        del self._pending[:i + len(terminator)]
+        return out
+
+    def reset_input(self) -> None:
+        self.resets += 1
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def assert_all_consumed(self) -> None:
+        assert not self._script, f"script not used up: {self._script!r}"
+        assert not self._pending, f"reply bytes not read: {bytes(self._pending)!r}"
+
+
+def ok(command: bytes, *result: bytes) -> tuple[bytes, bytes]:
+    """A (sent, reply) pair for a command that succeeds: echo, result lines, OK."""
+    reply = command + b"\r\n" + b"".join(r + b"\r\n" for r in result) + b"OK\r\n"
+    return command + b"\r\n", reply
+
+
+def make(script: list[tuple[bytes, bytes]], **kw: object) -> tuple[FlexgridWss, ScriptedTransport]:
+    link = ScriptedTransport(script)
+    return FlexgridWss(link, name="wss-a", resync_quiet=0.0, **kw), link  # type: ignore[arg-type]
+
+
+# --- codec ----------------------------------------------------------------------------------------
+
+def test_format_attenuation_one_decimal() -> None:
+    assert format_attenuation(0) == "0.0"
+    assert format_attenuation(12.5) == "12.5"
+    assert format_attenuation(BLOCKED_DB) == "99.9"
+
+
+def test_format_ura_sorted_by_channel() -> None:
+    table = {54: Route(3, BLOCKED_DB), 52: Route(3, 0.0), 53: Route(1, 2.5)}
+    assert format_table(table) == "52,3,0.0;53,1,2.5;54,3,99.9"
+    assert format_ura(table) == "URA 52,3,0.0;53,1,2.5;54,3,99.9"
+
+
+def test_parse_rra_round_trips_format_table() -> None:
+    table = {1: Route(0, BLOCKED_DB), 2: Route(4, 0.0), 3: Route(2, 17.3)}
+    assert parse_rra(format_table(table)) == table
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("1,2,0.0", {1: Route(2, 0.0)}),
+    ("1,2,0.0;", {1: Route(2, 0.0)}),
+    (" 1,2,0 ; 5,0,99.9 ", {1: Route(2, 0.0), 5: Route(0, BLOCKED_DB)}),
+])
+def test_parse_rra_accepts(line: str, expected: dict[int, Route]) -> None:
+    assert parse_rra(line) == expected
+
+
+@pytest.mark.parametrize("line", [
+    "", ";", "1,2", "1,2,0.0,7", "a,2,0.0", "1,2,-1.0", "1,2,0.0;;2,1,0.0", "0,1,0.0",
+    "1,2,0.0;1,3,0.0", "1,2,nan", "1;2;3", "OK",
+])
+def test_parse_rra_rejects_with_protocol_error(line: str) -> None:
+    with pytest.raises(ProtocolError, match="wss-a"):
+        parse_rra(line, device="wss-a")
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("ERR 3 channel 97 out of range 1-48", WssErrorReply(3, "channel 97 out of range 1-48")),
+    ("ERR 7", WssErrorReply(7, "")),
+    ("ERROR: 12, busy", WssErrorReply(12, "busy")),
+    ("err 2 syntax", WssErrorReply(2, "syntax")),
+    ("ERR", WssErrorReply(None, "")),
+    ("ERR bad thing", WssErrorReply(None, "bad thing")),
+])
+def test_parse_error_line(line: str, expected: WssErrorReply) -> None:
+    assert parse_error_line(line) == expected
+
+
+@pytest.mark.parametrize("line", ["OK", "URA 1,1,0.0", "ERRATA 3", "WSS-EMU-0001", ""])
+def test_parse_error_line_none_for_other_lines(line: str) -> None:
+    assert parse_error_line(line) is None
+
+
+# --- validation (nothing sent) --------------------------------------------------------------------
+
+@pytest.mark.parametrize("table, match", [
+    ({}, "empty"),
+    ({0: Route(1, 0.0)}, "channel 0"),
+    ({49: Route(1, 0.0)}, "channel 49"),
+    ({True: Route(1, 0.0)}, "not an integer"),
+    ({1: Route(5, 0.0)}, "out-port 5"),
+    ({1: Route(-1, 0.0)}, "out-port -1"),
+    ({1: Route(1, -0.5)}, "attenuation -0.5"),
+    ({1: Route(1, 25.1)}, "attenuation 25.1"),
+    ({1: Route(1, 50.0)}, "attenuation 50.0"),
+    ({1: Route(1, 3.14)}, "0.1 dB grid"),
+    ({1: Route(1, float("nan"))}, "not a number"),
+    ({1: (1, 0.0)}, "not a Route"),
+])
+def test_stage_rejects_bad_tables_before_sending(table: dict, match: str) -> None:
+    wss, link = make([])
+    with pytest.raises(InvalidRouteTable, match=match) as info:
+        wss.stage(table)
+    assert isinstance(info.value, SafetyLimitError)
+    link.assert_all_consumed()
+
+
+def test_limits_are_configurable() -> None:
+    wss, link = make([ok(b"URA 96,8,30.0")],
+                     limits=WssLimits(channels=96, ports=8, max_attenuation_db=30.0))
+    wss.stage({96: Route(8, 30.0)})
+    link.assert_all_consumed()
+
+
+# --- exact bytes of driver operations -------------------------------------------------------------
+
+def test_driver_satisfies_the_interface() -> None:
+    wss, _ = make([])
+    assert isinstance(wss, WavelengthSelectiveSwitch)
+
+
+def test_identify_sends_sno_then_mfd() -> None:
+    wss, link = make([ok(b"SNO?", b"WSS-0042"), ok(b"MFD?", b"2019-07-03")])
+    ident = wss.identify()
+    assert ident == DeviceIdentity("wss", "Finisar/II-VI", "flexgrid WSS (ASCII serial)",
+                                   "WSS-0042", (("manufacture_date", "2019-07-03"),))
+    link.assert_all_consumed()
+
+
+def test_stage_sends_one_ura_line() -> None:
+    wss, link = make([ok(b"URA 52,3,0.0;53,3,0.0;54,3,99.9")], limits=WssLimits(channels=96))
+    wss.stage({53: Route(3, 0.0), 52: Route(3), 54: Route(3, BLOCKED_DB)})
+    link.assert_all_consumed()
+
+
+def test_apply_sends_rsw_and_waits_for_ok() -> None:
+    wss, link = make([ok(b"RSW")])
+    wss.apply(timeout=2.0)
+    assert wss.last_settle_s is not None and wss.last_settle_s >= 0
+    link.assert_all_consumed()
+
+
+def test_read_active_parses_rra() -> None:
+    wss, link = make([ok(b"RRA?", b"1,2,0.0;2,0,99.9;3,4,7.5")])
+    assert wss.read_active() == {1: Route(2, 0.0), 2: Route(0, BLOCKED_DB), 3: Route(4, 7.5)}
+    link.assert_all_consumed()
+
+
+def test_block_keeps_the_last_staged_port() -> None:
+    wss, link = make([ok(b"URA 7,3,4.0"), ok(b"URA 7,3,99.9"), ok(b"RSW")])
+    wss.stage({7: Route(3, 4.0)})
+    wss.block(7)
+    link.assert_all_consumed()
+
+
+def test_block_of_unknown_channel_uses_port_1() -> None:
+    wss, link = make([ok(b"URA 9,1,99.9"), ok(b"RSW")])
+    wss.block(9)
+    link.assert_all_consumed()
+
+
+# --- errors and recovery --------------------------------------------------------------------------
+
+def test_error_line_raises_command_error_naming_device_command_and_fix() -> None:
+    wss, link = make([
+        (b"URA 5,1,0.0\r\n", b"URA 5,1,0.0\r\nERR 4 port 1 out of range 0-0\r\n"),
+        ok(b"SNO?", b"X"),
+        ok(b"MFD?", b"Y"),
+    ])
+    with pytest.raises(WssCommandError) as info:
+        wss.stage({5: Route(1, 0.0)})
+    err = info.value
+    assert err.code == 4 and err.device == "wss-a" and err.command == "URA (1 channel)"
+    assert "wss-a" in str(err) and "URA" in str(err) and "out-ports that exist" in str(err)
+    assert wss.identify().serial_number == "X"  # still in step: no resync needed
+    assert link.resets == 0
+    link.assert_all_consumed()
+
+
+def test_error_line_without_echo_is_still_an_error() -> None:
+    wss, link = make([(b"RSW\r\n", b"ERR 7 device fault\r\n")])
+    with pytest.raises(WssCommandError, match="internal fault"):
+        wss.apply()
+    link.assert_all_consumed()
+
+
+def test_error_instead_of_result_line() -> None:
+    wss, link = make([(b"RRA?\r\n", b"RRA?\r\nERROR\r\n")])
+    with pytest.raises(WssCommandError, match="no reason given"):
+        wss.read_active()
+    link.assert_all_consumed()
+
+
+def test_no_answer_raises_timeout_then_driver_resyncs() -> None:
+    wss, link = make([(b"SNO?\r\n", b""), ok(b"SNO?", b"S1"), ok(b"MFD?", b"D1")])
+    with pytest.raises(DeviceTimeout, match="wss-a: SNO\\?"):
+        wss.identify()
+    assert wss.identify().serial_number == "S1"
+    assert link.resets == 1
+    link.assert_all_consumed()
+
+
+def test_garbage_raises_protocol_error_and_next_command_works() -> None:
+    wss, link = make([
+        (b"RRA?\r\n", b"\xfe\x13\x80zz\r\n\x81\x82\r\n"),
+        ok(b"RRA?", b"1,1,0.0"),
+    ])
+    with pytest.raises(ProtocolError, match="garbled"):
+        wss.read_active()
+    assert wss.read_active() == {1: Route(1, 0.0)}  # the second garbage line was drained
+    link.assert_all_consumed()
+
+
+def test_late_ok_after_resync_is_dropped_before_the_echo() -> None:
+    wss, link = make([
+        (b"RSW\r\n", b"RSW\r\n"),  # the settled OK does not come in time
+        (b"RRA?\r\n", b"OK\r\nRRA?\r\n1,1,0.0\r\nOK\r\n"),  # ...but before the next echo
+    ])
+    with pytest.raises(DeviceTimeout, match="RSW: no 'OK' \\(switch settled\\)"):
+        wss.apply(timeout=0.01)
+    assert wss.read_active() == {1: Route(1, 0.0)}
+    link.assert_all_consumed()
+
+
+def test_stale_lines_are_bounded_after_resync() -> None:
+    wss, link = make([(b"SNO?\r\n", b""), (b"SNO?\r\n", b"OK\r\n" * 9 + b"SNO?\r\n")])
+    with pytest.raises(DeviceTimeout):
+        wss.identify()
+    with pytest.raises(ProtocolError, match="expected the echo"):
+        wss.identify()
+    link.reset_input()
+    link.assert_all_consumed()
+
+
+def test_wrong_echo_is_a_protocol_error() -> None:
+    wss, link = make([(b"RSW\r\n", b"OK\r\n")])
+    with pytest.raises(ProtocolError, match="echo"):
+        wss.apply()
+    link.assert_all_consumed()
+
+
+def test_malformed_rra_result_is_a_protocol_error() -> None:
+    wss, link = make([ok(b"RRA?", b"1,1")])
+    with pytest.raises(ProtocolError, match="RRA"):
+        wss.read_active()
+    link.assert_all_consumed()
+
+
+def test_missing_result_line_is_a_protocol_error() -> None:
+    wss, link = make([(b"SNO?\r\n", b"SNO?\r\nOK\r\n")])
+    with pytest.raises(ProtocolError, match="without a result"):
+        wss.identify()
+    link.assert_all_consumed()
+
+
+def test_unexpected_final_line_is_a_protocol_error() -> None:
+    wss, link = make([(b"RSW\r\n", b"RSW\r\nDONE\r\n")])
+    with pytest.raises(ProtocolError, match="expected 'OK'"):
+        wss.apply()
+    link.assert_all_consumed()
+
+
+def test_close_releases_link_and_sends_nothing() -> None:
+    wss, link = make([])
+    with wss:
+        pass
+    assert link.closed
+    with pytest.raises(DeviceError, match="closed"):
+        wss.read_active()
+    wss.close()  # idempotent
+    link.assert_all_consumed()
