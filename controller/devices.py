@@ -69,7 +69,7 @@ class DeviceEvent:
     detail: str = ""
 
 
-def open_driver(dev: DeviceConfig) -> Any:
+def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
     """Open the real driver for a device of the testbed file."""
     from oddl.drivers.transport import SerialTransport
 
@@ -77,13 +77,16 @@ def open_driver(dev: DeviceConfig) -> Any:
         from oddl.drivers.itla import ItlaDriver
 
         return ItlaDriver(SerialTransport(dev.resource, name=dev.id, baudrate=dev.baud or 9600,
-                                          timeout=dev.timeout_s), name=dev.id)
+                                          timeout=dev.timeout_s), name=dev.id,
+                          timeout_s=dev.timeout_s, poll_interval_s=0.001)
     if dev.kind == "wss":
-        from oddl.drivers.wss import FlexgridWss
+        from oddl.drivers.wss import FlexgridWss, WssLimits
 
+        limits = WssLimits(channels=grid_channels, ports=dev.ports,
+                           max_attenuation_db=dev.attenuation_range_db[1])
         return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
                                            baudrate=dev.baud or 115200, timeout=dev.timeout_s),
-                           name=dev.id)
+                           name=dev.id, timeout=dev.timeout_s, limits=limits)
     if dev.kind == "powermeter":
         from oddl.drivers.powermeter import PowerMeter
 
@@ -117,7 +120,7 @@ class DeviceManager:
             if dev.id in self.drivers:
                 continue
             try:
-                self.drivers[dev.id] = open_driver(dev)
+                self.drivers[dev.id] = open_driver(dev, self.cfg.grid.channels)
             except OddlError as exc:
                 failures.append(f"{dev.id} ({dev.resource}): {exc}")
         if failures:

@@ -1,0 +1,116 @@
+"""All-reduce time on the emulated four-node testbed: optical (scheduled) vs ideal network.
+
+Starts the same processes as `oddl demo`, then for each message size runs R all-reduces on
+the optical network and R on the ideal electrical network (same line rate) and reports
+medians and their ratio, plus the slot-gate error of the agents.
+
+    python benchmarks/bench_allreduce.py [--sizes 4096,1048576,4194304] [--repeats 10] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from oddl.agents.client import AgentClient
+from oddl.config import load_testbed
+from oddl.demo import DEFAULT_TESTBED
+from oddl.operator import OperatorClient
+from oddl.procs import ProcessGroup, oddl_command
+
+
+def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:
+    outs: list[object] = [None] * len(clients)
+    start = threading.Barrier(len(clients) + 1)
+
+    def call(r: int) -> None:
+        start.wait()
+        outs[r] = clients[r].allreduce(arrays[r])
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    exact = np.sum(arrays, axis=0)
+    for out in outs:
+        assert isinstance(out, np.ndarray) and np.array_equal(out, exact), "wrong all-reduce"
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
+    parser.add_argument("--sizes", default="4096,262144,1048576,4194304",
+                        help="message sizes in bytes (int32 elements, comma-separated)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--collective", default="ring")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
+        resolved = Path(tmp) / "testbed.toml"
+        group.start("emulators", oddl_command("emulate", "testbed", "--config", args.config,
+                                              "--resolved", str(resolved)))
+        address = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
+        cfg = load_testbed(resolved)
+        clients = []
+        for n in cfg.nodes:
+            info = group.start(f"agent-{n.id}", oddl_command(
+                "agent", "serve", "--config", str(resolved), "--node", n.id,
+                "--controller", address))
+            clients.append(AgentClient(info["local_api"]))
+        op = OperatorClient(address)
+        rng = np.random.default_rng(0)
+        times: dict[tuple[str, int], list[float]] = {}
+        for network in ("optical", "ideal"):
+            job = op.submit(f"bench-{network}", [], args.collective, network)
+            for size in sizes:
+                arrays = [rng.integers(-1000, 1000, size // 4).astype(np.int32) for _ in clients]
+                _allreduce_all(clients, arrays)  # warm-up: schedule cache, connections
+                times[(network, size)] = [_allreduce_all(clients, arrays)
+                                          for _ in range(args.repeats)]
+            op.cancel(job["id"])
+        gate = [e for c in clients for e in c.status()["gate_errors"]]
+        for c in clients:
+            c.close()
+        op.close()
+    for size in sizes:
+        o = float(np.median(times[("optical", size)]))
+        i = float(np.median(times[("ideal", size)]))
+        results.append({"bytes": size, "optical_ms": o * 1e3, "ideal_ms": i * 1e3,
+                        "ratio": o / i})
+    g = np.abs(np.array(gate)) if gate else np.zeros(1)
+    summary = {"collective": args.collective, "line_rate_gbps": cfg.fabric.line_rate_gbps,
+               "repeats": args.repeats, "sizes": results,
+               "gate_error_us": {"p50": float(np.percentile(g, 50) * 1e6),
+                                 "p99": float(np.percentile(g, 99) * 1e6),
+                                 "max": float(g.max() * 1e6), "samples": len(gate)}}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{args.collective} all-reduce, 4 emulated nodes, {cfg.fabric.line_rate_gbps:g} "
+              f"Gbit/s, median of {args.repeats}")
+        print(f"{'bytes':>10} {'optical ms':>11} {'ideal ms':>9} {'ratio':>6}")
+        for r in results:
+            print(f"{r['bytes']:>10} {r['optical_ms']:>11.2f} {r['ideal_ms']:>9.2f} {r['ratio']:>6.2f}")
+        ge = summary["gate_error_us"]
+        print(f"slot-gate error: p50 {ge['p50']:.1f} µs, p99 {ge['p99']:.1f} µs, "
+              f"max {ge['max']:.1f} µs ({ge['samples']} sends)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
