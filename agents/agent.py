@@ -78,6 +78,7 @@ class Agent:
         self._go_cond = threading.Condition()
         self._stop = threading.Event()
         self._work: queue.Queue[_Request | None] = queue.Queue()
+        self._reports: queue.Queue[pb.ReportCollectiveRequest | None] = queue.Queue()
         self._channel = grpc.insecure_channel(controller)
         self._stub = pb_grpc.ControllerStub(self._channel)
         node = cfg.node(node_id)
@@ -115,7 +116,8 @@ class Agent:
         self.register()
         self.sync_clock()
         for target, name in ((self._watch_loop, "watch"), (self._heartbeat_loop, "heartbeat"),
-                             (self._api_loop, "local-api"), (self._work_loop, "collectives")):
+                             (self._api_loop, "local-api"), (self._work_loop, "collectives"),
+                             (self._report_loop, "reports")):
             t = threading.Thread(target=target, name=f"{self.node_id}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -124,6 +126,7 @@ class Agent:
         """Stop every thread and release sockets and the channel."""
         self._stop.set()
         self._work.put(None)
+        self._reports.put(None)
         with self._go_cond:
             self._go_cond.notify_all()
         self._channel.close()
@@ -325,11 +328,15 @@ class Agent:
         job.next_seq += 1
         if job.network == "ideal":
             return self._run_ideal(job, seq, array)
+        t_ready = time.time()
         self._ready(job, seq, array)
         go = self._await_go(job, seq, header.get("timeout_s", 60.0))
         if go.error:
             raise CollectiveError(go.error)
-        return self._run(job, seq, array, go.schedule, go.t0_ns / 1e9 - self.clock.offset_s)
+        t0_local = go.t0_ns / 1e9 - self.clock.offset_s
+        logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
+                     seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
+        return self._run(job, seq, array, go.schedule, t0_local)
 
     def _ready(self, job: AgentJob, seq: int, array: np.ndarray) -> None:
         req = pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
@@ -390,13 +397,22 @@ class Agent:
 
     def _report(self, job: AgentJob, seq: int, ok: bool, error: str,
                 stats: dict[str, float]) -> None:
-        req = pb.ReportCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq, ok=ok,
-                                         error=error, duration_s=stats.get("duration_s", 0.0),
-                                         gate_error_max_s=stats.get("gate_error_max_s", 0.0))
-        try:
-            self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            logger.warning("%s: could not report collective %d: %s", self.node_id, seq, exc)
+        """Queue the outcome for the controller (sent off the collective's critical path)."""
+        self._reports.put(pb.ReportCollectiveRequest(
+            node_id=self.node_id, job_id=job.id, seq=seq, ok=ok, error=error,
+            duration_s=stats.get("duration_s", 0.0),
+            gate_error_max_s=stats.get("gate_error_max_s", 0.0)))
+
+    def _report_loop(self) -> None:
+        while True:
+            req = self._reports.get()
+            if req is None:
+                return
+            try:
+                self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                logger.warning("%s: could not report collective %d: %s", self.node_id, req.seq,
+                               exc.code() if hasattr(exc, "code") else exc)
 
     def status(self) -> dict[str, Any]:
         """A JSON-friendly snapshot of this agent."""
@@ -407,7 +423,8 @@ class Agent:
                 "collectives_done": self.done, "collectives_failed": self.failed,
                 "last_error": self.last_error, "jobs": sorted(self.jobs),
                 "misrouted_frames": self.link.inbox.misrouted,
-                "gate_errors": self.gate.errors()[-2000:]}
+                "gate_errors": self.gate.errors()[-2000:],
+                "overruns": self.gate.overruns()[-2000:]}
 
 
 def _step_spec(s: pb.PlanStep) -> StepSpec:

@@ -32,7 +32,7 @@ class Frame:
     """One received frame: its header and payload bytes."""
 
     header: dict[str, Any]
-    payload: bytes
+    payload: bytes | memoryview
 
 
 class Inbox:
@@ -46,7 +46,7 @@ class Inbox:
         self.malformed = 0
         self.received_bytes = 0
 
-    def put(self, header_raw: bytes, payload: bytes) -> None:
+    def put(self, header_raw: bytes, payload: bytes | memoryview) -> None:
         """File a frame; count and drop frames that are malformed or meant for another node."""
         try:
             header = json.loads(header_raw)
@@ -118,16 +118,17 @@ class _Receiver:
             if not poller.poll(50):
                 continue
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 continue
             except zmq.ZMQError:
                 break
             if self._router:
                 frames = frames[1:]
-            if len(frames) == 3 and frames[0] == b"D":
-                self._inbox.put(frames[1], frames[2])
-            elif frames and frames[0] in (b"H", b"S"):
+            kind = frames[0].bytes if frames else b""
+            if len(frames) == 3 and kind == b"D":
+                self._inbox.put(frames[1].bytes, frames[2].buffer)
+            elif kind in (b"H", b"S"):
                 continue
             else:
                 self._inbox.malformed += 1

@@ -92,8 +92,9 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                 sends[d].append((off, length))
             if d == run.rank:
                 recvs[s].append((off, length))
-        payloads = {d: np.concatenate([buf[o:o + n] for o, n in segs]).tobytes()
-                    for d, segs in sends.items()}
+        # one copy per send, taken at the start of the step (snapshot semantics); the copy is
+        # handed to ZeroMQ without another copy
+        payloads = {d: memoryview(_gather(buf, segs)) for d, segs in sends.items()}
         order = sorted(sends, key=lambda d: _slot_start(slot_of, k, me, run.nodes[d]))
         for d in order:
             dst = run.nodes[d]
@@ -103,10 +104,12 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                     raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
                                           f"{me}->{dst}; the plan and schedule disagree")
                 err = gate.wait_until(run.t0_local + slot.data_start_s, cancel)
-                worst_gate = max(worst_gate, abs(err))
+                worst_gate = max(worst_gate, err)
             header = {"job": run.job_id, "seq": run.seq, "step": k, "src": me, "dst": dst,
                       "net": run.network, "segs": sends[d], "dtype": buf.dtype.str}
             link.send(header, payloads[d])
+            logger.debug("%s seq %d step %d: sent %d B to %s", me, run.seq, k,
+                         len(payloads[d]), dst)
         for s, segs in recvs.items():
             src = run.nodes[s]
             if run.gated and k in step_end:
@@ -114,6 +117,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
             else:
                 deadline = time.time() + run.receive_timeout_s
             frame = link.inbox.take((run.job_id, run.seq, k, src), deadline, cancel)
+            logger.debug("%s seq %d step %d: received from %s", me, run.seq, k, src)
             if frame is None:
                 if cancel is not None and cancel.is_set():
                     raise CollectiveError(f"{me}: collective {run.seq} of job {run.job_id} "
@@ -143,6 +147,13 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
     run.stats["duration_s"] = time.time() - started
     run.stats["gate_error_max_s"] = worst_gate
     return buf.reshape(buffer.shape)
+
+
+def _gather(buf: np.ndarray, segs: list[tuple[int, int]]) -> np.ndarray:
+    if len(segs) == 1:
+        o, n = segs[0]
+        return buf[o:o + n].copy()
+    return np.concatenate([buf[o:o + n] for o, n in segs])
 
 
 def _slot_start(slot_of: dict[tuple[int, str, str], SlotSpec], step: int, src: str, dst: str

@@ -2,7 +2,9 @@
 
 Python's sleep wakes ~0.1 ms late with a ~1 ms tail (performance.md), so the gate sleeps until
 `spin_s` before the edge and busy-waits the rest on the wall clock. The error of every release
-(actual minus scheduled, positive = late) is recorded for p50/p99 reporting.
+(actual minus scheduled, positive = late) is recorded for p50/p99 reporting. A send whose data
+is not ready until after its slot edge is not a gate error but a slot *overrun* (the schedule
+left too little margin); overruns are counted separately with how late they were.
 """
 
 from __future__ import annotations
@@ -23,10 +25,20 @@ class SlotGate:
         self.spin_s = spin_s
         self.clock = clock
         self._errors: deque[float] = deque(maxlen=history)
+        self._overruns: deque[float] = deque(maxlen=history)
         self._lock = threading.Lock()
 
     def wait_until(self, t_local: float, cancel: threading.Event | None = None) -> float:
-        """Block until `t_local`; return and record the release error (s, positive = late)."""
+        """Block until `t_local`; return and record the release error (s, positive = late).
+
+        When `t_local` has already passed on entry the send is an overrun: it is released at
+        once and recorded as such, not as a gate error.
+        """
+        late = self.clock() - t_local
+        if late > 0:
+            with self._lock:
+                self._overruns.append(late)
+            return late
         while True:
             remaining = t_local - self.clock()
             if remaining <= self.spin_s:
@@ -41,11 +53,6 @@ class SlotGate:
             self._errors.append(err)
         return err
 
-    def record_late(self, err_s: float) -> None:
-        """Record a release that could not happen on time (data not ready at the edge)."""
-        with self._lock:
-            self._errors.append(err_s)
-
     def percentiles(self) -> tuple[float, float, float]:
         """(p50, p99, max) of |release error| so far, in seconds (zeros when empty)."""
         with self._lock:
@@ -58,3 +65,8 @@ class SlotGate:
         """A copy of the recorded release errors."""
         with self._lock:
             return list(self._errors)
+
+    def overruns(self) -> list[float]:
+        """How late each overrun send was (s)."""
+        with self._lock:
+            return list(self._overruns)

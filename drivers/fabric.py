@@ -123,7 +123,7 @@ class _InFlight:
     dst: str = field(compare=False)
     start: float = field(compare=False)
     end: float = field(compare=False)
-    frames: list[bytes] = field(compare=False)
+    frames: list[Any] = field(compare=False)
     optical: bool = field(compare=False)
     lost: str = field(default="", compare=False)
 
@@ -156,6 +156,8 @@ class Fabric:
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.SNDHWM, 100000)
+        self._sock.setsockopt(zmq.RCVHWM, 100000)
         host, _, port = listen.rpartition(":")
         if port == "0":
             bound = self._sock.bind_to_random_port(f"tcp://{host}")
@@ -190,32 +192,33 @@ class Fabric:
             if poller.poll(wait_ms):
                 while True:
                     try:
-                        frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+                        frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
                     self._handle(frames)
             self._deliver_due(self.clock())
 
-    def _handle(self, frames: list[bytes]) -> None:
-        ident = frames[0]
-        kind = frames[1] if len(frames) > 1 else b""
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        ident = frames[0].bytes
+        kind = frames[1].bytes if len(frames) > 1 else b""
         if kind == b"H":
             self._send([ident, b"H"])
         elif kind == b"S":
             self._send([ident, b"S", json.dumps(self.stats.as_dict()).encode()])
         elif kind == b"D" and len(frames) == 4:
             try:
-                header = json.loads(frames[2])
+                header = json.loads(frames[2].bytes)
                 src = ident.decode().split("/")[0]
                 dst, net = str(header["dst"]), str(header.get("net", "optical"))
             except (ValueError, KeyError, UnicodeDecodeError):
                 self._lose(None, "malformed header", len(frames[3]))
                 return
-            self._accept(src, dst, net == "optical", frames[2], frames[3])
+            self._accept(src, dst, net == "optical", frames[2].bytes, frames[3])
         else:
             self._lose(None, "malformed frame", sum(len(f) for f in frames[1:]))
 
-    def _accept(self, src: str, dst_named: str, optical: bool, header: bytes, payload: bytes) -> None:
+    def _accept(self, src: str, dst_named: str, optical: bool, header: bytes,
+                payload: zmq.Frame) -> None:
         now = self.clock()
         nbytes = len(payload) + len(header)
         ser = 8.0 * nbytes / self.rate
@@ -262,7 +265,7 @@ class Fabric:
                 self.stats.delivered += 1
                 self.stats.delivered_bytes += len(item.frames[1])
 
-    def _send(self, frames: list[bytes]) -> bool:
+    def _send(self, frames: list[Any]) -> bool:
         try:
             self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
             return True

@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4
 
+EMULATORS = {"itla": "itla_emulator", "wss": "wss_emulator", "powermeter": "powermeter_emulator",
+             "testbed": "emulator_host"}
+"""`oddl emulate NAME` → the module in oddl.drivers that serves it."""
+
 
 def _setup_logging(verbosity: int) -> None:
     level = logging.WARNING - 10 * verbosity
@@ -218,13 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     emu = sub.add_parser("emulate", help="run device emulators").add_subparsers(
         dest="emulate_cmd", required=True)
-    for name, module, help_text in (
-            ("itla", "itla_emulator", "one OIF-ITLA tunable laser"),
-            ("wss", "wss_emulator", "one flexgrid WSS (ASCII serial protocol)"),
-            ("powermeter", "powermeter_emulator", "one N7744A-style power meter (SCPI)"),
-            ("testbed", "emulator_host", "every emulated device of a testbed file + the fabric")):
-        sp = emu.add_parser(name, help=help_text)
-        sp.set_defaults(func=lambda a, m=module: _emulate(m)[1](a), emulate_module=module)
+    for name, help_text in (
+            ("itla", "one OIF-ITLA tunable laser (TCP or --pty)"),
+            ("wss", "one flexgrid WSS (ASCII serial protocol)"),
+            ("powermeter", "one N7744A-style power meter (SCPI on a TCPIP SOCKET)"),
+            ("testbed", "every emulated device of a testbed file, and the optical fabric")):
+        emu.add_parser(name, help=help_text, add_help=False)
 
     ctl = sub.add_parser("controller", help="the central controller").add_subparsers(
         dest="controller_cmd", required=True)
@@ -295,20 +298,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    verbose = 0
+    while argv and argv[0] in ("-v", "-vv", "-vvv", "--verbose"):
+        verbose += argv[0].count("v") if argv[0] != "--verbose" else 1
+        argv = argv[1:]
     # emulator sub-commands own their options: parse them with the module's own parser
-    if len(argv) >= 2 and argv[0] == "emulate" and argv[1] in ("itla", "wss", "powermeter",
-                                                               "testbed"):
-        module = {"itla": "itla_emulator", "wss": "wss_emulator",
-                  "powermeter": "powermeter_emulator", "testbed": "emulator_host"}[argv[1]]
-        add_arguments, run = _emulate(module)
+    if len(argv) >= 2 and argv[0] == "emulate" and argv[1] in EMULATORS:
+        add_arguments, run = _emulate(EMULATORS[argv[1]])
         sp = argparse.ArgumentParser(prog=f"oddl emulate {argv[1]}")
         sp.add_argument("-v", "--verbose", action="count", default=0)
         add_arguments(sp)
         args = sp.parse_args(argv[2:])
-        _setup_logging(args.verbose)
+        _setup_logging(verbose + args.verbose)
         return _guard(lambda: run(args))
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(verbose + args.verbose)
     return _guard(lambda: args.func(args))
 
 

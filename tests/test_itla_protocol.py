@@ -1,0 +1,358 @@
+"""ITLA frame codec and the exact bytes of driver operations, against a scripted link."""
+
+from __future__ import annotations
+
+import pytest
+
+from oddl.drivers.interfaces import TunableTransceiver
+from oddl.drivers.itla import (
+    Access,
+    ItlaDriver,
+    ItlaExecutionError,
+    ItlaStatus,
+    Reply,
+    Status,
+    bip4,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+    register,
+    split_mhz,
+)
+from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+
+
+class ScriptedLink:
+    """A fake transport: each write must match the next scripted frame; its reply is then read.
+
+    A reply of None means the device stays silent. Leftover script lines fail the test.
+    """
+
+    name = "scripted"
+
+    def __init__(self, script: list[tuple[str, str | None]]) -> None:
+        self._script = [(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
+                        for sent, reply in script]
+        self._rx = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert self._script, f"unexpected frame {data.hex(' ')}: the script is used up"
+        sent, reply = self._script.pop(0)
+        assert data.hex(" ") == sent.hex(" "), "frame differs from the script"
+        self._rx += reply or b""
+
+    def read_exact(self, n: int, timeout: float) -> bytes:
+        if len(self._rx) < n:
+            got, self._rx = len(self._rx), b""
+            raise DeviceTimeout(f"no answer (got {got} of {n} bytes)", device=self.name)
+        out, self._rx = self._rx[:n], self._rx[n:]
+        return out
+
+    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
+        raise AssertionError("ITLA never reads lines")
+
+    def reset_input(self) -> None:
+        self._rx = b""
+
+    def close(self) -> None:
+        self.closed = True
+
+    def assert_all_consumed(self) -> None:
+        left = [(s.hex(" "), r.hex(" ") if r else None) for s, r in self._script]
+        assert not left, f"script lines never sent: {left}"
+
+
+class FakeClock:
+    """Time that moves only when the driver sleeps."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, dt: float) -> None:
+        self.t += dt
+
+
+def make_driver(script: list[tuple[str, str | None]], *, poll: float = 0.01,
+                clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedLink]:
+    link = ScriptedLink(script)
+    clk = clock or FakeClock()
+    drv = ItlaDriver(link, name="laser0", poll_interval_s=poll, clock=clk, sleep=clk.sleep)
+    return drv, link
+
+
+LIMITS = [  # LFL 193.1 THz, LFH 197.8 THz, OPSL 6.00, OPSH 13.50 dBm, LGrid 6.25 GHz, FTFR 6 GHz
+    ("70 52 00 00", "a0 52 00 c1"), ("60 53 00 00", "30 53 03 e8"),
+    ("f0 69 00 00", "f0 69 00 00"), ("10 54 00 00", "80 54 00 c5"),
+    ("00 55 00 00", "a0 55 1f 40"), ("c0 6a 00 00", "c0 6a 00 00"),
+    ("50 50 00 00", "a0 50 02 58"), ("40 51 00 00", "30 51 05 46"),
+    ("30 56 00 00", "e0 56 00 3e"), ("d0 6b 00 00", "c0 6b 00 32"),
+    ("b0 4f 00 00", "a0 4f 17 70"),
+]
+LOCKED = [("20 20 00 00", "20 20 00 00"), ("30 21 00 00", "30 21 00 00"),
+          ("00 00 00 00", "10 00 00 10")]
+"""status(): StatusF 0, StatusW 0, NOP = MRDY: output on, nothing pending, no alarm."""
+
+
+# --- codec ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("register_", "data", "write", "expected"), [
+    (0x00, 0, False, "00 00 00 00"),     # read NOP
+    (0x30, 0, False, "30 30 00 00"),     # read Channel
+    (0x01, 0, False, "10 01 00 00"),     # read DevTyp
+    (0x32, 0x0008, True, "81 32 00 08"),  # enable output
+    (0x31, 1300, True, "31 31 05 14"),   # PWR = 13.00 dBm
+])
+def test_worked_frames_from_the_msa(register_: int, data: int, write: bool, expected: str) -> None:
+    frame = encode_request(register_, data, write)
+    assert frame.hex(" ") == expected
+    assert frame[0] >> 4 == bip4(*frame)
+    req = decode_request(frame)
+    assert (req.register, req.data, req.write, req.last_response) == (register_, data, write, False)
+
+
+def test_checksum_ignores_its_own_nibble() -> None:
+    assert bip4(0x81, 0x32, 0x00, 0x08) == bip4(0x01, 0x32, 0x00, 0x08) == 0x8
+
+
+def test_request_flags_and_negative_data() -> None:
+    assert encode_request(0x30, last_response=True).hex(" ") == "b8 30 00 00"
+    assert encode_request(0x31, -100, True)[2:] == b"\xff\x9c"
+    with pytest.raises(ValueError):
+        encode_request(0x31, 0x10000, True)
+    with pytest.raises(ValueError):
+        encode_request(0x100)
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_reply_round_trip(status: Status) -> None:
+    frame = encode_reply(0x42, 0xFF38, status)
+    reply = decode_reply(frame)
+    assert reply == Reply(status, False, 0x42, 0xFF38)
+    assert reply.signed == -200
+
+
+def test_reply_flags_and_worked_reply() -> None:
+    assert decode_reply(bytes.fromhex("90 32 00 08")) == Reply(Status.OK, False, 0x32, 8)
+    assert decode_reply(bytes.fromhex("a3 32 00 08")).status is Status.CP
+    ce = decode_reply(encode_reply(0x30, ce=True))
+    assert ce.ce and ce.status is Status.OK
+
+
+def test_bad_replies_raise_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="checksum"):
+        decode_reply(bytes.fromhex("00 30 00 05"))
+    with pytest.raises(ProtocolError, match="4 bytes"):
+        decode_reply(b"\x90\x32\x00")
+    with pytest.raises(ProtocolError, match="checksum"):
+        decode_request(bytes.fromhex("01 32 00 08"))
+
+
+def test_register_table_by_name_alias_and_address() -> None:
+    assert register("channel").address == 0x30
+    assert register("PWR").signed and register("PWR").units == "dBm*100"
+    assert register("LF1").access is Access.RO
+    assert register("AEA-EAR") is register("EAR") is register(0x0B)
+    assert register("SerNo").aea
+    assert register(0xE0).name == "0xE0" and register(0xE0).access is Access.RW
+    names = {r: register(r).address for r in ("NOP", "DevTyp", "MFGR", "Model", "SerNo",
+             "MFGDate", "Release", "RelBack", "GenCfg", "EAC", "EA", "EAR", "IOCap", "LstResp",
+             "StatusF", "StatusW", "Channel", "PWR", "ResEna", "MCB", "GRID", "FCF1", "FCF2",
+             "LF1", "LF2", "OOP", "CTemp", "FTFR", "OPSL", "OPSH", "LFL1", "LFL2", "LFH1",
+             "LFH2", "LGrid", "FTF", "ChannelH", "GRID2", "FCF3", "LF3")}
+    assert names["ChannelH"] == 0x65 and names["FCF3"] == 0x67 and names["LGrid"] == 0x56
+    with pytest.raises(DeviceError, match="unknown ITLA register"):
+        register("Bogus")
+
+
+def test_split_mhz() -> None:
+    assert split_mhz(193_100_000) == (193, 1000, 0)
+    assert split_mhz(193_412_345) == (193, 4123, 45)
+
+
+def test_status_decoding() -> None:
+    st = ItlaStatus(statusf=0x1000 | 0x20, statusw=0x1000, nop=0x0010)
+    assert st.output_disabled and not st.locked and st.latched == ("MRL",)
+    tuning = ItlaStatus(statusf=0x4500, statusw=0x4500, nop=0x0203)
+    assert tuning.pending and tuning.pending_flags == 2 and tuning.error.mnemonic == "RVE"
+    assert tuning.alarms == ("FPWR", "FFREQ", "ALM", "WPWR", "WFREQ")
+    assert ItlaStatus(0, 0, 0x10).locked
+
+
+# --- driver operations, byte for byte ------------------------------------------------------------
+
+def test_driver_satisfies_the_transceiver_interface() -> None:
+    drv, _ = make_driver([])
+    assert isinstance(drv, TunableTransceiver)
+
+
+def test_enable_output_sends_resena_and_polls_until_locked() -> None:
+    drv, link = make_driver([
+        ("81 32 00 08", "a3 32 00 08"),   # ResEna = SENA -> CP
+        ("00 00 00 00", "23 00 01 00"),   # NOP: CP, enable pending
+        ("00 00 00 00", "10 00 00 10"),   # NOP: OK, MRDY
+        *LOCKED,
+    ])
+    drv.enable_output()
+    link.assert_all_consumed()
+
+
+def test_enable_output_on_a_module_that_answers_ok_at_once() -> None:
+    drv, link = make_driver([("81 32 00 08", "90 32 00 08"), *LOCKED])
+    drv.enable_output()
+    link.assert_all_consumed()
+
+
+def test_set_power_checks_limits_then_writes_pwr() -> None:
+    drv, link = make_driver([*LIMITS, ("31 31 05 14", "20 31 05 14")])
+    drv.set_power_dbm(13.0)
+    with pytest.raises(SafetyLimitError, match="6.0..13.5"):
+        drv.set_power_dbm(14.0)   # nothing sent: the script has no line for it
+    link.assert_all_consumed()
+    lim = drv.limits()
+    assert (lim.min_thz, lim.max_thz, lim.min_grid_ghz, lim.fine_tune_mhz) == (
+        193.1, 197.8, 6.25, 6000)
+
+
+def test_execution_error_reads_nop_and_names_the_code() -> None:
+    drv, link = make_driver([("91 31 07 d0", "31 31 00 00"),   # PWR = 20.00 dBm -> XE
+                             ("00 00 00 00", "20 00 00 13")])  # NOP: MRDY, RVE
+    with pytest.raises(ItlaExecutionError, match="RVE range error") as info:
+        drv.write_register("PWR", 2000)
+    assert info.value.error.code == 3 and info.value.device == "laser0"
+    assert "limits()" in str(info.value)
+    link.assert_all_consumed()
+
+
+def test_bad_checksum_reply_is_fetched_again_with_lstrsp() -> None:
+    drv, link = make_driver([("30 30 00 00", "00 30 00 05"),   # checksum nibble wrong
+                             ("b8 30 00 00", "60 30 00 05")])  # LstRsp: resend last reply
+    assert drv.read_register("Channel") == 5
+    link.assert_all_consumed()
+
+
+def test_ce_reply_resends_the_request_unchanged() -> None:
+    drv, link = make_driver([("30 30 00 00", "b8 30 00 00"),   # CE: module saw a bad checksum
+                             ("30 30 00 00", "60 30 00 05")])
+    assert drv.read_register("Channel") == 5
+    link.assert_all_consumed()
+
+
+def test_stale_reply_for_another_register_is_skipped() -> None:
+    drv, link = make_driver([("30 30 00 00", "70 31 03 e8 60 30 00 05")])
+    assert drv.read_register("Channel") == 5
+    link.assert_all_consumed()
+
+
+def test_corrupt_replies_give_up_with_protocol_error() -> None:
+    drv, link = make_driver([("30 30 00 00", "00 30 00 05"), ("b8 30 00 00", "00 30 00 05"),
+                             ("b8 30 00 00", "00 30 00 05")])
+    with pytest.raises(ProtocolError, match="3 exchanges for Channel failed"):
+        drv.read_register("Channel")
+    link.assert_all_consumed()
+
+
+@pytest.mark.parametrize("reply", [None, "60 30"])
+def test_silence_or_short_reply_is_a_timeout_naming_device_and_fix(reply: str | None) -> None:
+    drv, link = make_driver([("30 30 00 00", reply)])
+    with pytest.raises(DeviceTimeout, match=r"laser0: no reply to read Channel .*check the cable"):
+        drv.read_register("Channel")
+    link.assert_all_consumed()
+
+
+def test_read_string_through_aea_and_ear() -> None:
+    ear = "b0 0b 00 00"
+    drv, link = make_driver([("40 04 00 00", "f2 04 00 09"),   # SerNo -> AEA, 9 bytes
+                             (ear, "30 0b 45 4d"), (ear, "40 0b 55 2d"), (ear, "b0 0b 30 30"),
+                             (ear, "a0 0b 30 31"), (ear, "b0 0b 00 00")])
+    assert drv.read_string("SerNo") == "EMU-0001"
+    link.assert_all_consumed()
+
+
+def test_read_only_register_is_refused_before_sending() -> None:
+    drv, link = make_driver([])
+    with pytest.raises(DeviceError, match="read-only; nothing was sent"):
+        drv.write_register("LF1", 1)
+    link.assert_all_consumed()
+
+
+def test_configure_grid_refused_while_output_on() -> None:
+    drv, link = make_driver([*LIMITS, ("10 32 00 00", "90 32 00 08")])  # ResEna reads SENA
+    with pytest.raises(DeviceError, match=r"disable_output\(\) first"):
+        drv.configure_grid(193.15, 50.0)
+    link.assert_all_consumed()
+
+
+def test_configure_grid_then_tune_measures_time_to_lock() -> None:
+    drv, link = make_driver([
+        *LIMITS,
+        ("10 32 00 00", "10 32 00 00"),   # ResEna: output off
+        ("51 62 00 00", "40 62 00 00"),   # FTF = 0
+        ("a1 35 00 c1", "b0 35 00 c1"),   # FCF1 = 193 THz
+        ("01 36 05 dc", "10 36 05 dc"),   # FCF2 = 1500 x 0.1 GHz
+        ("01 67 00 00", "10 67 00 00"),   # FCF3 = 0 MHz
+        ("c1 34 01 f4", "d0 34 01 f4"),   # GRID = 500 x 0.1 GHz
+        ("11 66 00 00", "00 66 00 00"),   # GRID2 = 0 MHz
+        ("10 32 00 00", "90 32 00 08"),   # ResEna: output on (enabled elsewhere)
+        ("51 30 00 07", "73 30 00 07"),   # Channel = 7 -> CP
+        ("00 00 00 00", "13 00 02 00"),   # NOP: tuning pending
+        ("00 00 00 00", "10 00 00 10"),   # NOP: done
+        *LOCKED,
+    ])
+    drv.configure_grid(193.15, 50.0)
+    assert drv.channel_frequency_thz(7) == pytest.approx(193.45)
+    assert drv.set_channel(7) == pytest.approx(0.01)
+    assert list(drv.tune_history) == [pytest.approx(0.01)]
+    assert drv.last_time_to_lock_s == pytest.approx(0.01)
+    with pytest.raises(SafetyLimitError, match="outside the laser's range"):
+        drv.set_channel(200)
+    with pytest.raises(SafetyLimitError):
+        drv.set_channel(0)
+    link.assert_all_consumed()
+
+
+def test_wait_pending_times_out_naming_the_fix() -> None:
+    pending = ("00 00 00 00", "23 00 01 00")
+    drv, link = make_driver([pending, pending, pending], poll=0.25)
+    with pytest.raises(DeviceTimeout, match=r"still pending after 0.5 s .*disable_output"):
+        drv.wait_pending(timeout=0.5)
+    link.assert_all_consumed()
+
+
+def test_state_reads_everything_back() -> None:
+    drv, link = make_driver([
+        ("30 65 00 00", "21 65 00 00"), ("00 00 00 00", "00 00 00 11"),  # ChannelH: RNI -> 0
+        ("30 30 00 00", "40 30 00 07"),
+        ("40 40 00 00", "90 40 00 c1"), ("50 41 00 00", "80 41 11 94"),
+        ("e0 68 00 00", "e0 68 00 00"),
+        ("60 42 00 00", "30 42 03 e8"),
+        ("10 32 00 00", "90 32 00 08"),
+        *LOCKED,
+    ])
+    st = drv.state()
+    assert (st.channel, st.frequency_thz, st.power_dbm, st.output_enabled, st.locked) == (
+        7, pytest.approx(193.45), 10.0, True, True)
+    link.assert_all_consumed()
+
+
+def test_context_exit_switches_off_and_closes_but_close_alone_does_not() -> None:
+    drv, link = make_driver([("01 32 00 00", "10 32 00 00")])
+    with drv:
+        pass
+    assert link.closed
+    link.assert_all_consumed()
+    drv2, link2 = make_driver([])
+    drv2.close()
+    assert link2.closed
+    with pytest.raises(DeviceError, match="closed"):
+        drv2.nop()
+
+
+def test_shutdown_still_closes_when_the_laser_is_silent() -> None:
+    drv, link = make_driver([("01 32 00 00", None)])
+    drv.shutdown()
+    assert link.closed
