@@ -78,7 +78,9 @@ class Agent:
         self._go_cond = threading.Condition()
         self._stop = threading.Event()
         self._work: queue.Queue[_Request | None] = queue.Queue()
-        self._reports: queue.Queue[pb.ReportCollectiveRequest | None] = queue.Queue()
+        self._reports: queue.Queue[Any] = queue.Queue()
+        self._circuits: dict[tuple[str, int, int], str] = {}
+        self._current_job = ""
         self._channel = grpc.insecure_channel(controller)
         self._stub = pb_grpc.ControllerStub(self._channel)
         node = cfg.node(node_id)
@@ -205,6 +207,11 @@ class Agent:
             with self._go_cond:
                 self._go[(event.go.job_id, event.go.seq)] = event.go
                 self._go_cond.notify_all()
+        elif kind == "circuits_ready":
+            cr = event.circuits_ready
+            with self._go_cond:
+                self._circuits[(cr.job_id, cr.seq, cr.slot)] = cr.error
+                self._go_cond.notify_all()
         elif kind == "ended":
             job = self.jobs.get(event.ended.job_id)
             if job is not None:
@@ -296,7 +303,36 @@ class Agent:
             push.close(0)
 
     # ---- collectives ------------------------------------------------------------------
-    def _job_for(self, job_id: str | None) -> AgentJob:
+    def _refresh_jobs(self) -> None:
+        """Ask the controller which jobs this node is in (the event stream may lag a submit)."""
+        try:
+            jobs = self._stub.ListJobs(pb.ListJobsRequest(), timeout=RPC_TIMEOUT_S).jobs
+            peers = {}
+            if isinstance(self.link, DirectLink):
+                agents = self._stub.GetStatus(pb.GetStatusRequest(), timeout=RPC_TIMEOUT_S).agents
+                peers = {a.node_id: a.data_address for a in agents if a.data_address}
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, "listing jobs") from exc
+        for job in jobs:
+            if self.node_id not in job.nodes:
+                continue
+            known = self.jobs.get(job.id)
+            if job.state != "running":
+                if known is not None and not known.ended:
+                    known.ended = job.reason or job.state
+                continue
+            if known is None:
+                self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes),
+                                             list(job.nodes).index(self.node_id), job.network,
+                                             job.collective)
+        if peers and isinstance(self.link, DirectLink):
+            self.link.set_peers(peers)
+
+    def _job_for(self, job_id: str | None, refreshed: bool = False) -> AgentJob:
+        if not refreshed and ((job_id and job_id not in self.jobs)
+                              or not any(not j.ended for j in self.jobs.values())):
+            self._refresh_jobs()
+            refreshed = True
         if job_id:
             job = self.jobs.get(job_id)
             if job is None:
@@ -322,14 +358,20 @@ class Agent:
             raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
                                    "the array bytes") from exc
         job = self._job_for(header.get("job"))
-        if job.ended:
-            raise CollectiveError(f"job {job.id} has ended: {job.ended}")
-        seq = job.next_seq
-        job.next_seq += 1
         if job.network == "ideal":
+            seq = job.next_seq
+            job.next_seq += 1
             return self._run_ideal(job, seq, array)
         t_ready = time.time()
-        self._ready(job, seq, array)
+        try:
+            seq = self._ready(job, array)
+        except OperationRefused:
+            # the job may have ended and another started before the stream said so
+            self._refresh_jobs()
+            if not job.ended or header.get("job"):
+                raise
+            job = self._job_for(None, refreshed=True)
+            seq = self._ready(job, array)
         go = self._await_go(job, seq, header.get("timeout_s", 60.0))
         if go.error:
             raise CollectiveError(go.error)
@@ -338,13 +380,19 @@ class Agent:
                      seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
         return self._run(job, seq, array, go.schedule, t0_local)
 
-    def _ready(self, job: AgentJob, seq: int, array: np.ndarray) -> None:
+    def _ready(self, job: AgentJob, array: np.ndarray) -> int:
+        """Enter the barrier of the job's next collective; return its sequence number."""
+        if job.ended:
+            raise OperationRefused(f"job {job.id} has ended: {job.ended}")
+        seq = job.next_seq
         req = pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                         shape=list(array.shape), dtype=array.dtype.str)
         try:
             self._stub.ReadyCollective(req, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
             raise _rpc_error(exc, f"entering collective {seq} of job {job.id}") from exc
+        job.next_seq += 1
+        return seq
 
     def _await_go(self, job: AgentJob, seq: int, timeout_s: float) -> pb.CollectiveGo:
         deadline = time.monotonic() + timeout_s
@@ -370,8 +418,9 @@ class Agent:
             slots=tuple(_slot_spec(s) for s in schedule.slots), t0_local=t0_local,
             network=job.network, receive_timeout_s=self.cfg.timing.receive_timeout_ms / 1000.0)
         ok, error = True, ""
+        self._current_job = job.id
         try:
-            out = run_collective(run, array, self.link, self.gate)
+            out = run_collective(run, array, self.link, self.gate, handoffs=self)
             self.done += 1
             return out
         except CollectiveError as exc:
@@ -379,7 +428,33 @@ class Agent:
             raise
         finally:
             self.link.inbox.discard(job.id, seq)
+            with self._go_cond:
+                for key in [k for k in self._circuits if k[0] == job.id and k[1] <= seq]:
+                    del self._circuits[key]
             self._report(job, seq, ok, error, run.stats)
+
+    # ---- hand-offs (oddl.agents.executor.Handoffs) ------------------------------------
+    def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+        """Wait for the controller's word that the slot's retuned transmitters are locked."""
+        key = (self._current_job, seq, slot)
+        with self._go_cond:
+            while key not in self._circuits:
+                remaining = deadline - time.time()
+                if remaining <= 0 or self._stop.is_set():
+                    raise CollectiveError(
+                        f"{self.node_id}: the controller did not confirm the retune for slot "
+                        f"{slot} of collective {seq} in time; see the controller log and "
+                        "`oddl devices log`")
+                self._go_cond.wait(min(remaining, 0.05))
+            error = self._circuits[key]
+        if error:
+            raise CollectiveError(f"{self.node_id}: slot {slot} of collective {seq}: {error}")
+
+    def confirm(self, seq: int, slot: int, src: str) -> None:
+        """Confirm a hand-off arrival to the controller (queued, off the critical path)."""
+        self._reports.put(pb.ConfirmDeliveryRequest(node_id=self.node_id,
+                                                    job_id=self._current_job, seq=seq,
+                                                    slot=slot, src=src))
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
         key = (array.size, array.dtype.str)
@@ -409,10 +484,13 @@ class Agent:
             if req is None:
                 return
             try:
-                self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
+                if isinstance(req, pb.ConfirmDeliveryRequest):
+                    self._stub.ConfirmDelivery(req, timeout=RPC_TIMEOUT_S)
+                else:
+                    self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
             except grpc.RpcError as exc:
-                logger.warning("%s: could not report collective %d: %s", self.node_id, req.seq,
-                               exc.code() if hasattr(exc, "code") else exc)
+                logger.warning("%s: could not report to the controller (seq %d): %s",
+                               self.node_id, req.seq, exc.code() if hasattr(exc, "code") else exc)
 
     def status(self) -> dict[str, Any]:
         """A JSON-friendly snapshot of this agent."""
@@ -432,8 +510,9 @@ def _step_spec(s: pb.PlanStep) -> StepSpec:
 
 
 def _slot_spec(s: pb.Slot) -> SlotSpec:
-    return SlotSpec(s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
-                    tuple((c.src, c.dst) for c in s.circuits))
+    return SlotSpec(s.index, s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
+                    tuple((c.src, c.dst) for c in s.circuits),
+                    frozenset(c.src for c in s.circuits if c.retune))
 
 
 def _err(kind: str, message: str) -> bytes:

@@ -16,11 +16,13 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from oddl.agents.dataplane import Link
 from oddl.agents.gate import SlotGate
+from oddl.controller.scheduling.handoff import confirmations_for
 from oddl.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
@@ -42,12 +44,25 @@ class StepSpec:
 
 @dataclass(frozen=True)
 class SlotSpec:
-    """One slot as the agent needs it: times relative to t0 and the (src, dst) node pairs."""
+    """One slot as the agent needs it: times relative to t0, the (src, dst) node pairs and
+    the source nodes whose transmitters retune at the start of this slot."""
 
+    index: int
     step: int
     data_start_s: float
     end_s: float
     pairs: tuple[tuple[str, str], ...]
+    retuning: frozenset[str] = frozenset()
+
+
+class Handoffs(Protocol):
+    """The control channel for reconfigurations (one message per retune, none per flow)."""
+
+    def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+        """Block until the slot's retuned transmitters are locked; raise CollectiveError."""
+
+    def confirm(self, seq: int, slot: int, src: str) -> None:
+        """Tell the controller a flow whose transmitter retunes next has arrived here."""
 
 
 @dataclass
@@ -72,10 +87,15 @@ class CollectiveRun:
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: SlotGate,
-                   cancel: threading.Event | None = None) -> np.ndarray:
+                   cancel: threading.Event | None = None,
+                   handoffs: Handoffs | None = None) -> np.ndarray:
     """Execute `run` on a flat copy of `buffer` and return the result."""
     buf = np.ascontiguousarray(buffer).reshape(-1).copy()
     me = run.nodes[run.rank]
+    to_confirm: set[tuple[int, str]] = set()
+    if run.gated and handoffs is not None:
+        to_confirm = confirmations_for(me, ((s.index, [(a, b, a in s.retuning) for a, b in s.pairs])
+                                            for s in run.slots))
     slot_of: dict[tuple[int, str, str], SlotSpec] = {}
     step_end: dict[int, float] = defaultdict(float)
     for slot in run.slots:
@@ -103,6 +123,9 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                 if slot is None:
                     raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
                                           f"{me}->{dst}; the plan and schedule disagree")
+                if me in slot.retuning and handoffs is not None:
+                    handoffs.wait_circuits(run.seq, slot.index, run.t0_local + slot.data_start_s
+                                           + run.receive_timeout_s)
                 err = gate.wait_until(run.t0_local + slot.data_start_s, cancel)
                 worst_gate = max(worst_gate, err)
             header = {"job": run.job_id, "seq": run.seq, "step": k, "src": me, "dst": dst,
@@ -127,6 +150,10 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                     f"(job {run.job_id}) by the end of its slot + {run.receive_timeout_s:.1f} s; "
                     "the light path does not reach this node (check the transmitter channel and "
                     "the WSS route, `oddl status`) or the peer failed")
+            if to_confirm and handoffs is not None:
+                slot = slot_of.get((k, src, me))
+                if slot is not None and (slot.index, src) in to_confirm:
+                    handoffs.confirm(run.seq, slot.index, src)
             expected = [list(seg) for seg in segs]
             if frame.header.get("segs") != expected or frame.header.get("dtype") != buf.dtype.str:
                 raise CollectiveError(f"{me}: frame from {src} step {k} carries "

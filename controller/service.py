@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from oddl.config import TestbedConfig
 from oddl.controller.devices import Configuration, DeviceManager, TransactionError
 from oddl.controller.jobs import JobManager, JobRecord, timing_from_config, topology_from_config
-from oddl.controller.scheduling import Schedule
+from oddl.controller.scheduling import Schedule, handoffs
 from oddl.drivers.interfaces import Route
 from oddl.errors import OddlError, OperationRefused, SafetyLimitError
 from oddl.protos import oddl_pb2 as pb
@@ -86,6 +86,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._lock = threading.RLock()
         self._executors: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
+        self._confirmed: set[tuple[str, int, int, str]] = set()
+        self._confirm_cond = threading.Condition()
 
     def close(self) -> None:
         """Stop the streams and executors."""
@@ -222,7 +224,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=t0_ns,
                              schedule=schedule_to_proto(sched, job.id))
         if any(s.retuned for s in sched.slots):
-            t = threading.Thread(target=self._execute_slots, args=(job, sched, t0_ns),
+            t = threading.Thread(target=self._execute_slots, args=(job, barrier.seq, sched, go),
                                  name=f"slots-{job.id}", daemon=True)
             self._executors[job.id] = t
             t.start()
@@ -234,27 +236,66 @@ class ControllerService(pb_grpc.ControllerServicer):
         verified = self.devices.verified.channels
         return {n: verified.get(self.cfg.node(n).transmitter) for n in job.nodes}
 
-    def _execute_slots(self, job: JobRecord, sched: Schedule, t0_ns: int) -> None:
-        """Retune transmitters at each slot's start (controller clock), within its guard."""
-        for slot in sched.slots:
-            retunes = slot.retunes()
-            if not retunes:
-                continue
-            at = t0_ns / 1e9 + (slot.start_s - sched.start_s)
-            delay = at - time.time()
-            if delay > 0 and self._stop.wait(delay):
-                return
-            errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
-                                         timeout=max(1.0, 20 * slot.guard_s))
-            job.reconfigurations += len(retunes)
-            late = time.time() - (t0_ns / 1e9 + (slot.data_start_s - sched.start_s))
-            if errors:
-                logger.error("job %s slot %d: retune failed: %s", job.id, slot.index,
-                             "; ".join(errors))
-            elif late > 0:
-                logger.warning("job %s slot %d: retune finished %.2f ms after the guard; "
-                               "raise [timing] command_ms or laser_tune_ms", job.id, slot.index,
-                               late * 1e3)
+    def _execute_slots(self, job: JobRecord, seq: int, sched: Schedule,
+                       go: pb.CollectiveGo) -> None:
+        """Retune transmitters at each slot's start (controller clock), after the hand-off.
+
+        A transmitter retunes only once the receiver of its previous flow has confirmed the
+        arrival (normally well before the slot starts); then the slot's senders are told the
+        circuits are ready. A late confirmation or a failed retune delays or fails this one
+        collective with a reason; it never cuts a frame off or sends light to the wrong node.
+        """
+        need = handoffs((s.index, [(c.src, c.dst, c.retune) for c in s.circuits])
+                        for s in go.schedule.slots)
+        t0 = go.t0_ns / 1e9
+        timeout = self.cfg.timing.receive_timeout_ms / 1e3
+        try:
+            for slot in sched.slots:
+                retunes = slot.retunes()
+                if not retunes:
+                    continue
+                if not _sleep_until(t0 + slot.start_s - sched.start_s, self._stop):
+                    return
+                required = {(job.id, seq, j, src) for j, src, _dst in need.get(slot.index, [])}
+                deadline = t0 + slot.data_start_s - sched.start_s + timeout
+                with self._confirm_cond:
+                    while not required <= self._confirmed:
+                        remaining = deadline - time.time()
+                        if remaining <= 0 or not job.running:
+                            missing = ", ".join(f"{src}@slot{j}" for _, _, j, src in
+                                                sorted(required - self._confirmed))
+                            self._circuits_ready(job, seq, slot.index,
+                                                 f"hand-off not confirmed ({missing}); the "
+                                                 "previous flow did not arrive")
+                            return
+                        self._confirm_cond.wait(min(remaining, 0.05))
+                errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
+                                             timeout=max(1.0, 20 * slot.guard_s))
+                job.reconfigurations += len(retunes)
+                late = time.time() - (t0 + slot.data_start_s - sched.start_s)
+                self._circuits_ready(job, seq, slot.index,
+                                     f"retune failed: {'; '.join(errors)}" if errors else "")
+                if errors:
+                    logger.error("job %s slot %d: retune failed: %s", job.id, slot.index,
+                                 "; ".join(errors))
+                    return
+                if late > 0:
+                    logger.warning("job %s slot %d: circuits ready %.2f ms after the guard; "
+                                   "raise [timing] command_ms or laser_tune_ms", job.id,
+                                   slot.index, late * 1e3)
+        finally:
+            with self._confirm_cond:
+                self._confirmed = {c for c in self._confirmed if not (c[0] == job.id and c[1] <= seq)}
+
+    def _circuits_ready(self, job: JobRecord, seq: int, slot: int, error: str) -> None:
+        self._push(job.nodes, pb.ScheduleEvent(circuits_ready=pb.CircuitsReady(
+            job_id=job.id, seq=seq, slot=slot, error=error)))
+
+    def ConfirmDelivery(self, request, context):  # noqa: N802
+        with self._confirm_cond:
+            self._confirmed.add((request.job_id, request.seq, request.slot, request.src))
+            self._confirm_cond.notify_all()
+        return pb.ConfirmDeliveryReply()
 
     def ReportCollective(self, request, context):  # noqa: N802
         with self._lock:
@@ -430,6 +471,19 @@ class ControllerServer:
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
         self.devices.close()
+
+
+def _sleep_until(t: float, stop: threading.Event, spin_s: float = 0.001) -> bool:
+    """Sleep, then spin the last `spin_s`, until wall-clock time `t`; False if stopped."""
+    while True:
+        remaining = t - time.time()
+        if remaining <= spin_s:
+            break
+        if stop.wait(min(remaining - spin_s, 0.05)):
+            return False
+    while time.time() < t:
+        pass
+    return True
 
 
 def default_configuration(cfg: TestbedConfig) -> Configuration:

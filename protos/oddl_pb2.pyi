@@ -91,14 +91,46 @@ class WatchScheduleRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class ScheduleEvent(_message.Message):
-    __slots__ = ("assigned", "go", "ended")
+    __slots__ = ("assigned", "go", "ended", "circuits_ready")
     ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     GO_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
+    CIRCUITS_READY_FIELD_NUMBER: _ClassVar[int]
     assigned: JobAssigned
     go: CollectiveGo
     ended: JobEnded
-    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ...) -> None: ...
+    circuits_ready: CircuitsReady
+    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ..., circuits_ready: _Optional[_Union[CircuitsReady, _Mapping]] = ...) -> None: ...
+
+class CircuitsReady(_message.Message):
+    __slots__ = ("job_id", "seq", "slot", "error")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    seq: int
+    slot: int
+    error: str
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., slot: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ConfirmDeliveryRequest(_message.Message):
+    __slots__ = ("node_id", "job_id", "seq", "slot", "src")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    job_id: str
+    seq: int
+    slot: int
+    src: str
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., slot: _Optional[int] = ..., src: _Optional[str] = ...) -> None: ...
+
+class ConfirmDeliveryReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class JobAssigned(_message.Message):
     __slots__ = ("job", "rank", "peers")

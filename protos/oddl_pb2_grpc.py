@@ -64,6 +64,11 @@ class ControllerStub:
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
                 response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
                 _registered_method=True)
+        self.ConfirmDelivery = channel.unary_unary(
+                '/oddl.v1.Controller/ConfirmDelivery',
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+                _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/oddl.v1.Controller/SubmitJob',
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
@@ -153,6 +158,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConfirmDelivery(self, request, context):
+        """A receiver confirms the arrival of a flow whose transmitter retunes next (a hand-off):
+        the controller retunes that transmitter only after this, so no frame is cut off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitJob(self, request, context):
         """Jobs: admission computes the plan and the job-scale configuration and applies it.
         """
@@ -237,6 +250,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ReportCollective,
                     request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.FromString,
                     response_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.SerializeToString,
+            ),
+            'ConfirmDelivery': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfirmDelivery,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
             ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
@@ -441,6 +459,33 @@ class Controller:
             '/oddl.v1.Controller/ReportCollective',
             oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
             oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfirmDelivery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oddl.v1.Controller/ConfirmDelivery',
+            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,248 @@
+"""End to end with real processes on loopback: emulators + fabric, controller, four agents.
+
+Every process is the same command a lab runs (`oddl emulate testbed`, `oddl controller serve`,
+`oddl agent serve`); the drivers talk to the emulators over their real wire protocols.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from oddl.agents.client import AgentClient
+from oddl.config import load_testbed
+from oddl.errors import CollectiveError, OperationRefused
+from oddl.operator import OperatorClient
+from oddl.procs import ProcessGroup, oddl_command
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parent.parent
+EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
+
+
+@dataclass
+class RunningTestbed:
+    """A running emulated testbed."""
+
+    address: str
+    resolved: Path
+    clients: list[AgentClient]
+    operator: OperatorClient
+    group: ProcessGroup
+
+
+def _start(tmp: Path, config: Path) -> RunningTestbed:
+    group = ProcessGroup(tmp)
+    try:
+        resolved = tmp / "testbed.resolved.toml"
+        group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
+                                              "--resolved", str(resolved)))
+        address = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
+        cfg = load_testbed(resolved)
+        clients = []
+        for node in cfg.nodes:
+            info = group.start(f"agent-{node.id}", oddl_command(
+                "agent", "serve", "--config", str(resolved), "--node", node.id,
+                "--controller", address))
+            clients.append(AgentClient(info["local_api"], timeout_s=30))
+        return RunningTestbed(address, resolved, clients, OperatorClient(address), group)
+    except BaseException:
+        group.stop_all()
+        raise
+
+
+def _stop(tb: RunningTestbed) -> None:
+    for c in tb.clients:
+        c.close()
+    tb.operator.close()
+    tb.group.stop_all()
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory) -> Iterator[RunningTestbed]:
+    tb = _start(tmp_path_factory.mktemp("e2e"), EMULATED)
+    yield tb
+    _stop(tb)
+
+
+@pytest.fixture
+def job(testbed: RunningTestbed, request) -> Iterator[dict]:
+    collective, network = getattr(request, "param", ("ring", "optical"))
+    j = testbed.operator.submit(f"test-{collective}", [], collective, network)
+    yield j
+    testbed.operator.cancel(j["id"])
+
+
+def allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> list[object]:
+    """Call allreduce on every node at once; each result or the exception it raised."""
+    outs: list[object] = [None] * len(clients)
+
+    def call(r: int) -> None:
+        try:
+            outs[r] = clients[r].allreduce(arrays[r])
+        except Exception as exc:  # collected and asserted on by the caller
+            outs[r] = exc
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outs
+
+
+def _ints(seed: int, n: int, count: int = 4) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-2**40, 2**40, n) for _ in range(count)]
+
+
+@pytest.mark.parametrize("job", [("ring", "optical"), ("halving-doubling", "optical"),
+                                 ("ring", "ideal")], indirect=True)
+def test_allreduce_is_exact(testbed: RunningTestbed, job: dict):
+    for seed, n in ((1, 10_007), (2, 3), (3, 200_000)):
+        arrays = _ints(seed, n)
+        exact = np.sum(arrays, axis=0)
+        for out in allreduce_all(testbed.clients, arrays):
+            assert isinstance(out, np.ndarray), out
+            assert np.array_equal(out, exact)
+    floats = [a.astype(np.float32) / 2**30 for a in _ints(4, 50_000)]
+    stacked = np.stack(floats).astype(np.float64)
+    exact_f = stacked.sum(axis=0)
+    # float32 summation in any order is within (N-1)·eps·Σ|x| of the exact sum
+    bound = 3 * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
+    for out in allreduce_all(testbed.clients, floats):
+        assert isinstance(out, np.ndarray) and out.dtype == np.float32
+        assert np.all(np.abs(out - exact_f) <= bound + 1e-30)
+    listed = {j["id"]: j for j in testbed.operator.jobs()}
+    assert int(listed[job["id"]]["collectives_done"]) == 4
+
+
+@pytest.mark.parametrize("job", [("halving-doubling", "optical")], indirect=True)
+def test_halving_doubling_retunes_transmitters(testbed: RunningTestbed, job: dict):
+    before = int(testbed.operator.status()["reconfigurations"])
+    for out in allreduce_all(testbed.clients, _ints(5, 4096)):
+        assert isinstance(out, np.ndarray)
+    after = testbed.operator.status()
+    assert int(after["reconfigurations"]) > before
+    listed = {j["id"]: j for j in after["jobs"]}
+    assert int(listed[job["id"]]["reconfigurations"]) > 0
+    assert float(listed[job["id"]]["guard_time_s"]) > 0
+
+
+def test_mismatched_arrays_are_refused_and_the_job_goes_on(testbed: RunningTestbed, job: dict):
+    arrays = _ints(6, 100)
+    arrays[2] = arrays[2][:50]
+    outs = allreduce_all(testbed.clients, arrays)
+    for out in outs:
+        assert isinstance(out, CollectiveError)
+        assert "different arrays" in str(out) and "n2: shape [50]" in str(out)
+    good = _ints(7, 100)
+    exact = np.sum(good, axis=0)
+    for out in allreduce_all(testbed.clients, good):
+        assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+
+
+def test_wrong_route_loses_data_and_is_reported(testbed: RunningTestbed, job: dict):
+    # channel 2 is n1's receive channel; send it to n2's port: n0 -> n1 light lands at n2,
+    # whose receiver filter (channel 3) rejects it, so n1 gets nothing
+    testbed.operator.reconfigure({"set_route": {"wss": "wss0", "channel": 2, "port": 3,
+                                                "attenuation_db": 0.0}}, dry_run=False)
+    try:
+        outs = allreduce_all(testbed.clients, _ints(8, 1000))
+        errors = [o for o in outs if isinstance(o, CollectiveError)]
+        assert errors, outs
+        assert any("lost data" in str(e) and "nothing from n0" in str(e) for e in errors)
+        status = testbed.clients[1].status()
+        assert status["collectives_failed"] >= 1
+    finally:
+        testbed.operator.reconfigure({"set_route": {"wss": "wss0", "channel": 2, "port": 2,
+                                                    "attenuation_db": 0.0}}, dry_run=False)
+    # the job recovers once the route is right again
+    arrays = _ints(9, 1000)
+    exact = np.sum(arrays, axis=0)
+    # a failed collective leaves the agents' sequence numbers apart; a fresh job realigns them
+    testbed.operator.cancel(job["id"])
+    fresh = testbed.operator.submit("after-fix", [], "ring", "optical")
+    try:
+        for out in allreduce_all(testbed.clients, arrays):
+            assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+    finally:
+        testbed.operator.cancel(fresh["id"])
+
+
+def test_refusals_name_the_problem(testbed: RunningTestbed):
+    with pytest.raises(OperationRefused, match="unknown collective 'spanning-tree'"):
+        testbed.operator.submit("x", [], "spanning-tree", "optical")
+    with pytest.raises(OperationRefused, match="unknown node 'n7'"):
+        testbed.operator.submit("x", ["n0", "n7"], "ring", "optical")
+    with pytest.raises(OperationRefused, match="power-of-two"):
+        testbed.operator.submit("x", ["n0", "n1", "n2"], "halving-doubling", "optical")
+    with pytest.raises(OperationRefused, match="unknown job 'job-999'"):
+        testbed.operator.schedule("job-999", 4096)
+    with pytest.raises(OperationRefused, match="channel 40 is outside channels_allowed"):
+        testbed.operator.reconfigure({"set_route": {"wss": "wss0", "channel": 40, "port": 1,
+                                                    "attenuation_db": 0.0}}, dry_run=True)
+    with pytest.raises(OperationRefused, match="no job is assigned"):
+        testbed.clients[0].allreduce(np.zeros(3))
+
+
+def test_unknown_node_cannot_register(testbed: RunningTestbed):
+    channel = grpc.insecure_channel(testbed.address)
+    stub = pb_grpc.ControllerStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.RegisterAgent(pb.RegisterAgentRequest(node_id="n9"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "unknown node 'n9'" in err.value.details() and "n0, n1, n2, n3" in err.value.details()
+    channel.close()
+    result = subprocess.run(oddl_command("agent", "serve", "--config", str(testbed.resolved),
+                                         "--node", "n9", "--controller", testbed.address),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "unknown node 'n9'" in result.stderr
+
+
+def test_health_and_status(testbed: RunningTestbed):
+    channel = grpc.insecure_channel(testbed.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    reply = health.Check(health_pb2.HealthCheckRequest(service="oddl.v1.Controller"), timeout=10)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    channel.close()
+    status = testbed.operator.status()
+    assert [a["node_id"] for a in status["agents"]] == ["n0", "n1", "n2", "n3"]
+    assert all(a["alive"] for a in status["agents"])
+    devices = {d["id"]: d for d in testbed.operator.devices()["devices"]}
+    assert devices["laser0"]["locked"] and devices["laser0"]["output_enabled"]
+    assert {r["channel"]: r["port"] for r in devices["wss0"]["routes"] if r["port"]} == {
+        1: 1, 2: 2, 3: 3, 4: 4}
+
+
+def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
+    text = EMULATED.read_text().replace('link = "fabric"', 'link = "direct"')
+    for i in range(4):
+        text = text.replace(f'id = "n{i}"\nhost = "127.0.0.1"', f'id = "n{i}"\nhost = "127.0.0.{i + 1}"')
+    config = tmp_path / "direct.toml"
+    config.write_text(text)
+    tb = _start(tmp_path, config)
+    try:
+        j = tb.operator.submit("direct", [], "ring", "optical")
+        addresses = {a["node_id"]: a["data_address"] for a in tb.operator.status()["agents"]}
+        assert addresses["n2"].startswith("tcp://127.0.0.3:")
+        arrays = _ints(10, 5000)
+        exact = np.sum(arrays, axis=0)
+        for out in allreduce_all(tb.clients, arrays):
+            assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+        tb.operator.cancel(j["id"])
+    finally:
+        _stop(tb)
