@@ -21,6 +21,7 @@ from oddl.controller.scheduling.collectives import (
     ring_allreduce,
     validate_plan,
 )
+from oddl.controller.scheduling.handoff import Handoff, confirmations_for, handoffs
 from oddl.controller.scheduling.scheduler import (
     NodeEvent,
     Retune,
@@ -45,6 +46,7 @@ __all__ = [
     "Circuit",
     "CollectiveBuilder",
     "Grid",
+    "Handoff",
     "NodeEvent",
     "NodeSpec",
     "Op",
@@ -57,6 +59,8 @@ __all__ = [
     "Topology",
     "WssSpec",
     "bipartite_edge_colouring",
+    "confirmations_for",
+    "handoffs",
     "execute_plan",
     "halving_doubling_allreduce",
     "make_plan",
