@@ -199,8 +199,8 @@ class DeviceManager:
             self.check_limits(target)
             before = self.verified
             try:
-                self._apply(target, before, timeout)
-                self._verify(target)
+                readings = self._apply(target, before, timeout)
+                self._verify(target, readings)
             except OddlError as exc:
                 self.transactions_failed += 1
                 report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
@@ -214,28 +214,43 @@ class DeviceManager:
             self._log("*", f"transaction {reason}", True, _describe(before, target))
             return target
 
-    def _apply(self, target: Configuration, before: Configuration, timeout: float) -> None:
+    def _apply(self, target: Configuration, before: Configuration, timeout: float
+               ) -> dict[str, Any]:
+        """Stage every changed WSS, then apply and tune everything in parallel; each task
+        reads its device back as soon as it is done (lasers lock while the WSS settles)."""
         tables = {w: t for w, t in target.wss_tables.items()
                   if dict(t) != dict(before.wss_tables.get(w, {}))}
         for wss_id, table in tables.items():
             self.drivers[wss_id].stage(dict(table))
             self._log(wss_id, "stage", True, f"{len(table)} channels")
-        futures = [self._pool.submit(self._apply_wss, w, timeout) for w in tables]
-        futures += [self._pool.submit(self._tune, tx, ch, timeout)
-                    for tx, ch in target.channels.items() if before.channels.get(tx) != ch]
+        futures = {w: self._pool.submit(self._apply_wss, w, w in tables, timeout)
+                   for w in target.wss_tables}
+        futures.update({tx: self._pool.submit(self._tune_and_read, tx, ch,
+                                              before.channels.get(tx) != ch, timeout)
+                        for tx, ch in target.channels.items()})
+        readings: dict[str, Any] = {}
         errors = []
-        for f in futures:
+        for dev, f in futures.items():
             try:
-                f.result()
+                readings[dev] = f.result()
             except OddlError as exc:
                 errors.append(str(exc))
         if errors:
             raise DeviceError("; ".join(errors))
+        return readings
 
-    def _apply_wss(self, wss_id: str, timeout: float) -> None:
+    def _apply_wss(self, wss_id: str, changed: bool, timeout: float) -> dict[int, Route]:
         drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
-        drv.apply(timeout=timeout)
-        self._log(wss_id, "apply", True)
+        if changed:
+            drv.apply(timeout=timeout)
+            self._log(wss_id, "apply", True)
+        return drv.read_active()
+
+    def _tune_and_read(self, tx: str, channel: int, changed: bool, timeout: float
+                       ) -> TransceiverState:
+        if changed:
+            self._tune(tx, channel, timeout)
+        return self.drivers[tx].state()
 
     def _tune(self, tx: str, channel: int, timeout: float) -> float:
         drv: TunableTransceiver = self.drivers[tx]
@@ -245,16 +260,24 @@ class DeviceManager:
         self._log(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
         return t_lock
 
-    def _verify(self, target: Configuration) -> None:
+    def _read_all(self, target: Configuration) -> dict[str, Any]:
+        reads = {dev: self._pool.submit(self.drivers[dev].read_active)
+                 for dev in target.wss_tables}
+        reads.update({tx: self._pool.submit(self.drivers[tx].state) for tx in target.channels})
+        return {dev: f.result() for dev, f in reads.items()}
+
+    def _verify(self, target: Configuration, readings: dict[str, Any] | None = None) -> None:
+        """Compare read-backs with the target; raise DeviceError listing every mismatch."""
+        readings = readings if readings is not None else self._read_all(target)
         problems = []
         for wss_id, table in target.wss_tables.items():
-            active = self.drivers[wss_id].read_active()
+            active = readings[wss_id]
             for ch, route in table.items():
                 got = active.get(ch)
                 if got is None or got.port != route.port or abs(got.attenuation_db - route.attenuation_db) > 0.05:
                     problems.append(f"{wss_id} channel {ch}: wanted {route}, reads {got}")
         for tx, ch in target.channels.items():
-            st: TransceiverState = self.drivers[tx].state()
+            st: TransceiverState = readings[tx]
             self.transceiver_states[tx] = st
             if st.channel != ch or not st.locked or not st.output_enabled:
                 problems.append(f"{tx}: wanted channel {ch} locked and on, reads channel "

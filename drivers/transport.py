@@ -47,6 +47,7 @@ class SerialTransport:
         self.name = name or url
         self.url = url
         self.lock = threading.RLock()
+        self._pending = bytearray()  # bytes received beyond the last line
         try:
             self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
         except (serial.SerialException, OSError, ValueError) as exc:
@@ -64,9 +65,22 @@ class SerialTransport:
         except (serial.SerialException, OSError) as exc:
             raise DeviceError(f"write failed on {self.url}: {exc}", device=self.name) from exc
 
+    def _read_some(self, remaining: float) -> bytes:
+        """Block for one byte (up to `remaining` s), then take whatever else is waiting."""
+        try:
+            self._port.timeout = remaining
+            first = self._port.read(1)
+            if not first:
+                return b""
+            self._port.timeout = 0
+            return first + self._port.read(4096)
+        except (serial.SerialException, OSError) as exc:
+            raise DeviceError(f"read failed on {self.url}: {exc}", device=self.name) from exc
+
     def read_exact(self, n: int, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
-        buf = bytearray()
+        buf = bytearray(self._pending[:n])
+        del self._pending[:n]
         while len(buf) < n:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -86,25 +100,25 @@ class SerialTransport:
 
     def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
         deadline = time.monotonic() + timeout
-        buf = bytearray()
-        while not buf.endswith(terminator):
+        buf = self._pending
+        while (end := buf.find(terminator)) < 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                got = bytes(buf)
+                buf.clear()
                 raise DeviceTimeout(
-                    f"no complete line within {timeout * 1000:.0f} ms (got {bytes(buf)!r}); "
+                    f"no complete line within {timeout * 1000:.0f} ms (got {got!r}); "
                     "check cabling, baud rate and that the device is powered",
                     device=self.name,
                 )
-            self._port.timeout = remaining
-            try:
-                chunk = self._port.read(1)
-            except (serial.SerialException, OSError) as exc:
-                raise DeviceError(f"read failed on {self.url}: {exc}", device=self.name) from exc
-            buf += chunk
-        logger.debug("%s << %r", self.name, bytes(buf))
-        return bytes(buf)
+            buf += self._read_some(remaining)
+        line = bytes(buf[:end + len(terminator)])
+        del buf[:end + len(terminator)]
+        logger.debug("%s << %r", self.name, line)
+        return line
 
     def reset_input(self) -> None:
+        self._pending.clear()
         try:
             self._port.reset_input_buffer()
         except (serial.SerialException, OSError):  # a closed socket cannot be drained

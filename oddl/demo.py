@@ -82,7 +82,7 @@ def model_shape(n_params: int) -> tuple[int, int, int]:
 def make_data(n: int, n_in: int, n_out: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """A Gaussian-mixture classification set (deterministic)."""
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((n_out, n_in)) * 1.5
+    centres = rng.standard_normal((n_out, n_in)) * 0.22
     y = rng.integers(0, n_out, n)
     x = centres[y] + rng.standard_normal((n, n_in))
     return x.astype(np.float32), y
