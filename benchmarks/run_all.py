@@ -1,0 +1,87 @@
+"""`make bench`: run every benchmark, print its table, and save the raw results.
+
+Each benchmark is a script in this folder that prints a table, or one JSON object with
+--json. This runner runs each with --json, prints the results and saves them, with the machine
+and the time, in benchmarks/results/latest.json.
+
+    python benchmarks/run_all.py [--only NAME ...] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+# name → (script or argv, arguments, arguments for --quick)
+BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "scheduler": (["bench_scheduler.py"], [], ["--repeats", "3"]),
+    "plans": (["bench_plans.py"], [], []),
+    "drivers": (["bench_drivers.py"], [], ["--repeats", "100", "--reconfigurations", "5"]),
+    "allreduce": (["bench_allreduce.py"], [], ["--repeats", "3"]),
+    "allreduce-hd": (["bench_allreduce.py"], ["--collective", "halving-doubling"],
+                     ["--repeats", "3"]),
+    "demo": (["-m", "oddl", "demo"], ["--iterations", "20"], ["--iterations", "6"]),
+    "optinc": (["bench_optinc.py"], [], []),
+}
+
+
+def run_one(name: str, quick: bool) -> dict | None:
+    """Run one benchmark with --json; None when its script does not exist."""
+    target, args, quick_args = BENCHMARKS[name]
+    if target[0].endswith(".py"):
+        script = HERE / target[0]
+        if not script.exists():
+            return None
+        argv = [sys.executable, str(script)]
+    else:
+        argv = [sys.executable, *target]
+    argv += args + (quick_args if quick else []) + ["--json"]
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        print(f"[bench] {name} FAILED (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
+              file=sys.stderr)
+        return {"ok": False, "exit": proc.returncode, "stderr": proc.stderr[-2000:]}
+    line = proc.stdout.strip().splitlines()[-1]
+    return {"ok": True, "seconds": elapsed, "command": " ".join(argv[1:]),
+            "result": json.loads(line)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS))
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args(argv)
+    names = args.only or list(BENCHMARKS)
+    out: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": platform.node(),
+                 "python": platform.python_version(), "cpus": os.cpu_count(), "results": {}}
+    failed = False
+    for name in names:
+        print(f"[bench] {name} …", flush=True)
+        res = run_one(name, args.quick)
+        if res is None:
+            print(f"[bench] {name}: no script, skipped", flush=True)
+            continue
+        out["results"][name] = res
+        failed |= not res["ok"]
+        if res["ok"]:
+            print(json.dumps(res["result"], indent=1)[:4000], flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
+    print(f"[bench] results in {RESULTS / 'latest.json'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
