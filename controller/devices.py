@@ -309,7 +309,11 @@ class DeviceManager:
 
     # ---- the fast path ----------------------------------------------------------------
     def retune(self, channels: Mapping[str, int], timeout: float = 1.0) -> list[str]:
-        """Tune transmitters in parallel (slot guard); return errors, empty when all locked."""
+        """Tune transmitters in parallel (slot guard); return errors, empty when all locked.
+
+        The safety limits are checked first: SafetyLimitError, and nothing is sent.
+        """
+        self.check_limits(Configuration(channels))
         futures = {tx: self._pool.submit(self._tune, tx, ch, timeout) for tx, ch in channels.items()}
         errors = []
         for tx, f in futures.items():

@@ -269,8 +269,11 @@ class ControllerService(pb_grpc.ControllerServicer):
                                                  "previous flow did not arrive")
                             return
                         self._confirm_cond.wait(min(remaining, 0.05))
-                errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
-                                             timeout=max(1.0, 20 * slot.guard_s))
+                try:
+                    errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
+                                                 timeout=max(1.0, 20 * slot.guard_s))
+                except OddlError as exc:
+                    errors = [str(exc)]
                 job.reconfigurations += len(retunes)
                 late = time.time() - (t0 + slot.data_start_s - sched.start_s)
                 self._circuits_ready(job, seq, slot.index,
