@@ -147,6 +147,8 @@ class Attachment:
 class TestbedConfig:
     """A validated testbed file."""
 
+    __test__ = False  # not a pytest test class
+
     path: str
     name: str
     grid: GridConfig
