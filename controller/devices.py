@@ -90,7 +90,8 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
     if dev.kind == "powermeter":
         from oddl.drivers.powermeter import PowerMeter
 
-        return PowerMeter(dev.resource, name=dev.id)
+        return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
+                          timeout_s=max(dev.timeout_s, 1.0))
     raise SafetyLimitError(f"{dev.id}: unknown device kind {dev.kind!r}")
 
 

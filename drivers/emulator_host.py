@@ -120,9 +120,8 @@ def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
         return
     try:
         emulator.inject(**faults)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"devices ({device}).faults: {exc}; see the emulator's fault "
-                          "options in docs") from exc
+    except (TypeError, ValueError, ConfigError) as exc:
+        raise ConfigError(f"devices ({device}).faults: {exc}") from exc
 
 
 def _meter_source(tb: EmulatedTestbed, meter_id: str):  # noqa: ANN202 (closure)
