@@ -343,6 +343,9 @@ class DeviceManager:
                     entry["state"] = drv.state()
                 elif dev.kind == "wss" and drv is not None:
                     entry["routes"] = drv.read_active()
+                elif dev.kind == "powermeter" and drv is not None:
+                    entry["meter"] = {ch: drv.read_power_dbm(ch)
+                                      for ch in range(1, dev.channels + 1)}
             except OddlError as exc:
                 entry["reachable"] = False
                 entry["error"] = str(exc)

@@ -410,6 +410,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                 ds.output_enabled, ds.locked = st.output_enabled, st.locked
             for ch, route in sorted(entry.get("routes", {}).items()):
                 ds.routes.add(channel=ch, port=route.port, attenuation_db=route.attenuation_db)
+            for ch, dbm in sorted(entry.get("meter", {}).items()):
+                ds.meter.add(channel=ch, power_dbm=dbm if dbm is not None else 0.0,
+                             light=dbm is not None)
         return out
 
     def Reconfigure(self, request, context):  # noqa: N802

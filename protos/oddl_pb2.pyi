@@ -472,7 +472,7 @@ class DeviceStateList(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ...) -> None: ...
 
 class DeviceState(_message.Message):
-    __slots__ = ("id", "kind", "reachable", "error", "channel", "frequency_thz", "power_dbm", "output_enabled", "locked", "routes", "verified_ns")
+    __slots__ = ("id", "kind", "reachable", "error", "channel", "frequency_thz", "power_dbm", "output_enabled", "locked", "routes", "verified_ns", "meter")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
@@ -484,6 +484,7 @@ class DeviceState(_message.Message):
     LOCKED_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     VERIFIED_NS_FIELD_NUMBER: _ClassVar[int]
+    METER_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: str
     reachable: bool
@@ -495,7 +496,18 @@ class DeviceState(_message.Message):
     locked: bool
     routes: _containers.RepeatedCompositeFieldContainer[WssRoute]
     verified_ns: int
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., channel: _Optional[int] = ..., frequency_thz: _Optional[float] = ..., power_dbm: _Optional[float] = ..., output_enabled: _Optional[bool] = ..., locked: _Optional[bool] = ..., routes: _Optional[_Iterable[_Union[WssRoute, _Mapping]]] = ..., verified_ns: _Optional[int] = ...) -> None: ...
+    meter: _containers.RepeatedCompositeFieldContainer[MeterReading]
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., channel: _Optional[int] = ..., frequency_thz: _Optional[float] = ..., power_dbm: _Optional[float] = ..., output_enabled: _Optional[bool] = ..., locked: _Optional[bool] = ..., routes: _Optional[_Iterable[_Union[WssRoute, _Mapping]]] = ..., verified_ns: _Optional[int] = ..., meter: _Optional[_Iterable[_Union[MeterReading, _Mapping]]] = ...) -> None: ...
+
+class MeterReading(_message.Message):
+    __slots__ = ("channel", "power_dbm", "light")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    POWER_DBM_FIELD_NUMBER: _ClassVar[int]
+    LIGHT_FIELD_NUMBER: _ClassVar[int]
+    channel: int
+    power_dbm: float
+    light: bool
+    def __init__(self, channel: _Optional[int] = ..., power_dbm: _Optional[float] = ..., light: _Optional[bool] = ...) -> None: ...
 
 class WssRoute(_message.Message):
     __slots__ = ("channel", "port", "attenuation_db")

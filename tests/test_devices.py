@@ -11,6 +11,7 @@ from oddl.config import load_testbed
 from oddl.controller.devices import Configuration, DeviceManager, TransactionError
 from oddl.controller.service import default_configuration
 from oddl.drivers.emulator_host import EmulatedTestbed, start_emulated_testbed
+from oddl.drivers.fabric import INSERTION_LOSS_DB
 from oddl.drivers.interfaces import Route
 from oddl.errors import SafetyLimitError
 
@@ -112,3 +113,18 @@ def test_fast_retune_updates_the_verified_channels(bench):
     errors = dm.retune({"laser2": 5})
     assert errors and errors[0].startswith("laser2:")
     assert dm.verified.channels["laser2"] != 5
+
+
+def test_power_meter_sees_a_wrong_route(bench):
+    tb, dm = bench
+    # only laser0 is on a routed channel (2, towards n1); the others sit on unrouted channels
+    dm.transact(Configuration({"laser0": 2, "laser1": 5, "laser2": 6, "laser3": 7},
+                              {"wss0": _table({1: 1, 2: 2, 3: 3, 4: 4})}))
+    meter = dm.read_states()["pm0"]["meter"]
+    assert meter[2] == pytest.approx(10.0 - INSERTION_LOSS_DB, abs=0.5)
+    assert meter[1] is None and meter[3] is None and meter[4] is None
+    dm.transact(Configuration(wss_tables={"wss0": _table({2: 3})}))  # the wrong port
+    meter = dm.read_states()["pm0"]["meter"]
+    assert meter[2] is None
+    assert meter[3] == pytest.approx(10.0 - INSERTION_LOSS_DB, abs=0.5)
+    dm.transact(Configuration(wss_tables={"wss0": _table({2: 2})}))
