@@ -291,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--dry-run", action="store_true")
     rc.add_argument("--yes", action="store_true", help="apply without asking")
     rc.set_defaults(func=cmd_reconfigure)
+    from oddl import plan_cli
+
+    plan_cli.register(sub)
     return p
 
 

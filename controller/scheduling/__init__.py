@@ -22,6 +22,7 @@ from oddl.controller.scheduling.collectives import (
     validate_plan,
 )
 from oddl.controller.scheduling.handoff import Handoff, confirmations_for, handoffs
+from oddl.controller.scheduling.param_server import parameter_server_allreduce
 from oddl.controller.scheduling.scheduler import (
     NodeEvent,
     Retune,
@@ -39,6 +40,19 @@ from oddl.controller.scheduling.topology import (
     Topology,
     WssSpec,
 )
+from oddl.controller.scheduling.totient import (
+    candidate_jumps,
+    circulant_diameter,
+    select_permutations,
+    totientperms_allreduce,
+)
+from oddl.controller.scheduling.wrht import (
+    LinkBudget,
+    WrhtWavelengthPlan,
+    link_budget,
+    wrht_allreduce,
+    wrht_wavelength_plan,
+)
 
 __all__ = [
     "COLLECTIVES",
@@ -47,6 +61,7 @@ __all__ = [
     "CollectiveBuilder",
     "Grid",
     "Handoff",
+    "LinkBudget",
     "NodeEvent",
     "NodeSpec",
     "Op",
@@ -57,15 +72,24 @@ __all__ = [
     "Step",
     "TimingModel",
     "Topology",
+    "WrhtWavelengthPlan",
     "WssSpec",
     "bipartite_edge_colouring",
+    "candidate_jumps",
+    "circulant_diameter",
     "confirmations_for",
-    "handoffs",
     "execute_plan",
     "halving_doubling_allreduce",
+    "handoffs",
+    "link_budget",
     "make_plan",
+    "parameter_server_allreduce",
     "register_collective",
     "ring_allreduce",
     "schedule_plan",
+    "select_permutations",
+    "totientperms_allreduce",
     "validate_plan",
+    "wrht_allreduce",
+    "wrht_wavelength_plan",
 ]

@@ -347,6 +347,7 @@ def schedule_plan(
     # Whether a step's flows form a matching, by (src, dst) array identity (the plan keeps the
     # arrays alive, so ids are unique here): steps sharing arrays are checked once.
     matching: dict[tuple[int, int], bool] = {}
+    splits: dict[tuple[int, int], _Split] = {}  # edge colourings, by (src, dst) array identity
     slots: list[Slot] = []
     starts: list[float] = []
     t = float(start_s)
@@ -359,7 +360,13 @@ def schedule_plan(
         key = (id(step.src), id(step.dst))
         if key not in matching:
             matching[key] = _is_matching(step.src, step.dst, job, step_index)
-        rounds = [(step.src, step.dst, step.length)] if matching[key] else _rounds(step, job)
+        if matching[key]:
+            rounds = [(step.src, step.dst, step.length)]
+        else:
+            split = splits.get(key)
+            if split is None:
+                split = splits[key] = _Split.of(step, job)
+            rounds = split.rounds(step)
         for round_index, (src, dst, elems) in enumerate(rounds):
             if last is not None and src is last[0] and dst is last[1]:
                 retune_flows = retune_from = _NO_FLOWS  # same circuits as the previous slot
@@ -492,25 +499,57 @@ def _is_matching(src: np.ndarray, dst: np.ndarray, job: _Job, step_index: int) -
     return _at_most_once(src, n) and _at_most_once(dst, n)
 
 
-def _rounds(step: Step, job: _Job) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Merge a step's transfers per (src, dst) and split the flows into matchings."""
-    n = len(job.node_ids)
-    pair = step.src * n + step.dst
-    order = np.argsort(pair, kind="stable")
-    sorted_pair = pair[order]
-    first = np.flatnonzero(np.r_[True, sorted_pair[1:] != sorted_pair[:-1]])
-    src = step.src[order][first]
-    dst = step.dst[order][first]
-    elems = np.add.reduceat(step.length[order], first)
+@dataclass(frozen=True, eq=False)
+class _Split:
+    """How a non-matching step's transfers merge per (src, dst) and split into matchings.
+
+    Computed once per distinct (src, dst) arrays and reused for every step sharing them (a
+    plan's steps share their rank arrays), so only the per-step lengths are summed again.
+    """
+
+    order: np.ndarray
+    first: np.ndarray
+    rounds_idx: tuple[np.ndarray, ...]
+    rounds_src: tuple[np.ndarray, ...]
+    rounds_dst: tuple[np.ndarray, ...]
+
+    @classmethod
+    def of(cls, step: Step, job: _Job) -> _Split:
+        n = len(job.node_ids)
+        pair = step.src * n + step.dst
+        order = np.argsort(pair, kind="stable")
+        sorted_pair = pair[order]
+        first = np.flatnonzero(np.r_[True, sorted_pair[1:] != sorted_pair[:-1]])
+        src = step.src[order][first]
+        dst = step.dst[order][first]
+        colour = _colour(src, dst, n)
+        idx = tuple(np.flatnonzero(colour == c) for c in range(int(colour.max(initial=-1)) + 1))
+        idx = tuple(i for i in idx if len(i))
+        return cls(order, first, idx, tuple(read_only(src[i]) for i in idx),
+                   tuple(read_only(dst[i]) for i in idx))
+
+    def rounds(self, step: Step) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The step's matchings: (src, dst, elements) per round."""
+        elems = np.add.reduceat(step.length[self.order], self.first)
+        return [(s, d, read_only(elems[i]))
+                for s, d, i in zip(self.rounds_src, self.rounds_dst, self.rounds_idx, strict=True)]
+
+
+def _colour(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """Δ-colouring of the merged flows; vectorised when one side has degree one (a star)."""
     if _at_most_once(src, n) and _at_most_once(dst, n):
-        return [(read_only(src), read_only(dst), read_only(elems))]
-    colour = bipartite_edge_colouring(src, dst)
-    rounds = []
-    for c in range(int(colour.max()) + 1):
-        m = colour == c
-        if m.any():
-            rounds.append((read_only(src[m]), read_only(dst[m]), read_only(elems[m])))
-    return rounds
+        return np.zeros(len(src), dtype=np.int64)
+    for one, many in ((src, dst), (dst, src)):
+        if _at_most_once(one, n):
+            # only `many` repeats: colour = the edge's rank among the edges at its vertex
+            order = np.argsort(many, kind="stable")
+            sorted_many = many[order]
+            starts = np.flatnonzero(np.r_[True, sorted_many[1:] != sorted_many[:-1]])
+            rank = np.arange(len(many)) - np.repeat(starts, np.diff(np.r_[starts, len(many)]))
+            colour = np.empty(len(many), dtype=np.int64)
+            colour[order] = rank
+            return colour
+    return bipartite_edge_colouring(src, dst)
 
 
 def _initial_held(job: _Job, initial: Mapping[str, int | None] | None) -> np.ndarray:
