@@ -22,7 +22,7 @@ import numpy as np
 
 from oddl.agents.dataplane import Link
 from oddl.agents.gate import SlotGate
-from oddl.controller.scheduling.handoff import confirmations_for
+from oddl.controller.scheduling.handoff import handoffs as slot_handoffs
 from oddl.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,11 @@ class Handoffs(Protocol):
     """The control channel for reconfigurations (one message per retune, none per flow)."""
 
     def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
-        """Block until the slot's retuned transmitters are locked; raise CollectiveError."""
+        """Block until the controller grants a slot that changes circuits; raise
+        CollectiveError if it reports a failure or does not answer by `deadline`."""
 
     def confirm(self, seq: int, slot: int, src: str) -> None:
-        """Tell the controller a flow whose transmitter retunes next has arrived here."""
+        """Tell the controller a flow whose circuit changes next has arrived here."""
 
 
 @dataclass
@@ -93,9 +94,12 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
     buf = np.ascontiguousarray(buffer).reshape(-1).copy()
     me = run.nodes[run.rank]
     to_confirm: set[tuple[int, str]] = set()
+    granted: set[int] = set()
     if run.gated and handoffs is not None:
-        to_confirm = confirmations_for(me, ((s.index, [(a, b, a in s.retuning) for a, b in s.pairs])
-                                            for s in run.slots))
+        pairs = [(s.index, [(a, b, a in s.retuning) for a, b in s.pairs]) for s in run.slots]
+        needs = slot_handoffs(pairs)
+        granted = set(needs)
+        to_confirm = {(j, src) for need in needs.values() for j, src, dst in need if dst == me}
     slot_of: dict[tuple[int, str, str], SlotSpec] = {}
     step_end: dict[int, float] = defaultdict(float)
     for slot in run.slots:
@@ -123,7 +127,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                 if slot is None:
                     raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
                                           f"{me}->{dst}; the plan and schedule disagree")
-                if me in slot.retuning and handoffs is not None:
+                if slot.index in granted and handoffs is not None:
                     handoffs.wait_circuits(run.seq, slot.index, run.t0_local + slot.data_start_s
                                            + run.receive_timeout_s)
                 err = gate.wait_until(run.t0_local + slot.data_start_s, cancel)

@@ -121,6 +121,7 @@ class JobManager:
         if collective not in COLLECTIVES:
             raise OperationRefused(f"unknown collective {collective!r}; this controller serves "
                                    f"{', '.join(sorted(COLLECTIVES))}")
+        self._check_capacity(collective, params, nodes)
         try:
             plan = make_plan(collective, len(nodes), len(nodes) * 8, **_plan_params(params))
             first = schedule_plan(plan, nodes, self.topology, self.timing, 4)
@@ -146,6 +147,29 @@ class JobManager:
             target = Configuration(channels, tables)
         self.jobs[job.id] = job
         return job, target
+
+    def _check_capacity(self, collective: str, params: Mapping[str, str],
+                        nodes: Sequence[str]) -> None:
+        """Refuse what the hardware cannot carry: wavelengths beyond the WSS's allowed
+        channels, a degree beyond the transceivers each node has (one tunable transmitter)."""
+        wss_ids = {self.cfg.attachment(n).wss for n in nodes}
+        channels = min(self.cfg.device(w).channels_allowed[1] - self.cfg.device(w).channels_allowed[0] + 1
+                       for w in wss_ids)
+        if "wavelengths" in params:
+            w = _plan_params(params)["wavelengths"]
+            if not isinstance(w, int) or w < 1:
+                raise OperationRefused(f"wavelengths must be a whole number >= 1; got {w!r}")
+            if w > channels:
+                raise OperationRefused(f"{collective} with {w} wavelengths needs more channels "
+                                       f"than this testbed allows ({channels} per WSS); use "
+                                       f"wavelengths={channels} or fewer")
+        if "degree" in params:
+            d = _plan_params(params)["degree"]
+            transceivers = 1
+            if not isinstance(d, int) or d > 2 * transceivers:
+                raise OperationRefused(f"degree {d} needs {max(1, int(d) // 2) if isinstance(d, int) else '?'} "
+                                       f"transceivers per node; the nodes of this testbed have "
+                                       f"{transceivers} tunable transmitter each; use degree 2")
 
     def get(self, job_id: str) -> JobRecord:
         """The job with this id, or OperationRefused naming the known ids."""

@@ -223,7 +223,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         t0_ns = time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
         go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=t0_ns,
                              schedule=schedule_to_proto(sched, job.id))
-        if any(s.retuned for s in sched.slots):
+        if any(s.retuned for s in sched.slots) or handoffs(_slot_pairs(go.schedule)):
             t = threading.Thread(target=self._execute_slots, args=(job, barrier.seq, sched, go),
                                  name=f"slots-{job.id}", daemon=True)
             self._executors[job.id] = t
@@ -238,21 +238,21 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _execute_slots(self, job: JobRecord, seq: int, sched: Schedule,
                        go: pb.CollectiveGo) -> None:
-        """Retune transmitters at each slot's start (controller clock), after the hand-off.
+        """Grant each slot that changes circuits once its hand-offs are confirmed.
 
-        A transmitter retunes only once the receiver of its previous flow has confirmed the
-        arrival (normally well before the slot starts); then the slot's senders are told the
-        circuits are ready. A late confirmation or a failed retune delays or fails this one
-        collective with a reason; it never cuts a frame off or sends light to the wrong node.
+        At the slot's start (controller clock) and once the receivers of the flows that used
+        the old circuits have confirmed their arrival (normally well before), the slot's
+        transmitters retune and its senders are told the circuits are ready. A late
+        confirmation or a failed retune delays or fails this one collective with a reason; it
+        never cuts a frame off, collides two senders, or sends light to the wrong node.
         """
-        need = handoffs((s.index, [(c.src, c.dst, c.retune) for c in s.circuits])
-                        for s in go.schedule.slots)
+        need = handoffs(_slot_pairs(go.schedule))
         t0 = go.t0_ns / 1e9
         timeout = self.cfg.timing.receive_timeout_ms / 1e3
         try:
             for slot in sched.slots:
                 retunes = slot.retunes()
-                if not retunes:
+                if slot.index not in need:
                     continue
                 if not _sleep_until(t0 + slot.start_s - sched.start_s, self._stop):
                     return
@@ -269,12 +269,15 @@ class ControllerService(pb_grpc.ControllerServicer):
                                                  "previous flow did not arrive")
                             return
                         self._confirm_cond.wait(min(remaining, 0.05))
-                try:
-                    errors = self.devices.retune({r.transmitter: r.to_channel for r in retunes},
-                                                 timeout=max(1.0, 20 * slot.guard_s))
-                except OddlError as exc:
-                    errors = [str(exc)]
-                job.reconfigurations += len(retunes)
+                errors: list[str] = []
+                if retunes:
+                    try:
+                        errors = self.devices.retune(
+                            {r.transmitter: r.to_channel for r in retunes},
+                            timeout=max(1.0, 20 * slot.guard_s))
+                    except OddlError as exc:
+                        errors = [str(exc)]
+                    job.reconfigurations += len(retunes)
                 late = time.time() - (t0 + slot.data_start_s - sched.start_s)
                 self._circuits_ready(job, seq, slot.index,
                                      f"retune failed: {'; '.join(errors)}" if errors else "")
@@ -477,6 +480,10 @@ class ControllerServer:
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
         self.devices.close()
+
+
+def _slot_pairs(schedule: pb.Schedule) -> list[tuple[int, list[tuple[str, str, bool]]]]:
+    return [(s.index, [(c.src, c.dst, c.retune) for c in s.circuits]) for s in schedule.slots]
 
 
 def _sleep_until(t: float, stop: threading.Event, spin_s: float = 0.001) -> bool:

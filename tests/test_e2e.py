@@ -79,8 +79,9 @@ def testbed(tmp_path_factory) -> Iterator[RunningTestbed]:
 
 @pytest.fixture
 def job(testbed: RunningTestbed, request) -> Iterator[dict]:
-    collective, network = getattr(request, "param", ("ring", "optical"))
-    j = testbed.operator.submit(f"test-{collective}", [], collective, network)
+    collective, network, *params = getattr(request, "param", ("ring", "optical"))
+    j = testbed.operator.submit(f"test-{collective}", [], collective, network,
+                                params[0] if params else None)
     yield j
     testbed.operator.cancel(j["id"])
 
@@ -109,7 +110,9 @@ def _ints(seed: int, n: int, count: int = 4) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("job", [("ring", "optical"), ("halving-doubling", "optical"),
-                                 ("ring", "ideal")], indirect=True)
+                                 ("ring", "ideal"), ("wrht", "optical", {"wavelengths": "2"}),
+                                 ("totientperms", "optical", {"degree": "2"}),
+                                 ("parameter-server", "optical")], indirect=True)
 def test_allreduce_is_exact(testbed: RunningTestbed, job: dict):
     for seed, n in ((1, 10_007), (2, 3), (3, 200_000)):
         arrays = _ints(seed, n)
@@ -189,6 +192,10 @@ def test_refusals_name_the_problem(testbed: RunningTestbed):
         testbed.operator.submit("x", ["n0", "n7"], "ring", "optical")
     with pytest.raises(OperationRefused, match="power-of-two"):
         testbed.operator.submit("x", ["n0", "n1", "n2"], "halving-doubling", "optical")
+    with pytest.raises(OperationRefused, match="use wavelengths=8 or fewer"):
+        testbed.operator.submit("x", [], "wrht", "optical", {"wavelengths": "16"})
+    with pytest.raises(OperationRefused, match="use degree 2"):
+        testbed.operator.submit("x", [], "totientperms", "optical", {"degree": "4"})
     with pytest.raises(OperationRefused, match="unknown job 'job-999'"):
         testbed.operator.schedule("job-999", 4096)
     with pytest.raises(OperationRefused, match="channel 40 is outside channels_allowed"):
