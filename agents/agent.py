@@ -15,6 +15,8 @@ import queue
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ from oddl.agents.executor import CollectiveRun, SlotSpec, StepSpec, run_collecti
 from oddl.agents.gate import SlotGate
 from oddl.config import TestbedConfig
 from oddl.errors import CollectiveError, OddlError, OperationRefused
+from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
@@ -67,7 +70,11 @@ class Agent:
         self.cfg = cfg
         self.node_id = node_id
         self.controller = controller
-        self.gate = SlotGate()
+        self.metrics = Metrics("oddl_agent")
+        self.metrics.add_state(self._metric_state)
+        self.errors: Counter[str] = Counter()
+        self.gate = SlotGate(on_release=self.metrics.gate_error.observe,
+                             on_overrun=self.metrics.overrun.observe)
         self.clock = ClockEstimate(0.0, 0.0)
         self.jobs: dict[str, AgentJob] = {}
         self.session = ""
@@ -126,6 +133,7 @@ class Agent:
 
     def close(self) -> None:
         """Stop every thread and release sockets and the channel."""
+        self.metrics.close()
         self._stop.set()
         self._work.put(None)
         self._reports.put(None)
@@ -293,10 +301,12 @@ class Agent:
                 except CollectiveError as exc:
                     self.failed += 1
                     self.last_error = str(exc)
+                    self.errors["lost data" if "lost data" in str(exc) else "collective"] += 1
                     reply = [req.ident, b"error", _err("collective", str(exc))]
                 except OddlError as exc:
                     self.failed += 1
                     self.last_error = str(exc)
+                    self.errors["refused"] += 1
                     reply = [req.ident, b"error", _err("refused", str(exc))]
                 push.send_multipart(reply)
         finally:
@@ -491,6 +501,29 @@ class Agent:
             except grpc.RpcError as exc:
                 logger.warning("%s: could not report to the controller (seq %d): %s",
                                self.node_id, req.seq, exc.code() if hasattr(exc, "code") else exc)
+
+    def _metric_state(self) -> Iterator[Any]:
+        node = {"node": self.node_id}
+        yield counter("oddl_agent_collectives_total", "Collectives run by this agent",
+                      self.done, {**node, "outcome": "ok"},
+                      counter("oddl_agent_collectives_total", "", self.failed,
+                              {**node, "outcome": "failed"}))
+        peers = None
+        for peer, nbytes in sorted(getattr(self.link, "sent_by_peer", {}).items()):
+            peers = counter("oddl_agent_bytes_sent_total", "Payload bytes sent, by circuit "
+                            "destination", nbytes, {**node, "peer": peer}, peers)
+        if peers is not None:
+            yield peers
+        kinds = None
+        for kind, n in sorted(self.errors.items()):
+            kinds = counter("oddl_agent_errors_total", "Errors by kind", n,
+                            {**node, "kind": kind}, kinds)
+        if kinds is not None:
+            yield kinds
+        yield counter("oddl_agent_misrouted_frames_total", "Frames that arrived at the wrong "
+                      "node", self.link.inbox.misrouted, node)
+        yield gauge("oddl_agent_clock_offset_seconds", "Controller minus agent clock",
+                    self.clock.offset_s, node)
 
     def status(self) -> dict[str, Any]:
         """A JSON-friendly snapshot of this agent."""

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -164,10 +165,12 @@ class FabricLink:
         self._tx.connect(fabric_address)
         self._rx = _Receiver(rx, self.inbox, router=False, name=f"{node_id}-fabric-rx")
         self.sent_bytes = 0
+        self.sent_by_peer: Counter[str] = Counter()
 
     def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
         self._tx.send_multipart([b"D", _encode(header), payload], copy=False)
         self.sent_bytes += len(payload)
+        self.sent_by_peer[str(header["dst"])] += len(payload)
 
     def close(self) -> None:
         self._rx.close()
@@ -194,6 +197,7 @@ class DirectLink:
         self._peers: dict[str, zmq.Socket] = {}
         self._lock = threading.Lock()
         self.sent_bytes = 0
+        self.sent_by_peer: Counter[str] = Counter()
 
     def set_peers(self, peers: Mapping[str, str]) -> None:
         """Connect to each peer's data address (idempotent)."""
@@ -217,6 +221,7 @@ class DirectLink:
                                   "registered with the controller")
         sock.send_multipart([b"D", _encode(header), payload], copy=False)
         self.sent_bytes += len(payload)
+        self.sent_by_peer[dst] += len(payload)
 
     def close(self) -> None:
         self._rx.close()

@@ -21,9 +21,13 @@ class SlotGate:
     """Waits for slot edges given on the local clock (seconds since the epoch)."""
 
     def __init__(self, spin_s: float = 300e-6, clock: Callable[[], float] = time.time,
-                 history: int = 10000):
+                 history: int = 10000,
+                 on_release: Callable[[float], None] | None = None,
+                 on_overrun: Callable[[float], None] | None = None):
         self.spin_s = spin_s
         self.clock = clock
+        self.on_release = on_release
+        self.on_overrun = on_overrun
         self._errors: deque[float] = deque(maxlen=history)
         self._overruns: deque[float] = deque(maxlen=history)
         self._lock = threading.Lock()
@@ -38,6 +42,8 @@ class SlotGate:
         if late > 0:
             with self._lock:
                 self._overruns.append(late)
+            if self.on_overrun is not None:
+                self.on_overrun(late)
             return late
         while True:
             remaining = t_local - self.clock()
@@ -51,6 +57,8 @@ class SlotGate:
         err = self.clock() - t_local
         with self._lock:
             self._errors.append(err)
+        if self.on_release is not None:
+            self.on_release(err)
         return err
 
     def percentiles(self) -> tuple[float, float, float]:

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +98,10 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
 class DeviceManager:
     """Owns the drivers of a testbed and the last verified configuration."""
 
-    def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None):
+    def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None,
+                 on_command: Callable[[str, str, float], None] | None = None):
         self.cfg = cfg
+        self.on_command = on_command
         self.drivers: dict[str, Any] = dict(drivers) if drivers is not None else {}
         self.verified = Configuration()
         self.verified_ns: dict[str, int] = {}
@@ -240,22 +242,30 @@ class DeviceManager:
             raise DeviceError("; ".join(errors))
         return readings
 
+    def _timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            if self.on_command is not None:
+                self.on_command(device, op, time.perf_counter() - t0)
+
     def _apply_wss(self, wss_id: str, changed: bool, timeout: float) -> dict[int, Route]:
         drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
         if changed:
-            drv.apply(timeout=timeout)
+            self._timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
             self._log(wss_id, "apply", True)
-        return drv.read_active()
+        return self._timed(wss_id, "read", drv.read_active)
 
     def _tune_and_read(self, tx: str, channel: int, changed: bool, timeout: float
                        ) -> TransceiverState:
         if changed:
             self._tune(tx, channel, timeout)
-        return self.drivers[tx].state()
+        return self._timed(tx, "read", self.drivers[tx].state)
 
     def _tune(self, tx: str, channel: int, timeout: float) -> float:
         drv: TunableTransceiver = self.drivers[tx]
-        t_lock = drv.set_channel(channel, timeout=timeout)
+        t_lock = self._timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
         self.reconfigurations += 1
         self._log(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")

@@ -12,9 +12,11 @@ import queue
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,6 +28,7 @@ from oddl.controller.jobs import JobManager, JobRecord, timing_from_config, topo
 from oddl.controller.scheduling import Schedule, handoffs
 from oddl.drivers.interfaces import Route
 from oddl.errors import OddlError, OperationRefused, SafetyLimitError
+from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
@@ -76,9 +79,11 @@ def schedule_to_proto(sched: Schedule, job_id: str) -> pb.Schedule:
 class ControllerService(pb_grpc.ControllerServicer):
     """The Controller gRPC service."""
 
-    def __init__(self, cfg: TestbedConfig, devices: DeviceManager):
+    def __init__(self, cfg: TestbedConfig, devices: DeviceManager,
+                 metrics: Metrics | None = None):
         self.cfg = cfg
         self.devices = devices
+        self.metrics = metrics
         self.topology = topology_from_config(cfg)
         self.timing = timing_from_config(cfg)
         self.jobs = JobManager(cfg, self.topology, self.timing)
@@ -88,6 +93,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._stop = threading.Event()
         self._confirmed: set[tuple[str, int, int, str]] = set()
         self._confirm_cond = threading.Condition()
+        self.errors: Counter[str] = Counter()
+        self.collectives_failed = 0
 
     def close(self) -> None:
         """Stop the streams and executors."""
@@ -101,6 +108,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                       "start the agent with --node set to one of them")
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> None:
+        self.errors[type(exc).__name__] += 1
         code = (grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, SafetyLimitError)
                 else grpc.StatusCode.FAILED_PRECONDITION if isinstance(exc, OperationRefused)
                 else grpc.StatusCode.ABORTED if isinstance(exc, TransactionError)
@@ -264,6 +272,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                         if remaining <= 0 or not job.running:
                             missing = ", ".join(f"{src}@slot{j}" for _, _, j, src in
                                                 sorted(required - self._confirmed))
+                            self.errors["hand-off timeout"] += 1
                             self._circuits_ready(job, seq, slot.index,
                                                  f"hand-off not confirmed ({missing}); the "
                                                  "previous flow did not arrive")
@@ -282,9 +291,12 @@ class ControllerService(pb_grpc.ControllerServicer):
                 self._circuits_ready(job, seq, slot.index,
                                      f"retune failed: {'; '.join(errors)}" if errors else "")
                 if errors:
+                    self.errors["retune failed"] += 1
                     logger.error("job %s slot %d: retune failed: %s", job.id, slot.index,
                                  "; ".join(errors))
                     return
+                if self.metrics is not None:
+                    self.metrics.overrun.observe(max(late, 0.0))
                 if late > 0:
                     logger.warning("job %s slot %d: circuits ready %.2f ms after the guard; "
                                    "raise [timing] command_ms or laser_tune_ms", job.id,
@@ -309,6 +321,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             if job is not None and request.ok and job.nodes and request.node_id == job.nodes[0]:
                 job.collectives_done += 1
         if not request.ok:
+            self.collectives_failed += 1
+            self.errors["collective failed"] += 1
             logger.warning("collective %d of %s failed at %s: %s", request.seq, request.job_id,
                            request.node_id, request.error)
         return pb.ReportCollectiveReply()
@@ -447,10 +461,15 @@ class ControllerServer:
     """The controller process: devices, the gRPC service, health and reflection."""
 
     def __init__(self, cfg: TestbedConfig, listen: str | None = None,
-                 devices: DeviceManager | None = None, max_workers: int = 32):
+                 devices: DeviceManager | None = None, max_workers: int = 32,
+                 metrics_listen: str | None = "127.0.0.1:0"):
         self.cfg = cfg
-        self.devices = devices or DeviceManager(cfg)
-        self.service = ControllerService(cfg, self.devices)
+        self.metrics = Metrics("oddl")
+        self.devices = devices or DeviceManager(
+            cfg, on_command=lambda d, op, s: self.metrics.command.labels(d, op).observe(s))
+        self.service = ControllerService(cfg, self.devices, self.metrics)
+        self.metrics.add_state(self._metric_state)
+        self.metrics_listen = metrics_listen
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                              thread_name_prefix="grpc"))
         pb_grpc.add_ControllerServicer_to_server(self.service, self.server)
@@ -470,16 +489,48 @@ class ControllerServer:
             self.devices.connect()
             self.devices.initialise(default_configuration(self.cfg))
         self.server.start()
+        if self.metrics_listen:
+            self.metrics.serve(self.metrics_listen)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         logger.info("controller for %s serving on %s", self.cfg.name, self.address)
 
+    def _metric_state(self) -> Iterator[Any]:
+        return _metric_state_of(self)
+
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving and release the devices (their optical state is left as it is)."""
         self.health.enter_graceful_shutdown()
+        self.metrics.close()
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
         self.devices.close()
+
+
+def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
+    svc, dm = server.service, server.devices
+    yield counter("oddl_reconfigurations_total", "Transmitter retunes applied", dm.reconfigurations)
+    yield counter("oddl_transactions_failed_total", "Reconfiguration transactions rolled back",
+                  dm.transactions_failed)
+    jobs = list(svc.jobs.jobs.values())
+    yield counter("oddl_guard_time_seconds_total", "Guard time in executed schedules",
+                  sum(j.guard_time_s for j in jobs))
+    done = None
+    for j in jobs:
+        done = counter("oddl_collectives_total", "Collectives completed, by job",
+                       j.collectives_done, {"job": j.id}, done)
+    if done is not None:
+        yield done
+    yield counter("oddl_collectives_failed_total", "Collectives that failed at some node",
+                  svc.collectives_failed)
+    kinds = None
+    for kind, n in sorted(svc.errors.items()):
+        kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
+    if kinds is not None:
+        yield kinds
+    now = time.monotonic()
+    yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
+                sum(1 for rec in list(svc.agents.values()) if svc._alive(rec, now)))
 
 
 def _slot_pairs(schedule: pb.Schedule) -> list[tuple[int, list[tuple[str, str, bool]]]]:

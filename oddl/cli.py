@@ -87,11 +87,11 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     from oddl.controller.service import ControllerServer
 
     cfg = load_testbed(args.config)
-    server = ControllerServer(cfg, args.listen)
+    server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None)
     server.start()
     try:
-        _print_ready({"ready": True, "address": server.address, "testbed": cfg.name},
-                     args.ready_file)
+        _print_ready({"ready": True, "address": server.address, "testbed": cfg.name,
+                      "metrics": server.metrics.address}, args.ready_file)
         _wait_for_signal()
     finally:
         server.stop()
@@ -111,8 +111,11 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
     agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind)
     try:
         agent.start()
+        if args.metrics:
+            agent.metrics.serve(args.metrics)
         _print_ready({"ready": True, "node": args.node, "local_api": agent.local_api,
-                      "data_address": agent.data_address}, args.ready_file)
+                      "data_address": agent.data_address, "metrics": agent.metrics.address},
+                     args.ready_file)
         _wait_for_signal()
     finally:
         agent.close()
@@ -235,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True)
     serve.add_argument("--listen", help="HOST:PORT (default: [controller] listen)")
     serve.add_argument("--ready-file", help="write the served address here as JSON")
+    serve.add_argument("--metrics", default="127.0.0.1:0",
+                       help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
     serve.set_defaults(func=cmd_controller_serve)
 
     ag = sub.add_parser("agent", help="a node agent").add_subparsers(dest="agent_cmd",
@@ -249,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
                         "and data_port)")
     aserve.add_argument("--ready-file")
+    aserve.add_argument("--metrics", default="127.0.0.1:0",
+                        help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
     aserve.set_defaults(func=cmd_agent_serve)
 
     demo = sub.add_parser("demo", help="run the emulated four-node testbed end to end")

@@ -40,6 +40,7 @@ class RunningTestbed:
     clients: list[AgentClient]
     operator: OperatorClient
     group: ProcessGroup
+    metrics: dict[str, str]
 
 
 def _start(tmp: Path, config: Path) -> RunningTestbed:
@@ -48,8 +49,10 @@ def _start(tmp: Path, config: Path) -> RunningTestbed:
         resolved = tmp / "testbed.resolved.toml"
         group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
                                               "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
+        ctl = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))
+        address = ctl["address"]
+        metrics = {"controller": ctl["metrics"]}
         cfg = load_testbed(resolved)
         clients = []
         for node in cfg.nodes:
@@ -57,7 +60,8 @@ def _start(tmp: Path, config: Path) -> RunningTestbed:
                 "agent", "serve", "--config", str(resolved), "--node", node.id,
                 "--controller", address))
             clients.append(AgentClient(info["local_api"], timeout_s=30))
-        return RunningTestbed(address, resolved, clients, OperatorClient(address), group)
+            metrics[node.id] = info["metrics"]
+        return RunningTestbed(address, resolved, clients, OperatorClient(address), group, metrics)
     except BaseException:
         group.stop_all()
         raise
@@ -253,3 +257,24 @@ def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
         tb.operator.cancel(j["id"])
     finally:
         _stop(tb)
+
+
+@pytest.mark.parametrize("job", [("halving-doubling", "optical")], indirect=True)
+def test_prometheus_metrics(testbed: RunningTestbed, job: dict):
+    import urllib.request
+
+    for out in allreduce_all(testbed.clients, _ints(11, 4096)):
+        assert isinstance(out, np.ndarray)
+
+    def scrape(url: str) -> str:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.read().decode()
+
+    controller = scrape(testbed.metrics["controller"])
+    assert "oddl_reconfigurations_total" in controller
+    assert 'oddl_device_command_seconds_count{device="laser0",op="tune"}' in controller
+    assert "oddl_agents_alive 4.0" in controller
+    agent = scrape(testbed.metrics["n0"])
+    assert "oddl_agent_slot_gate_error_seconds_bucket" in agent
+    assert 'oddl_agent_collectives_total{node="n0",outcome="ok"}' in agent
+    assert 'oddl_agent_bytes_sent_total{node="n0",peer="n1"}' in agent
