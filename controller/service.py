@@ -432,6 +432,15 @@ class ControllerService(pb_grpc.ControllerServicer):
                              light=dbm is not None)
         return out
 
+    def GetDeviceLog(self, request, context):  # noqa: N802
+        events = [e for e in list(self.devices.events)
+                  if not request.device or e.device in (request.device, "*")]
+        limit = request.limit or 100
+        return pb.DeviceLog(entries=[pb.DeviceLogEntry(time_ns=e.time_ns, device=e.device,
+                                                       action=e.action, ok=e.ok,
+                                                       detail=e.detail)
+                                     for e in events[-limit:]])
+
     def Reconfigure(self, request, context):  # noqa: N802
         kind = request.WhichOneof("change")
         if kind == "set_channel":

@@ -140,14 +140,76 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---- operator commands against a running controller ---------------------------------------
 
 
+def controller_address(args: argparse.Namespace) -> str:
+    """--controller, then ODDL_CONTROLLER, then --config's [controller] address, then the
+    testbed started with `oddl testbed up`."""
+    from oddl.testbed_cli import load_state
+
+    if args.controller:
+        return args.controller
+    if os.environ.get("ODDL_CONTROLLER"):
+        return os.environ["ODDL_CONTROLLER"]
+    if getattr(args, "config", None):
+        from oddl.config import load_testbed
+
+        cfg = load_testbed(args.config)
+        if cfg.controller.address:
+            return cfg.controller.address
+    state = load_state()
+    if state:
+        return state["controller"]
+    raise ConfigError("no controller address: pass --controller HOST:PORT, set "
+                      "ODDL_CONTROLLER, give --config with a [controller] address, or start "
+                      "one with `oddl testbed up`")
+
+
 def _controller(args: argparse.Namespace) -> Any:
     from oddl.operator import OperatorClient
 
-    address = args.controller or os.environ.get("ODDL_CONTROLLER")
-    if not address:
-        raise ConfigError("no controller address: pass --controller HOST:PORT or set "
-                          "ODDL_CONTROLLER")
-    return OperatorClient(address)
+    return OperatorClient(controller_address(args))
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    """Show nodes, devices and the grid."""
+    from oddl.operator import format_topology
+
+    topo = _controller(args).topology()
+    print(json.dumps(topo, indent=2) if args.json else format_topology(topo))
+    return EXIT_OK
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """Read every device back, or show the device log."""
+    from oddl.operator import format_device_log, format_devices
+
+    client = _controller(args)
+    if args.devices_cmd == "log":
+        entries = client.device_log(args.limit, args.device or "")
+        print(json.dumps(entries, indent=2) if args.json else format_device_log(entries))
+    else:
+        state = client.devices()
+        print(json.dumps(state, indent=2) if args.json else format_devices(state))
+    return EXIT_OK
+
+
+def cmd_schedule_show(args: argparse.Namespace) -> int:
+    """Show the slot schedule a job gets for a message size."""
+    from google.protobuf.json_format import MessageToDict
+
+    from oddl.operator import format_schedule
+    from oddl.plan_cli import parse_size
+
+    sched = _controller(args).schedule(args.job_id, parse_size(args.bytes), args.itemsize)
+    print(json.dumps(MessageToDict(sched, preserving_proto_field_name=True)) if args.json
+          else format_schedule(sched))
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """The live terminal view."""
+    from oddl.watch import watch
+
+    return watch(_controller(args), interval=args.interval, once=args.once)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -269,22 +331,56 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=cmd_demo)
 
-    def with_controller(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--controller", help="HOST:PORT (default: ODDL_CONTROLLER)")
-        sp.add_argument("--json", action="store_true")
+    def with_controller(sp: argparse.ArgumentParser, default: Any = None) -> argparse.ArgumentParser:
+        """Add --controller/--config/--json (sub-commands repeat them without defaults, so
+        they may stand before or after the sub-command)."""
+        sp.add_argument("--controller", default=default,
+                        help="HOST:PORT (default: ODDL_CONTROLLER, --config, or the testbed "
+                        "of `oddl testbed up`)")
+        sp.add_argument("--config", default=default,
+                        help="testbed file whose [controller] address to use")
+        sp.add_argument("--json", action="store_true",
+                        default=False if default is None else default)
         return sp
+
+    def sub_with_controller(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
+        return with_controller(group.add_parser(name, **kw), default=argparse.SUPPRESS)
 
     with_controller(sub.add_parser("status", help="agents, jobs, counters")).set_defaults(
         func=cmd_status)
+    with_controller(sub.add_parser("topology", help="nodes, devices, grid")).set_defaults(
+        func=cmd_topology)
+    dev = with_controller(sub.add_parser("devices", help="device state and log"))
+    dsub = dev.add_subparsers(dest="devices_cmd")
+    sub_with_controller(dsub, "state", help="read every device back (the default)")
+    dlog = sub_with_controller(dsub, "log", help="identify/stage/apply/tune/transaction events")
+    dlog.add_argument("--device", help="only this device")
+    dlog.add_argument("--limit", type=int, default=50)
+    dev.set_defaults(func=cmd_devices)
+    from oddl import optinc_cli, plan_cli, testbed_cli
+
+    ssub = plan_cli.register(sub)
+    testbed_cli.register(sub)
+    optinc_cli.register(sub)
+    show = with_controller(ssub.add_parser("show", help="the slots a running job gets for a "
+                                           "message size"))  # `schedule` itself has none
+    show.add_argument("job_id")
+    show.add_argument("--bytes", default="1MB", help="message size (e.g. 4MB)")
+    show.add_argument("--itemsize", type=int, default=4)
+    show.set_defaults(func=cmd_schedule_show)
+    w = with_controller(sub.add_parser("watch", help="live view of circuits, slots, devices"))
+    w.add_argument("--interval", type=float, default=1.0)
+    w.add_argument("--once", action="store_true", help="print one frame and exit")
+    w.set_defaults(func=cmd_watch)
     jobs = with_controller(sub.add_parser("jobs", help="list, submit, cancel jobs"))
     jsub = jobs.add_subparsers(dest="jobs_cmd")
-    jsub.add_parser("list")
-    js = jsub.add_parser("submit")
+    sub_with_controller(jsub, "list")
+    js = sub_with_controller(jsub, "submit")
     js.add_argument("--name", default="")
     js.add_argument("--nodes", default="", help="comma-separated, rank order (default: all)")
     js.add_argument("--collective", default="ring")
     js.add_argument("--network", default="optical", choices=("optical", "ideal"))
-    jc = jsub.add_parser("cancel")
+    jc = sub_with_controller(jsub, "cancel")
     jc.add_argument("job_id")
     jobs.set_defaults(func=cmd_jobs)
 
@@ -298,9 +394,6 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--dry-run", action="store_true")
     rc.add_argument("--yes", action="store_true", help="apply without asking")
     rc.set_defaults(func=cmd_reconfigure)
-    from oddl import plan_cli
-
-    plan_cli.register(sub)
     return p
 
 

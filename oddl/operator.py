@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
@@ -74,6 +75,11 @@ class OperatorClient:
         return self._call("GetSchedule", pb.GetScheduleRequest(
             job_id=job_id, message_bytes=message_bytes, itemsize=itemsize))
 
+    def device_log(self, limit: int = 100, device: str = "") -> list[dict[str, Any]]:
+        """The newest device-log entries."""
+        reply = self._call("GetDeviceLog", pb.GetDeviceLogRequest(limit=limit, device=device))
+        return _as_dict(reply).get("entries", [])
+
     def reconfigure(self, change: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         """Apply (or preview) one operator change."""
         req = pb.ReconfigureRequest(dry_run=dry_run, **{k: v for k, v in change.items()})
@@ -109,4 +115,76 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
         lines.append(f"{j['id']:<8} {j['state']:<10} {j['collective']:<18} {j['network']:<8} "
                      f"{','.join(j['nodes']):<16} {int(j['collectives_done']):>6} "
                      f"{int(j['reconfigurations']):>8}")
+    return "\n".join(lines)
+
+
+def _ago(time_ns: int | str) -> str:
+    t = int(time_ns)
+    return time.strftime("%H:%M:%S", time.localtime(t / 1e9)) + f".{(t // 1_000_000) % 1000:03d}"
+
+
+def format_topology(topo: dict[str, Any]) -> str:
+    """Nodes, devices and the grid as text."""
+    lines = [f"testbed {topo['testbed']}: grid {topo['grid_first_thz']} THz + k x "
+             f"{topo['grid_spacing_ghz']} GHz, {topo['grid_channels']} channels", "",
+             f"{'node':<6} {'host':<15} {'transmitter':<12} {'rx ch':>5} {'rx THz':>9} "
+             f"{'wss':<6} {'port':>4}"]
+    first, spacing = float(topo["grid_first_thz"]), float(topo["grid_spacing_ghz"])
+    for n in topo.get("nodes", []):
+        ch = int(n["rx_channel"])
+        lines.append(f"{n['id']:<6} {n['host']:<15} {n['transmitter']:<12} {ch:>5} "
+                     f"{first + (ch - 1) * spacing / 1000:>9.4f} {n['wss']:<6} "
+                     f"{int(n['out_port']):>4}")
+    lines += ["", f"{'device':<8} {'kind':<11} resource"]
+    for d in topo.get("devices", []):
+        lines.append(f"{d['id']:<8} {d['kind']:<11} {d['resource']}")
+    return "\n".join(lines)
+
+
+def format_devices(state: dict[str, Any]) -> str:
+    """Every device's read-back state as text."""
+    lines = [f"{'device':<8} {'kind':<11} {'ok':<4} state"]
+    for d in state.get("devices", []):
+        if not d["reachable"]:
+            desc = f"UNREACHABLE: {d.get('error', '')}"
+        elif d["kind"] == "itla":
+            desc = (f"ch {int(d['channel'])} {float(d['frequency_thz']):.4f} THz "
+                    f"{float(d['power_dbm']):.2f} dBm {'on' if d['output_enabled'] else 'off'}"
+                    f"{', locked' if d['locked'] else ', NOT locked'}")
+        elif d["kind"] == "wss":
+            routes = [r for r in d.get("routes", []) if int(r["port"])]
+            desc = " ".join(f"{int(r['channel'])}→{int(r['port'])}"
+                            + (f"({float(r['attenuation_db']):.1f}dB)"
+                               if float(r["attenuation_db"]) else "") for r in routes) or "all blocked"
+        else:
+            desc = " ".join(f"{int(m['channel'])}:"
+                            + (f"{float(m['power_dbm']):.1f}dBm" if m["light"] else "dark")
+                            for m in d.get("meter", []))
+        verified = f" (verified {_ago(d['verified_ns'])})" if int(d.get("verified_ns", 0)) else ""
+        lines.append(f"{d['id']:<8} {d['kind']:<11} {'yes' if d['reachable'] else 'NO':<4} "
+                     f"{desc}{verified}")
+    return "\n".join(lines)
+
+
+def format_device_log(entries: list[dict[str, Any]]) -> str:
+    """Device-log entries as text, oldest first."""
+    if not entries:
+        return "no device events"
+    return "\n".join(f"{_ago(e['time_ns'])} {e['device']:<8} {'ok ' if e['ok'] else 'ERR'} "
+                     f"{e['action']}: {e['detail']}" for e in entries)
+
+
+def format_schedule(sched: Any) -> str:
+    """A schedule (protobuf) as a slot table."""
+    lines = [f"{sched.collective} on job {sched.job_id}: {sched.n_elems:,} x {sched.itemsize} B, "
+             f"{len(sched.slots)} slots, {sched.reconfigurations} retunes, guard "
+             f"{sched.guard_total_s * 1e3:.3f} ms, makespan {sched.makespan_s * 1e3:.3f} ms, "
+             f"efficiency {sched.efficiency:.4f}",
+             f"{'slot':>4} {'step':>4} {'start ms':>9} {'data ms':>9} {'end ms':>9}  circuits"]
+    for s in sched.slots:
+        circuits = "  ".join(f"{c.src}->{c.dst} ch{c.channel}{'*' if c.retune else ''}"
+                             for c in s.circuits)
+        lines.append(f"{s.index:>4} {s.step:>4} {s.start_ns / 1e6:>9.3f} "
+                     f"{s.data_start_ns / 1e6:>9.3f} {s.end_ns / 1e6:>9.3f}  {circuits}")
+    lines.append("(* = the transmitter retunes in the slot's guard)")
     return "\n".join(lines)

@@ -77,8 +77,9 @@ def _param(text: str) -> tuple[str, Any]:
 # --------------------------------------------------------------------------- registration
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``plan`` and ``schedule`` commands to an argparse subparsers object."""
+def register(subparsers: Any) -> Any:
+    """Add the ``plan`` and ``schedule`` commands to an argparse subparsers object; return the
+    ``schedule`` sub-command group so that other modules can add to it."""
     plan = subparsers.add_parser(
         "plan",
         help="print a collective's plan: steps, circuits, wavelengths, retunes, bytes",
@@ -97,7 +98,7 @@ def register(subparsers: Any) -> None:
     )
     plan.set_defaults(func=cmd_plan)
 
-    sched = subparsers.add_parser("schedule", help="pictures of a collective's schedule")
+    sched = subparsers.add_parser("schedule", help="a job's slot schedule (show) or a picture of one (plot)")
     ssub = sched.add_subparsers(dest="schedule_cmd", required=True)
     plot = ssub.add_parser(
         "plot",
@@ -109,6 +110,7 @@ def register(subparsers: Any) -> None:
     _add_common(plot)
     plot.add_argument("--out", required=True, help="PNG file to write")
     plot.set_defaults(func=cmd_schedule_plot)
+    return ssub
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,27 +32,48 @@ def _die_with_parent() -> None:  # runs in the child before exec
 
 
 class ManagedProcess:
-    """One child process whose stderr goes to a log file and whose first stdout line is JSON."""
+    """One child process whose stderr goes to a log file and whose first stdout line is JSON.
 
-    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None):
+    A detached child (`detach=True`) writes its stdout to a file in the log folder and
+    outlives this process (`oddl testbed up`); otherwise it dies with its parent.
+    """
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path,
+                 env: dict[str, str] | None = None, detach: bool = False):
         self.name = name
         self.argv = argv
         self.log_path = log_dir / f"{name}.log"
+        self.out_path = log_dir / f"{name}.out"
+        self.detached = detach
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self._out = open(self.out_path, "wb") if detach else None  # noqa: SIM115
         self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            argv, stdout=self._out if detach else subprocess.PIPE, stderr=self._log,
+            stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") and not detach
+            else None)
         self.info: dict[str, Any] = {}
 
-    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait for the child's ready line; raise with the log's tail if it fails or stalls."""
+    def _first_line(self, timeout: float) -> bytes:
+        if self.detached:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                text = self.out_path.read_bytes()
+                if b"\n" in text:
+                    return text.split(b"\n", 1)[0] + b"\n"
+                time.sleep(0.05)
+            return b""
         line: list[bytes] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),
                                   daemon=True)
         reader.start()
         reader.join(timeout)
-        if not line or not line[0]:
+        return line[0] if line else b""
+
+    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait for the child's ready line; raise with the log's tail if it fails or stalls."""
+        line = [self._first_line(timeout)]
+        if not line[0]:
             self.stop()
             raise OddlError(f"{self.name} did not become ready within {timeout:.0f} s "
                             f"(exit code {self.proc.poll()}); its log {self.log_path} ends with:\n"
@@ -85,10 +107,16 @@ class ManagedProcess:
                 logger.warning("%s did not stop within %.0f s; killing it", self.name, grace)
                 self.proc.kill()
                 self.proc.wait(5)
+        self.release()
+        return self.proc.returncode
+
+    def release(self) -> None:
+        """Close this side's file handles (a detached child keeps running)."""
         if self.proc.stdout:
             self.proc.stdout.close()
+        if self._out is not None:
+            self._out.close()
         self._log.close()
-        return self.proc.returncode
 
 
 class ProcessGroup:
@@ -98,9 +126,10 @@ class ProcessGroup:
         self.log_dir = log_dir
         self.procs: list[ManagedProcess] = []
 
-    def start(self, name: str, argv: list[str], timeout: float = 30.0) -> dict[str, Any]:
+    def start(self, name: str, argv: list[str], timeout: float = 30.0,
+              detach: bool = False) -> dict[str, Any]:
         """Start a child and wait for its ready line."""
-        p = ManagedProcess(name, argv, self.log_dir)
+        p = ManagedProcess(name, argv, self.log_dir, detach=detach)
         self.procs.append(p)
         return p.wait_ready(timeout)
 

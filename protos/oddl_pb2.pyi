@@ -519,6 +519,34 @@ class WssRoute(_message.Message):
     attenuation_db: float
     def __init__(self, channel: _Optional[int] = ..., port: _Optional[int] = ..., attenuation_db: _Optional[float] = ...) -> None: ...
 
+class GetDeviceLogRequest(_message.Message):
+    __slots__ = ("limit", "device")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    device: str
+    def __init__(self, limit: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+
+class DeviceLog(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DeviceLogEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[DeviceLogEntry, _Mapping]]] = ...) -> None: ...
+
+class DeviceLogEntry(_message.Message):
+    __slots__ = ("time_ns", "device", "action", "ok", "detail")
+    TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    time_ns: int
+    device: str
+    action: str
+    ok: bool
+    detail: str
+    def __init__(self, time_ns: _Optional[int] = ..., device: _Optional[str] = ..., action: _Optional[str] = ..., ok: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
+
 class ReconfigureRequest(_message.Message):
     __slots__ = ("set_channel", "set_route", "dry_run")
     SET_CHANNEL_FIELD_NUMBER: _ClassVar[int]

@@ -104,6 +104,11 @@ class ControllerStub:
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
                 response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
                 _registered_method=True)
+        self.GetDeviceLog = channel.unary_unary(
+                '/oddl.v1.Controller/GetDeviceLog',
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
+                _registered_method=True)
         self.Reconfigure = channel.unary_unary(
                 '/oddl.v1.Controller/Reconfigure',
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
@@ -211,6 +216,13 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDeviceLog(self, request, context):
+        """The device log: identify, stage, apply, tune and transaction outcomes, newest last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Reconfigure(self, request, context):
         """Operator: set a transceiver channel or a WSS route by hand, as one verified transaction.
         """
@@ -290,6 +302,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.GetDeviceState,
                     request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.FromString,
                     response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.SerializeToString,
+            ),
+            'GetDeviceLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeviceLog,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.SerializeToString,
             ),
             'Reconfigure': grpc.unary_unary_rpc_method_handler(
                     servicer.Reconfigure,
@@ -675,6 +692,33 @@ class Controller:
             '/oddl.v1.Controller/GetDeviceState',
             oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
             oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeviceLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oddl.v1.Controller/GetDeviceLog',
+            oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
             options,
             channel_credentials,
             insecure,
