@@ -37,10 +37,26 @@ EMULATORS = {"itla": "itla_emulator", "wss": "wss_emulator", "powermeter": "powe
 """`oddl emulate NAME` → the module in oddl.drivers that serves it."""
 
 
-def _setup_logging(verbosity: int) -> None:
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log record (`--log-json` or ODDL_LOG_FORMAT=json)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+                 "level": record.levelname, "logger": record.name, "pid": record.process,
+                 "thread": record.threadName, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _setup_logging(verbosity: int, json_logs: bool = False) -> None:
     level = logging.WARNING - 10 * verbosity
-    logging.basicConfig(level=max(level, logging.DEBUG), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    if json_logs or os.environ.get("ODDL_LOG_FORMAT") == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
 
 
 def _wait_for_signal() -> None:
@@ -276,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "networks carrying distributed deep learning (ODDL).")
     p.add_argument("--version", action="version", version=f"oddl {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv debug)")
+    p.add_argument("--log-json", action="store_true",
+                   help="log one JSON object per line (also ODDL_LOG_FORMAT=json)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     cfg = sub.add_parser("config", help="testbed files").add_subparsers(dest="config_cmd",
@@ -401,9 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    verbose = 0
-    while argv and argv[0] in ("-v", "-vv", "-vvv", "--verbose"):
-        verbose += argv[0].count("v") if argv[0] != "--verbose" else 1
+    verbose, json_logs = 0, False
+    while argv and argv[0] in ("-v", "-vv", "-vvv", "--verbose", "--log-json"):
+        if argv[0] == "--log-json":
+            json_logs = True
+        else:
+            verbose += argv[0].count("v") if argv[0] != "--verbose" else 1
         argv = argv[1:]
     # emulator sub-commands own their options: parse them with the module's own parser
     if len(argv) >= 2 and argv[0] == "emulate" and argv[1] in EMULATORS:
@@ -412,10 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sp.add_argument("-v", "--verbose", action="count", default=0)
         add_arguments(sp)
         args = sp.parse_args(argv[2:])
-        _setup_logging(verbose + args.verbose)
+        _setup_logging(verbose + args.verbose, json_logs)
         return _guard(lambda: run(args))
     args = parser.parse_args(argv)
-    _setup_logging(verbose + args.verbose)
+    _setup_logging(verbose + args.verbose, json_logs)
     return _guard(lambda: args.func(args))
 
 
