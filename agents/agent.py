@@ -88,6 +88,10 @@ class Agent:
         self._reports: queue.Queue[Any] = queue.Queue()
         self._circuits: dict[tuple[str, int, int], str] = {}
         self._current_job = ""
+        self._cancel = threading.Event()
+        self._running = threading.Event()
+        self._abort_reason = ""
+        self._pending_ready: pb.ReadyCollectiveRequest | None = None
         self._channel = grpc.insecure_channel(controller)
         self._stub = pb_grpc.ControllerStub(self._channel)
         node = cfg.node(node_id)
@@ -158,6 +162,14 @@ class Agent:
         self.heartbeat_s = reply.heartbeat_interval_s or 1.0
         logger.info("%s registered with %s (session %s)", self.node_id, self.controller,
                     self.session)
+        pending = self._pending_ready
+        if pending is not None:
+            # the controller may have restarted and lost the barrier: enter it again
+            try:
+                self._stub.ReadyCollective(pending, timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                logger.warning("%s: re-entering collective %d failed: %s", self.node_id,
+                               pending.seq, exc.code() if hasattr(exc, "code") else exc)
 
     def sync_clock(self, samples: int = 8) -> ClockEstimate:
         """Estimate the controller-minus-agent clock offset from a few exchanges."""
@@ -204,9 +216,11 @@ class Agent:
         if kind == "assigned":
             job = event.assigned.job
             old = self.jobs.get(job.id)
+            # a fresh (restarted) agent continues after the job's last collective; one that
+            # knows the job keeps its own count (it may be a collective behind its peers)
+            next_seq = old.next_seq if old else max(1, event.assigned.next_seq)
             self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.assigned.rank,
-                                         job.network, job.collective,
-                                         next_seq=old.next_seq if old else 1)
+                                         job.network, job.collective, next_seq=next_seq)
             if isinstance(self.link, DirectLink):
                 self.link.set_peers(dict(event.assigned.peers))
             logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id,
@@ -214,6 +228,13 @@ class Agent:
         elif kind == "go":
             with self._go_cond:
                 self._go[(event.go.job_id, event.go.seq)] = event.go
+                self._go_cond.notify_all()
+        elif kind == "peer_lost":
+            lost = event.peer_lost
+            if self._current_job == lost.job_id and self._running.is_set():
+                self._abort_reason = lost.reason
+                self._cancel.set()
+            with self._go_cond:
                 self._go_cond.notify_all()
         elif kind == "circuits_ready":
             cr = event.circuits_ready
@@ -401,6 +422,7 @@ class Agent:
             self._stub.ReadyCollective(req, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
             raise _rpc_error(exc, f"entering collective {seq} of job {job.id}") from exc
+        self._pending_ready = req  # re-sent if the controller restarts before the start signal
         job.next_seq += 1
         return seq
 
@@ -418,6 +440,7 @@ class Agent:
                         "not every node of the job called allreduce (check the other training "
                         "processes and `oddl status`)")
                 self._go_cond.wait(min(remaining, 0.1))
+            self._pending_ready = None
             return self._go.pop((job.id, seq))
 
     def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
@@ -429,14 +452,23 @@ class Agent:
             network=job.network, receive_timeout_s=self.cfg.timing.receive_timeout_ms / 1000.0)
         ok, error = True, ""
         self._current_job = job.id
+        self._abort_reason = ""
+        self._cancel.clear()
+        self._running.set()
         try:
-            out = run_collective(run, array, self.link, self.gate, handoffs=self)
+            out = run_collective(run, array, self.link, self.gate, cancel=self._cancel,
+                                 handoffs=self)
             self.done += 1
             return out
         except CollectiveError as exc:
             ok, error = False, str(exc)
+            if self._abort_reason:
+                error = (f"{self.node_id}: collective {seq} of job {job.id} ended: "
+                         f"{self._abort_reason}")
+                raise CollectiveError(error) from exc
             raise
         finally:
+            self._running.clear()
             self.link.inbox.discard(job.id, seq)
             with self._go_cond:
                 for key in [k for k in self._circuits if k[0] == job.id and k[1] <= seq]:
@@ -450,6 +482,8 @@ class Agent:
         with self._go_cond:
             while key not in self._circuits:
                 remaining = deadline - time.time()
+                if self._cancel.is_set():
+                    raise CollectiveError(f"{self.node_id}: collective {seq} was cancelled")
                 if remaining <= 0 or self._stop.is_set():
                     raise CollectiveError(
                         f"{self.node_id}: the controller did not confirm the retune for slot "

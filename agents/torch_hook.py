@@ -20,16 +20,16 @@ float64 together with its absolute values, and fails the bucket (the future rais
 `AllreduceMismatch`, so DDP's backward raises) if the optical sum differs from that exact
 reduction by more than float summation order allows: (N-1)·eps·Σ|x|.
 
-Only imported where torch is wanted (the optional extra `oddl[torch]`).
+Only imported where torch is wanted (the optional extra `oddl[torch]`). No
+`from __future__ import annotations` here: DDP checks the hook's annotations at run time
+(`bucket: dist.GradBucket`, returning `torch.futures.Future[torch.Tensor]`).
 """
-
-from __future__ import annotations
 
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,14 +45,6 @@ __all__ = ["AllreduceMismatch", "OpticalHookState", "optical_allreduce_hook", "r
 
 class AllreduceMismatch(CollectiveError):
     """The optical all-reduce of a bucket differs from the exact reduction."""
-
-
-class Bucket(Protocol):
-    """What the hook uses of `torch.distributed.GradBucket`."""
-
-    def index(self) -> int: ...
-
-    def buffer(self) -> torch.Tensor: ...
 
 
 class OpticalHookState:
@@ -163,8 +155,11 @@ class OpticalHookState:
 
 
 def optical_allreduce_hook(state: OpticalHookState,
-                           bucket: Bucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: average the bucket's flat gradient over the nodes through the agent."""
+                           bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: average the bucket's flat gradient over the nodes through the agent.
+
+    Uses only `bucket.index()` and `bucket.buffer()`, so tests may pass a stand-in.
+    """
     buffer = bucket.buffer()
     index = bucket.index()
     flat = buffer.detach()

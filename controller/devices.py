@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oddl.config import DeviceConfig, TestbedConfig
+from oddl.controller.store import Store
 from oddl.drivers.interfaces import (
     BLOCKED_DB,
     Route,
@@ -99,9 +100,11 @@ class DeviceManager:
     """Owns the drivers of a testbed and the last verified configuration."""
 
     def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None,
-                 on_command: Callable[[str, str, float], None] | None = None):
+                 on_command: Callable[[str, str, float], None] | None = None,
+                 store: Store | None = None):
         self.cfg = cfg
         self.on_command = on_command
+        self.store = store
         self.drivers: dict[str, Any] = dict(drivers) if drivers is not None else {}
         self.verified = Configuration()
         self.verified_ns: dict[str, int] = {}
@@ -132,18 +135,69 @@ class DeviceManager:
 
     def initialise(self, target: Configuration) -> None:
         """Bring every transmitter up (grid, power, channel, output on) and apply `target`."""
-        grid = self.cfg.grid
         for dev in self.cfg.devices_of("itla"):
-            drv: TunableTransceiver = self.drivers[dev.id]
-            self._log(dev.id, "identify", True, str(drv.identify()))
-            drv.disable_output()
-            drv.configure_grid(grid.first_thz, grid.spacing_ghz)
-            drv.set_power_dbm(dev.power_dbm)
-            drv.set_channel(target.channels.get(dev.id, 1))
-            drv.enable_output()
+            self._log(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
+            self._bring_up(dev.id, target.channels.get(dev.id, 1))
         for dev in self.cfg.devices_of("wss"):
             self._log(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
         self.transact(target, reason="initialise")
+
+    def _bring_up(self, tx: str, channel: int) -> None:
+        """Output off, grid, power set-point, channel, output on (the ITLA start-up order)."""
+        dev = self.cfg.device(tx)
+        drv: TunableTransceiver = self.drivers[tx]
+        drv.disable_output()
+        drv.configure_grid(self.cfg.grid.first_thz, self.cfg.grid.spacing_ghz)
+        drv.set_power_dbm(dev.power_dbm)
+        drv.set_channel(channel)
+        drv.enable_output()
+
+    def reconcile(self, stored: Configuration, stamps: Mapping[str, int]) -> dict[str, list[str]]:
+        """After a controller restart: read every device back and adopt what still matches the
+        stored verified configuration without sending anything; bring back only the rest.
+
+        Returns {"adopted": [...], "restored": [...]} device ids.
+        """
+        with self._lock:
+            self.check_limits(stored)
+            readings = self._read_all(stored)
+            adopted, restored = [], []
+            for tx, ch in stored.channels.items():
+                st: TransceiverState = readings[tx]
+                if st.channel == ch and st.locked and st.output_enabled:
+                    adopted.append(tx)
+                else:
+                    self._bring_up(tx, ch)
+                    restored.append(tx)
+            for wss_id, table in stored.wss_tables.items():
+                active = readings[wss_id]
+                if all(active.get(ch) == route for ch, route in table.items()):
+                    adopted.append(wss_id)
+                else:
+                    self.drivers[wss_id].stage(dict(table))
+                    self.drivers[wss_id].apply()
+                    restored.append(wss_id)
+            self._verify(stored)
+            self.verified = stored
+            now = time.time_ns()
+            for dev in adopted:
+                self.verified_ns[dev] = stamps.get(dev, now)
+            for dev in restored:
+                self.verified_ns[dev] = now
+            self._persist(stored, restored, now)
+            self._log("*", "reconcile after restart", True,
+                      f"adopted {', '.join(adopted) or 'nothing'}; "
+                      f"restored {', '.join(restored) or 'nothing'}")
+            return {"adopted": adopted, "restored": restored}
+
+    def _persist(self, config: Configuration, devices: list[str], now: int) -> None:
+        if self.store is None:
+            return
+        for dev in devices:
+            if dev in config.channels:
+                self.store.save_channel(dev, config.channels[dev], now)
+            elif dev in config.wss_tables:
+                self.store.save_table(dev, dict(config.wss_tables[dev]), now)
 
     def close(self) -> None:
         """Release every driver (optical state is left as it is) and the worker pool."""
@@ -214,6 +268,7 @@ class DeviceManager:
             now = time.time_ns()
             for dev in list(target.channels) + list(target.wss_tables):
                 self.verified_ns[dev] = now
+            self._persist(target, list(target.channels) + list(target.wss_tables), now)
             self._log("*", f"transaction {reason}", True, _describe(before, target))
             return target
 
@@ -339,6 +394,7 @@ class DeviceManager:
                 now = time.time_ns()
                 for tx in channels:
                     self.verified_ns[tx] = now
+                self._persist(self.verified, list(channels), now)
         return errors
 
     # ---- reading ----------------------------------------------------------------------
@@ -363,8 +419,17 @@ class DeviceManager:
             out[dev.id] = entry
         return out
 
+    def load_events(self) -> None:
+        """Put the stored event log back into memory (after a restart)."""
+        if self.store is not None:
+            for t, d, a, ok, det in self.store.events(self.events.maxlen or 2000):
+                self.events.append(DeviceEvent(t, d, a, ok, det))
+
     def _log(self, device: str, action: str, ok: bool, detail: str = "") -> None:
-        self.events.append(DeviceEvent(time.time_ns(), device, action, ok, detail))
+        event = DeviceEvent(time.time_ns(), device, action, ok, detail)
+        self.events.append(event)
+        if self.store is not None:
+            self.store.add_event(event.time_ns, device, action, ok, detail)
         (logger.info if ok else logger.warning)("device %s: %s %s %s", device, action,
                                                 "ok" if ok else "FAILED", detail)
 

@@ -13,6 +13,7 @@ import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from oddl.controller.scheduling import (
     make_plan,
     schedule_plan,
 )
+from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
 from oddl.errors import OddlError, OperationRefused
 
@@ -82,24 +84,56 @@ class JobRecord:
     collectives_done: int = 0
     reconfigurations: int = 0
     guard_time_s: float = 0.0
+    last_seq: int = 0
+    """The highest collective sequence number any node has entered (rejoining agents continue
+    after it)."""
     ready: dict[int, dict[str, tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    failed_seqs: set[int] = field(default_factory=set)
     schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule] = field(default_factory=dict)
+
+    PERSISTED = ("id", "name", "nodes", "collective", "network", "params", "submitted_ns",
+                 "state", "reason", "collectives_done", "reconfigurations", "guard_time_s",
+                 "last_seq")
 
     @property
     def running(self) -> bool:
         """True until the job is cancelled or fails."""
         return self.state == "running"
 
+    def to_doc(self) -> dict[str, Any]:
+        """The durable part of the job."""
+        return {k: (list(v) if isinstance(v, tuple) else v)
+                for k in self.PERSISTED for v in [getattr(self, k)]}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> JobRecord:
+        """A job as stored by `to_doc`."""
+        values = {k: doc[k] for k in cls.PERSISTED if k in doc}
+        values["nodes"] = tuple(values["nodes"])
+        return cls(**values)
+
 
 class JobManager:
     """Admits jobs, builds their schedules and runs their barriers."""
 
-    def __init__(self, cfg: TestbedConfig, topology: Topology, timing: TimingModel):
+    def __init__(self, cfg: TestbedConfig, topology: Topology, timing: TimingModel,
+                 store: Store | None = None):
         self.cfg = cfg
         self.topology = topology
         self.timing = timing
+        self.store = store
         self.jobs: dict[str, JobRecord] = {}
-        self._ids = itertools.count(1)
+        for doc in store.jobs() if store else []:
+            job = JobRecord.from_doc(doc)
+            self.jobs[job.id] = job
+        first = 1 + max((int(j.split("-")[-1]) for j in self.jobs if j.split("-")[-1].isdigit()),
+                        default=0)
+        self._ids = itertools.count(first)
+
+    def save(self, job: JobRecord) -> None:
+        """Persist a job's durable fields (no-op without a store)."""
+        if self.store is not None:
+            self.store.save_job(job.to_doc())
 
     # ---- admission --------------------------------------------------------------------
     def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
@@ -146,6 +180,7 @@ class JobManager:
                     channels[c.transmitter] = c.channel
             target = Configuration(channels, tables)
         self.jobs[job.id] = job
+        self.save(job)
         return job, target
 
     def _check_capacity(self, collective: str, params: Mapping[str, str],
@@ -185,6 +220,7 @@ class JobManager:
         if job.running:
             job.state, job.reason = state, reason
             job.ready.clear()
+            self.save(job)
         return job
 
     # ---- schedules --------------------------------------------------------------------
@@ -214,6 +250,10 @@ class JobManager:
         if node not in job.nodes:
             raise OperationRefused(f"node {node} is not part of job {job_id} "
                                    f"(nodes {', '.join(job.nodes)})")
+        if seq in job.failed_seqs:
+            return Barrier(job_id, seq, 0, 0, error=f"collective {seq} of job {job_id} was "
+                           "already abandoned (a node failed); continue with the next one")
+        job.last_seq = max(job.last_seq, seq)
         entries = job.ready.setdefault(seq, {})
         entries[node] = (tuple(int(x) for x in shape), dtype)
         if len(entries) < len(job.nodes):
@@ -235,6 +275,17 @@ class JobManager:
         except TypeError:
             return Barrier(job_id, seq, 0, 0, error=f"unknown dtype {dtype_!r}")
         return Barrier(job_id, seq, n, itemsize)
+
+
+    def abandon_pending(self, job: JobRecord, reason: str) -> list[Barrier]:
+        """Fail every barrier of `job` still waiting for nodes (a participant died)."""
+        failed = []
+        for seq in sorted(job.ready):
+            job.failed_seqs.add(seq)
+            failed.append(Barrier(job.id, seq, 0, 0, error=f"collective {seq} of job {job.id} "
+                                  f"abandoned: {reason}"))
+        job.ready.clear()
+        return failed
 
 
 def _plan_params(params: Mapping[str, str]) -> dict[str, object]:

@@ -26,6 +26,7 @@ from oddl.config import TestbedConfig
 from oddl.controller.devices import Configuration, DeviceManager, TransactionError
 from oddl.controller.jobs import JobManager, JobRecord, timing_from_config, topology_from_config
 from oddl.controller.scheduling import Schedule, handoffs
+from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
 from oddl.errors import OddlError, OperationRefused, SafetyLimitError
 from oddl.metrics import Metrics, counter, gauge
@@ -49,6 +50,7 @@ class AgentRecord:
     events: queue.Queue[pb.ScheduleEvent] = field(default_factory=queue.Queue)
     stream_generation: int = 0
     heartbeat: pb.HeartbeatRequest = field(default_factory=pb.HeartbeatRequest)
+    dead: bool = False
 
 
 def schedule_to_proto(sched: Schedule, job_id: str) -> pb.Schedule:
@@ -80,13 +82,13 @@ class ControllerService(pb_grpc.ControllerServicer):
     """The Controller gRPC service."""
 
     def __init__(self, cfg: TestbedConfig, devices: DeviceManager,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, store: Store | None = None):
         self.cfg = cfg
         self.devices = devices
         self.metrics = metrics
         self.topology = topology_from_config(cfg)
         self.timing = timing_from_config(cfg)
-        self.jobs = JobManager(cfg, self.topology, self.timing)
+        self.jobs = JobManager(cfg, self.topology, self.timing, store)
         self.agents: dict[str, AgentRecord] = {}
         self._lock = threading.RLock()
         self._executors: dict[str, threading.Thread] = {}
@@ -132,7 +134,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         peers = {n: self.agents[n].data_address for n in job.nodes
                  if n in self.agents and self.agents[n].data_address}
         return pb.ScheduleEvent(assigned=pb.JobAssigned(job=self._job_pb(job),
-                                                        rank=job.nodes.index(node), peers=peers))
+                                                        rank=job.nodes.index(node), peers=peers,
+                                                        next_seq=job.last_seq + 1))
 
     def _push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent) -> None:
         for n in nodes:
@@ -174,6 +177,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 return pb.HeartbeatReply(controller_time_ns=time.time_ns(), reregister=True)
             rec.last_seen = time.monotonic()
             rec.heartbeat = request
+            rec.dead = False
         return pb.HeartbeatReply(controller_time_ns=time.time_ns())
 
     def SyncClock(self, request, context):  # noqa: N802
@@ -238,6 +242,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             t.start()
         job.guard_time_s += sched.guard_total_s
         self._push(job.nodes, pb.ScheduleEvent(go=go))
+        self.jobs.save(job)
         return pb.ReadyCollectiveReply()
 
     def _node_channels(self, job: JobRecord) -> dict[str, int | None]:
@@ -305,6 +310,35 @@ class ControllerService(pb_grpc.ControllerServicer):
             with self._confirm_cond:
                 self._confirmed = {c for c in self._confirmed if not (c[0] == job.id and c[1] <= seq)}
 
+    def monitor(self) -> None:
+        """Detect dead agents (no heartbeat for three intervals) until the service closes."""
+        interval = self.cfg.controller.heartbeat_s
+        while not self._stop.wait(interval / 2):
+            now = time.monotonic()
+            with self._lock:
+                dying = [rec for rec in self.agents.values()
+                         if not rec.dead and not self._alive(rec, now)]
+                for rec in dying:
+                    rec.dead = True
+                    self._lost(rec, now - rec.last_seen)
+
+    def _lost(self, rec: AgentRecord, silent_s: float) -> None:
+        """End the collectives a dead agent takes part in, at every other participant."""
+        reason = (f"node {rec.node_id} stopped answering (no heartbeat for {silent_s:.1f} s); "
+                  "its agent can rejoin by restarting")
+        logger.warning("%s", reason)
+        self.errors["agent lost"] += 1
+        self.devices._log(rec.node_id, "agent lost", False, reason)
+        for job in self.jobs.jobs.values():
+            if not job.running or rec.node_id not in job.nodes:
+                continue
+            others = tuple(n for n in job.nodes if n != rec.node_id)
+            for barrier in self.jobs.abandon_pending(job, reason):
+                self._push(others, pb.ScheduleEvent(go=pb.CollectiveGo(
+                    job_id=job.id, seq=barrier.seq, error=barrier.error)))
+            self._push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
+                job_id=job.id, node_id=rec.node_id, reason=reason)))
+
     def _circuits_ready(self, job: JobRecord, seq: int, slot: int, error: str) -> None:
         self._push(job.nodes, pb.ScheduleEvent(circuits_ready=pb.CircuitsReady(
             job_id=job.id, seq=seq, slot=slot, error=error)))
@@ -320,6 +354,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             job = self.jobs.jobs.get(request.job_id)
             if job is not None and request.ok and job.nodes and request.node_id == job.nodes[0]:
                 job.collectives_done += 1
+                self.jobs.save(job)
         if not request.ok:
             self.collectives_failed += 1
             self.errors["collective failed"] += 1
@@ -471,12 +506,15 @@ class ControllerServer:
 
     def __init__(self, cfg: TestbedConfig, listen: str | None = None,
                  devices: DeviceManager | None = None, max_workers: int = 32,
-                 metrics_listen: str | None = "127.0.0.1:0"):
+                 metrics_listen: str | None = "127.0.0.1:0", state: str | None = None):
         self.cfg = cfg
         self.metrics = Metrics("oddl")
+        path = state if state is not None else cfg.controller.state
+        self.store = Store(path) if path else None
         self.devices = devices or DeviceManager(
-            cfg, on_command=lambda d, op, s: self.metrics.command.labels(d, op).observe(s))
-        self.service = ControllerService(cfg, self.devices, self.metrics)
+            cfg, on_command=lambda d, op, s: self.metrics.command.labels(d, op).observe(s),
+            store=self.store)
+        self.service = ControllerService(cfg, self.devices, self.metrics, self.store)
         self.metrics.add_state(self._metric_state)
         self.metrics_listen = metrics_listen
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
@@ -493,11 +531,20 @@ class ControllerServer:
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
 
     def start(self, initialise_devices: bool = True) -> None:
-        """Connect the devices, bring them to the default configuration and serve."""
+        """Connect the devices, bring them to the stored (or default) configuration, serve."""
         if initialise_devices:
             self.devices.connect()
-            self.devices.initialise(default_configuration(self.cfg))
+            channels, tables, stamps = self.store.verified() if self.store else ({}, {}, {})
+            if channels or tables:
+                self.devices.load_events()
+                result = self.devices.reconcile(Configuration(channels, tables), stamps)
+                logger.info("resumed from %s: adopted %s, restored %s", self.store.path,
+                            result["adopted"], result["restored"])
+            else:
+                self.devices.initialise(default_configuration(self.cfg))
         self.server.start()
+        threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
+                         daemon=True).start()
         if self.metrics_listen:
             self.metrics.serve(self.metrics_listen)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -514,6 +561,8 @@ class ControllerServer:
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
         self.devices.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _metric_state_of(server: ControllerServer) -> Iterator[Any]:

@@ -103,7 +103,8 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     from oddl.controller.service import ControllerServer
 
     cfg = load_testbed(args.config)
-    server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None)
+    server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
+                              state=args.state)
     server.start()
     try:
         _print_ready({"ready": True, "address": server.address, "testbed": cfg.name,
@@ -320,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-file", help="write the served address here as JSON")
     serve.add_argument("--metrics", default="127.0.0.1:0",
                        help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+    serve.add_argument("--state", help="SQLite file to persist jobs, verified device state and "
+                       "events in, and to resume from (default: [controller] state)")
     serve.set_defaults(func=cmd_controller_serve)
 
     ag = sub.add_parser("agent", help="a node agent").add_subparsers(dest="agent_cmd",

@@ -79,6 +79,8 @@ class ControllerConfig:
     listen: str = "127.0.0.1:0"
     address: str = ""
     heartbeat_s: float = 1.0
+    state: str = ""
+    """SQLite file of jobs, verified device state and events ("" = not persisted)."""
 
 
 @dataclass(frozen=True)
@@ -370,7 +372,7 @@ class _Parser:
             "address": (self.text(), ""), "listen": (self.text(), "127.0.0.1:0")}))
         controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
             "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
-            "heartbeat_s": (self.num(positive=True), 1.0)}))
+            "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), "")}))
         devices = self.devices(doc.get("devices"), grid)
         nodes = self.nodes(doc.get("nodes"), grid, devices)
         fibres = self.fibres(doc.get("fibres"), nodes, devices)

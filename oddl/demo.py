@@ -242,8 +242,9 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
         emu = group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
                                                     "--resolved", str(resolved)))
         say("starting the controller")
-        ctl = group.start("controller", oddl_command("controller", "serve", "--config",
-                                                     str(resolved), "--listen", "127.0.0.1:0"))
+        ctl = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0",
+            "--state", str(run_dir / "controller.sqlite")))
         address = ctl["address"]
         from oddl.config import load_testbed
 

@@ -62,8 +62,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                                               "--resolved", str(resolved)), detach=True)
         say(f"[2/{total}] controller")
         ctl = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"),
-            detach=True)
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0",
+            "--state", str(run_dir / "controller.sqlite")), detach=True)
         cfg = load_testbed(resolved)
         agents = {}
         for i, node in enumerate(cfg.nodes):

@@ -91,16 +91,18 @@ class WatchScheduleRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class ScheduleEvent(_message.Message):
-    __slots__ = ("assigned", "go", "ended", "circuits_ready")
+    __slots__ = ("assigned", "go", "ended", "circuits_ready", "peer_lost")
     ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     GO_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
     CIRCUITS_READY_FIELD_NUMBER: _ClassVar[int]
+    PEER_LOST_FIELD_NUMBER: _ClassVar[int]
     assigned: JobAssigned
     go: CollectiveGo
     ended: JobEnded
     circuits_ready: CircuitsReady
-    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ..., circuits_ready: _Optional[_Union[CircuitsReady, _Mapping]] = ...) -> None: ...
+    peer_lost: PeerLost
+    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ..., circuits_ready: _Optional[_Union[CircuitsReady, _Mapping]] = ..., peer_lost: _Optional[_Union[PeerLost, _Mapping]] = ...) -> None: ...
 
 class CircuitsReady(_message.Message):
     __slots__ = ("job_id", "seq", "slot", "error")
@@ -133,7 +135,7 @@ class ConfirmDeliveryReply(_message.Message):
     def __init__(self) -> None: ...
 
 class JobAssigned(_message.Message):
-    __slots__ = ("job", "rank", "peers")
+    __slots__ = ("job", "rank", "peers", "next_seq")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -144,10 +146,22 @@ class JobAssigned(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     job: Job
     rank: int
     peers: _containers.ScalarMap[str, str]
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    next_seq: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Mapping[str, str]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class PeerLost(_message.Message):
+    __slots__ = ("job_id", "node_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobEnded(_message.Message):
     __slots__ = ("job_id", "reason")

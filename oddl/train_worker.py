@@ -1,0 +1,215 @@
+"""One data-parallel training process of `oddl demo --train`: `python -m oddl.train_worker`.
+
+Trains a small CNN on scikit-learn's digits (8x8 images, shipped offline) with torch's
+DistributedDataParallel over gloo, once per network named in `--networks`:
+
+- `optical`: the gradient buckets go through the local oddl agent (the optical comm hook,
+  `oddl.agents.torch_hook`), each checked against the exact reduction over gloo (`--verify`);
+- `gloo`: DDP's own all-reduce over gloo, the baseline.
+
+Both runs start from the same seed (same initial weights, same data order). The process talks
+to its parent in JSON lines on stdout: `{"event": "ready"}` once torch is imported, then one
+`epoch` line per epoch, one `result` line per network, or one `failed` line (exit code 1).
+Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+NETWORKS = ("optical", "gloo")
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line to the parent."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def load_digits_split(seed: int = 0) -> dict[str, np.ndarray]:
+    """Digits as float32 images in [0, 1] (N, 1, 8, 8) and int64 labels; 75/25 stratified."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]
+    y = digits.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.25, random_state=seed,
+                                              stratify=y)
+    return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+
+
+def build_model() -> Any:
+    """A small CNN for 8x8 digits (about 38k parameters)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def param_digest(model: Any) -> str:
+    """SHA-256 of every parameter's bytes: equal on every rank iff the replicas agree."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Train `args.epochs` epochs over `network`; emit an epoch line each; return the result."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    rank, world = args.rank, args.world
+    torch.manual_seed(args.seed)
+    model = build_model()
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    state = None
+    if network == "optical":
+        from oddl.agents.torch_hook import register
+
+        state = register(ddp, args.agent, world, verify=args.verify,
+                         asynchronous=not args.sync_hook)
+    train_set = TensorDataset(torch.from_numpy(data["x_train"]), torch.from_numpy(data["y_train"]))
+    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed)
+    loader = DataLoader(train_set, batch_size=args.batch, sampler=sampler)
+    x_test, y_test = torch.from_numpy(data["x_test"]), torch.from_numpy(data["y_test"])
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    epochs: list[dict[str, Any]] = []
+    steps = 0
+    try:
+        for epoch in range(args.epochs):
+            sampler.set_epoch(epoch)
+            ddp.train()
+            total, correct, loss_sum = 0, 0, 0.0
+            t0 = time.perf_counter()
+            for x, y in loader:
+                optimizer.zero_grad(set_to_none=True)
+                out = ddp(x)
+                loss = loss_fn(out, y)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                loss_sum += float(loss) * len(y)
+                correct += int((out.argmax(1) == y).sum())
+                total += len(y)
+            epoch_s = time.perf_counter() - t0
+            model.eval()
+            with torch.no_grad():
+                test_acc = float((model(x_test).argmax(1) == y_test).float().mean())
+            record = {"epoch": epoch + 1, "loss": loss_sum / total, "train_accuracy": correct / total,
+                      "test_accuracy": test_acc, "epoch_s": epoch_s}
+            epochs.append(record)
+            emit("epoch", network=network, rank=rank, **record)
+            logger.info("%s epoch %d: loss %.4f, test accuracy %.4f, %.3f s", network, epoch + 1,
+                        record["loss"], test_acc, epoch_s)
+        dist.barrier()
+    finally:
+        hook = state.stats() if state is not None else None
+        if state is not None:
+            state.close()
+    return {"network": network, "rank": rank, "epochs": epochs, "steps": steps,
+            "final_test_accuracy": epochs[-1]["test_accuracy"] if epochs else 0.0,
+            "param_digest": param_digest(model), "hook": hook}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Initialise torch.distributed, train over each network, report; return the exit code."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # four workers share the machine with the agents
+    emit("ready", rank=args.rank)
+    if args.data:
+        with np.load(args.data) as npz:
+            data = {k: npz[k] for k in npz.files}
+    else:
+        data = load_digits_split()
+    dist.init_process_group("gloo", init_method=f"tcp://{args.store}", rank=args.rank,
+                            world_size=args.world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    network = ""
+    try:
+        for network in args.networks.split(","):
+            if network not in NETWORKS:
+                raise ValueError(f"unknown network {network!r}; use {', '.join(NETWORKS)}")
+            if network == "optical" and not args.agent:
+                raise ValueError("--networks optical needs --agent ADDRESS (the local agent API)")
+            emit("result", **train(network, args, data))
+    except Exception as exc:
+        from oddl.agents.torch_hook import AllreduceMismatch
+
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, AllreduceMismatch):
+            cause = cause.__cause__ or cause.__context__
+        logger.exception("rank %d: training over %s failed", args.rank, network)
+        emit("failed", rank=args.rank, network=network, error=f"{type(exc).__name__}: {exc}",
+             mismatch=cause is not None)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The worker's options (the parent, oddl.train_demo, passes all of them)."""
+    p = argparse.ArgumentParser(prog="python -m oddl.train_worker", description=__doc__.split("\n")[0])
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--store", required=True, help="HOST:PORT of rank 0's TCP store")
+    p.add_argument("--agent", default="", help="the local agent API address (for optical)")
+    p.add_argument("--networks", default="optical,gloo", help="comma-separated, run in order")
+    p.add_argument("--data", default="", help="digits split as .npz (default: load it here)")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch", type=int, default=32, help="per-worker batch size")
+    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--bucket-cap-mb", type=float, default=0.1,
+                   help="DDP bucket size (small, so a step all-reduces more than one bucket)")
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                   help="check every optical bucket against the exact reduction over gloo")
+    p.add_argument("--sync-hook", action="store_true",
+                   help="call the agent on the backward pass's thread (no overlap)")
+    p.add_argument("--timeout", type=float, default=120.0, help="torch.distributed timeout, s")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    if sys.platform.startswith("linux"):
+        from oddl.procs import _die_with_parent
+
+        parent = os.getppid()
+        _die_with_parent()  # the parent starts us without a preexec_fn (see oddl.train_demo)
+        if os.getppid() != parent:
+            return 1
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s rank{args.rank} %(name)s: %(message)s")
+    if args.data and not Path(args.data).is_file():
+        print(f"no such data file: {args.data}", file=sys.stderr)
+        return 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
