@@ -215,9 +215,16 @@ class ControllerService(pb_grpc.ControllerServicer):
                                           request.shape, request.dtype)
             except OddlError as exc:
                 self._refuse(context, exc)
-            if barrier is None:
-                return pb.ReadyCollectiveReply()
             job = self.jobs.get(request.job_id)
+            if barrier is None:
+                down = [n for n in job.nodes if n in self.agents and self.agents[n].dead]
+                if not down:
+                    return pb.ReadyCollectiveReply()
+                # a participant is known dead: do not let the others wait for it
+                rec = self.agents[down[0]]
+                barrier = self.jobs.abandon_pending(job, f"node {rec.node_id} stopped answering "
+                                                    "(no heartbeat); its agent can rejoin by "
+                                                    "restarting")[0]
         if barrier.error:
             self._push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
                 job_id=job.id, seq=barrier.seq, error=barrier.error)))

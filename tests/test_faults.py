@@ -1,0 +1,207 @@
+"""Faults with real processes: kill -9 of an agent, of the controller and of the emulators;
+garbage on every listening port; a stalled agent. What must hold: no hang, a clear error at
+every participant, nothing half-applied, the controller keeps serving, and recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_e2e import EMULATED, allreduce_all
+
+from oddl.agents.client import AgentClient
+from oddl.config import load_testbed
+from oddl.errors import CollectiveError, ControllerUnavailable
+from oddl.operator import OperatorClient
+from oddl.procs import ManagedProcess, ProcessGroup, oddl_command
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+class Bench:
+    """An emulated testbed whose processes the test may kill and restart."""
+
+    def __init__(self, tmp: Path, heartbeat_s: float = 0.3):
+        self.tmp = tmp
+        text = EMULATED.read_text().replace("heartbeat_s = 0.5", f"heartbeat_s = {heartbeat_s}")
+        self.config = tmp / "testbed.toml"
+        self.config.write_text(text)
+        self.group = ProcessGroup(tmp)
+        self.resolved = tmp / "resolved.toml"
+        self.state = tmp / "controller.sqlite"
+        self.emulators = self._start("emulators", oddl_command(
+            "emulate", "testbed", "--config", str(self.config), "--resolved", str(self.resolved)))
+        self.controller_info = self._start("controller", self._controller_argv("127.0.0.1:0"))
+        self.address = self.controller_info["address"]
+        self.cfg = load_testbed(self.resolved)
+        self.agents: dict[str, ManagedProcess] = {}
+        self.clients: dict[str, AgentClient] = {}
+        for node in self.cfg.nodes:
+            self.start_agent(node.id)
+        self.operator = OperatorClient(self.address)
+
+    def _controller_argv(self, listen: str) -> list[str]:
+        return oddl_command("controller", "serve", "--config", str(self.resolved), "--listen",
+                            listen, "--state", str(self.state))
+
+    def _start(self, name: str, argv: list[str]) -> dict:
+        return self.group.start(name, argv, timeout=60)
+
+    def proc(self, name: str) -> ManagedProcess:
+        return next(p for p in reversed(self.group.procs) if p.name == name)
+
+    def start_agent(self, node: str) -> None:
+        info = self._start(f"agent-{node}", oddl_command(
+            "agent", "serve", "--config", str(self.resolved), "--node", node,
+            "--controller", self.address))
+        old = self.clients.pop(node, None)
+        if old is not None:
+            old.close()
+        self.clients[node] = AgentClient(info["local_api"], timeout_s=30)
+
+    def restart_controller(self) -> None:
+        self._start("controller", self._controller_argv(self.address))
+
+    def allreduce(self, seed: int, n: int = 2000) -> list[object]:
+        rng = np.random.default_rng(seed)
+        arrays = [rng.integers(-1000, 1000, n) for _ in self.cfg.nodes]
+        outs = allreduce_all([self.clients[nd.id] for nd in self.cfg.nodes], arrays)
+        exact = np.sum(arrays, axis=0)
+        return [o if not isinstance(o, np.ndarray) else np.array_equal(o, exact) for o in outs]
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.close()
+        self.operator.close()
+        self.group.stop_all()
+
+
+@pytest.fixture
+def bench(tmp_path):
+    b = Bench(tmp_path)
+    yield b
+    b.close()
+
+
+def _wait(predicate, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
+
+
+def test_kill_an_agent_mid_collective_then_rejoin(bench: Bench):
+    job = bench.operator.submit("faults", [], "ring", "optical")
+    assert bench.allreduce(1) == [True] * 4
+    # n3 dies while the others wait for it in the barrier
+    os.kill(bench.proc("agent-n3").proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    rng = np.random.default_rng(2)
+    outs = allreduce_all([bench.clients[n] for n in ("n0", "n1", "n2")],
+                         [rng.integers(0, 9, 100) for _ in range(3)])
+    detect = time.monotonic() - t0
+    for out in outs:
+        assert isinstance(out, CollectiveError)
+        assert "n3 stopped answering" in str(out)
+    assert detect < 10 * 0.3 + 5  # three heartbeats plus the checks, not a receive timeout hang
+    status = bench.operator.status()
+    assert [a["alive"] for a in status["agents"]] == [True, True, True, False]
+    # it comes back and the job goes on
+    t1 = time.monotonic()
+    bench.start_agent("n3")
+    assert bench.allreduce(3) == [True] * 4
+    recover = time.monotonic() - t1
+    assert recover < 30
+    listed = {j["id"]: j for j in bench.operator.jobs()}
+    assert listed[job["id"]]["state"] == "running"
+    (bench.tmp / "timings.json").write_text(json.dumps({"detect_s": detect, "rejoin_s": recover}))
+
+
+def test_kill_the_controller_and_resume(bench: Bench):
+    job = bench.operator.submit("resume", [], "halving-doubling", "optical")
+    assert bench.allreduce(4) == [True] * 4
+    before = {d["id"]: d for d in bench.operator.devices()["devices"]}
+    os.kill(bench.proc("controller").proc.pid, signal.SIGKILL)
+    with pytest.raises(ControllerUnavailable):
+        OperatorClient(bench.address, timeout_s=2).status()
+    t0 = time.monotonic()
+    bench.restart_controller()
+    _wait(lambda: all(a["alive"] for a in bench.operator.status()["agents"]), 30,
+          "agents reconnecting")
+    reconnect = time.monotonic() - t0
+    # the job survived, the devices were adopted as they were (no needless reconfiguration)
+    listed = {j["id"]: j for j in bench.operator.jobs()}
+    assert listed[job["id"]]["state"] == "running"
+    log = bench.operator.device_log(limit=200)
+    reconcile = [e for e in log if e["action"] == "reconcile after restart"]
+    assert reconcile and "restored nothing" in reconcile[-1]["detail"]
+    after = {d["id"]: d for d in bench.operator.devices()["devices"]}
+    for dev in ("laser0", "laser1", "laser2", "laser3"):
+        assert after[dev]["channel"] == before[dev]["channel"]
+    assert bench.allreduce(5) == [True] * 4
+    (bench.tmp / "timings.json").write_text(json.dumps({"reconnect_s": reconnect}))
+
+
+def test_kill_the_emulators_then_the_controller_keeps_serving(bench: Bench):
+    bench.operator.submit("emu", [], "ring", "optical")
+    os.kill(bench.proc("emulators").proc.pid, signal.SIGKILL)
+    # a reconfiguration cannot be verified: refused with a report, nothing claimed applied
+    from oddl.errors import OperationRefused
+
+    with pytest.raises(OperationRefused) as err:
+        bench.operator.reconfigure({"set_channel": {"transmitter": "laser0", "channel": 5}},
+                                   dry_run=False)
+    assert "rolled back" in str(err.value) and "laser0" in str(err.value)
+    devices = {d["id"]: d for d in bench.operator.devices()["devices"]}
+    assert not devices["laser0"]["reachable"] and devices["laser0"]["error"]
+    # collectives fail with lost data (no light), they do not hang
+    outs = bench.allreduce(6, 100)
+    assert all(isinstance(o, CollectiveError) for o in outs)
+    assert bench.operator.status()["testbed"] == "emulated-4node"  # still serving
+
+
+def _garbage(host: str, port: int) -> None:
+    rng = np.random.default_rng(port)
+    for _ in range(3):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(rng.integers(0, 256, 4096, dtype=np.uint8).tobytes())
+            s.sendall(b"\xff" * 64 + b"GET / HTTP/1.1\r\n\r\n" + b"\x00" * 64)
+            time.sleep(0.05)
+
+
+def test_garbage_on_every_listening_port(bench: Bench):
+    ports = set()
+    for p in bench.group.procs:
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if f"pid={p.proc.pid}," in line:
+                ports.add(int(line.split()[3].rsplit(":", 1)[1]))
+    assert len(ports) >= 10  # 6 device emulators, fabric, controller, metrics, agent APIs
+    for port in sorted(ports):
+        _garbage("127.0.0.1", port)
+    assert all(p.alive() for p in bench.group.procs)
+    bench.operator.submit("after-garbage", [], "ring", "optical")
+    assert bench.allreduce(7) == [True] * 4
+
+
+def test_a_stalled_agent_is_detected_and_comes_back(bench: Bench):
+    bench.operator.submit("stall", [], "ring", "optical")
+    pid = bench.proc("agent-n1").proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        detect = _wait(lambda: not bench.operator.status()["agents"][1]["alive"], 10,
+                       "the stalled agent marked dead")
+        assert detect < 3 * 0.3 + 3
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _wait(lambda: bench.operator.status()["agents"][1]["alive"], 15, "the agent alive again")
+    assert bench.allreduce(8) == [True] * 4
