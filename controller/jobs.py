@@ -37,6 +37,8 @@ from oddl.errors import OddlError, OperationRefused
 logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
+MAX_ELEMENTS = 1 << 36
+"""Largest all-reduce (elements) a job accepts: 256 GiB of float32."""
 
 
 def topology_from_config(cfg: TestbedConfig) -> Topology:
@@ -270,6 +272,10 @@ class JobManager:
         n = 1
         for x in shape_:
             n *= x
+        if any(x < 0 for x in shape_) or n > MAX_ELEMENTS:
+            return Barrier(job_id, seq, 0, 0, error=(
+                f"collective {seq} of job {job_id} refused: shape {list(shape_)} is not an "
+                f"array this testbed can all-reduce (at most {MAX_ELEMENTS:,} elements)"))
         try:
             itemsize = np.dtype(dtype_).itemsize
         except TypeError:

@@ -24,7 +24,13 @@ from grpc_reflection.v1alpha import reflection
 
 from oddl.config import TestbedConfig
 from oddl.controller.devices import Configuration, DeviceManager, TransactionError
-from oddl.controller.jobs import JobManager, JobRecord, timing_from_config, topology_from_config
+from oddl.controller.jobs import (
+    MAX_ELEMENTS,
+    JobManager,
+    JobRecord,
+    timing_from_config,
+    topology_from_config,
+)
 from oddl.controller.scheduling import Schedule, handoffs
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
@@ -412,6 +418,12 @@ class ControllerService(pb_grpc.ControllerServicer):
             try:
                 job = self.jobs.get(request.job_id)
                 itemsize = request.itemsize or 4
+                if itemsize not in (1, 2, 4, 8, 16):
+                    raise OperationRefused(f"itemsize {itemsize} is not a numeric element size; "
+                                           "use 1, 2, 4, 8 or 16 bytes")
+                if request.message_bytes > MAX_ELEMENTS * itemsize:
+                    raise OperationRefused(f"message_bytes {request.message_bytes} is larger "
+                                           f"than a job accepts ({MAX_ELEMENTS * itemsize:,})")
                 if request.message_bytes % itemsize:
                     raise OperationRefused(f"message_bytes {request.message_bytes} is not a "
                                            f"multiple of itemsize {itemsize}")

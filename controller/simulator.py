@@ -68,6 +68,9 @@ LABELS = {
     "topoopt": "TopoOpt (TotientPerms)",
 }
 
+PLAN_SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring")
+"""Systems that run the collective chosen by `SimConfig.collective`."""
+
 PLACEMENTS = ("packed", "random")
 
 PAPER = {"model": "vgg19", "nodes": 1024, "gbps": 100.0, "fat-tree": 1.6, "sip-ring": 1.7}
@@ -97,6 +100,8 @@ class SimConfig:
     overlap: float = _f(0.0, "fraction of the backward pass that hides communication, 0..1")
     latency_us: float = _f(1.0, "base latency per step (NIC, propagation), µs")
     reduce_gbytes_s: float = _f(500.0, "rate of reducing received bytes, GB/s")
+    amortise_iterations: int = _f(0, "iterations per job that share the one-off set-up "
+                                     "(WSS partition, patch panel); 0: report it apart")
     tune_us: float = _f(1.0, "ODDL laser retune time, µs")
     skew_us: float = _f(0.1, "ODDL worst clock skew in every guard, µs")
     cdr_us: float = _f(1.0, "ODDL receiver clock-recovery lock, µs")
@@ -167,6 +172,10 @@ class SimConfig:
             raise SimulationError(f"itemsize must be >= 1 byte; got {self.itemsize}, e.g. 4")
         if self.batch < 1:
             raise SimulationError(f"batch must be >= 1; got {self.batch}")
+        if self.amortise_iterations < 0:
+            raise SimulationError(
+                f"amortise_iterations must be >= 0 (0: not amortised); got {self.amortise_iterations}"
+            )
         positive = ("sustained_tflops", "reduce_gbytes_s", "sip_delta_us", "sip_live_factor")
         for name in positive:
             v = getattr(self, name)
@@ -217,7 +226,8 @@ class SystemResult:
     """Part of `comm_s` spent adding received data."""
     iteration_s: float
     setup_s: float = 0.0
-    """One-off per job (WSS partition, patch panel), not in `iteration_s`."""
+    """One-off per job (WSS partition, patch panel); in `iteration_s` only as its share when
+    `SimConfig.amortise_iterations` is set."""
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -294,15 +304,23 @@ def simulate(config: SimConfig, systems: Iterable[str] | None = None) -> Simulat
     t0 = time.perf_counter()
     config.validate()
     wanted = _check_systems(systems)
-    results = []
     plans: dict[tuple[Any, ...], Plan] = {}
+    if set(wanted) & set(PLAN_SYSTEMS):
+        try:
+            _plan(config, config.collective, plans)
+        except OddlError as exc:
+            raise SimulationError(
+                f"collective {config.collective!r} on {config.nodes} nodes: {exc}"
+            ) from None
+    results = []
     for name in wanted:
         try:
             results.append(_RUNNERS[name](config, plans))
-        except SimulationError:
-            raise
         except OddlError as exc:
-            raise SimulationError(f"{name}: {exc}") from None
+            raise SimulationError(
+                f"{LABELS[name]}: {exc} (change its parameters, or leave it out with "
+                f"--systems {','.join(s for s in wanted if s != name)})"
+            ) from None
     return Simulation(config, tuple(results), time.perf_counter() - t0)
 
 
@@ -438,8 +456,9 @@ def _finish(config: SimConfig, system: str, collective: str, network_s: float, r
     compute = config.compute_s
     comm = network_s + reduce_s
     hidden = min(comm, config.overlap * compute * 2.0 / 3.0)  # backward ≈ 2/3 of compute
+    share = setup_s / config.amortise_iterations if config.amortise_iterations else 0.0
     return SystemResult(system, collective, compute, comm, reconfig_s, reduce_s,
-                        compute + comm - hidden, setup_s, detail)
+                        compute + comm - hidden + share, setup_s, detail)
 
 
 # --------------------------------------------------------------------------- ODDL
@@ -599,7 +618,7 @@ def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
         busy += need
         prev = step
     return _finish(config, "sip-ring", config.collective, t, t - busy, _reduce_s(plan, config),
-                   setup_s=delta, steps=plan.n_steps, circuit_changes=reconfigs,
+                   steps=plan.n_steps, circuit_changes=reconfigs,
                    cycles=math.ceil(t / period), duty=live / period)
 
 
