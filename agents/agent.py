@@ -92,18 +92,29 @@ class Agent:
         self._running = threading.Event()
         self._abort_reason = ""
         self._pending_ready: pb.ReadyCollectiveRequest | None = None
-        self._channel = grpc.insecure_channel(controller)
+        security = None
+        if cfg.security.enabled:
+            from oddl.security import SecurityFiles, secure_channel, tls_channel_credentials
+
+            security = SecurityFiles.load(cfg.security.certs)
+            self._channel = secure_channel(controller,
+                                           tls_channel_credentials(security.agent_tls(node_id)))
+        else:
+            self._channel = grpc.insecure_channel(controller)
         self._stub = pb_grpc.ControllerStub(self._channel)
         node = cfg.node(node_id)
         self.link_kind = cfg.fabric.link
         self.link: Link
         if self.link_kind == "direct":
-            self.link = DirectLink(node_id, data_bind or f"{node.host}:{node.data_port}")
+            self.link = DirectLink(node_id, data_bind or f"{node.host}:{node.data_port}",
+                                   security=security)
         else:
             if not cfg.fabric.address:
                 raise OddlError("the testbed file has no [fabric] address; start the emulated "
                                 "testbed with `oddl emulate testbed` and use its resolved file")
-            self.link = FabricLink(node_id, cfg.fabric.address)
+            curve = None if security is None else (security.curve_keys(node_id),
+                                                   security.curve_public("fabric"))
+            self.link = FabricLink(node_id, cfg.fabric.address, curve=curve)
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)

@@ -104,10 +104,12 @@ def _encode(header: dict[str, Any]) -> bytes:
 class _Receiver:
     """A thread that owns one receiving socket and files its frames into an inbox."""
 
-    def __init__(self, sock: zmq.Socket, inbox: Inbox, router: bool, name: str):
+    def __init__(self, sock: zmq.Socket, inbox: Inbox, router: bool, name: str,
+                 check_sender: bool = False):
         self._sock = sock
         self._inbox = inbox
         self._router = router
+        self._check_sender = check_sender
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -125,6 +127,12 @@ class _Receiver:
             except zmq.ZMQError:
                 break
             if self._router:
+                if self._check_sender:
+                    from oddl.security import sender_matches
+
+                    if not sender_matches(frames[0].bytes, frames[-1]):
+                        self._inbox.malformed += 1
+                        continue
                 frames = frames[1:]
             kind = frames[0].bytes if frames else b""
             if len(frames) == 3 and kind == b"D":
@@ -143,7 +151,9 @@ class _Receiver:
 class FabricLink:
     """Frames go through the emulated optical fabric (or its ideal electrical mode)."""
 
-    def __init__(self, node_id: str, fabric_address: str, *, connect_timeout: float = 5.0):
+    def __init__(self, node_id: str, fabric_address: str, *, connect_timeout: float = 5.0,
+                 curve: tuple[Any, bytes] | None = None):
+        """`curve` = (this node's CurveKeys, the fabric's public key) in secure mode."""
         self.node_id = node_id
         self.inbox = Inbox(node_id)
         ctx = zmq.Context.instance()
@@ -151,6 +161,10 @@ class FabricLink:
         rx.setsockopt(zmq.IDENTITY, node_id.encode())
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
+        if curve is not None:
+            from oddl.security import configure_curve_client
+
+            configure_curve_client(rx, *curve)
         rx.connect(fabric_address)
         rx.send_multipart([b"H"])
         if not rx.poll(int(connect_timeout * 1000)):
@@ -162,6 +176,8 @@ class FabricLink:
         self._tx.setsockopt(zmq.IDENTITY, f"{node_id}/tx".encode())
         self._tx.setsockopt(zmq.LINGER, 0)
         self._tx.setsockopt(zmq.SNDHWM, 100000)
+        if curve is not None:
+            configure_curve_client(self._tx, *curve)
         self._tx.connect(fabric_address)
         self._rx = _Receiver(rx, self.inbox, router=False, name=f"{node_id}-fabric-rx")
         self.sent_bytes = 0
@@ -180,20 +196,32 @@ class FabricLink:
 class DirectLink:
     """Frames go straight to each peer's data address over the host network."""
 
-    def __init__(self, node_id: str, bind: str):
+    def __init__(self, node_id: str, bind: str, *, security: Any = None):
+        """`security` (oddl.security.SecurityFiles): CURVE on the data links, only the lab's
+        node keys admitted, each peer's key checked."""
         self.node_id = node_id
         self.inbox = Inbox(node_id)
+        self._security = security
+        self._curve = None
         ctx = zmq.Context.instance()
         rx = ctx.socket(zmq.ROUTER)
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
+        if security is not None:
+            from oddl.security import CurveServer
+
+            self._curve = CurveServer(security.curve_keys(node_id),
+                                      security.curve_clients(operators=False),
+                                      name=f"{node_id}-direct")
+            self._curve.configure(rx)
         host, _, port = bind.rpartition(":")
         if port == "0":
             self.address = f"tcp://{host}:{rx.bind_to_random_port(f'tcp://{host}')}"
         else:
             rx.bind(f"tcp://{bind}")
             self.address = f"tcp://{bind}"
-        self._rx = _Receiver(rx, self.inbox, router=True, name=f"{node_id}-direct-rx")
+        self._rx = _Receiver(rx, self.inbox, router=True, name=f"{node_id}-direct-rx",
+                             check_sender=security is not None)
         self._peers: dict[str, zmq.Socket] = {}
         self._lock = threading.Lock()
         self.sent_bytes = 0
@@ -210,6 +238,11 @@ class DirectLink:
                 s.setsockopt(zmq.IDENTITY, self.node_id.encode())
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.SNDHWM, 100000)
+                if self._security is not None:
+                    from oddl.security import configure_curve_client
+
+                    configure_curve_client(s, self._security.curve_keys(self.node_id),
+                                           self._security.curve_public(node))
                 s.connect(address)
                 self._peers[node] = s
 
@@ -229,3 +262,5 @@ class DirectLink:
             for s in self._peers.values():
                 s.close(0)
             self._peers.clear()
+        if self._curve is not None:
+            self._curve.close()

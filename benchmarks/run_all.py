@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
                      ["--repeats", "3"]),
     "demo": (["-m", "oddl", "demo"], ["--iterations", "20"], ["--iterations", "6"]),
     "optinc": (["bench_optinc.py"], [], []),
+    "simulator": (["bench_simulator.py"], [], ["--repeats", "1"]),
 }
 
 

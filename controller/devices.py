@@ -363,9 +363,20 @@ class DeviceManager:
         for tx, ch in before.channels.items():
             try:
                 self.drivers[tx].set_channel(ch, timeout=timeout)
+                st = self.drivers[tx].state()
+                if not (st.channel == ch and st.locked and st.output_enabled):
+                    raise DeviceError(f"reads channel {st.channel} locked={st.locked} "
+                                      f"on={st.output_enabled}", device=tx)
                 report.append(f"{tx}: restored channel {ch}")
             except OddlError as exc:
-                report.append(f"{tx}: COULD NOT RESTORE channel {ch} ({exc}); check the device")
+                try:
+                    # the module may have lost its set-up (reset, grid changed): redo it all
+                    self._bring_up(tx, ch)
+                    report.append(f"{tx}: re-initialised (output off, grid, power, channel "
+                                  f"{ch}, output on) after: {exc}")
+                except OddlError as exc2:
+                    report.append(f"{tx}: COULD NOT RESTORE channel {ch} ({exc2}); check the "
+                                  "device")
         try:
             self._verify(before)
             report.append("read-back after roll-back matches the last verified configuration")

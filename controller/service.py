@@ -536,15 +536,25 @@ class ControllerServer:
         self.service = ControllerService(cfg, self.devices, self.metrics, self.store)
         self.metrics.add_state(self._metric_state)
         self.metrics_listen = metrics_listen
+        interceptors = []
+        if cfg.security.enabled:
+            from oddl.security import AuthorizationInterceptor, SecurityFiles, server_credentials
+
+            self.security = SecurityFiles.load(cfg.security.certs)
+            interceptors.append(AuthorizationInterceptor())
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                             thread_name_prefix="grpc"))
+                                                             thread_name_prefix="grpc"),
+                                  interceptors=interceptors)
         pb_grpc.add_ControllerServicer_to_server(self.service, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         where = listen or cfg.controller.listen
-        self.port = self.server.add_insecure_port(where)
+        if cfg.security.enabled:
+            self.port = self.server.add_secure_port(where, server_credentials(self.security))
+        else:
+            self.port = self.server.add_insecure_port(where)
         if self.port == 0:
             raise OddlError(f"cannot listen on {where}; pick a free port or use port 0")
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"

@@ -96,7 +96,8 @@ class SimConfig:
     itemsize: int = _f(4, "bytes per gradient element (4 = fp32, 2 = fp16)")
     batch: int = _f(DEFAULT_BATCH, "images per worker per iteration")
     sustained_tflops: float = _f(SUSTAINED_TFLOPS, "sustained training TFLOP/s per worker")
-    compute_ms: float = _f(0.0, "compute time per iteration, ms (0: from the model profile)")
+    compute_ms: float = _f(-1.0, "compute time per iteration, ms (-1: from the model profile; "
+                                 "0: communication only)")
     overlap: float = _f(0.0, "fraction of the backward pass that hides communication, 0..1")
     latency_us: float = _f(1.0, "base latency per step (NIC, propagation), µs")
     reduce_gbytes_s: float = _f(500.0, "rate of reducing received bytes, GB/s")
@@ -135,7 +136,7 @@ class SimConfig:
     @property
     def compute_s(self) -> float:
         """Forward + backward time of one worker's batch."""
-        if self.compute_ms > 0:
+        if self.compute_ms >= 0:
             return self.compute_ms / 1e3
         return self.profile.compute_s(self.batch, self.sustained_tflops)
 
@@ -181,7 +182,11 @@ class SimConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise SimulationError(f"{name} must be > 0; got {v}")
-        non_negative = ("compute_ms", "latency_us", "tune_us", "skew_us", "cdr_us",
+        if not (math.isfinite(self.compute_ms) and (self.compute_ms >= 0 or self.compute_ms == -1)):
+            raise SimulationError(
+                f"compute_ms must be >= 0, or -1 for the model profile's; got {self.compute_ms}"
+            )
+        non_negative = ("latency_us", "tune_us", "skew_us", "cdr_us",
                         "command_us", "wss_ms", "ft_hop_latency_us", "topoopt_setup_s")
         for name in non_negative:
             v = getattr(self, name)
@@ -557,8 +562,7 @@ def _run_fattree(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
         total += float(t) + config.latency_s + switches * hop
     return _finish(config, "fat-tree", config.collective, total, 0.0, _reduce_s(plan, config),
                    steps=plan.n_steps, racks=n_racks, pods=n_pods,
-                   steps_within_rack=tiers[0], steps_within_pod=tiers[1],
-                   steps_across_pods=tiers[2])
+                   steps_by_switches_crossed={1: tiers[0], 3: tiers[1], 5: tiers[2]})
 
 
 # --------------------------------------------------------------------------- SiP-Ring
@@ -644,7 +648,7 @@ def _run_wrht(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemRe
             fan_in = max(fan_in, int(np.bincount(step.dst).max()))
     return _finish(config, "wrht", "wrht", total, reconf, _reduce_s(plan, config),
                    steps=plan.n_steps, wavelengths=config.wrht_wavelengths,
-                   max_fan_in=fan_in + 1)
+                   largest_group=fan_in + 1)
 
 
 def _run_topoopt(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:

@@ -107,8 +107,15 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                               "the emulator host)")
         tb.model = OpticalModel(cfg, tb.lasers, tb.switches)
         if cfg.fabric.link == "fabric":
+            curve = None
+            if cfg.security.enabled:
+                from oddl.security import CurveServer, SecurityFiles
+
+                files = SecurityFiles.load(cfg.security.certs)
+                curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(),
+                                    name="fabric")
             tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
-                               fabric_listen or cfg.fabric.listen)
+                               fabric_listen or cfg.fabric.listen, curve=curve)
     except BaseException:
         tb.close()
         raise

@@ -147,7 +147,7 @@ class Fabric:
     """Serves the emulated data plane on a ZeroMQ ROUTER socket until closed."""
 
     def __init__(self, model: OpticalModel, line_rate_bps: float, listen: str = "127.0.0.1:0",
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, curve: Any = None):
         self.model = model
         self.rate = line_rate_bps
         self.clock = clock
@@ -158,6 +158,9 @@ class Fabric:
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.SNDHWM, 100000)
         self._sock.setsockopt(zmq.RCVHWM, 100000)
+        self._curve = curve  # oddl.security.CurveServer: only listed node keys get in
+        if curve is not None:
+            curve.configure(self._sock)
         host, _, port = listen.rpartition(":")
         if port == "0":
             bound = self._sock.bind_to_random_port(f"tcp://{host}")
@@ -179,6 +182,8 @@ class Fabric:
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close(0)
+        if self._curve is not None:
+            self._curve.close()
 
     # ---- the loop (one thread owns the socket) ------------------------------------------
     def _loop(self) -> None:
@@ -206,6 +211,13 @@ class Fabric:
         elif kind == b"S":
             self._send([ident, b"S", json.dumps(self.stats.as_dict()).encode()])
         elif kind == b"D" and len(frames) == 4:
+            if self._curve is not None:
+                from oddl.security import sender_matches
+
+                if not sender_matches(ident, frames[-1]):
+                    self._lose(None, "sender identity does not match its CURVE key",
+                               len(frames[3]))
+                    return
             try:
                 header = json.loads(frames[2].bytes)
                 src = ident.decode().split("/")[0]

@@ -183,7 +183,13 @@ def controller_address(args: argparse.Namespace) -> str:
 def _controller(args: argparse.Namespace) -> Any:
     from oddl.operator import OperatorClient
 
-    return OperatorClient(controller_address(args))
+    certs, operator = getattr(args, "certs", None) or os.environ.get("ODDL_CERTS", ""), "operator"
+    if getattr(args, "config", None):
+        from oddl.config import load_testbed
+
+        security = load_testbed(args.config).security
+        certs, operator = certs or security.certs, security.operator
+    return OperatorClient(controller_address(args), certs=certs, operator=operator)
 
 
 def cmd_topology(args: argparse.Namespace) -> int:
@@ -362,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="testbed file whose [controller] address to use")
         sp.add_argument("--json", action="store_true",
                         default=False if default is None else default)
+        sp.add_argument("--certs", default=default, help="folder of `oddl certs init` for "
+                        "mutual TLS (default: ODDL_CERTS or --config's [security] certs)")
         return sp
 
     def sub_with_controller(group: Any, name: str, **kw: Any) -> argparse.ArgumentParser:
@@ -378,11 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     dlog.add_argument("--device", help="only this device")
     dlog.add_argument("--limit", type=int, default=50)
     dev.set_defaults(func=cmd_devices)
-    from oddl import optinc_cli, plan_cli, testbed_cli
+    from oddl import certs_cli, optinc_cli, plan_cli, simulate_cli, testbed_cli
 
     ssub = plan_cli.register(sub)
     testbed_cli.register(sub)
     optinc_cli.register(sub)
+    certs_cli.register(sub)
+    simulate_cli.register(sub)
     show = with_controller(ssub.add_parser("show", help="the slots a running job gets for a "
                                            "message size"))  # `schedule` itself has none
     show.add_argument("job_id")

@@ -84,6 +84,21 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """TLS with client certificates on gRPC and CURVE on ZeroMQ, from `oddl certs init`."""
+
+    certs: str = ""
+    """Folder written by `oddl certs init` ("" = no security, for emulated testbeds)."""
+    operator: str = "operator"
+    """Which operator certificate the CLI uses."""
+
+    @property
+    def enabled(self) -> bool:
+        """True when the testbed runs in secure mode."""
+        return bool(self.certs)
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """One training host: its transmitter device and its receiver's channel."""
 
@@ -161,6 +176,7 @@ class TestbedConfig:
     devices: tuple[DeviceConfig, ...]
     fibres: tuple[FibreConfig, ...]
     seed: int = 0
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""
@@ -244,6 +260,7 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         "nodes": [_asdict(n) for n in cfg.nodes],
         "devices": [],
         "fibres": [{"from": str(f.src), "to": str(f.dst)} for f in cfg.fibres],
+        "security": _asdict(cfg.security),
     }
     for d in cfg.devices:
         entry = {k: v for k, v in _asdict(d).items() if k in _DEVICE_KEYS_BY_KIND[d.kind]}
@@ -350,7 +367,7 @@ class _Parser:
     # sections ---------------------------------------------------------------------------
     def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
         sections = {"testbed", "grid", "timing", "fabric", "controller", "nodes", "devices",
-                    "fibres"}
+                    "fibres", "security"}
         for name in doc:
             if name not in sections:
                 near = difflib.get_close_matches(name, list(sections), n=1)
@@ -376,8 +393,13 @@ class _Parser:
         devices = self.devices(doc.get("devices"), grid)
         nodes = self.nodes(doc.get("nodes"), grid, devices)
         fibres = self.fibres(doc.get("fibres"), nodes, devices)
+        security = SecurityConfig(**self.table(doc.get("security"), "security", {
+            "certs": (self.text(), ""), "operator": (self.text(), "operator")}))
+        if security.certs and not Path(security.certs).is_absolute():
+            security = replace(security, certs=str((Path(self.path).parent / security.certs)
+                                                   .resolve()))
         cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
-                            nodes, devices, fibres, head["seed"])
+                            nodes, devices, fibres, head["seed"], security)
         self.check_attachments(cfg)
         return cfg
 

@@ -25,10 +25,19 @@ def _as_dict(msg: Any) -> dict[str, Any]:
 class OperatorClient:
     """Calls the controller and turns gRPC failures into typed errors with a fix."""
 
-    def __init__(self, address: str, timeout_s: float = 10.0):
+    def __init__(self, address: str, timeout_s: float = 10.0, certs: str = "",
+                 operator: str = "operator"):
+        """`certs`: the folder of `oddl certs init` (mutual TLS as `operator`), or ""."""
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address)
+        if certs:
+            from oddl.security import SecurityFiles, secure_channel, tls_channel_credentials
+
+            files = SecurityFiles.load(certs)
+            self._channel = secure_channel(address,
+                                           tls_channel_credentials(files.operator_tls(operator)))
+        else:
+            self._channel = grpc.insecure_channel(address)
         self._stub = pb_grpc.ControllerStub(self._channel)
 
     def _call(self, name: str, request: Any, timeout: float | None = None) -> Any:

@@ -178,19 +178,42 @@ def _garbage(host: str, port: int) -> None:
             time.sleep(0.05)
 
 
+def _listening_ports(pid: int) -> set[int]:
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines()
+            if f"pid={pid}," in line}
+
+
 def test_garbage_on_every_listening_port(bench: Bench):
+    device_ports = {int(r.rsplit(":", 1)[1].split("::")[0]) if "socket://" in r else
+                    int(r.split("::")[2]) for r in bench.emulators["devices"].values()}
     ports = set()
     for p in bench.group.procs:
-        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if f"pid={p.proc.pid}," in line:
-                ports.add(int(line.split()[3].rsplit(":", 1)[1]))
-    assert len(ports) >= 10  # 6 device emulators, fabric, controller, metrics, agent APIs
-    for port in sorted(ports):
+        ports |= _listening_ports(p.proc.pid)
+    control = ports - device_ports
+    assert len(device_ports) == 6 and len(control) >= 7  # fabric, controller, metrics, APIs
+    # the control and data planes: garbage changes nothing
+    for port in sorted(control):
         _garbage("127.0.0.1", port)
     assert all(p.alive() for p in bench.group.procs)
-    bench.operator.submit("after-garbage", [], "ring", "optical")
+    job = bench.operator.submit("after-garbage", [], "ring", "optical")
     assert bench.allreduce(7) == [True] * 4
+    bench.operator.cancel(job["id"])
+    # device ports: random bytes that happen to be valid frames are executed (that is the
+    # wire protocol), so a device may change; it must survive, and the controller must notice
+    # and repair it rather than report success
+    for port in sorted(device_ports):
+        _garbage("127.0.0.1", port)
+    assert all(p.alive() for p in bench.group.procs)
+    from oddl.errors import OperationRefused
+
+    try:
+        bench.operator.submit("after-device-garbage", [], "ring", "optical")
+    except OperationRefused as exc:
+        assert "rolled back" in str(exc)
+        bench.operator.submit("after-repair", [], "ring", "optical")
+    assert all(d["reachable"] for d in bench.operator.devices()["devices"])
+    assert bench.allreduce(8) == [True] * 4
 
 
 def test_a_stalled_agent_is_detected_and_comes_back(bench: Bench):

@@ -1,0 +1,109 @@
+"""Time the cluster simulator: one 1024-node VGG19 iteration, and a 10-point sweep.
+
+    python benchmarks/bench_simulator.py [--json] [--repeats R]
+
+Workload: `simulate(SimConfig(model="vgg19", nodes=1024, gbps=100))` with all six systems
+(ODDL through the controller's scheduler, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt), best and
+median of R runs; per system, the time of that system alone; then a sweep of the line rate
+over 10 values at 1024 nodes (every point all six systems), run once. Aims (issue 5): the
+iteration under 5 s on one core, the sweep under 60 s.
+
+Same-run baselines, so numbers compare across noisy machines: the closed-form ring formula
+(`ring_formula_s`, a few arithmetic operations) and the ring's successor permutations built in
+plain Python (2(N−1) lists of N ints, as in bench_plans.py); each simulator time is also given
+as a ratio to the latter. With --json the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from oddl.controller.simulator import SYSTEMS, SimConfig, ring_formula_s, simulate, sweep
+
+AIM_ITERATION_S = 5.0
+AIM_SWEEP_S = 60.0
+SWEEP = ("gbps", [10.0, 25.0, 40.0, 50.0, 100.0, 150.0, 200.0, 250.0, 400.0, 800.0])
+
+
+def timed(repeats: int, fn: Callable[[], Any]) -> tuple[list[float], Any]:
+    """Run `fn` `repeats` times; return the times and the last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return times, out
+
+
+def ring_permutations_baseline(n: int) -> list[list[int]]:
+    """The trivial baseline: the ring's successor permutation for each of its 2(N−1) steps."""
+    return [[(i + 1) % n for i in range(n)] for _ in range(2 * (n - 1))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    cfg = SimConfig(model="vgg19", nodes=1024, gbps=100.0)
+
+    base_times, _ = timed(max(args.repeats, 3), lambda: ring_permutations_baseline(cfg.nodes))
+    formula_times, _ = timed(1000, lambda: ring_formula_s(cfg))
+    baseline_s = min(base_times)
+
+    times, sim = timed(args.repeats, lambda: simulate(cfg))
+    per_system = {s: min(timed(args.repeats, lambda s=s: simulate(cfg, [s]))[0])
+                  for s in SYSTEMS}
+    sweep_times, sw = timed(1, lambda: sweep(cfg, *SWEEP))
+
+    it_best, it_median, sweep_s = min(times), statistics.median(times), sweep_times[0]
+    summary = {
+        "machine": platform.node(), "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "workload": "vgg19, 1024 nodes, 100 Gbit/s, all six systems",
+        "iteration_s": {"best": it_best, "median": it_median, "repeats": args.repeats,
+                        "aim": AIM_ITERATION_S, "ok": it_best < AIM_ITERATION_S,
+                        "x_baseline": it_best / baseline_s},
+        "per_system_s": per_system,
+        "sweep": {"param": SWEEP[0], "points": len(SWEEP[1]), "seconds": sweep_s,
+                  "aim": AIM_SWEEP_S, "ok": sweep_s < AIM_SWEEP_S,
+                  "x_baseline": sweep_s / baseline_s},
+        "baseline": {"ring_permutations_s": baseline_s,
+                     "ring_formula_s": min(formula_times)},
+        "prediction": {"iteration_ms": {r.system: r.iteration_s * 1e3 for r in sim.results},
+                       "ratio_vs_oddl": sim.ratios(),
+                       "ring_formula_ms": ring_formula_s(cfg) * 1e3},
+        "sweep_ratio_fat_tree": dict(zip(sw.values, [
+            (f / o if f and o else None)
+            for f, o in zip(sw.series("fat-tree"), sw.series("oddl"), strict=True)],
+            strict=True)),
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"simulator — {summary['workload']} ({summary['cpus']} CPUs)")
+        print(f"  one iteration:  best {it_best:.3f} s, median {it_median:.3f} s of "
+              f"{args.repeats} (aim < {AIM_ITERATION_S:g} s: {'ok' if it_best < AIM_ITERATION_S else 'MISSED'}); "
+              f"{it_best / baseline_s:.1f}× the baseline")
+        for s, t in per_system.items():
+            print(f"    {s:9} {t * 1e3:8.1f} ms")
+        print(f"  sweep of {SWEEP[0]} over {len(SWEEP[1])} points: {sweep_s:.2f} s (aim < "
+              f"{AIM_SWEEP_S:g} s: {'ok' if sweep_s < AIM_SWEEP_S else 'MISSED'}); "
+              f"{sweep_s / baseline_s:.1f}× the baseline")
+        print(f"  baselines: ring permutations in plain Python {baseline_s * 1e3:.2f} ms; "
+              f"closed-form ring formula {min(formula_times) * 1e6:.2f} µs")
+        print("  iteration ratio vs ODDL: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in summary["prediction"]["ratio_vs_oddl"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""`oddl certs init`: a lab CA, TLS certificates and CURVE keys for a secure testbed.
+
+    oddl certs init --out lab-certs --nodes n0,n1,n2,n3
+    oddl certs init --out lab-certs --nodes n0,n1 --operators alice,bob \\
+        --hosts 10.0.0.1,ctl.lab --force
+
+Writes the files described in :mod:`oddl.security` (private keys 0600) and prints them.
+Exit codes: 0 written, 1 refused or failed (an existing directory without --force, a bad
+name), 2 bad command line.
+
+Wire it into a command tree with ``register(subparsers)``; the command sets ``func``, a
+function of the parsed arguments that returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from oddl.errors import OddlError
+from oddl.security import DEFAULT_CURVE_SERVERS, MANIFEST, init_lab_ca
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"bad list {text!r}; use comma-separated names, "
+                                         "e.g. n0,n1,n2,n3")
+    return names
+
+
+def register(subparsers: Any) -> Any:
+    """Add ``certs`` (with ``init``) to an argparse subparsers object; return its group."""
+    certs = subparsers.add_parser("certs", help="lab CA, TLS certificates and CURVE keys")
+    csub = certs.add_subparsers(dest="certs_cmd", required=True)
+    init = csub.add_parser(
+        "init", help="create a lab CA, certificates for the controller, operators and agents, "
+        "and CURVE keys for the fabric and every node",
+        description="Create a lab CA and the keys of a secure testbed in one directory "
+        "(private keys 0600). Refuses an existing non-empty directory unless --force.")
+    init.add_argument("--out", required=True, metavar="DIR", help="directory to write")
+    init.add_argument("--nodes", required=True, type=_names, metavar="N0,N1,...",
+                      help="node ids of the testbed (one agent certificate and CURVE key each)")
+    init.add_argument("--operators", type=_names, default=["operator"], metavar="NAME,...",
+                      help="operator names (default: operator)")
+    init.add_argument("--hosts", type=_names, default=["127.0.0.1", "localhost"],
+                      metavar="HOST,...", help="IP addresses and DNS names of the controller "
+                      "for its certificate (default: 127.0.0.1,localhost)")
+    init.add_argument("--curve-servers", type=_names, default=list(DEFAULT_CURVE_SERVERS),
+                      metavar="NAME,...", help="ZeroMQ servers that get a CURVE key pair "
+                      "(default: fabric)")
+    init.add_argument("--days", type=int, default=3650, help="validity (default %(default)s)")
+    init.add_argument("--force", action="store_true",
+                      help="replace the files of an earlier run in DIR (a new CA: every host "
+                      "needs the new files)")
+    init.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    init.set_defaults(func=cmd_init)
+    return csub
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Write the CA and keys; print what was written."""
+    files = init_lab_ca(args.out, args.nodes, operators=args.operators, hosts=args.hosts,
+                        days=args.days, curve_servers=args.curve_servers, force=args.force)
+    if args.json:
+        print(json.dumps(dict(files.manifest), indent=2))
+        return EXIT_OK
+    m = files.manifest
+    print(f"wrote a lab CA and keys to {files.root} (valid until {m['not_after'][:10]}):")
+    for f in m["files"]:
+        print(f"  {f['mode']}  {f['path']:<36} {f['kind']}")
+    print(f"  0644  {MANIFEST:<36} manifest (subjects, CURVE public keys)")
+    print(f"subjects: {m['subject_format']}; server certificate for {', '.join(files.hosts)}")
+    print("copy to each host only what it needs: tls/ca.crt, manifest.json and its own "
+          "certificate, key and CURVE pair; keep tls/ca.key off the testbed hosts")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``certs ...`` on its own (for tests and ``python -m oddl.certs_cli``)."""
+    parser = argparse.ArgumentParser(prog="oddl")
+    register(parser.add_subparsers(dest="cmd", required=True))
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except OddlError as exc:
+        print(f"failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

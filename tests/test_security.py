@@ -1,0 +1,471 @@
+"""The security layer on loopback: `certs init`, mutual TLS + roles on gRPC, CURVE on ZeroMQ."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+import zmq
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from oddl import certs_cli
+from oddl.errors import OddlError
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+from oddl.security import (
+    METHOD_RULES,
+    ROLE_AGENT,
+    ROLE_OPERATOR,
+    AuthorizationInterceptor,
+    CurveKeys,
+    CurveServer,
+    Identity,
+    SecurityError,
+    SecurityFiles,
+    authenticated_user,
+    channel_credentials,
+    check_rules,
+    configure_curve_client,
+    init_lab_ca,
+    peer_identity,
+    secure_channel,
+    sender_matches,
+    server_credentials,
+    tls_channel_credentials,
+    wait_handshake,
+)
+
+NODES = ("n0", "n1", "n2", "n3")
+TIMEOUT = 5.0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
+    return init_lab_ca(tmp_path_factory.mktemp("lab") / "certs", NODES,
+                       operators=("operator", "alice"))
+
+
+@pytest.fixture(scope="module")
+def other_lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
+    """A second, unrelated lab CA (its certificates must not get in)."""
+    return init_lab_ca(tmp_path_factory.mktemp("other") / "certs", NODES)
+
+
+# --------------------------------------------------------------------------- certs init
+
+
+def test_init_writes_every_file_with_private_keys_0600(lab: SecurityFiles) -> None:
+    m = lab.manifest
+    written = {f["path"]: f for f in m["files"]}
+    expected = {"tls/ca.crt", "tls/ca.key", "tls/server.crt", "tls/server.key",
+                "curve/fabric.key", "curve/fabric.key_secret"}
+    for n in NODES:
+        expected |= {f"tls/agent-{n}.crt", f"tls/agent-{n}.key", f"curve/{n}.key",
+                     f"curve/{n}.key_secret"}
+    for o in ("operator", "alice"):
+        expected |= {f"tls/operator-{o}.crt", f"tls/operator-{o}.key",
+                     f"curve/operator-{o}.key", f"curve/operator-{o}.key_secret"}
+    assert set(written) == expected
+    for rel, entry in written.items():
+        mode = stat.S_IMODE((lab.root / rel).stat().st_mode)
+        private = rel.endswith(".key_secret") or (rel.startswith("tls/") and rel.endswith(".key"))
+        assert mode == (0o600 if private else 0o644), rel
+        assert entry["mode"] == f"{mode:04o}"
+    assert json.loads((lab.root / "manifest.json").read_text())["nodes"] == list(NODES)
+
+
+def test_certificates_encode_role_and_node_and_chain_to_the_ca(lab: SecurityFiles) -> None:
+    ca = x509.load_pem_x509_certificate(lab.server_tls().ca.read_bytes())
+
+    def load(p: Path) -> x509.Certificate:
+        cert = x509.load_pem_x509_certificate(p.read_bytes())
+        cert.verify_directly_issued_by(ca)
+        return cert
+
+    agent = load(lab.agent_tls("n2").cert)
+    assert agent.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)[0].value == \
+        ROLE_AGENT
+    assert agent.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "n2"
+    op = load(lab.operator_tls("alice").cert)
+    assert op.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)[0].value == \
+        ROLE_OPERATOR
+    server = load(lab.server_tls().cert)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_curve_keys_load_and_match_the_manifest(lab: SecurityFiles) -> None:
+    keys = lab.curve_keys("n1")
+    assert keys.secret and len(keys.public) == len(keys.secret) == 40
+    assert keys.public == lab.curve_public("n1")
+    allowed = lab.curve_clients()
+    assert allowed[lab.curve_public("n3")] == "n3"
+    assert allowed[lab.curve_public("operator:alice")] == "operator:alice"
+    assert lab.curve_public("fabric") not in allowed
+    assert lab.curve_public("operator:alice") not in lab.curve_clients(operators=False)
+
+
+def test_init_refuses_to_overwrite_and_force_replaces(tmp_path: Path) -> None:
+    out = tmp_path / "certs"
+    first = init_lab_ca(out, NODES)
+    with pytest.raises(SecurityError, match=r"refusing to overwrite.*--force") as err:
+        init_lab_ca(out, NODES)
+    assert str(out) in str(err.value)
+    assert isinstance(err.value, OddlError)
+    second = init_lab_ca(out, ("n0",), force=True)
+    assert second.curve_public("n0") != first.curve_public("n0")
+    assert not (out / "tls" / "agent-n3.key").exists()  # no stale key survives --force
+    assert not (out / "curve" / "n3.key_secret").exists()
+
+
+@pytest.mark.parametrize("nodes,match", [((), "no nodes"), (("n0", "n0"), "repeat"),
+                                         (("../n0",), "bad node name"),
+                                         (("fabric",), "also node ids")])
+def test_init_rejects_bad_names(tmp_path: Path, nodes: tuple[str, ...], match: str) -> None:
+    with pytest.raises(SecurityError, match=match):
+        init_lab_ca(tmp_path / "certs", nodes)
+
+
+def test_cli_init_prints_files_and_refuses_overwrite(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "certs"
+    argv = ["certs", "init", "--out", str(out), "--nodes", "n0,n1", "--hosts",
+            "127.0.0.1,ctl.lab"]
+    assert certs_cli.main(argv) == certs_cli.EXIT_OK
+    text = capsys.readouterr().out
+    assert "0600  tls/agent-n1.key" in text and "curve/fabric.key_secret" in text
+    assert certs_cli.main(argv) == certs_cli.EXIT_FAILED
+    assert "--force" in capsys.readouterr().err
+    assert certs_cli.main([*argv, "--force", "--json"]) == certs_cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["hosts"] == ["127.0.0.1", "ctl.lab"]
+    assert certs_cli.main(["certs", "init", "--out", str(out)]) == certs_cli.EXIT_USAGE
+
+
+def test_missing_and_mismatched_files_name_the_file(lab: SecurityFiles, other_lab: SecurityFiles,
+                                                    tmp_path: Path) -> None:
+    with pytest.raises(SecurityError, match="manifest.json: no such manifest"):
+        SecurityFiles.load(tmp_path)
+    with pytest.raises(SecurityError, match="no node 'n9'"):
+        lab.agent_tls("n9")
+    mine, foreign = lab.agent_tls("n0"), other_lab.agent_tls("n0")
+    with pytest.raises(SecurityError, match="not issued by the CA"):
+        channel_credentials(mine.ca, foreign.cert, foreign.key)
+    with pytest.raises(SecurityError, match="does not belong to"):
+        channel_credentials(mine.ca, mine.cert, lab.agent_tls("n1").key)
+
+
+# --------------------------------------------------------------------------- gRPC
+
+
+class _Servicer(pb_grpc.ControllerServicer):
+    """Empty replies; records who called."""
+
+    def __init__(self) -> None:
+        self.callers: list[Identity | None] = []
+
+    def _seen(self, context: grpc.ServicerContext) -> None:
+        self.callers.append(peer_identity(context))
+
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
+                  ) -> pb.HeartbeatReply:
+        self._seen(context)
+        return pb.HeartbeatReply()
+
+    def WatchSchedule(self, request: pb.WatchScheduleRequest, context: grpc.ServicerContext
+                      ) -> Iterator[pb.ScheduleEvent]:
+        self._seen(context)
+        yield pb.ScheduleEvent(ended=pb.JobEnded())
+
+    def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext
+                  ) -> pb.Status:
+        self._seen(context)
+        return pb.Status(testbed="t")
+
+    def Reconfigure(self, request: pb.ReconfigureRequest, context: grpc.ServicerContext
+                    ) -> pb.ReconfigureReply:
+        self._seen(context)
+        return pb.ReconfigureReply(applied=True)
+
+
+@pytest.fixture(scope="module")
+def secure_server(lab: SecurityFiles) -> Iterator[tuple[str, _Servicer]]:
+    servicer = _Servicer()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         interceptors=[AuthorizationInterceptor()])
+    pb_grpc.add_ControllerServicer_to_server(servicer, server)
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(lab.root))
+    server.start()
+    yield f"127.0.0.1:{port}", servicer
+    server.stop(0).wait(2)
+
+
+def _stub(address: str, creds: grpc.ChannelCredentials) -> pb_grpc.ControllerStub:
+    return pb_grpc.ControllerStub(secure_channel(address, creds))
+
+
+def _refused(call: object, request: object) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        result = call(request, timeout=TIMEOUT)  # type: ignore[operator]
+        list(result) if isinstance(result, Iterator) else result
+    return err.value  # type: ignore[return-value]
+
+
+def test_operator_may_reconfigure_and_read(lab: SecurityFiles,
+                                           secure_server: tuple[str, _Servicer]) -> None:
+    address, servicer = secure_server
+    stub = _stub(address, tls_channel_credentials(lab.operator_tls("alice")))
+    assert stub.Reconfigure(pb.ReconfigureRequest(), timeout=TIMEOUT).applied
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=TIMEOUT).testbed == "t"
+    assert servicer.callers[-1] == Identity(role=ROLE_OPERATOR, node=None, name="alice")
+
+
+def test_agent_may_not_reconfigure(lab: SecurityFiles,
+                                   secure_server: tuple[str, _Servicer]) -> None:
+    address, _ = secure_server
+    stub = _stub(address, tls_channel_credentials(lab.agent_tls("n0")))
+    err = _refused(stub.Reconfigure, pb.ReconfigureRequest())
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert err.details() == ("agent n0 may not call Reconfigure: only operators may "
+                             "Reconfigure; use an operator certificate")
+    for call, req in ((stub.SubmitJob, pb.SubmitJobRequest()),
+                      (stub.CancelJob, pb.CancelJobRequest())):
+        assert _refused(call, req).code() == grpc.StatusCode.PERMISSION_DENIED
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=TIMEOUT).testbed == "t"
+
+
+def test_agent_acts_only_for_its_own_node(lab: SecurityFiles,
+                                          secure_server: tuple[str, _Servicer]) -> None:
+    address, servicer = secure_server
+    stub = _stub(address, tls_channel_credentials(lab.agent_tls("n0")))
+    stub.Heartbeat(pb.HeartbeatRequest(node_id="n0"), timeout=TIMEOUT)
+    assert servicer.callers[-1] == Identity(role=ROLE_AGENT, node="n0", name="n0")
+    err = _refused(stub.Heartbeat, pb.HeartbeatRequest(node_id="n1"))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "agent n0 may not call Heartbeat" in err.details()
+    assert "'n1'" in err.details() and "own node" in err.details()
+    # the server-streaming agent RPC is checked too
+    events = list(stub.WatchSchedule(pb.WatchScheduleRequest(node_id="n0"), timeout=TIMEOUT))
+    assert len(events) == 1
+    err = _refused(stub.WatchSchedule, pb.WatchScheduleRequest(node_id="n1"))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_operator_may_not_act_as_an_agent(lab: SecurityFiles,
+                                          secure_server: tuple[str, _Servicer]) -> None:
+    address, _ = secure_server
+    stub = _stub(address, tls_channel_credentials(lab.operator_tls("operator")))
+    err = _refused(stub.Heartbeat, pb.HeartbeatRequest(node_id="n0"))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "only agents may Heartbeat" in err.details()
+
+
+def test_client_without_certificate_cannot_connect(lab: SecurityFiles,
+                                                   secure_server: tuple[str, _Servicer]) -> None:
+    address, _ = secure_server
+    creds = grpc.ssl_channel_credentials(root_certificates=lab.server_tls().ca.read_bytes())
+    err = _refused(_stub(address, creds).GetStatus, pb.GetStatusRequest())
+    assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
+
+
+def test_certificate_from_another_ca_cannot_connect(lab: SecurityFiles, other_lab: SecurityFiles,
+                                                    secure_server: tuple[str, _Servicer]) -> None:
+    address, _ = secure_server
+    foreign = other_lab.operator_tls("operator")
+    # trusts our CA but presents a foreign client certificate
+    creds = grpc.ssl_channel_credentials(root_certificates=lab.server_tls().ca.read_bytes(),
+                                         private_key=foreign.key.read_bytes(),
+                                         certificate_chain=foreign.cert.read_bytes())
+    err = _refused(_stub(address, creds).GetStatus, pb.GetStatusRequest())
+    assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
+    # a client of the other lab does not trust our server either
+    err = _refused(_stub(address, tls_channel_credentials(foreign)).GetStatus,
+                   pb.GetStatusRequest())
+    assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
+
+
+def test_plaintext_peer_is_unauthenticated() -> None:
+    """Even a server mistakenly opened without TLS refuses callers: they have no certificate."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         interceptors=[AuthorizationInterceptor()])
+    pb_grpc.add_ControllerServicer_to_server(_Servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            err = _refused(pb_grpc.ControllerStub(channel).GetStatus, pb.GetStatusRequest())
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "client certificate" in err.details()
+    finally:
+        server.stop(0).wait(2)
+
+
+def test_method_table_covers_every_rpc_of_the_service() -> None:
+    service = pb.DESCRIPTOR.services_by_name["Controller"]
+    names = {m.name for m in service.methods}
+    assert set(METHOD_RULES) == names
+    for name, rule in METHOD_RULES.items():
+        assert rule.roles, name
+        if rule.own_node_field:
+            assert rule.own_node_field in service.methods_by_name[name].input_type.fields_by_name
+    # the reconfiguring RPCs are operator-only, the agent RPCs agent-only and node-checked
+    for name in ("Reconfigure", "SubmitJob", "CancelJob"):
+        assert METHOD_RULES[name].roles == {ROLE_OPERATOR}
+    for name in ("RegisterAgent", "Heartbeat", "SyncClock", "WatchSchedule", "ReadyCollective",
+                 "ReportCollective", "ConfirmDelivery"):
+        assert METHOD_RULES[name].roles == {ROLE_AGENT}
+        assert METHOD_RULES[name].own_node_field == "node_id"
+
+
+def test_a_forgotten_rpc_fails_fast() -> None:
+    rules = {k: v for k, v in METHOD_RULES.items() if k != "Reconfigure"}
+    with pytest.raises(SecurityError, match="no rule for Reconfigure"):
+        AuthorizationInterceptor(rules)
+    with pytest.raises(SecurityError, match="unknown methods Frobnicate"):
+        check_rules({**METHOD_RULES, "Frobnicate": METHOD_RULES["GetStatus"]})
+
+
+# --------------------------------------------------------------------------- ZeroMQ CURVE
+
+
+@pytest.fixture
+def zctx() -> Iterator[zmq.Context]:
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+def _router(ctx: zmq.Context, curve: CurveServer) -> tuple[zmq.Socket, str]:
+    sock = ctx.socket(zmq.ROUTER)
+    sock.linger = 0
+    curve.configure(sock)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    return sock, f"tcp://127.0.0.1:{port}"
+
+
+def _dealer(ctx: zmq.Context, identity: bytes | None = None) -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    if identity:
+        sock.identity = identity
+    return sock
+
+
+def test_allowed_key_exchanges_messages(lab: SecurityFiles, zctx: zmq.Context) -> None:
+    with CurveServer(lab.curve_keys("fabric"), lab.curve_clients(), context=zctx,
+                     name="fabric") as curve:
+        router, address = _router(zctx, curve)
+        dealer = _dealer(zctx, b"n0/tx")
+        configure_curve_client(dealer, lab.curve_keys("n0"), lab.curve_public("fabric"))
+        wait_handshake(dealer, lambda: dealer.connect(address), TIMEOUT, what="fabric")
+        dealer.send_multipart([b"H"])
+        assert router.poll(int(TIMEOUT * 1000))
+        frames = router.recv_multipart(copy=False)
+        assert [bytes(f) for f in frames] == [b"n0/tx", b"H"]
+        assert authenticated_user(frames[-1]) == "n0"
+        assert sender_matches(bytes(frames[0]), frames[-1])
+        router.send_multipart([b"n0/tx", b"H"])
+        assert dealer.poll(int(TIMEOUT * 1000))
+        assert dealer.recv_multipart() == [b"H"]
+        router.close(0)
+        dealer.close(0)
+
+
+def test_unknown_key_and_plain_client_get_nothing(lab: SecurityFiles, other_lab: SecurityFiles,
+                                                  zctx: zmq.Context) -> None:
+    with CurveServer(lab.curve_keys("fabric"), lab.curve_clients(), context=zctx,
+                     name="fabric") as curve:
+        router, address = _router(zctx, curve)
+        stranger = _dealer(zctx, b"n0")  # another lab's n0 key: not in the allow-list
+        configure_curve_client(stranger, other_lab.curve_keys("n0"), lab.curve_public("fabric"))
+        with pytest.raises(SecurityError, match="refused this CURVE key"):
+            wait_handshake(stranger, lambda: stranger.connect(address), TIMEOUT, what="fabric")
+        plain = _dealer(zctx, b"n1")
+        with pytest.raises(SecurityError, match="handshake with fabric failed"):
+            wait_handshake(plain, lambda: plain.connect(address), TIMEOUT, what="fabric")
+        fresh = _dealer(zctx)  # an unknown random key, no handshake wait
+        public, secret = zmq.curve_keypair()
+        configure_curve_client(fresh, CurveKeys(public, secret), lab.curve_public("fabric"))
+        fresh.connect(address)
+        for s in (stranger, plain, fresh):
+            s.send_multipart([b"H"])
+        assert not router.poll(600)
+        for s in (stranger, plain, fresh):
+            assert not s.poll(100)
+            s.close(0)
+        router.close(0)
+
+
+def test_a_node_cannot_send_under_another_identity(lab: SecurityFiles,
+                                                   zctx: zmq.Context) -> None:
+    with CurveServer(lab.curve_keys("fabric"), lab.curve_clients(), context=zctx,
+                     name="fabric") as curve:
+        router, address = _router(zctx, curve)
+        spoof = _dealer(zctx, b"n1/tx")  # n0's key, n1's identity
+        configure_curve_client(spoof, lab.curve_keys("n0"), lab.curve_public("fabric"))
+        spoof.connect(address)
+        spoof.send_multipart([b"D", b"{}", b"x"])
+        assert router.poll(int(TIMEOUT * 1000))
+        frames = router.recv_multipart(copy=False)
+        assert authenticated_user(frames[-1]) == "n0"
+        assert not sender_matches(bytes(frames[0]), frames[-1])
+        spoof.close(0)
+        router.close(0)
+
+
+def test_direct_links_share_one_authenticator_per_context(lab: SecurityFiles,
+                                                          zctx: zmq.Context) -> None:
+    """Two CURVE servers in one process (two nodes' direct links), each with its own key."""
+    peers = lab.curve_clients(operators=False)
+    s0 = CurveServer(lab.curve_keys("n0"), peers, context=zctx, name="n0-direct")
+    s1 = CurveServer(lab.curve_keys("n1"), peers, context=zctx, name="n1-direct")
+    r0, a0 = _router(zctx, s0)
+    r1, a1 = _router(zctx, s1)
+    to0 = _dealer(zctx, b"n1")
+    configure_curve_client(to0, lab.curve_keys("n1"), lab.curve_public("n0"))
+    to0.connect(a0)
+    to1 = _dealer(zctx, b"n0")
+    configure_curve_client(to1, lab.curve_keys("n0"), lab.curve_public("n1"))
+    to1.connect(a1)
+    to0.send_multipart([b"D", b"a"])
+    to1.send_multipart([b"D", b"b"])
+    assert r0.poll(int(TIMEOUT * 1000)) and r1.poll(int(TIMEOUT * 1000))
+    assert r0.recv_multipart() == [b"n1", b"D", b"a"]
+    assert r1.recv_multipart() == [b"n0", b"D", b"b"]
+    r0.close(0)
+    s0.close()
+    # the other server keeps authenticating after the first one is gone
+    late = _dealer(zctx, b"n2")
+    configure_curve_client(late, lab.curve_keys("n2"), lab.curve_public("n1"))
+    late.connect(a1)
+    late.send_multipart([b"D", b"c"])
+    assert r1.poll(int(TIMEOUT * 1000))
+    assert r1.recv_multipart() == [b"n2", b"D", b"c"]
+    for s in (r1, to0, to1, late):
+        s.close(0)
+    s1.close()
+
+
+def test_curve_misuse_names_the_fix(lab: SecurityFiles, zctx: zmq.Context) -> None:
+    with pytest.raises(SecurityError, match="secret key"):
+        CurveServer(CurveKeys(lab.curve_public("fabric")), {}, context=zctx)
+    sock = _dealer(zctx)
+    with pytest.raises(SecurityError, match="secret key"):
+        configure_curve_client(sock, CurveKeys(lab.curve_public("n0")), lab.curve_public("fabric"))
+    sock.close(0)
+    with pytest.raises(SecurityError, match="no CURVE key 'n9'"):
+        lab.curve_keys("n9")
+
+
+def test_a_shared_private_key_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    files = init_lab_ca(tmp_path / "certs", ("n0",))
+    files.agent_tls("n0").key.chmod(0o644)
+    with caplog.at_level("WARNING", logger="oddl.security"):
+        tls_channel_credentials(files.agent_tls("n0"))
+    assert "chmod 600" in caplog.text and "agent-n0.key" in caplog.text
