@@ -67,16 +67,21 @@ import math
 import os
 import random
 import select
-import signal
 import socket
 import threading
 import time
 import tty
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from types import FrameType
 from typing import Any
 
+from oddl.drivers.emulator_cli import (
+    listen_arg,
+    milliseconds_arg,
+    serve_until_signal,
+    start_server,
+    stop_on_signal,
+)
 from oddl.drivers.itla import (
     DIS_BIT,
     FREQ_BIT,
@@ -91,7 +96,6 @@ from oddl.drivers.itla import (
     encode_reply,
     split_mhz,
 )
-from oddl.drivers.tcpserve import TcpEmulatorServer, parse_listen
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -701,32 +705,14 @@ def serve_pty(emulator: ItlaEmulator) -> tuple[str, Callable[[], None]]:
 
 # --- command line --------------------------------------------------------------------------------
 
-def _listen_arg(text: str) -> str:
-    try:
-        parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected milliseconds >= 0")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``oddl emulate itla`` options to `parser`."""
-    parser.add_argument("--listen", default="127.0.0.1:0", type=_listen_arg,
+    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg,
                         metavar="HOST:PORT", help="TCP address to serve on (port 0: any free "
                         "port; default 127.0.0.1:0)")
     parser.add_argument("--pty", action="store_true",
                         help="serve on a pseudo-terminal instead of TCP and print its path")
-    parser.add_argument("--time-to-lock-ms", default=1.0, type=_milliseconds,
+    parser.add_argument("--time-to-lock-ms", default=1.0, type=milliseconds_arg,
                         help="time from enable / channel write to lock, in ms (default 1)")
     parser.add_argument("--serial", default="EMU-0001", help="serial number SerNo reports")
     parser.add_argument("--seed", default=0, type=int, help="seed for jitter and random faults")
@@ -736,40 +722,18 @@ def run(args: argparse.Namespace) -> int:
     """Serve one emulated ITLA; print its address (URL or pty path) once; stop on SIGINT/SIGTERM."""
     emulator = ItlaEmulator(serial_number=args.serial, time_to_lock_s=args.time_to_lock_ms / 1000,
                             seed=args.seed)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, _on_signal)
-    try:
-        if args.pty:
-            path, stop_pty = serve_pty(emulator)
-            try:
-                print(path, flush=True)
-                while not stop.wait(0.2):
-                    pass
-            finally:
-                stop_pty()
-        else:
-            host, port = parse_listen(args.listen)
-            try:
-                server = TcpEmulatorServer(itla_connection_handler(emulator), host, port,
-                                           name="itla-emulator")
-            except OSError as exc:
-                raise ConfigError(f"--listen {args.listen}: cannot listen ({exc}); choose a "
-                                  "free port, or 0 for any") from exc
-            with server:
-                logger.info("ITLA emulator %s serving on %s", args.serial, server.url)
-                print(server.url, flush=True)
-                while not stop.wait(0.2):
-                    pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    if not args.pty:
+        server = start_server(itla_connection_handler(emulator), args.listen, "itla-emulator")
+        logger.info("ITLA emulator %s serving on %s", args.serial, server.url)
+        return serve_until_signal(server, lambda s: s.url)
+    with stop_on_signal() as stop:
+        path, stop_pty = serve_pty(emulator)
+        try:
+            print(path, flush=True)
+            while not stop.wait(0.2):
+                pass
+        finally:
+            stop_pty()
     return 0
 
 

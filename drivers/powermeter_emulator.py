@@ -28,17 +28,14 @@ import logging
 import math
 import random
 import re
-import signal
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from types import FrameType
-from typing import Any
 
-from oddl.drivers.tcpserve import TcpEmulatorServer, parse_listen
+from oddl.drivers.emulator_cli import listen_arg, serve_until_signal, start_server
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -756,14 +753,6 @@ def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[soc
 
 # ----- command line (wired by the integrator as `oddl emulate powermeter`) ----------------
 
-def _listen_arg(text: str) -> str:
-    try:
-        parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def _channels_arg(text: str) -> int:
     try:
         value = int(text)
@@ -802,7 +791,7 @@ def constant_source(dbm: float) -> PowerSource:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``oddl emulate powermeter`` options to `parser`."""
-    parser.add_argument("--listen", default="127.0.0.1:0", type=_listen_arg, metavar="HOST:PORT",
+    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg, metavar="HOST:PORT",
                         help="address to serve on (port 0: any free port)")
     parser.add_argument("--channels", default=4, type=_channels_arg,
                         help="meter channels (default 4, N7744A; 8 reports N7745A)")
@@ -816,37 +805,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated meter; print its VISA resource string once; stop on SIGINT/SIGTERM."""
-    host, port = parse_listen(args.listen)
     source = None if args.constant_dbm is None else constant_source(args.constant_dbm)
     emulator = PowerMeterEmulator(channels=args.channels, power_source=source, seed=args.seed,
                                   noise_db=args.noise_db, serial_number=args.serial)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, _on_signal)
-    try:
-        try:
-            server = TcpEmulatorServer(powermeter_connection_handler(emulator), host, port,
-                                       name="powermeter-emulator")
-        except OSError as exc:
-            raise ConfigError(f"--listen {args.listen}: cannot listen ({exc}); choose a free "
-                              "port, or 0 for any") from exc
-        with server:
-            bound_host, bound_port = server.address
-            resource = f"TCPIP0::{bound_host}::{bound_port}::SOCKET"
-            logger.info("power meter emulator %s serving on %s", args.serial, resource)
-            print(resource, flush=True)
-            while not stop.wait(0.2):
-                pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    server = start_server(powermeter_connection_handler(emulator), args.listen,
+                          "powermeter-emulator")
+    resource = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
+    logger.info("power meter emulator %s serving on %s", args.serial, resource)
+    return serve_until_signal(server, lambda s: resource)
 
 
 def main(argv: list[str] | None = None) -> int:

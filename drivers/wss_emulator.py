@@ -44,18 +44,21 @@ import logging
 import math
 import random
 import re
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from decimal import Decimal, InvalidOperation
-from types import FrameType
-from typing import Any
 
+from oddl.drivers.emulator_cli import (
+    listen_arg,
+    milliseconds_arg,
+    positive_int_arg,
+    serve_until_signal,
+    start_server,
+)
 from oddl.drivers.interfaces import BLOCKED_DB, Route
-from oddl.drivers.tcpserve import TcpEmulatorServer, parse_listen
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -409,41 +412,13 @@ def _answer(conn: socket.socket, emulator: WssEmulator, line: str) -> bool:
 
 # --- command line ---------------------------------------------------------------------------------
 
-def _listen_arg(text: str) -> str:
-    try:
-        parse_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected milliseconds >= 0")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``oddl emulate wss`` options to `parser`."""
-    parser.add_argument("--listen", default="127.0.0.1:0", type=_listen_arg,
+    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg,
                         metavar="HOST:PORT", help="address to serve on (port 0: any free port)")
-    parser.add_argument("--ports", default=4, type=_positive_int,
+    parser.add_argument("--ports", default=4, type=positive_int_arg,
                         help="number of out-ports (default 4)")
-    parser.add_argument("--settle-ms", default=100.0, type=_milliseconds,
+    parser.add_argument("--settle-ms", default=100.0, type=milliseconds_arg,
                         help="settle time after RSW in ms (default 100)")
     parser.add_argument("--serial", default="WSS-EMU-0001", help="serial number SNO? reports")
     parser.add_argument("--seed", default=0, type=int, help="seed for injected random faults")
@@ -451,34 +426,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated WSS; print its ``socket://`` URL once; stop on SIGINT/SIGTERM."""
-    host, port = parse_listen(args.listen)
     emulator = WssEmulator(ports=args.ports, settle_s=args.settle_ms / 1000.0,
                            serial_number=args.serial, seed=args.seed)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, _on_signal)
-    try:
-        try:
-            server = TcpEmulatorServer(wss_connection_handler(emulator), host, port,
-                                       name="wss-emulator")
-        except OSError as exc:
-            raise ConfigError(f"--listen {args.listen}: cannot listen ({exc}); choose a free "
-                              "port, or 0 for any") from exc
-        with server:
-            logger.info("WSS emulator %s serving on %s", args.serial, server.url)
-            print(server.url, flush=True)
-            while not stop.wait(0.2):
-                pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    server = start_server(wss_connection_handler(emulator), args.listen, "wss-emulator")
+    logger.info("WSS emulator %s serving on %s", args.serial, server.url)
+    return serve_until_signal(server, lambda s: s.url)
 
 
 def main(argv: list[str] | None = None) -> int:
