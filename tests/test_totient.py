@@ -9,41 +9,19 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import TIMING, assert_allreduce
 
 from oddl.controller.scheduling import (
-    Plan,
-    TimingModel,
     Topology,
     candidate_jumps,
     circulant_diameter,
-    execute_plan,
     make_plan,
     schedule_plan,
     select_permutations,
     totientperms_allreduce,
-    validate_plan,
 )
 from oddl.controller.scheduling.totient import max_degree, ring_jumps
 from oddl.errors import PlanError
-
-TIMING = TimingModel(1e-6, 1e-7, 1e-6, 0.0, 0.1, 1e-6, 100e9)
-
-
-def assert_allreduce(plan: Plan, seed: int) -> None:
-    """Every rank ends with the exact int64 sum (wrapping addition is associative)."""
-    validate_plan(plan)
-    rng = np.random.default_rng(seed)
-    info = np.iinfo(np.int64)
-    inputs = [
-        rng.integers(info.min, info.max, size=plan.n_elems, dtype=np.int64, endpoint=True)
-        for _ in range(plan.n_ranks)
-    ]
-    with np.errstate(over="ignore"):
-        expected = np.sum(np.stack(inputs), axis=0, dtype=np.int64)
-        outputs = execute_plan(plan, inputs)
-    for rank, out in enumerate(outputs):
-        assert np.array_equal(out, expected), f"rank {rank} differs"
-
 
 # --------------------------------------------------------------------------- papers.md §3.1
 

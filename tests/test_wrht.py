@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import TIMING, assert_allreduce
 
 from oddl.controller.scheduling import (
     COLLECTIVES,
     LinkBudget,
     Op,
-    Plan,
-    TimingModel,
     Topology,
-    execute_plan,
     link_budget,
     make_plan,
     schedule_plan,
@@ -24,24 +22,6 @@ from oddl.controller.scheduling import (
 )
 from oddl.controller.scheduling.wrht import max_group_size, wrht_levels
 from oddl.errors import PlanError
-
-TIMING = TimingModel(1e-6, 1e-7, 1e-6, 0.0, 0.1, 1e-6, 100e9)
-
-
-def assert_allreduce(plan: Plan, seed: int) -> None:
-    """Every rank ends with the exact int64 sum (wrapping addition is associative)."""
-    validate_plan(plan)
-    rng = np.random.default_rng(seed)
-    info = np.iinfo(np.int64)
-    inputs = [
-        rng.integers(info.min, info.max, size=plan.n_elems, dtype=np.int64, endpoint=True)
-        for _ in range(plan.n_ranks)
-    ]
-    with np.errstate(over="ignore"):
-        expected = np.sum(np.stack(inputs), axis=0, dtype=np.int64)
-        outputs = execute_plan(plan, inputs)
-    for rank, out in enumerate(outputs):
-        assert np.array_equal(out, expected), f"rank {rank} differs"
 
 
 def levels_by_hand(n: int, m: int) -> int:
