@@ -54,9 +54,12 @@ def run_one(name: str, quick: bool) -> dict | None:
         print(f"[bench] {name} FAILED (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
               file=sys.stderr)
         return {"ok": False, "exit": proc.returncode, "stderr": proc.stderr[-2000:]}
-    line = proc.stdout.strip().splitlines()[-1]
-    return {"ok": True, "seconds": elapsed, "command": " ".join(argv[1:]),
-            "result": json.loads(line)}
+    out = proc.stdout.strip()
+    try:
+        result = json.loads(out)
+    except ValueError:
+        result = json.loads(out.splitlines()[-1])  # progress lines, then one JSON line
+    return {"ok": True, "seconds": elapsed, "command": " ".join(argv[1:]), "result": result}
 
 
 def main(argv: list[str] | None = None) -> int:
