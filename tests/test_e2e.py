@@ -229,6 +229,14 @@ def test_health_and_status(testbed: RunningTestbed):
     health = health_pb2_grpc.HealthStub(channel)
     reply = health.Check(health_pb2.HealthCheckRequest(service="oddl.v1.Controller"), timeout=10)
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    reflected = ProtoReflectionDescriptorDatabase(channel)
+    assert "oddl.v1.Controller" in reflected.get_services()
+    methods = reflected.FindFileContainingSymbol("oddl.v1.Controller")
+    assert "SubmitJob" in {m.name for m in methods.service[0].method}
     channel.close()
     status = testbed.operator.status()
     assert [a["node_id"] for a in status["agents"]] == ["n0", "n1", "n2", "n3"]
