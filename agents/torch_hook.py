@@ -89,9 +89,13 @@ class OpticalHookState:
                     "allreduce_ms_total": float(times.sum() * 1e3)}
 
     def close(self) -> None:
-        """Finish queued buckets, stop the worker thread, close a client this state opened."""
+        """Finish queued buckets, stop the worker thread, close a client this state opened.
+
+        After a failed bucket it does not wait: a bucket in flight may be waiting for peers
+        that will never come."""
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            failed = bool(self._failed)
+            self._executor.shutdown(wait=not failed, cancel_futures=failed)
             self._executor = None
         if self._owns_client:
             self.client.close()
@@ -147,7 +151,7 @@ class OpticalHookState:
             i = int(bad[np.argmax(err[bad])]) if np.isfinite(err[bad]).any() else int(bad[0])
             message = (f"bucket {index} (call {self.buckets + 1}): the optical all-reduce differs "
                        f"from the exact reduction at {bad.size} of {summed.size} elements; "
-                       f"element {i}: got {got[i]!r}, exact {exact[i]!r}, allowed error "
+                       f"element {i}: got {got[i]:.9g}, exact {exact[i]:.9g}, allowed error "
                        f"{bound[i]:.3g}")
             with self._lock:
                 self.mismatches.append(message)

@@ -734,7 +734,8 @@ class ItlaDriver:
     def configure_grid(self, first_thz: float, spacing_ghz: float) -> None:
         """Set the first-channel frequency (THz) and grid spacing (GHz); the output must be off.
 
-        Writes FTF = 0, FCF1/FCF2/FCF3 and GRID/GRID2 (MSA tuning steps 4-5).
+        Writes FTF = 0, FCF1/FCF2/FCF3 and GRID/GRID2 (MSA tuning steps 4-5), and clears
+        ChannelH so that the next Channel write selects an absolute channel on this grid.
         """
         lim = self.limits()
         fcf = round(first_thz * 1e6)
@@ -760,6 +761,7 @@ class ItlaDriver:
             coarse = int(math.copysign(abs(spacing) // 100, spacing))
             self.write_register("GRID", coarse)
             self._write_optional("GRID2", spacing - coarse * 100)
+            self._write_optional("ChannelH", 0)
             self._grid = (fcf, spacing)
         logger.info("%s: grid %.6f THz + n x %.3f GHz", self.name, fcf / 1e6, spacing / 1e3)
 

@@ -148,7 +148,11 @@ def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the emulated four-node testbed end to end."""
+    """Run the emulated four-node testbed end to end (`--train`: PyTorch DDP on digits)."""
+    if args.train:
+        from oddl.train_demo import run_train
+
+        return run_train(args)
     from oddl.demo import run_demo
 
     return run_demo(args)
@@ -356,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="model parameters (gradient elements)")
     demo.add_argument("--run-dir", default=None, help="where logs go (default runs/<time>)")
     demo.add_argument("--json", action="store_true")
+    demo.add_argument("--train", action="store_true", help="train a CNN on scikit-learn's "
+                      "digits with PyTorch DDP through the agents, then over gloo as baseline "
+                      "(needs the torch extra: pip install '.[torch]')")
+    demo.add_argument("--epochs", type=int, default=5, help="epochs with --train")
     demo.set_defaults(func=cmd_demo)
 
     def with_controller(sp: argparse.ArgumentParser, default: Any = None) -> argparse.ArgumentParser:

@@ -40,8 +40,11 @@ from oddl.procs import ProcessGroup, oddl_command
 logger = logging.getLogger(__name__)
 
 WORLD = 4
-ACCURACY_TOLERANCE = 0.03
-"""Largest |optical − gloo| final test accuracy accepted as run-to-run noise (see the tests)."""
+ACCURACY_TOLERANCE = 0.02
+"""Largest |optical − gloo| final test accuracy accepted as run-to-run noise: 9 of the 450
+test images. Both runs start from the same seed and differ only in float summation order;
+measured, that moved 0 test predictions in 5 epochs (also with 1-ulp noise on every gradient
+element, 8 trials), while changing the seed moves the accuracy by 4-5 points."""
 
 
 class _Worker:
@@ -165,12 +168,13 @@ def _start_testbed(group: ProcessGroup, config: Path, run_dir: Path,
 
 
 def _run_workers(workers: list[_Worker], run_dir: Path, args: list[str], apis: list[str],
-                 networks: str, deadline_s: float, say: Any) -> tuple[dict[str, list[dict]], list[str]]:
+                 networks: str, deadline_s: float, say: Any,
+                 worker_module: str) -> tuple[dict[str, list[dict]], list[str]]:
     """Start the four training processes (into `workers`, which the caller stops), follow
     their JSON lines; return the results by network and the problems."""
     port = _free_port()
     for rank in range(WORLD):
-        argv = [sys.executable, "-m", "oddl.train_worker", "--rank", str(rank), "--world",
+        argv = [sys.executable, "-m", worker_module, "--rank", str(rank), "--world",
                 str(WORLD), "--store", f"127.0.0.1:{port}", "--agent", apis[rank],
                 "--networks", networks, *args]
         workers.append(_Worker(rank, argv, run_dir))
@@ -227,10 +231,12 @@ def _run_workers(workers: list[_Worker], run_dir: Path, args: list[str], apis: l
 def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: str = "ring",
                    json_out: bool = False, *, seed: int = 7, bucket_cap_mb: float = 0.1,
                    verify: bool = True, sync_hook: bool = False,
-                   accuracy_tolerance: float = ACCURACY_TOLERANCE) -> dict[str, Any]:
+                   accuracy_tolerance: float = ACCURACY_TOLERANCE,
+                   worker_module: str = "oddl.train_worker") -> dict[str, Any]:
     """Start everything, train over the optical testbed and over gloo, stop everything.
 
     Returns the summary (`ok` False on any failure); prints progress unless `json_out`.
+    `worker_module` is the module each training process runs (`python -m`; tests swap it).
     """
     config = config or DEFAULT_TESTBED
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -267,10 +273,15 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
                 worker_args.append("--sync-hook")
             results, problems = _run_workers(
                 workers, run_dir, worker_args, [apis[n.id] for n in cfg.nodes], "optical,gloo",
-                deadline_s=120.0 + 60.0 * epochs, say=say)
+                deadline_s=120.0 + 60.0 * epochs, say=say, worker_module=worker_module)
+            for w in reversed(workers):  # before the job ends: no worker waits on an agent
+                w.stop()
             job_info = operator.cancel(job["id"])
-            agent_status = [c.status() for c in clients]
-            fabric = _fabric_stats(emu["fabric"]) if emu.get("fabric") else {}
+            try:
+                agent_status = [c.status() for c in clients]
+                fabric = _fabric_stats(emu["fabric"]) if emu.get("fabric") else {}
+            except OddlError as exc:
+                problems.append(f"reading the agents' status: {exc}")
         finally:
             for w in reversed(workers):
                 w.stop()
@@ -377,7 +388,9 @@ def run_train(args: argparse.Namespace) -> int:
     config = Path(args.config) if getattr(args, "config", None) else None
     run_dir = (Path(args.run_dir) if getattr(args, "run_dir", None)
                else Path("runs") / time.strftime("train-%Y%m%d-%H%M%S"))
-    summary = run_train_demo(config, run_dir, args.epochs, args.collective, args.json)
+    summary = run_train_demo(config, run_dir, args.epochs, args.collective, args.json,
+                             sync_hook=getattr(args, "sync_hook", False),
+                             bucket_cap_mb=getattr(args, "bucket_cap_mb", 0.1))
     print(json.dumps(summary) if args.json else format_train_summary(summary))
     return 0 if summary["ok"] else 1
 
@@ -390,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--collective", default="ring")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--sync-hook", action="store_true",
+                   help="call the agent on the backward pass's thread (for comparison)")
+    p.add_argument("--bucket-cap-mb", type=float, default=0.1, help="DDP bucket size")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:

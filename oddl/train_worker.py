@@ -33,6 +33,15 @@ logger = logging.getLogger(__name__)
 NETWORKS = ("optical", "gloo")
 
 
+class PhaseFailed(Exception):
+    """Training over one network failed; carries the hook's mismatch reports, if any."""
+
+    def __init__(self, network: str, error: str, mismatches: list[str]):
+        super().__init__(error)
+        self.network = network
+        self.mismatches = mismatches
+
+
 def emit(event: str, **fields: Any) -> None:
     """One JSON line to the parent."""
     print(json.dumps({"event": event, **fields}), flush=True)
@@ -122,6 +131,11 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
             logger.info("%s epoch %d: loss %.4f, test accuracy %.4f, %.3f s", network, epoch + 1,
                         record["loss"], test_acc, epoch_s)
         dist.barrier()
+    except Exception as exc:
+        # DDP re-raises a failed hook future as a RuntimeError without the cause; the hook's
+        # state has the exact report
+        mismatches = state.stats()["mismatches"] if state is not None else []
+        raise PhaseFailed(network, f"{type(exc).__name__}: {exc}", mismatches) from exc
     finally:
         hook = state.stats() if state is not None else None
         if state is not None:
@@ -154,15 +168,15 @@ def run(args: argparse.Namespace) -> int:
             if network == "optical" and not args.agent:
                 raise ValueError("--networks optical needs --agent ADDRESS (the local agent API)")
             emit("result", **train(network, args, data))
+    except PhaseFailed as exc:
+        logger.exception("rank %d: training over %s failed", args.rank, exc.network)
+        emit("failed", rank=args.rank, network=exc.network, mismatch=bool(exc.mismatches),
+             error=exc.mismatches[0] if exc.mismatches else str(exc))
+        return 1
     except Exception as exc:
-        from oddl.agents.torch_hook import AllreduceMismatch
-
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, AllreduceMismatch):
-            cause = cause.__cause__ or cause.__context__
         logger.exception("rank %d: training over %s failed", args.rank, network)
-        emit("failed", rank=args.rank, network=network, error=f"{type(exc).__name__}: {exc}",
-             mismatch=cause is not None)
+        emit("failed", rank=args.rank, network=network, mismatch=False,
+             error=f"{type(exc).__name__}: {exc}")
         return 1
     finally:
         if dist.is_initialized():

@@ -297,6 +297,7 @@ def test_configure_grid_then_tune_measures_time_to_lock() -> None:
         ("01 67 00 00", "10 67 00 00"),   # FCF3 = 0 MHz
         ("c1 34 01 f4", "d0 34 01 f4"),   # GRID = 500 x 0.1 GHz
         ("11 66 00 00", "00 66 00 00"),   # GRID2 = 0 MHz
+        ("21 65 00 00", "30 65 00 00"),   # ChannelH = 0 (absolute channel numbers)
         ("10 32 00 00", "90 32 00 08"),   # ResEna: output on (enabled elsewhere)
         ("51 30 00 07", "73 30 00 07"),   # Channel = 7 -> CP
         ("00 00 00 00", "13 00 02 00"),   # NOP: tuning pending
