@@ -27,7 +27,14 @@ import zmq
 from oddl import __version__
 from oddl.agents.clock import ClockEstimate, ClockSample, estimate
 from oddl.agents.dataplane import DirectLink, FabricLink, Link
-from oddl.agents.executor import CollectiveRun, SlotSpec, StepSpec, run_collective
+from oddl.agents.executor import (
+    OPTINC,
+    CollectiveRun,
+    SlotSpec,
+    StepSpec,
+    run_collective,
+    run_optinc,
+)
 from oddl.agents.gate import SlotGate
 from oddl.config import TestbedConfig
 from oddl.errors import CollectiveError, OddlError, OperationRefused
@@ -467,8 +474,13 @@ class Agent:
         self._cancel.clear()
         self._running.set()
         try:
-            out = run_collective(run, array, self.link, self.gate, cancel=self._cancel,
-                                 handoffs=self)
+            if schedule.collective == OPTINC:
+                device, bits = self._optinc_device(schedule)
+                out = run_optinc(run, array, self.link, self.gate, device, bits,
+                                 cancel=self._cancel)
+            else:
+                out = run_collective(run, array, self.link, self.gate, cancel=self._cancel,
+                                     handoffs=self)
             self.done += 1
             return out
         except CollectiveError as exc:
@@ -485,6 +497,16 @@ class Agent:
                 for key in [k for k in self._circuits if k[0] == job.id and k[1] <= seq]:
                     del self._circuits[key]
             self._report(job, seq, ok, error, run.stats)
+
+    def _optinc_device(self, schedule: pb.Schedule) -> tuple[str, int]:
+        """The OptINC device an optinc schedule uploads to (its id and level bits)."""
+        target = next((c.dst for s in schedule.slots[:1] for c in s.circuits), "")
+        dev = self.cfg.optinc_device(target or None)
+        if dev is None:
+            raise CollectiveError(f"{self.node_id}: the schedule uploads to OptINC device "
+                                  f"{target!r}, which this agent's testbed file does not have; "
+                                  "start the agent with the emulator host's resolved file")
+        return dev.id, dev.bits
 
     # ---- hand-offs (oddl.agents.executor.Handoffs) ------------------------------------
     def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:

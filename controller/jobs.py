@@ -5,6 +5,11 @@ job (each job gets its own slice of transmitters, receivers and WSS channels), c
 job-scale configuration (WSS tables, the transmitters' first channels) and hands it to the
 caller to apply. The barrier collects every node's "ready" for one collective invocation and
 decides: start (same shape and dtype everywhere) or refuse with the reason.
+
+The ``optinc`` collective is not a rank-to-rank plan: every node sends its quantised bucket
+once to the testbed's OptINC device, which broadcasts the quantised mean
+(`oddl.drivers.optinc_device`). Its schedule is `optinc_schedule`: an upload slot (all nodes
+to the device at once) and a broadcast slot that streams while the upload does (cut-through).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from oddl.config import TestbedConfig
+from oddl.config import OptincDeviceConfig, TestbedConfig
 from oddl.controller.devices import Configuration
 from oddl.controller.scheduling import (
     COLLECTIVES,
@@ -37,8 +42,82 @@ from oddl.errors import OddlError, OperationRefused
 logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
+OPTINC = "optinc"
+"""The in-network collective on an OptINC device (not in the plan registry: no rank-to-rank
+transfers)."""
 MAX_ELEMENTS = 1 << 36
 """Largest all-reduce (elements) a job accepts: 256 GiB of float32."""
+
+
+def known_collectives() -> list[str]:
+    """Every collective a job can name: the registered plans and ``optinc``."""
+    return sorted([*COLLECTIVES, OPTINC])
+
+
+@dataclass(frozen=True)
+class OptincSlot:
+    """One slot of an optinc schedule: times from the schedule start, (src, dst, bytes) flows."""
+
+    index: int
+    step: int
+    start_s: float
+    data_start_s: float
+    end_s: float
+    flows: tuple[tuple[str, str, int], ...]
+    guard_s: float = 0.0
+    retuned: bool = False
+
+
+@dataclass(frozen=True)
+class OptincSchedule:
+    """The optinc collective laid out for one bucket size: upload, then broadcast.
+
+    Slot 0: every node sends its levels to the device at once (each on its own input), after a
+    guard of the clock skew; hold = 8·bytes/line rate. Slot 1: the device's splitter T sends
+    the quantised mean to every node; the optics compute while the light passes, so the
+    broadcast streams alongside the upload, ``latency`` later (same hold). Makespan = one
+    pass: guard + hold + margin + latency.
+    """
+
+    device: str
+    n_elems: int
+    itemsize: int
+    level_bytes: int
+    hold_s: float
+    slots: tuple[OptincSlot, OptincSlot]
+    collective: str = OPTINC
+    reconfigurations: int = 0
+
+    @property
+    def makespan_s(self) -> float:
+        """End of the broadcast slot."""
+        return self.slots[1].end_s
+
+    @property
+    def guard_total_s(self) -> float:
+        """The skew guard before the upload."""
+        return sum(s.guard_s for s in self.slots)
+
+    @property
+    def efficiency(self) -> float:
+        """hold / (hold + guard) of the upload."""
+        total = self.hold_s + self.guard_total_s
+        return self.hold_s / total if total > 0 else 1.0
+
+
+def optinc_schedule(nodes: Sequence[str], device: OptincDeviceConfig, timing: TimingModel,
+                    n_elems: int, itemsize: int) -> OptincSchedule:
+    """The two-slot schedule of an optinc all-reduce of `n_elems` elements per node."""
+    level_bytes = n_elems * device.level_itemsize
+    hold = timing.hold_s(level_bytes)
+    latency = device.latency_us * 1e-6
+    up_data = timing.skew_s
+    up_end = up_data + hold + timing.slot_margin_s
+    up = OptincSlot(0, 0, 0.0, up_data, up_end,
+                    tuple((n, device.id, level_bytes) for n in nodes), guard_s=timing.skew_s)
+    down = OptincSlot(1, 1, up_data + latency, up_data + latency, up_end + latency,
+                      tuple((device.id, n, level_bytes) for n in nodes))
+    return OptincSchedule(device.id, n_elems, itemsize, level_bytes, hold, (up, down))
 
 
 def topology_from_config(cfg: TestbedConfig) -> Topology:
@@ -91,7 +170,8 @@ class JobRecord:
     after it)."""
     ready: dict[int, dict[str, tuple[tuple[int, ...], str]]] = field(default_factory=dict)
     failed_seqs: set[int] = field(default_factory=set)
-    schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule] = field(default_factory=dict)
+    schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule | OptincSchedule] = field(
+        default_factory=dict)
 
     PERSISTED = ("id", "name", "nodes", "collective", "network", "params", "submitted_ns",
                  "state", "reason", "collectives_done", "reconfigurations", "guard_time_s",
@@ -154,16 +234,20 @@ class JobManager:
         if network not in NETWORKS:
             raise OperationRefused(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
         collective = collective or "ring"
-        if collective not in COLLECTIVES:
+        if collective not in COLLECTIVES and collective != OPTINC:
             raise OperationRefused(f"unknown collective {collective!r}; this controller serves "
-                                   f"{', '.join(sorted(COLLECTIVES))}")
-        self._check_capacity(collective, params, nodes)
-        try:
-            plan = make_plan(collective, len(nodes), len(nodes) * 8, **_plan_params(params))
-            first = schedule_plan(plan, nodes, self.topology, self.timing, 4)
-        except OddlError as exc:
-            raise OperationRefused(f"the testbed cannot carry {collective} on {len(nodes)} "
-                                   f"nodes: {exc}") from exc
+                                   f"{', '.join(known_collectives())}")
+        first: Schedule | None = None
+        if collective == OPTINC:
+            self._check_optinc(nodes, network, params)
+        else:
+            self._check_capacity(collective, params, nodes)
+            try:
+                plan = make_plan(collective, len(nodes), len(nodes) * 8, **_plan_params(params))
+                first = schedule_plan(plan, nodes, self.topology, self.timing, 4)
+            except OddlError as exc:
+                raise OperationRefused(f"the testbed cannot carry {collective} on {len(nodes)} "
+                                       f"nodes: {exc}") from exc
         for job in self.jobs.values():
             shared = set(job.nodes) & set(nodes)
             if job.running and shared:
@@ -173,7 +257,7 @@ class JobManager:
         job = JobRecord(f"job-{next(self._ids)}", name or collective, nodes, collective, network,
                         dict(params), now_ns)
         target = Configuration()
-        if network == "optical":
+        if network == "optical" and first is not None:
             tables = {w: {ch: Route(port, 0.0) for ch, port in t.items()}
                       for w, t in first.wss_tables().items()}
             channels = {}
@@ -208,6 +292,58 @@ class JobManager:
                                        f"transceivers per node; the nodes of this testbed have "
                                        f"{transceivers} tunable transmitter each; use degree 2")
 
+    def _check_optinc(self, nodes: Sequence[str], network: str,
+                      params: Mapping[str, str]) -> OptincDeviceConfig:
+        """Refuse an optinc job this testbed cannot run; return its device."""
+        unknown = sorted(set(params) - {"device"})
+        if unknown:
+            raise OperationRefused(f"optinc takes no parameters {unknown}; it takes 'device' "
+                                   "(an OptINC device id of the testbed file)")
+        if not self.cfg.optinc:
+            raise OperationRefused(
+                f"testbed {self.cfg.name} has no OptINC device, so it cannot run optinc; add a "
+                '[[devices]] entry with kind = "optinc" (see deploy/testbeds/emulated-4node.toml) '
+                "or submit another collective (e.g. ring)")
+        dev = self.cfg.optinc_device(params.get("device") or None)
+        if dev is None:
+            raise OperationRefused(f"no OptINC device {params.get('device')!r}; the testbed has "
+                                   f"{', '.join(d.id for d in self.cfg.optinc)}")
+        if len(nodes) != dev.inputs:
+            raise OperationRefused(
+                f"OptINC device {dev.id} has {dev.inputs} inputs (phases trained for N="
+                f"{dev.inputs}) but the job has {len(nodes)} nodes; submit optinc on exactly "
+                f"{dev.inputs} nodes, or give the device inputs = {len(nodes)} with phases "
+                f"trained for it (oddl optinc train --nodes {len(nodes)} --bits {dev.bits})")
+        if network != "optical":
+            raise OperationRefused(f"optinc runs on the OptINC device of the optical fabric; "
+                                   f"network {network!r} has none — use network optical (ring "
+                                   "on the ideal network is the electrical baseline)")
+        if self.cfg.fabric.link != "fabric":
+            raise OperationRefused("optinc needs the emulated fabric (its OptINC device lives "
+                                   f"there), but [fabric] link = {self.cfg.fabric.link!r}")
+        return dev
+
+    def optinc_device(self, job: JobRecord) -> OptincDeviceConfig:
+        """The OptINC device an optinc job runs on."""
+        dev = self.cfg.optinc_device(job.params.get("device") or None)
+        if dev is None:
+            raise OperationRefused(f"job {job.id}: the testbed has no OptINC device "
+                                   f"{job.params.get('device', '')!r}")
+        return dev
+
+    def optinc_schedule(self, job: JobRecord, n_elems: int, itemsize: int) -> OptincSchedule:
+        """The two-slot schedule of an optinc job for `n_elems` elements (cached)."""
+        key = (n_elems, itemsize, ())
+        cached = job.schedules.get(key)
+        if isinstance(cached, OptincSchedule):
+            return cached
+        sched = optinc_schedule(job.nodes, self.optinc_device(job), self.timing, n_elems,
+                                itemsize)
+        if len(job.schedules) > 64:
+            job.schedules.clear()
+        job.schedules[key] = sched
+        return sched
+
     def get(self, job_id: str) -> JobRecord:
         """The job with this id, or OperationRefused naming the known ids."""
         job = self.jobs.get(job_id)
@@ -232,7 +368,7 @@ class JobManager:
         init = tuple((initial_channels or {}).get(n) for n in job.nodes)
         key = (n_elems, itemsize, init)
         cached = job.schedules.get(key)
-        if cached is not None:
+        if isinstance(cached, Schedule):
             return cached
         plan = make_plan(job.collective, len(job.nodes), n_elems, **_plan_params(job.params))
         sched = schedule_plan(plan, job.nodes, self.topology, self.timing, itemsize,
@@ -277,10 +413,30 @@ class JobManager:
                 f"collective {seq} of job {job_id} refused: shape {list(shape_)} is not an "
                 f"array this testbed can all-reduce (at most {MAX_ELEMENTS:,} elements)"))
         try:
-            itemsize = np.dtype(dtype_).itemsize
+            dt = np.dtype(dtype_)
         except TypeError:
             return Barrier(job_id, seq, 0, 0, error=f"unknown dtype {dtype_!r}")
-        return Barrier(job_id, seq, n, itemsize)
+        if job.collective == OPTINC:
+            error = self._optinc_barrier(job, n, dt)
+            if error:
+                return Barrier(job_id, seq, 0, 0, error=f"collective {seq} of job {job_id} "
+                               f"refused: {error}")
+        return Barrier(job_id, seq, n, dt.itemsize)
+
+    def _optinc_barrier(self, job: JobRecord, n_elems: int, dtype: np.dtype) -> str:
+        """Why an optinc bucket cannot go to the device ("" if it can)."""
+        if dtype.kind != "f":
+            return (f"optinc all-reduces floating-point arrays (quantised to levels), not "
+                    f"{dtype}; use ring for integers")
+        try:
+            dev = self.optinc_device(job)
+        except OddlError as exc:
+            return str(exc)
+        if n_elems > dev.max_elements:
+            return (f"a bucket of {n_elems:,} elements is larger than OptINC device {dev.id} "
+                    f"accepts (max_elements = {dev.max_elements:,}); all-reduce buckets of at "
+                    f"most {dev.max_elements:,} elements")
+        return ""
 
 
     def abandon_pending(self, job: JobRecord, reason: str) -> list[Barrier]:

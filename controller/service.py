@@ -26,8 +26,10 @@ from oddl.config import TestbedConfig
 from oddl.controller.devices import Configuration, DeviceManager, TransactionError
 from oddl.controller.jobs import (
     MAX_ELEMENTS,
+    OPTINC,
     JobManager,
     JobRecord,
+    OptincSchedule,
     timing_from_config,
     topology_from_config,
 )
@@ -81,6 +83,22 @@ def schedule_to_proto(sched: Schedule, job_id: str) -> pb.Schedule:
                             frequency_thz=grid.frequency_thz(c.channel), wss=c.wss,
                             in_port=c.in_port, out_port=c.out_port, bytes=nbytes,
                             retune=c.transmitter in retuning)
+    return out
+
+
+def optinc_schedule_to_proto(sched: OptincSchedule, job_id: str) -> pb.Schedule:
+    """The wire form of an optinc schedule: two slots whose circuits name the device as the
+    destination (upload) and the source (broadcast); no plan steps (no rank-to-rank data)."""
+    out = pb.Schedule(job_id=job_id, collective=OPTINC, n_elems=sched.n_elems,
+                      itemsize=sched.itemsize, reconfigurations=0,
+                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
+                      efficiency=sched.efficiency)
+    for slot in sched.slots:
+        ps = out.slots.add(index=slot.index, step=slot.step, start_ns=round(slot.start_s * 1e9),
+                           data_start_ns=round(slot.data_start_s * 1e9),
+                           end_ns=round(slot.end_s * 1e9))
+        for src, dst, nbytes in slot.flows:
+            ps.circuits.add(src=src, dst=dst, bytes=nbytes)
     return out
 
 
@@ -235,6 +253,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
                 job_id=job.id, seq=barrier.seq, error=barrier.error)))
             return pb.ReadyCollectiveReply()
+        if job.collective == OPTINC:
+            return self._go_optinc(job, barrier.seq, barrier.n_elems, barrier.itemsize)
         previous = self._executors.get(job.id)
         if previous is not None:
             previous.join(timeout=10)
@@ -256,6 +276,24 @@ class ControllerService(pb_grpc.ControllerServicer):
         job.guard_time_s += sched.guard_total_s
         self._push(job.nodes, pb.ScheduleEvent(go=go))
         self.jobs.save(job)
+        return pb.ReadyCollectiveReply()
+
+    def _go_optinc(self, job: JobRecord, seq: int, n_elems: int, itemsize: int
+                   ) -> pb.ReadyCollectiveReply:
+        """Start an optinc collective: its two-slot schedule, no retunes, no slot executor."""
+        try:
+            sched = self.jobs.optinc_schedule(job, n_elems, itemsize)
+        except OddlError as exc:
+            self._push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
+                job_id=job.id, seq=seq, error=f"no schedule: {exc}")))
+            return pb.ReadyCollectiveReply()
+        t0_ns = time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
+        go = pb.CollectiveGo(job_id=job.id, seq=seq, t0_ns=t0_ns,
+                             schedule=optinc_schedule_to_proto(sched, job.id))
+        with self._lock:
+            job.guard_time_s += sched.guard_total_s
+            self._push(job.nodes, pb.ScheduleEvent(go=go))
+            self.jobs.save(job)
         return pb.ReadyCollectiveReply()
 
     def _node_channels(self, job: JobRecord) -> dict[str, int | None]:
@@ -427,6 +465,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                 if request.message_bytes % itemsize:
                     raise OperationRefused(f"message_bytes {request.message_bytes} is not a "
                                            f"multiple of itemsize {itemsize}")
+                if job.collective == OPTINC:
+                    return optinc_schedule_to_proto(self.jobs.optinc_schedule(
+                        job, request.message_bytes // itemsize, itemsize), job.id)
                 sched = self.jobs.schedule(job, request.message_bytes // itemsize, itemsize,
                                            self._node_channels(job))
             except OddlError as exc:
@@ -442,7 +483,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             nodes=[pb.Node(id=n.id, host=n.host, transmitter=n.transmitter,
                            rx_channel=n.rx_channel, wss=cfg.attachment(n.id).wss,
                            out_port=cfg.attachment(n.id).out_port) for n in cfg.nodes],
-            devices=[pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.devices])
+            devices=[pb.Device(id=d.id, kind=d.kind, resource=d.resource)
+                     for d in (*cfg.devices, *cfg.optinc)])
 
     def GetTopology(self, request, context):  # noqa: N802
         return self._topology_pb()

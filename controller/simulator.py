@@ -1,4 +1,4 @@
-"""The cluster simulator: one training iteration of data-parallel DL on six networks.
+"""The cluster simulator: one training iteration of data-parallel DL on seven networks.
 
 `simulate(SimConfig(model="vgg19", nodes=1024, gbps=100))` predicts, for every system, the
 iteration time = compute + exposed communication, with the reconfiguration overhead inside
@@ -25,6 +25,11 @@ the communication broken out:
 - ``topoopt``: TopoOpt's direct-connect fabric: `topoopt_degree` interfaces per node, each at
   gbps/degree (same total bandwidth per node), TotientPerms rings (registered collective
   ``totientperms``) in both directions, one part of the buffer per ring, all rings at once.
+- ``optinc``: OptINC's in-network averaging (papers.md §4): every server sends its gradient
+  once, as b-bit levels, to an MZI-mesh device that streams the quantised mean back through a
+  passive splitter; one pass S_b/B plus the device latency per cascade level (one device up to
+  64 servers, else a two-level cascade N1 × N2), after a scale agreement (one small round
+  trip). No server-side reduction.
 
 Every plan comes from the scheduling core's registry (`make_plan`). Reductions cost
 ``received bytes / reduce_gbytes_s`` per REDUCE step on every system (not overlapped with the
@@ -56,7 +61,7 @@ from oddl.controller.scheduling import (
 from oddl.controller.sim_models import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 from oddl.errors import OddlError
 
-SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt")
+SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", "optinc")
 """Every simulated system, in table order."""
 
 LABELS = {
@@ -66,12 +71,16 @@ LABELS = {
     "sip-ring": "SiP-Ring",
     "wrht": "WRHT (optical ring)",
     "topoopt": "TopoOpt (TotientPerms)",
+    "optinc": "OptINC (in-network ONN)",
 }
 
 PLAN_SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring")
 """Systems that run the collective chosen by `SimConfig.collective`."""
 
 PLACEMENTS = ("packed", "random")
+
+OPTINC_MAX_INPUTS = 64
+"""Largest OptINC device the model builds (oddl.drivers.optinc_model.MAX_INPUTS)."""
 
 PAPER = {"model": "vgg19", "nodes": 1024, "gbps": 100.0, "fat-tree": 1.6, "sip-ring": 1.7}
 """ODDL's headline (papers.md §1.1): iteration-time ratios over ODDL at this setting."""
@@ -122,6 +131,12 @@ class SimConfig:
     wrht_wavelengths: int = _f(64, "WRHT wavelengths per fibre W (fan-in up to 2W+1)")
     topoopt_degree: int = _f(4, "TopoOpt interfaces per node (even), each at gbps/degree")
     topoopt_setup_s: float = _f(60.0, "TopoOpt patch-panel reconfiguration per job, s")
+    optinc_inputs: int = _f(0, "OptINC device inputs N (0: one device up to 64 nodes, else a "
+                               "two-level cascade N1 x N2 = nodes)")
+    optinc_bits: int = _f(8, "OptINC level bit width b (b bits per gradient element on the "
+                             "wire)")
+    optinc_latency_us: float = _f(0.1, "OptINC device latency per cascade level (P, MZI mesh, "
+                                       "detection, splitter), µs")
 
     @property
     def profile(self) -> ModelProfile:
@@ -187,7 +202,8 @@ class SimConfig:
                 f"compute_ms must be >= 0, or -1 for the model profile's; got {self.compute_ms}"
             )
         non_negative = ("latency_us", "tune_us", "skew_us", "cdr_us",
-                        "command_us", "wss_ms", "ft_hop_latency_us", "topoopt_setup_s")
+                        "command_us", "wss_ms", "ft_hop_latency_us", "topoopt_setup_s",
+                        "optinc_latency_us")
         for name in non_negative:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
@@ -202,6 +218,11 @@ class SimConfig:
                      "sip_node_wavelengths", "wrht_wavelengths"):
             if getattr(self, name) < 1:
                 raise SimulationError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if not 2 <= self.optinc_bits <= 16:
+            raise SimulationError(f"optinc_bits must be in 2..16; got {self.optinc_bits}")
+        if self.optinc_inputs != 0 and not 2 <= self.optinc_inputs <= OPTINC_MAX_INPUTS:
+            raise SimulationError(f"optinc_inputs must be 0 (auto) or in 2..{OPTINC_MAX_INPUTS}; "
+                                  f"got {self.optinc_inputs}")
         if self.ft_placement not in PLACEMENTS:
             raise SimulationError(
                 f"ft_placement must be one of {', '.join(PLACEMENTS)}; got {self.ft_placement!r}"
@@ -680,6 +701,59 @@ def _run_topoopt(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
                    interface_gbps=config.gbps / d)
 
 
+# --------------------------------------------------------------------------- OptINC
+
+
+def optinc_levels(nodes: int, inputs: int = 0) -> tuple[int, ...]:
+    """Device sizes of the OptINC cascade, servers' side first: ``(N,)`` or ``(N1, N2)``.
+
+    A level-1 device averages N1 servers, the level-2 device the N2 level-1 outputs
+    (N1·N2 = nodes, equal groups, so the mean of the group means is the mean). ``inputs = 0``
+    picks one device up to 64 servers, else the most balanced split with N1 ≤ 64.
+    """
+    if inputs == 0:
+        if nodes <= OPTINC_MAX_INPUTS:
+            return (nodes,)
+        for n2 in range(math.isqrt(nodes), 1, -1):
+            if nodes % n2 == 0:
+                if nodes // n2 <= OPTINC_MAX_INPUTS:
+                    return (nodes // n2, n2)
+                break
+        raise SimulationError(
+            f"OptINC: {nodes} nodes do not split into two levels of devices with at most "
+            f"{OPTINC_MAX_INPUTS} inputs (N1 × N2 = nodes, equal groups); e.g. 1024 = 32 × 32, "
+            "256 = 16 × 16")
+    if nodes == inputs:
+        return (inputs,)
+    if nodes % inputs == 0 and 2 <= nodes // inputs <= inputs:
+        return (inputs, nodes // inputs)
+    raise SimulationError(
+        f"OptINC with {inputs}-input devices serves {inputs} nodes, or up to {inputs}² in a "
+        f"two-level cascade of equal groups of {inputs}; {nodes} nodes is neither (set "
+        "optinc_inputs to 0 to pick the split)")
+
+
+def _run_optinc(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
+    levels = optinc_levels(config.nodes, config.optinc_inputs)
+    elems = config.profile.params
+    wire_s = elems * config.optinc_bits / config.rate_bps  # one pass of the b-bit levels
+    device_s = len(levels) * config.optinc_latency_us * 1e-6
+    scale_s = config.latency_s + device_s  # max|g| to the devices and back, no payload
+    network_s = scale_s + config.latency_s + wire_s + device_s
+    devices = (config.nodes // levels[0]) + (1 if len(levels) > 1 else 0)
+    mzis = (config.nodes // levels[0]) * levels[0] * (levels[0] - 1) // 2
+    if len(levels) > 1:
+        mzis += levels[1] * (levels[1] - 1) // 2
+    label = "optinc" if len(levels) == 1 else f"optinc({levels[0]}x{levels[1]})"
+    return _finish(config, "optinc", label, network_s, 0.0, 0.0,
+                   levels=len(levels), inputs=list(levels), devices=devices,
+                   mzis_unitary_diagonal=mzis, bits=config.optinc_bits,
+                   wire_bytes=elems * config.optinc_bits / 8, one_pass_ms=wire_s * 1e3,
+                   scale_agreement_us=scale_s * 1e6,
+                   quantisation=f"{config.optinc_bits}-bit levels, per-tensor scale"
+                   + (", rounded twice (O-E-O between levels)" if len(levels) > 1 else ""))
+
+
 _RUNNERS: dict[str, Callable[[SimConfig, dict[tuple[Any, ...], Plan]], SystemResult]] = {
     "oddl": _run_oddl,
     "fat-tree": _run_fattree,
@@ -687,4 +761,5 @@ _RUNNERS: dict[str, Callable[[SimConfig, dict[tuple[Any, ...], Plan]], SystemRes
     "sip-ring": _run_sipring,
     "wrht": _run_wrht,
     "topoopt": _run_topoopt,
+    "optinc": _run_optinc,
 }

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,17 @@ class EmulatedTestbed:
     resources: dict[str, str] = field(default_factory=dict)
     fabric: Fabric | None = None
     model: OpticalModel | None = None
+    optinc: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resolved(self) -> TestbedConfig:
-        """The testbed file with the emulators' addresses filled in."""
-        return self.cfg.with_resources(self.resources,
-                                       self.fabric.address if self.fabric else "")
+        """The testbed file with the emulators' addresses (and OptINC phase files) filled in."""
+        cfg = self.cfg.with_resources(self.resources, self.fabric.address if self.fabric else "")
+        if self.optinc:
+            cfg = replace(cfg, optinc=tuple(
+                replace(d, phases=self.optinc[d.id].phases_path or d.phases)
+                if d.id in self.optinc else d for d in cfg.optinc))
+        return cfg
 
     def close(self) -> None:
         """Stop the fabric and every emulator server."""
@@ -57,8 +62,12 @@ class EmulatedTestbed:
 
 
 def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
-                           fabric_listen: str | None = None) -> EmulatedTestbed:
-    """Start emulators for every emulated device of `cfg`, and the fabric."""
+                           fabric_listen: str | None = None,
+                           phases_dir: str | Path | None = None) -> EmulatedTestbed:
+    """Start emulators for every emulated device of `cfg`, and the fabric.
+
+    OptINC devices without a phase file get phases trained at start-up, saved in `phases_dir`
+    when given (else kept in memory only)."""
     from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler
     from oddl.drivers.powermeter_emulator import PowerMeterEmulator, powermeter_connection_handler
     from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
@@ -107,6 +116,7 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                               "the emulator host)")
         tb.model = OpticalModel(cfg, tb.lasers, tb.switches)
         if cfg.fabric.link == "fabric":
+            _start_optinc(tb, phases_dir)
             curve = None
             if cfg.security.enabled:
                 from oddl.security import CurveServer, SecurityFiles
@@ -115,11 +125,27 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                 curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(),
                                     name="fabric")
             tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
-                               fabric_listen or cfg.fabric.listen, curve=curve)
+                               fabric_listen or cfg.fabric.listen, curve=curve,
+                               devices=tb.optinc)
     except BaseException:
         tb.close()
         raise
     return tb
+
+
+def _start_optinc(tb: EmulatedTestbed, phases_dir: str | Path | None) -> None:
+    """Load (or train) the phases of every OptINC device; refusals name the testbed key."""
+    from oddl.drivers.optinc_device import OptincDevice
+    from oddl.drivers.optinc_model import OptincError
+
+    for i, dev in enumerate(tb.cfg.optinc):
+        try:
+            tb.optinc[dev.id] = OptincDevice.from_config(
+                dev, seed=tb.cfg.seed * 1000 + 500 + i, phases_dir=phases_dir)
+        except OptincError as exc:
+            raise ConfigError(f"{tb.cfg.path}: devices ({dev.id}).phases: {exc}") from exc
+        logger.info("OptINC device %s: N=%d, %d-bit, phases %s", dev.id, dev.inputs, dev.bits,
+                    tb.optinc[dev.id].phases_path or "trained at start-up (not saved)")
 
 
 def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
@@ -158,7 +184,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve the emulated testbed until SIGINT/SIGTERM; print one JSON line when ready."""
     cfg = load_testbed(args.config)
-    tb = start_emulated_testbed(cfg, args.host)
+    phases_dir = Path(args.resolved).resolve().parent if args.resolved else None
+    tb = start_emulated_testbed(cfg, args.host, phases_dir=phases_dir)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -168,7 +195,9 @@ def run(args: argparse.Namespace) -> int:
             Path(args.resolved).write_text(text, encoding="utf-8")
         print(json.dumps({"ready": True, "resolved": args.resolved or "",
                           "fabric": tb.fabric.address if tb.fabric else "",
-                          "devices": tb.resources}), flush=True)
+                          "devices": tb.resources,
+                          "optinc": {k: d.phases_path for k, d in tb.optinc.items()}}),
+              flush=True)
         while not stop.wait(0.5):
             pass
     finally:

@@ -8,11 +8,15 @@ channel filter. The frame is delivered to the node the light reaches, after its 
 time at the line rate; it is lost when there is no light path, when the path changes while the
 frame is on the wire, or when two transmitters' light overlaps at one receiver. Frames on the
 ideal network ("ideal": a non-blocking electrical switch) are delivered to the node named in
-the header, with the same per-port line rate.
+the header, with the same per-port line rate. Frames on the "optinc" network go to an in-network
+OptINC device (`oddl.drivers.optinc_device`) named in the header's dst, serialised at the
+sender's line rate (the sender's laser must be lit); the device's answers go to the nodes at the
+time it says, at the line rate of each receiver.
 
 Wire format (multipart, never pickle): [b"D", header JSON, payload] from an agent;
 [b"D", header JSON, payload] to the receiving agent; [b"S"] asks for statistics, answered by
-[b"S", JSON]; [b"H"] is a hello, answered by [b"H"].
+[b"S", JSON] (with each OptINC device's counters under "optinc"); [b"H"] is a hello,
+answered by [b"H"].
 """
 
 from __future__ import annotations
@@ -147,8 +151,12 @@ class Fabric:
     """Serves the emulated data plane on a ZeroMQ ROUTER socket until closed."""
 
     def __init__(self, model: OpticalModel, line_rate_bps: float, listen: str = "127.0.0.1:0",
-                 clock: Callable[[], float] = time.monotonic, curve: Any = None):
+                 clock: Callable[[], float] = time.monotonic, curve: Any = None,
+                 devices: Mapping[str, Any] | None = None):
+        """`devices`: in-network OptINC devices by id (`OptincDevice`), reached with
+        net = "optinc"."""
         self.model = model
+        self.devices = dict(devices or {})
         self.rate = line_rate_bps
         self.clock = clock
         self.stats = FabricStats()
@@ -182,6 +190,8 @@ class Fabric:
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close(0)
+        for device in self.devices.values():
+            device.close()
         if self._curve is not None:
             self._curve.close()
 
@@ -209,7 +219,10 @@ class Fabric:
         if kind == b"H":
             self._send([ident, b"H"])
         elif kind == b"S":
-            self._send([ident, b"S", json.dumps(self.stats.as_dict()).encode()])
+            stats = self.stats.as_dict()
+            if self.devices:
+                stats["optinc"] = {k: d.stats_dict() for k, d in self.devices.items()}
+            self._send([ident, b"S", json.dumps(stats).encode()])
         elif kind == b"D" and len(frames) == 4:
             if self._curve is not None:
                 from oddl.security import sender_matches
@@ -222,8 +235,11 @@ class Fabric:
                 header = json.loads(frames[2].bytes)
                 src = ident.decode().split("/")[0]
                 dst, net = str(header["dst"]), str(header.get("net", "optical"))
-            except (ValueError, KeyError, UnicodeDecodeError):
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
                 self._lose(None, "malformed header", len(frames[3]))
+                return
+            if net == "optinc":
+                self._accept_device(src, dst, header, frames[2].bytes, frames[3])
                 return
             self._accept(src, dst, net == "optical", frames[2].bytes, frames[3])
         else:
@@ -258,6 +274,42 @@ class Fabric:
                     other.lost = item.lost = f"collision at {dst} ({other.src} and {src})"
             self._on_rx.setdefault(dst, []).append(item)
         heapq.heappush(self._heap, item)
+
+    def _accept_device(self, src: str, dst: str, header: dict[str, Any], header_raw: bytes,
+                       payload: zmq.Frame) -> None:
+        """A frame to an OptINC device: serialised at the sender's line rate, then offered to
+        the device; its answers are queued to the nodes at the time it gives."""
+        now = self.clock()
+        device = self.devices.get(dst)
+        node = self.model._node_by_id.get(src)
+        if device is None or node is None or not isinstance(header, dict):
+            self._lose(src, f"no OptINC device {dst!r} on this fabric (devices: "
+                       f"{', '.join(self.devices) or 'none'})", len(payload))
+            return
+        if self.model.lasers[node.transmitter].optical_output(now) is None:
+            self._lose(src, f"{node.transmitter} dark (off, tuning or reset)", len(payload))
+            return
+        ser = 8.0 * (len(payload) + len(header_raw)) / self.rate
+        start = max(now, self._tx_free.get(src, 0.0))
+        end = start + ser
+        self._tx_free[src] = end
+        self.stats.delivered += 1
+        self.stats.delivered_bytes += len(payload)
+        try:
+            answers = device.offer(src, header, payload.buffer, end)
+        except Exception:  # a device bug must not stop the fabric
+            logger.exception("OptINC device %s failed on a frame from %s", dst, src)
+            self._lose(src, f"OptINC device {dst} failed", len(payload))
+            return
+        for out in answers:
+            raw = json.dumps(out.header, separators=(",", ":")).encode()
+            ser_out = 8.0 * (len(out.payload) + len(raw)) / self.rate
+            deliver = max(out.at, self.clock(), self._rx_free.get(out.dst, 0.0) + ser_out)
+            self._rx_free[out.dst] = deliver
+            self._order += 1
+            heapq.heappush(self._heap, _InFlight(deliver, self._order, dst, out.dst,
+                                                 deliver - ser_out, deliver,
+                                                 [raw, out.payload], False))
 
     def _deliver_due(self, now: float) -> None:
         while self._heap and self._heap[0].deliver_at <= now:

@@ -20,7 +20,10 @@ from oddl.errors import ConfigError
 EMULATED = "emulated"
 """Resource value of a device that the emulator host starts (`oddl emulate testbed`)."""
 
-DEVICE_KINDS = ("itla", "wss", "powermeter")
+DEVICE_KINDS = ("itla", "wss", "powermeter", "optinc")
+OPTINC = "optinc"
+"""Kind of an OptINC in-network averaging device (served by the emulated fabric, no driver)."""
+OPTINC_MAX_INPUTS = 64  # oddl.drivers.optinc_model.MAX_INPUTS (not imported: keeps this light)
 LINK_KINDS = ("fabric", "direct")
 
 _REQUIRED = object()
@@ -134,6 +137,39 @@ class DeviceConfig:
 
 
 @dataclass(frozen=True)
+class OptincDeviceConfig:
+    """An OptINC device: N inputs, b-bit levels, trained MZI phases; part of the emulated fabric.
+
+    Kept apart from `TestbedConfig.devices`: the controller opens no driver for it (the
+    emulator host runs it inside the fabric, `oddl.drivers.optinc_device`).
+    """
+
+    id: str
+    resource: str
+    inputs: int
+    bits: int
+    phases: str = ""
+    """Absolute path of the phase file ("" = the emulator host trains one at start-up)."""
+    max_elements: int = 1 << 24
+    """Largest bucket (elements per node) the device accepts."""
+    noise_rad: float | None = None
+    """Phase noise of the device (None = what the phase file was trained for)."""
+    latency_us: float = 1.0
+    """Input to output delay of the device (P, MZI mesh, detection, splitter T)."""
+    kind: str = OPTINC
+
+    @property
+    def emulated(self) -> bool:
+        """True when the emulator host serves this device (the only kind that exists)."""
+        return self.resource == EMULATED
+
+    @property
+    def level_itemsize(self) -> int:
+        """Bytes per level on the wire: 1 up to 8 bits, else 2."""
+        return 1 if self.bits <= 8 else 2
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """One end of a fibre: `node.tx`, `node.rx`, `device.in` or `device.<port number>`."""
 
@@ -177,6 +213,8 @@ class TestbedConfig:
     fibres: tuple[FibreConfig, ...]
     seed: int = 0
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    optinc: tuple[OptincDeviceConfig, ...] = ()
+    """OptINC in-network averaging devices (`kind = "optinc"` entries of [[devices]])."""
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""
@@ -193,6 +231,13 @@ class TestbedConfig:
                 return d
         known = ", ".join(d.id for d in self.devices)
         raise ConfigError(f"{self.path}: unknown device {device_id!r}; the testbed has {known}")
+
+    def optinc_device(self, device_id: str | None = None) -> OptincDeviceConfig | None:
+        """The OptINC device with this id (default: the first), or None if there is none."""
+        for d in self.optinc:
+            if device_id is None or d.id == device_id:
+                return d
+        return None
 
     def devices_of(self, kind: str) -> tuple[DeviceConfig, ...]:
         """All devices of one kind, in file order."""
@@ -268,6 +313,9 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         if not entry.get("faults"):
             entry.pop("faults", None)
         doc["devices"].append(entry)
+    for o in cfg.optinc:
+        doc["devices"].append({k: v for k, v in _asdict(o).items()
+                               if v is not None and not (k == "phases" and not v)})
     return tomli_w.dumps(doc)
 
 
@@ -289,6 +337,7 @@ class _Parser:
 
     def __init__(self, path: str):
         self.path = path
+        self.optinc: list[OptincDeviceConfig] = []
 
     def fail(self, key: str, problem: str, fix: str) -> ConfigError:
         return ConfigError(f"{self.path}: {key}: {problem}; {fix}")
@@ -399,7 +448,7 @@ class _Parser:
             security = replace(security, certs=str((Path(self.path).parent / security.certs)
                                                    .resolve()))
         cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
-                            nodes, devices, fibres, head["seed"], security)
+                            nodes, devices, fibres, head["seed"], security, tuple(self.optinc))
         self.check_attachments(cfg)
         return cfg
 
@@ -418,6 +467,13 @@ class _Parser:
             if kind not in DEVICE_KINDS:
                 raise self.fail(f"{key}.kind", f"{kind!r} is not a device kind",
                                 f"use one of {', '.join(DEVICE_KINDS)}")
+            if kind == OPTINC:
+                dev_o = self.optinc_device(entry, key)
+                if any(d.id == dev_o.id for d in [*out, *self.optinc]):
+                    raise self.fail(f"{key}.id", f"duplicate device id {dev_o.id!r}",
+                                    "give every device its own id")
+                self.optinc.append(dev_o)
+                continue
             spec: dict[str, tuple[Callable[[Any, str], Any], Any]] = {
                 "id": (self.text(), _REQUIRED), "kind": (self.text(DEVICE_KINDS), _REQUIRED),
                 "resource": (self.text(), _REQUIRED),
@@ -434,7 +490,7 @@ class _Parser:
             spec = {k: v for k, v in spec.items() if k in _DEVICE_KEYS_BY_KIND[kind]}
             values = self.table(entry, key, spec)
             dev = DeviceConfig(**values)
-            if any(d.id == dev.id for d in out):
+            if any(d.id == dev.id for d in [*out, *self.optinc]):
                 raise self.fail(f"{key}.id", f"duplicate device id {dev.id!r}",
                                 "give every device its own id")
             if kind == "itla" and not dev.power_range_dbm[0] <= dev.power_dbm <= dev.power_range_dbm[1]:
@@ -448,6 +504,54 @@ class _Parser:
                                     f"(channels 1..{grid.channels})", "keep it inside the grid")
             out.append(dev)
         return tuple(out)
+
+    def optinc_device(self, entry: dict[str, Any], key: str) -> OptincDeviceConfig:
+        """One `kind = "optinc"` device: keys, emulated resource, phase file for this N and b."""
+        values = self.table(entry, key, {
+            "id": (self.text(), _REQUIRED), "kind": (self.text(DEVICE_KINDS), _REQUIRED),
+            "resource": (self.text(), _REQUIRED),
+            "inputs": (self.integer(2, OPTINC_MAX_INPUTS), _REQUIRED),
+            "bits": (self.integer(2, 16), _REQUIRED),
+            "phases": (self.text(), ""),
+            "max_elements": (self.integer(1, 1 << 36), 1 << 24),
+            "noise_rad": (self.num(0.0, 1.0), None),
+            "latency_us": (self.num(0.0), 1.0)})
+        if values["resource"] != EMULATED:
+            raise self.fail(f"{key}.resource", f"{values['resource']!r} is not an OptINC device "
+                            "oddl can drive (only the emulated one exists)",
+                            'set resource = "emulated"')
+        if values["phases"]:
+            values["phases"] = self.phase_file(values["phases"], f"{key}.phases",
+                                               values["inputs"], values["bits"])
+        return OptincDeviceConfig(**values)
+
+    def phase_file(self, raw: str, key: str, inputs: int, bits: int) -> str:
+        """Resolve a phase file against the testbed file's folder and check its N and b."""
+        import json
+
+        p = Path(raw)
+        if not p.is_absolute():
+            p = (Path(self.path).parent / p).resolve()
+        train = f"oddl optinc train --nodes {inputs} --bits {bits} --out {raw}"
+        try:
+            with open(p, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except OSError as exc:
+            raise self.fail(key, f"cannot read phase file {p} ({exc.strerror})",
+                            f"train one (`{train}`), fix the path (relative paths are taken "
+                            "from the testbed file's folder), or remove phases to let the "
+                            "emulator host train one at start-up") from exc
+        except ValueError as exc:
+            raise self.fail(key, f"{p} is not valid JSON ({exc})",
+                            f"write it with `{train}`") from exc
+        if not isinstance(doc, dict) or doc.get("format") != "oddl-optinc-phases":
+            raise self.fail(key, f"{p} is not an OptINC phase file", f"write it with `{train}`")
+        if (doc.get("n_inputs"), doc.get("bits")) != (inputs, bits):
+            raise self.fail(key, f"{p} was trained for N={doc.get('n_inputs')} inputs and "
+                            f"{doc.get('bits')}-bit levels, but the device has inputs = "
+                            f"{inputs} and bits = {bits}",
+                            f"train phases for this device (`{train}`)")
+        return str(p)
 
     def nodes(self, raw: Any, grid: GridConfig, devices: tuple[DeviceConfig, ...]
               ) -> tuple[NodeConfig, ...]:
@@ -517,6 +621,9 @@ class _Parser:
                 raise self.fail(key, f"node {owner!r} has no port {port!r}", "use .tx or .rx")
             return Endpoint(owner, port)
         dev = next((d for d in devices if d.id == owner), None)
+        if dev is None and any(d.id == owner for d in self.optinc):
+            raise self.fail(key, f"{owner!r} is an OptINC device; it hangs on the emulated "
+                            "fabric, not on a fibre of this file", f"remove the fibre {raw!r}")
         if dev is None:
             raise self.fail(key, f"{owner!r} is neither a node nor a device",
                             "name a node or device defined in this file")

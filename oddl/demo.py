@@ -6,15 +6,23 @@ workers whose gradient all-reduce goes through the agents, first over the schedu
 circuits and then over an ideal electrical network (ungated full mesh, same line rate), and
 prints a summary. Every all-reduce result is checked against the exact reduction; the demo
 exits 1 if any differs. Everything it started is stopped, also on Ctrl-C and on failure.
+
+With ``--collective optinc`` the two runs are ring all-reduce and optinc (both on the optical
+network): optinc's results are checked against the exact *quantised* reduction
+(`oddl.agents.executor.optinc_expected`), which they equal except where the OptINC device's
+noisy optics missed a level — the device counts those elements, and the demo fails unless every
+difference is one of them. The summary compares final accuracy and all-reduce time to ring.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from oddl.agents.client import AgentClient
+from oddl.agents.executor import OPTINC, optinc_expected
 from oddl.errors import OddlError
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
@@ -99,6 +108,10 @@ class RunResult:
     accuracy: float = 0.0
     mismatches: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    train_accuracy: float = 0.0
+    """Accuracy of the final model on the whole training set."""
+    mismatched_elements: int = 0
+    """With an expectation (optinc): elements of rank 0's results that differ from it."""
 
     def summary(self) -> dict[str, Any]:
         it = np.array(self.iteration_s[1:] or self.iteration_s or [0.0])
@@ -109,13 +122,19 @@ class RunResult:
                 "allreduce_ms_median": float(np.median(ar) * 1e3),
                 "first_loss": self.losses[0] if self.losses else None,
                 "final_loss": self.losses[-1] if self.losses else None,
-                "final_accuracy": self.accuracy, "mismatches": len(self.mismatches),
-                "errors": self.errors}
+                "final_accuracy": self.accuracy, "train_accuracy": self.train_accuracy,
+                "mismatches": len(self.mismatches), "errors": self.errors}
 
 
 def train(clients: list[AgentClient], iterations: int, n_params: int, network: str,
-          seed: int = 7) -> RunResult:
-    """Train data-parallel on len(clients) workers; check every all-reduce against np.sum."""
+          seed: int = 7,
+          expect: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None) -> RunResult:
+    """Train data-parallel on len(clients) workers; check every all-reduce against np.sum.
+
+    With `expect` (optinc) every result must equal ``expect(gradients)`` instead, bit for bit;
+    differing elements of rank 0 are counted in `RunResult.mismatched_elements` (the caller
+    compares them with the device's count) and ranks must agree with each other exactly.
+    """
     n_workers = len(clients)
     n_in, n_hidden, n_out = model_shape(n_params)
     model = MlpModel.create(n_in, n_hidden, n_out, seed)
@@ -156,20 +175,28 @@ def train(clients: list[AgentClient], iterations: int, n_params: int, network: s
         if failure:
             result.errors.extend(failure)
             break
-        stacked = np.stack(grads).astype(np.float64)
-        exact = stacked.sum(axis=0)
-        # float32 summation in any order stays within (N-1)·eps·Σ|x| of the exact sum
-        bound = (n_workers - 1) * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
-        for r, out in enumerate(outs):
-            if out is None or out.shape != exact.shape or not np.all(
-                    np.abs(out - exact) <= bound * 1.01 + 1e-30):
-                err = float(np.abs(out - exact).max()) if out is not None else float("nan")
-                result.mismatches.append(f"iteration {it} rank {r}: max error {err:.3g}")
+        if expect is not None:
+            want = expect([g for g in grads if g is not None])
+            result.mismatched_elements += int(np.count_nonzero(outs[0] != want))
+            for r, out in enumerate(outs):
+                if out is None or not np.array_equal(out, outs[0]):
+                    result.mismatches.append(f"iteration {it} rank {r}: differs from rank 0")
+        else:
+            stacked = np.stack(grads).astype(np.float64)
+            exact = stacked.sum(axis=0)
+            # float32 summation in any order stays within (N-1)·eps·Σ|x| of the exact sum
+            bound = (n_workers - 1) * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
+            for r, out in enumerate(outs):
+                if out is None or out.shape != exact.shape or not np.all(
+                        np.abs(out - exact) <= bound * 1.01 + 1e-30):
+                    err = float(np.abs(out - exact).max()) if out is not None else float("nan")
+                    result.mismatches.append(f"iteration {it} rank {r}: max error {err:.3g}")
         model.params -= lr * (outs[0] / (n_workers * batch)).astype(np.float32)
         result.iteration_s.append(time.perf_counter() - t0)
         result.allreduce_s.append(max(ar_time))
         result.losses.append(float(np.mean([s[0] for s in stats])))
         result.accuracy = float(np.mean([s[1] for s in stats]))
+    result.train_accuracy = model.loss_and_grad(x, y)[1]
     return result
 
 
@@ -261,18 +288,41 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
         runs: dict[str, RunResult] = {}
         jobs: dict[str, dict[str, Any]] = {}
         problems: list[str] = []
+        device: dict[str, Any] = {}
+        # (run name, collective, network): optinc is compared with ring, the others with ideal
+        legs = ([("ring", "ring", "optical"), (OPTINC, OPTINC, "optical")]
+                if collective == OPTINC else
+                [("optical", collective, "optical"), ("ideal", collective, "ideal")])
         try:
-            for network in ("optical", "ideal"):
-                job = operator.submit(f"demo-{network}", [n.id for n in cfg.nodes], collective,
+            for name, coll, network in legs:
+                job = operator.submit(f"demo-{name}", [n.id for n in cfg.nodes], coll,
                                       network)
-                say(f"{job['id']}: {collective} all-reduce on the {network} network")
-                problems += integer_check(clients)
-                runs[network] = train(clients, iterations, n_params, network)
-                s = runs[network].summary()
+                say(f"{job['id']}: {coll} all-reduce on the {network} network")
+                expect = None
+                if coll == OPTINC:
+                    dev = cfg.optinc_device(None)
+                    if dev is None:
+                        raise OddlError(f"{config}: no OptINC device; the optinc demo needs one")
+                    bits = dev.bits
+                    expect = functools.partial(optinc_expected, bits=bits)
+                    before = _fabric_stats(emu["fabric"]).get(OPTINC, {}).get(dev.id, {})
+                else:
+                    problems += integer_check(clients)
+                runs[name] = train(clients, iterations, n_params, network, expect=expect)
+                if coll == OPTINC:
+                    after = _fabric_stats(emu["fabric"]).get(OPTINC, {}).get(dev.id, {})
+                    device = _device_delta(dev.id, bits, before, after)
+                    inexact = device.get("inexact_elements", 0)
+                    if runs[name].mismatched_elements > inexact:
+                        problems.append(
+                            f"optinc: {runs[name].mismatched_elements} result elements differ "
+                            f"from the exact quantised mean, but the device's optics missed "
+                            f"only {inexact}")
+                s = runs[name].summary()
                 say(f"  {s['iterations']} iterations, median {s['iteration_ms_median']:.1f} ms, "
                     f"loss {s['first_loss'] or 0:.3f} → {s['final_loss'] or 0:.3f}, "
                     f"accuracy {s['final_accuracy']:.2f}")
-                jobs[network] = operator.cancel(job["id"])
+                jobs[name] = operator.cancel(job["id"])
             status = operator.status()
             agent_status = [c.status() for c in clients]
             fabric = _fabric_stats(emu["fabric"]) if emu.get("fabric") else {}
@@ -281,10 +331,13 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
                 c.close()
             operator.close()
         say("stopping everything")
-    opt, ideal = runs["optical"].summary(), runs["ideal"].summary()
     gate_errors = [e for a in agent_status for e in a.get("gate_errors", [])]
     for r in runs.values():
         problems += r.mismatches + r.errors
+    if collective == OPTINC:
+        return _optinc_summary(cfg, runs, jobs, device, gate_errors, fabric, problems, n_params,
+                               run_dir)
+    opt, ideal = runs["optical"].summary(), runs["ideal"].summary()
     return {
         "testbed": cfg.name, "collective": collective, "nodes": len(cfg.nodes),
         "gradient_elements": model_shape(n_params)[1] * 74,
@@ -306,8 +359,92 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
     }
 
 
+def _device_delta(device_id: str, bits: int, before: dict[str, Any],
+                  after: dict[str, Any]) -> dict[str, Any]:
+    """What the OptINC device did during one run (its counters after minus before)."""
+    out: dict[str, Any] = {"id": device_id, "bits": bits}
+    for key in ("passes", "elements", "model_s", "inexact_elements", "scale_rounds"):
+        out[key] = after.get(key, 0) - before.get(key, 0)
+    out["elements_per_s"] = out["elements"] / out["model_s"] if out["model_s"] > 0 else 0.0
+    out["refused"] = after.get("refused", {})
+    return out
+
+
+def _optinc_summary(cfg: Any, runs: dict[str, RunResult], jobs: dict[str, dict[str, Any]],
+                    device: dict[str, Any], gate_errors: list[float], fabric: dict[str, Any],
+                    problems: list[str], n_params: int, run_dir: Path) -> dict[str, Any]:
+    """The summary of `oddl demo --collective optinc`: optinc next to ring."""
+    ring, opt = runs["ring"].summary(), runs[OPTINC].summary()
+
+    def ratio(key: str) -> float | None:
+        return opt[key] / ring[key] if ring[key] else None
+
+    return {
+        "testbed": cfg.name, "collective": OPTINC, "baseline": "ring", "nodes": len(cfg.nodes),
+        "gradient_elements": model_shape(n_params)[1] * 74,
+        "line_rate_gbps": cfg.fabric.line_rate_gbps,
+        "ring": ring, OPTINC: opt,
+        "allreduce_ratio_optinc_over_ring": ratio("allreduce_ms_median"),
+        "iteration_ratio_optinc_over_ring": ratio("iteration_ms_median"),
+        "final_accuracy_difference": opt["final_accuracy"] - ring["final_accuracy"],
+        "train_accuracy_difference": opt["train_accuracy"] - ring["train_accuracy"],
+        "quantisation": {"bits": device.get("bits"), "encoding": "offset binary, per-tensor "
+                         "scale = agreed max|x| / (2^(b-1) - 1)",
+                         "result": "N x decoded quantised mean (approximate sum)"},
+        "device": device,
+        "mismatched_elements": runs[OPTINC].mismatched_elements,
+        "reconfigurations": int(jobs[OPTINC].get("reconfigurations", 0)),
+        "slot_gate_error": _percentiles(gate_errors),
+        "fabric": {k: v for k, v in fabric.items() if k != OPTINC},
+        "all_results_exact": not problems,
+        "problems": problems[:20],
+        "run_dir": str(run_dir),
+    }
+
+
+def format_optinc_summary(s: dict[str, Any]) -> str:
+    """`oddl demo --collective optinc`'s summary for people."""
+    r, o, d = s["ring"], s[OPTINC], s["device"]
+    g = s["slot_gate_error"]
+
+    def ms(x: float) -> str:
+        return f"{x:>17.1f} ms"
+
+    ar = s["allreduce_ratio_optinc_over_ring"]
+    lines = [
+        "",
+        f"oddl demo — {s['testbed']}: optinc (OptINC device, {d.get('bits')}-bit levels) vs "
+        f"ring all-reduce of {s['gradient_elements']:,} float32 gradients on {s['nodes']} "
+        f"nodes at {s['line_rate_gbps']:g} Gbit/s",
+        "",
+        f"{'':24}{'ring (optical)':>20}{'optinc (optical)':>20}",
+        f"{'iteration time (median)':24}{ms(r['iteration_ms_median'])}{ms(o['iteration_ms_median'])}",
+        f"{'all-reduce (median)':24}{ms(r['allreduce_ms_median'])}{ms(o['allreduce_ms_median'])}",
+        f"{'final loss':24}{r['final_loss'] or 0:>20.4f}{o['final_loss'] or 0:>20.4f}",
+        f"{'final batch accuracy':24}{r['final_accuracy']:>20.3f}{o['final_accuracy']:>20.3f}",
+        f"{'training-set accuracy':24}{r['train_accuracy']:>20.3f}{o['train_accuracy']:>20.3f}",
+        "",
+        f"all-reduce time ratio optinc/ring: {ar:.3f}" if ar else "all-reduce ratio: n/a",
+        f"accuracy difference optinc − ring: {s['train_accuracy_difference']:+.4f} "
+        f"(training set), {s['final_accuracy_difference']:+.4f} (final batch)",
+        f"OptINC device: {d.get('passes', 0)} passes, {d.get('elements', 0):,} elements, "
+        f"MZI model {d.get('elements_per_s', 0.0) / 1e6:.1f} M elements/s, "
+        f"{d.get('inexact_elements', 0)} elements missed by the noisy optics",
+        f"slot-gate error: p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs, "
+        f"max {g['max_us']:.1f} µs ({g['samples']} sends)",
+        f"every all-reduce equal to the exact (quantised, for optinc) reduction: "
+        f"{'yes' if s['all_results_exact'] else 'NO'}",
+    ]
+    if s["problems"]:
+        lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
+    lines.append(f"logs: {s['run_dir']}")
+    return "\n".join(lines)
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """The demo's summary for people."""
+    if s.get("collective") == OPTINC:
+        return format_optinc_summary(s)
     o, i = s["optical"], s["ideal"]
     g = s["slot_gate_error"]
     lines = [

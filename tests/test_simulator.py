@@ -176,6 +176,44 @@ def test_topoopt_splits_the_bandwidth_over_its_rings():
     assert r.result("topoopt").comm_s == pytest.approx(r.result("ideal").comm_s, rel=1e-3)
 
 
+def test_optinc_is_one_pass_of_the_levels_plus_latency():
+    cfg = SimConfig(nodes=1024, latency_us=1.0, optinc_latency_us=0.5)
+    r = simulate(cfg, ["optinc", "ideal"])
+    opt = r.result("optinc")
+    elems = MODELS["vgg19"].params
+    one_pass = elems * 8 / 100e9
+    # scale round (α + 2 levels of device latency) + the pass (α + one pass + 2 latencies)
+    assert opt.comm_s == pytest.approx(2e-6 + 2e-6 + one_pass)
+    assert opt.reduce_s == 0.0 and opt.reconfig_s == 0.0
+    assert opt.collective == "optinc(32x32)" and opt.detail["devices"] == 33
+    assert opt.detail["mzis_unitary_diagonal"] == 33 * 32 * 31 // 2
+    # 8-bit levels once against fp32 twice (2(N-1)/N): about 8× less time on the wire
+    ring = r.result("ideal").comm_s - r.result("ideal").reduce_s
+    assert ring / opt.comm_s == pytest.approx(4 * 2 * 1023 / 1024, rel=0.05)
+    bits16 = simulate(cfg.with_values(optinc_bits=16), ["optinc"]).result("optinc")
+    assert bits16.comm_s - 4e-6 == pytest.approx(2 * one_pass)
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "levels"), [
+    (4, 0, (4,)), (64, 0, (64,)), (256, 0, (16, 16)), (1024, 0, (32, 32)), (1000, 0, (40, 25)),
+    (4096, 0, (64, 64)), (1024, 32, (32, 32)), (512, 32, (32, 16)), (32, 32, (32,)),
+])
+def test_optinc_cascade_splits_the_nodes_into_equal_groups(nodes, inputs, levels):
+    assert sim.optinc_levels(nodes, inputs) == levels
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "needle"), [
+    (1031, 0, "do not split into two levels"), (8192, 0, "do not split"),
+    (100, 32, "neither"), (2048, 32, "neither"),
+])
+def test_optinc_refuses_node_counts_it_cannot_cascade(nodes, inputs, needle):
+    with pytest.raises(SimulationError, match=needle):
+        sim.optinc_levels(nodes, inputs)
+    sw = sweep(SimConfig(optinc_inputs=inputs), "nodes", [nodes, 64 if inputs != 32 else 32],
+               ["optinc", "ideal"])
+    assert "optinc" in sw.points[0].errors and sw.series("optinc")[1] is not None
+
+
 def test_vgg19_at_1024_nodes_is_fast_and_complete():
     res = simulate(SimConfig())
     assert [r.system for r in res.results] == list(sim.SYSTEMS)

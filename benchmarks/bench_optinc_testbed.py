@@ -1,0 +1,185 @@
+"""All-reduce time of optinc against ring on the emulated four-node testbed.
+
+Starts the same processes as `oddl demo` (emulators + fabric with the OptINC device,
+controller, four agents), then for each size runs R all-reduces of float32 gradients with
+ring (optical network) and R with optinc, and reports the medians and their ratio, the ratio
+of the two schedules the controller builds (what the testbed would do without software
+overhead), the ideal ratio and the OptINC device's throughput (elements/s through the
+vectorised MZI model).
+
+Ideal ratio: optinc sends every element once as a b-bit level (S·b/32 bytes for float32) and
+the device streams the mean back while the light passes, so one pass S_b/B; ring sends
+2(N−1)/N·S/B. For N = 4 and b = 8 that is (1/4)/(3/2) = 0.167; for the same bytes on the wire
+(b = 32) it would be N/(2(N−1)) = 0.667.
+
+Every result is checked: ring against the exact sum (float32 summation bound), optinc against
+the exact quantised expectation (elements the device's noisy optics missed, which it counts,
+are allowed; nothing else).
+
+    python benchmarks/bench_optinc_testbed.py [--sizes-mb 1,4,16,64] [--repeats 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oddl.agents.client import AgentClient
+from oddl.agents.executor import optinc_expected
+from oddl.config import load_testbed
+from oddl.demo import DEFAULT_TESTBED, _fabric_stats
+from oddl.operator import OperatorClient
+from oddl.procs import ProcessGroup, oddl_command
+
+
+def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]
+                   ) -> tuple[float, list[np.ndarray]]:
+    """All nodes at once; the wall time from the common start to the last result."""
+    outs: list[Any] = [None] * len(clients)
+    start = threading.Barrier(len(clients) + 1)
+
+    def call(r: int) -> None:
+        start.wait()
+        try:
+            outs[r] = clients[r].allreduce(arrays[r])
+        except Exception as exc:  # reported below
+            outs[r] = exc
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for out in outs:
+        if not isinstance(out, np.ndarray):
+            raise RuntimeError(f"all-reduce failed: {out}")
+    return elapsed, outs
+
+
+def _check_ring(outs: list[np.ndarray], arrays: list[np.ndarray]) -> None:
+    stacked = np.stack(arrays).astype(np.float64)
+    bound = (len(arrays) - 1) * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
+    for out in outs:
+        if not np.all(np.abs(out - stacked.sum(axis=0)) <= bound * 1.01 + 1e-30):
+            raise RuntimeError("ring all-reduce differs from the sum")
+
+
+def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -> int:
+    """Elements differing from the exact quantised expectation (the device must agree)."""
+    want = optinc_expected(arrays, bits)
+    for out in outs[1:]:
+        if not np.array_equal(out, outs[0]):
+            raise RuntimeError("optinc results differ between nodes")
+    return int(np.count_nonzero(outs[0] != want))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table, or one JSON object with --json."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
+    parser.add_argument("--sizes-mb", default="1,4,16,64",
+                        help="all-reduce sizes in MB of float32 (comma-separated)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [int(float(s) * 1_000_000) // 4 * 4 for s in args.sizes_mb.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
+        resolved = Path(tmp) / "testbed.toml"
+        emu = group.start("emulators", oddl_command("emulate", "testbed", "--config",
+                                                    args.config, "--resolved", str(resolved)))
+        address = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen",
+            "127.0.0.1:0"))["address"]
+        cfg = load_testbed(resolved)
+        dev = cfg.optinc_device(None)
+        if dev is None:
+            print(f"{args.config} has no OptINC device", file=sys.stderr)
+            return 2
+        clients = [AgentClient(group.start(f"agent-{n.id}", oddl_command(
+            "agent", "serve", "--config", str(resolved), "--node", n.id, "--controller",
+            address))["local_api"], timeout_s=600) for n in cfg.nodes]
+        op = OperatorClient(address)
+        rng = np.random.default_rng(0)
+        times: dict[tuple[str, int], list[float]] = {}
+        makespan: dict[tuple[str, int], float] = {}
+        missed = 0
+        before = _fabric_stats(emu["fabric"])["optinc"][dev.id]
+        for coll in ("ring", "optinc"):
+            job = op.submit(f"bench-{coll}", [], coll, "optical")
+            for size in sizes:
+                arrays = [rng.standard_normal(size // 4).astype(np.float32) for _ in clients]
+                makespan[(coll, size)] = op.schedule(job["id"], size, 4).makespan_s
+                times[(coll, size)] = []
+                for i in range(args.repeats + 1):  # the first is a warm-up
+                    elapsed, outs = _allreduce_all(clients, arrays)
+                    if coll == "ring":
+                        _check_ring(outs, arrays)
+                    else:
+                        missed += _check_optinc(outs, arrays, dev.bits)
+                    if i:
+                        times[(coll, size)].append(elapsed)
+                    del outs
+            op.cancel(job["id"])
+        after = _fabric_stats(emu["fabric"])["optinc"][dev.id]
+        for c in clients:
+            c.close()
+        op.close()
+    inexact = after["inexact_elements"] - before["inexact_elements"]
+    if missed > inexact:
+        raise RuntimeError(f"optinc: {missed} elements differ from the exact quantised mean "
+                           f"but the device missed only {inexact}")
+    n, b = len(cfg.nodes), cfg.fabric.line_rate_gbps * 1e9
+    for size in sizes:
+        ring = float(np.median(times[("ring", size)]))
+        opt = float(np.median(times[("optinc", size)]))
+        elems = size // 4
+        ideal_ring = 2 * (n - 1) / n * 8 * size / b
+        ideal_opt = 8 * elems * dev.level_itemsize / b + dev.latency_us * 1e-6
+        rows.append({"mb": size / 1e6, "bytes": size, "ring_ms": ring * 1e3,
+                     "optinc_ms": opt * 1e3, "ratio": opt / ring,
+                     "schedule_ratio": makespan[("optinc", size)] / makespan[("ring", size)],
+                     "ideal_ratio": ideal_opt / ideal_ring})
+    model_s = after["model_s"] - before["model_s"]
+    elements = after["elements"] - before["elements"]
+    summary = {
+        "benchmark": "bench_optinc_testbed", "python": platform.python_version(),
+        "nodes": n, "bits": dev.bits, "line_rate_gbps": cfg.fabric.line_rate_gbps,
+        "repeats": args.repeats, "sizes": rows,
+        "ideal_ratio_same_bytes": n / (2 * (n - 1)),
+        "device": {"passes": after["passes"] - before["passes"], "elements": elements,
+                   "model_s": model_s, "elements_per_s": elements / model_s if model_s else 0.0,
+                   "inexact_elements": inexact},
+        "results_checked": True,
+    }
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"optinc vs ring all-reduce, {n} emulated nodes, {dev.bits}-bit levels, "
+          f"{cfg.fabric.line_rate_gbps:g} Gbit/s, float32, median of {args.repeats}")
+    print(f"{'MB':>6} {'ring ms':>9} {'optinc ms':>10} {'ratio':>6} {'scheduled':>10} "
+          f"{'ideal':>6}")
+    for r in rows:
+        print(f"{r['mb']:>6.0f} {r['ring_ms']:>9.1f} {r['optinc_ms']:>10.1f} {r['ratio']:>6.3f} "
+              f"{r['schedule_ratio']:>10.3f} {r['ideal_ratio']:>6.3f}")
+    d = summary["device"]
+    print(f"OptINC device: {d['elements']:,} elements in {d['passes']} passes, MZI model "
+          f"{d['elements_per_s'] / 1e6:.1f} M elements/s, {d['inexact_elements']} elements "
+          "missed by the noisy optics; every result checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
