@@ -32,6 +32,10 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "demo": (["-m", "oddl", "demo"], ["--iterations", "20"], ["--iterations", "6"]),
     "optinc": (["bench_optinc.py"], [], []),
     "simulator": (["bench_simulator.py"], [], ["--repeats", "1"]),
+    "optinc-testbed": (["bench_optinc_testbed.py"], [], ["--sizes-mb", "1,4", "--repeats", "1"]),
+    "demo-optinc": (["-m", "oddl", "demo"], ["--collective", "optinc", "--iterations", "20"],
+                    ["--iterations", "6"]),
+    "topoopt": (["bench_topoopt.py"], [], []),
 }
 
 

@@ -86,13 +86,15 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
     cfg = load_testbed(args.file)
     summary = {"file": args.file, "ok": True, "name": cfg.name, "nodes": [n.id for n in cfg.nodes],
-               "devices": {d.id: d.kind for d in cfg.devices}, "fibres": len(cfg.fibres),
+               "devices": {**{d.id: d.kind for d in cfg.devices},
+                           **{d.id: "optinc" for d in getattr(cfg, "optinc", ())}},
+               "fibres": len(cfg.fibres),
                "link": cfg.fabric.link}
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"{args.file}: ok — testbed {cfg.name!r}: {len(cfg.nodes)} nodes "
-              f"({', '.join(summary['nodes'])}), {len(cfg.devices)} devices, "
+              f"({', '.join(summary['nodes'])}), {len(summary['devices'])} devices, "
               f"{len(cfg.fibres)} fibres, {cfg.fabric.link} link")
     return EXIT_OK
 
@@ -417,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     js = sub_with_controller(jsub, "submit")
     js.add_argument("--name", default="")
     js.add_argument("--nodes", default="", help="comma-separated, rank order (default: all)")
-    js.add_argument("--collective", default="ring")
+    js.add_argument("--collective", default="ring",
+                    help="ring, halving-doubling, wrht, totientperms, parameter-server, optinc")
     js.add_argument("--network", default="optical", choices=("optical", "ideal"))
     jc = sub_with_controller(jsub, "cancel")
     jc.add_argument("job_id")
