@@ -56,7 +56,8 @@ class OpticalHookState:
     """
 
     def __init__(self, client: AgentClient | str, world_size: int, verify: bool = False, *,
-                 process_group: Any = None, asynchronous: bool = True, job: str | None = None):
+                 process_group: Any = None, asynchronous: bool = True, job: str | None = None,
+                 optinc_bits: int | None = None):
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, not {world_size}")
         self.client = AgentClient(client) if isinstance(client, str) else client
@@ -66,6 +67,9 @@ class OpticalHookState:
         self.process_group = process_group
         self.asynchronous = asynchronous
         self.job = job
+        self.optinc_bits = optinc_bits
+        """Set for an optinc job: the reference is the exact *quantised* mean (× N) that the
+        in-network device computes, from every rank's bucket gathered over gloo."""
         self.buckets = 0
         self.bytes = 0
         self.verified = 0
@@ -117,7 +121,10 @@ class OpticalHookState:
         checked = False
         if reference is not None:
             work.wait()
-            self._check(index, summed, reference)
+            if self.optinc_bits is not None:
+                self._check_quantised(index, summed, reference)
+            else:
+                self._check(index, summed, reference)
             checked = True
         with self._lock:
             self.buckets += 1
@@ -125,6 +132,22 @@ class OpticalHookState:
             self.verified += checked
             self.allreduce_s.append(elapsed)
         return summed
+
+    def _check_quantised(self, index: int, summed: np.ndarray, gathered: Any) -> None:
+        """Raise AllreduceMismatch unless `summed` equals the exact quantised result."""
+        from oddl.agents.executor import optinc_expected
+
+        inputs = [t.numpy().astype(summed.dtype, copy=False) for t in gathered]
+        expected = optinc_expected(inputs, int(self.optinc_bits or 8))
+        bad = np.flatnonzero(summed != expected)
+        if bad.size:
+            i = int(bad[0])
+            message = (f"bucket {index}: the optinc all-reduce differs from the exact quantised "
+                       f"mean at {bad.size} of {summed.size} elements; element {i}: got "
+                       f"{summed[i]:.9g}, expected {expected[i]:.9g}")
+            with self._lock:
+                self.mismatches.append(message)
+            raise AllreduceMismatch(message)
 
     def _check(self, index: int, summed: np.ndarray, reference: torch.Tensor) -> None:
         """Raise AllreduceMismatch if `summed` is off the exact sum by more than the bound."""
@@ -176,7 +199,12 @@ def optical_allreduce_hook(state: OpticalHookState,
                         f"{buffer.dtype}") from exc
     reference: torch.Tensor | None = None
     work: Any = None
-    if state.verify:
+    if state.verify and state.optinc_bits is not None:
+        # optinc's reference needs every rank's bucket: gather them (in bucket order, here)
+        reference = [torch.empty_like(flat) for _ in range(state.world_size)]
+        work = dist.all_gather(reference, flat.contiguous(), group=state.process_group,
+                               async_op=True)
+    elif state.verify:
         as64 = flat.to(torch.float64)
         reference = torch.stack([as64, as64.abs()])
         # launched here, on the backward pass's thread, so every rank issues them in bucket order

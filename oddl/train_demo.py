@@ -45,6 +45,9 @@ ACCURACY_TOLERANCE = 0.02
 test images. Both runs start from the same seed and differ only in float summation order;
 measured, that moved 0 test predictions in 5 epochs (also with 1-ulp noise on every gradient
 element, 8 trials), while changing the seed moves the accuracy by 4-5 points."""
+OPTINC_ACCURACY_TOLERANCE = 0.05
+"""optinc averages 8-bit quantised gradients (the paper claims accuracy comparable to ring,
+not equal): its runs are allowed a wider margin, 22 of the 450 test images."""
 
 
 class _Worker:
@@ -231,13 +234,16 @@ def _run_workers(workers: list[_Worker], run_dir: Path, args: list[str], apis: l
 def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: str = "ring",
                    json_out: bool = False, *, seed: int = 7, bucket_cap_mb: float = 0.1,
                    verify: bool = True, sync_hook: bool = False,
-                   accuracy_tolerance: float = ACCURACY_TOLERANCE,
+                   accuracy_tolerance: float | None = None,
                    worker_module: str = "oddl.train_worker") -> dict[str, Any]:
     """Start everything, train over the optical testbed and over gloo, stop everything.
 
     Returns the summary (`ok` False on any failure); prints progress unless `json_out`.
     `worker_module` is the module each training process runs (`python -m`; tests swap it).
     """
+    if accuracy_tolerance is None:
+        accuracy_tolerance = (OPTINC_ACCURACY_TOLERANCE if collective == "optinc"
+                              else ACCURACY_TOLERANCE)
     config = config or DEFAULT_TESTBED
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -269,6 +275,8 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
             worker_args = ["--data", str(data_path), "--epochs", str(epochs), "--seed", str(seed),
                            "--bucket-cap-mb", str(bucket_cap_mb),
                            "--verify" if verify else "--no-verify"]
+            if collective == "optinc" and cfg.optinc:
+                worker_args += ["--optinc-bits", str(cfg.optinc[0].bits)]
             if sync_hook:
                 worker_args.append("--sync-hook")
             results, problems = _run_workers(
@@ -368,7 +376,9 @@ def format_train_summary(s: dict[str, Any]) -> str:
             f"({o.get('buckets_per_step', 0):.1f} per step, {o.get('bytes_per_rank', 0) / 1e6:.1f} MB "
             f"per rank), median {o.get('allreduce_ms_median', 0):.1f} ms; hook on a "
             f"{s['hook']}",
-            f"verified against the exact reduction over gloo: {o.get('verified_buckets', 0)} of "
+            f"verified against the exact "
+            f"{'quantised mean (buckets gathered' if s['collective'] == 'optinc' else 'reduction ('}"
+            f" over gloo): {o.get('verified_buckets', 0)} of "
             f"{o.get('buckets', 0)} buckets, {o.get('mismatches', 0)} mismatched (worst error "
             f"{o.get('max_error_over_bound', 0):.2f} of the bound)",
             f"reconfigurations: {s['reconfigurations']}, guard time spent "

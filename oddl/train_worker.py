@@ -94,7 +94,7 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
         from oddl.agents.torch_hook import register
 
         state = register(ddp, args.agent, world, verify=args.verify,
-                         asynchronous=not args.sync_hook)
+                         asynchronous=not args.sync_hook, optinc_bits=args.optinc_bits)
     train_set = TensorDataset(torch.from_numpy(data["x_train"]), torch.from_numpy(data["y_train"]))
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True,
                                  seed=args.seed)
@@ -199,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--bucket-cap-mb", type=float, default=0.1,
                    help="DDP bucket size (small, so a step all-reduces more than one bucket)")
+    p.add_argument("--optinc-bits", type=int, default=None,
+                   help="the job runs optinc at this bit width: verify against the exact "
+                   "quantised mean instead of the exact sum")
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="check every optical bucket against the exact reduction over gloo")
     p.add_argument("--sync-hook", action="store_true",
