@@ -86,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         if res["ok"]:
             print(json.dumps(res["result"], indent=1)[:4000], flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
+    latest = RESULTS / "latest.json"
+    if args.only and latest.exists():
+        # a partial run updates its benchmarks and keeps the others' last results
+        previous = json.loads(latest.read_text(encoding="utf-8"))
+        out["results"] = {**previous.get("results", {}), **out["results"]}
+    latest.write_text(json.dumps(out, indent=1), encoding="utf-8")
     print(f"[bench] results in {RESULTS / 'latest.json'}")
     return 1 if failed else 0
 
