@@ -149,10 +149,11 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                          len(payloads[d]), dst)
         for s, segs in recvs.items():
             src = run.nodes[s]
+            # the peer may be as late as this node (overruns add up over the steps): wait a
+            # receive timeout past the step's scheduled end or past now, whichever is later
+            deadline = time.time() + run.receive_timeout_s
             if run.gated and k in step_end:
-                deadline = run.t0_local + step_end[k] + run.receive_timeout_s
-            else:
-                deadline = time.time() + run.receive_timeout_s
+                deadline = max(deadline, run.t0_local + step_end[k] + run.receive_timeout_s)
             frame = link.inbox.take((run.job_id, run.seq, k, src), deadline, cancel)
             logger.debug("%s seq %d step %d: received from %s", me, run.seq, k, src)
             if frame is None:
