@@ -396,13 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     dlog.add_argument("--device", help="only this device")
     dlog.add_argument("--limit", type=int, default=50)
     dev.set_defaults(func=cmd_devices)
-    from oddl import certs_cli, optinc_cli, plan_cli, simulate_cli, testbed_cli
+    from oddl import certs_cli, optinc_cli, plan_cli, simulate_cli, testbed_cli, topoopt_cli
 
     ssub = plan_cli.register(sub)
     testbed_cli.register(sub)
     optinc_cli.register(sub)
     certs_cli.register(sub)
     simulate_cli.register(sub)
+    topoopt_cli.register(sub)
     show = with_controller(ssub.add_parser("show", help="the slots a running job gets for a "
                                            "message size"))  # `schedule` itself has none
     show.add_argument("job_id")
@@ -420,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     js.add_argument("--name", default="")
     js.add_argument("--nodes", default="", help="comma-separated, rank order (default: all)")
     js.add_argument("--collective", default="ring",
-                    help="ring, halving-doubling, wrht, totientperms, parameter-server, optinc")
+                    help="ring, halving-doubling, wrht, totientperms, parameter-server, topoopt, "
+                    "optinc")
     js.add_argument("--network", default="optical", choices=("optical", "ideal"))
     jc = sub_with_controller(jsub, "cancel")
     jc.add_argument("job_id")

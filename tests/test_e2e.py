@@ -116,7 +116,8 @@ def _ints(seed: int, n: int, count: int = 4) -> list[np.ndarray]:
 @pytest.mark.parametrize("job", [("ring", "optical"), ("halving-doubling", "optical"),
                                  ("ring", "ideal"), ("wrht", "optical", {"wavelengths": "2"}),
                                  ("totientperms", "optical", {"degree": "2"}),
-                                 ("parameter-server", "optical")], indirect=True)
+                                 ("parameter-server", "optical"), ("topoopt", "optical")],
+                         indirect=True)
 def test_allreduce_is_exact(testbed: RunningTestbed, job: dict):
     for seed, n in ((1, 10_007), (2, 3), (3, 200_000)):
         arrays = _ints(seed, n)

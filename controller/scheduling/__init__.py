@@ -93,3 +93,5 @@ __all__ = [
     "wrht_allreduce",
     "wrht_wavelength_plan",
 ]
+
+import oddl.controller.topoopt_collective  # noqa: E402,F401  (registers "topoopt")

@@ -1,0 +1,120 @@
+"""Turn benchmarks/results/latest.json into the README's performance table (markdown).
+
+    python benchmarks/report.py            # print the table
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+LATEST = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def _get(results: dict[str, Any], name: str) -> Any:
+    entry = results.get(name)
+    return entry["result"] if entry and entry.get("ok") else None
+
+
+def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(what, result, baseline in the same run, command) for every benchmark that ran."""
+    out: list[tuple[str, str, str, str]] = []
+    if (r := _get(results, "scheduler")) is not None:
+        by = {(x["collective"], x["n_nodes"]): x for x in r["rows"]}
+        for coll in ("ring", "halving-doubling"):
+            small, big = by.get((coll, 4)), by.get((coll, 1024))
+            if small and big:
+                out.append((f"plan + schedule, {coll}, N = 4 / N = 1024 (VGG19, 574.67 MB)",
+                            f"{small['total_ms']:.2f} / {big['total_ms']:.1f} ms (aim ≤ 50 ms)",
+                            f"ring successor lists in plain Python: ×{big['ratio_to_baseline']:.2f}",
+                            "`python benchmarks/bench_scheduler.py`"))
+    if (r := _get(results, "plans")) is not None:
+        big = [x for x in r.get("rows", []) if x.get("n_nodes", x.get("N")) == 1024
+               and "total_ms" in x]
+        text = ", ".join(f"{x['collective']}{_params(x)} {x['total_ms']:.1f}" for x in big)
+        if text:
+            out.append(("plan + schedule of every collective at N = 1024 (ms)", text,
+                        "", "`python benchmarks/bench_plans.py`"))
+    if (r := _get(results, "drivers")) is not None:
+        rt, rc = r["round_trips"], r["reconfiguration"]
+        base = rt["tcp_echo_baseline"]
+        for key, what in (("itla_nop", "ITLA NOP round trip, driver → emulator"),
+                          ("wss_rra", "WSS `RRA?` (48 channels) round trip")):
+            out.append((what, f"p50 {rt[key]['p50_us']:.0f} µs, p99 {rt[key]['p99_us']:.0f} µs",
+                        f"4-byte TCP echo p50 {base['p50_us']:.0f} µs: ×{rt[key]['ratio_p50']:.1f}",
+                        "`python benchmarks/bench_drivers.py`"))
+        out.append(("full 4-node reconfiguration, request → verified, minus the "
+                    f"{rc['device_delay_ms']:.0f} ms WSS settle",
+                    f"p50 {rc['overhead_ms_p50']:.2f} ms, p99 {rc['overhead_ms_p99']:.2f} ms "
+                    "(aim ≤ 5 ms)", "", "`python benchmarks/bench_drivers.py`"))
+    if (r := _get(results, "demo")) is not None:
+        g = r["slot_gate_error"]
+        out.append(("demo: iteration time optical / ideal electrical (20 iterations, 1M-param MLP)",
+                    f"{r['ratio_optical_over_ideal']:.3f} (aim within 10%); all-reduce "
+                    f"{r['allreduce_ratio_optical_over_ideal']:.3f}",
+                    f"ideal network, same run: {r['ideal']['iteration_ms_median']:.0f} ms",
+                    "`oddl demo --json`"))
+        out.append(("slot-gate error of the agents (demo)",
+                    f"p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.0f} µs ({g['samples']} sends)",
+                    "aim p99 ≤ 100 µs: not met on this loaded 2-vCPU VM", "`oddl demo --json`"))
+    for name, label in (("allreduce", "ring"), ("allreduce-hd", "halving-doubling")):
+        if (r := _get(results, name)) is not None:
+            text = ", ".join(f"{x['bytes'] // 1024} KiB {x['ratio']:.2f}" for x in r["sizes"])
+            g = r["gate_error_us"]
+            out.append((f"{label} all-reduce, optical / ideal by size", text,
+                        f"gate error p50 {g['p50']:.0f} µs, p99 {g['p99']:.0f} µs",
+                        "`python benchmarks/bench_allreduce.py"
+                        + (" --collective halving-doubling" if label != "ring" else "") + "`"))
+    if (r := _get(results, "collectives")) is not None:
+        for coll in r.get("collectives", []):
+            xs = [x for x in r["sizes"] if x.get("collective") == coll]
+            text = ", ".join(f"{x['bytes'] / 1e6:.0f} MB {x['optical_ms']:.0f} ms ×{x['ratio']:.2f}"
+                             f" ({x['retunes_per_allreduce']:.0f} retunes)" for x in xs)
+            out.append((f"{coll} on the testbed: time, ratio to ideal, retunes", text, "",
+                        "`make bench` (collectives)"))
+    if (r := _get(results, "demo-optinc")) is not None:
+        out.append(("optinc demo: all-reduce / iteration time vs ring, accuracy difference",
+                    f"{r['allreduce_ratio_optinc_over_ring']:.2f} / "
+                    f"{r['iteration_ratio_optinc_over_ring']:.2f}, "
+                    f"{r['final_accuracy_difference']:+.3f}", "ring in the same run",
+                    "`oddl demo --collective optinc --json`"))
+    if (r := _get(results, "optinc-testbed")) is not None:
+        text = ", ".join(f"{x['mb']:.0f} MB {x['ratio']:.2f}" for x in r.get("rows", []))
+        out.append(("optinc / ring all-reduce time on the testbed", text,
+                    "ideal one pass: 0.167", "`python benchmarks/bench_optinc_testbed.py`"))
+    if (r := _get(results, "simulator")) is not None:
+        out.append(("simulate one 1024-node VGG19 iteration (all systems) / 10-point sweep",
+                    f"{r['iteration_s']['best']:.2f} s (aim < 5 s) / "
+                    f"{r['sweep']['seconds']:.1f} s (aim < 60 s)",
+                    "", "`python benchmarks/bench_simulator.py`"))
+    if (r := _get(results, "optinc")) is not None:
+        text = ", ".join(f"{x['bits']}-bit {x['forward_eps']:.2g} el/s (×{x['forward_ratio']:.0f})"
+                         for x in r["rows"])
+        out.append(("OptINC MZI model forward pass, N = 4", text, "plain Python loop",
+                    "`python benchmarks/bench_optinc.py`"))
+    if (r := _get(results, "topoopt")) is not None:
+        out.append(("TopoOpt search, 128-node DLRM, default budget",
+                    json.dumps({k: v for k, v in r.items() if isinstance(v, (int, float))})[:120],
+                    "", "`python benchmarks/bench_topoopt.py`"))
+    return out
+
+
+def _params(row: dict[str, Any]) -> str:
+    params = row.get("params") or {}
+    return "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")" if params else ""
+
+
+def main() -> int:
+    data = json.loads(LATEST.read_text(encoding="utf-8"))
+    print(f"<!-- from {LATEST.name}, {data['time']}, {data['cpus']} CPUs -->")
+    print("| what | result | baseline in the same run | command |")
+    print("|---|---|---|---|")
+    for what, result, base, cmd in rows(data["results"]):
+        print(f"| {what} | {result} | {base} | {cmd} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
