@@ -71,7 +71,7 @@ import socket
 import threading
 import time
 import tty
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -82,6 +82,7 @@ from oddl.drivers.emulator_cli import (
     start_server,
     stop_on_signal,
 )
+from oddl.drivers.faults import FaultSettings
 from oddl.drivers.itla import (
     DIS_BIT,
     FREQ_BIT,
@@ -154,11 +155,13 @@ class OpticalOutput:
 
 
 @dataclass
-class ItlaFaults:
+class ItlaFaults(FaultSettings):
     """Faults to inject; set fields from a test (``emu.faults.no_answer = 2``) or from config.
 
     Counters count down by one per received frame (``error_next_write`` per valid write).
     """
+
+    LABEL = "itla"
 
     no_answer: int = 0
     """Drop the next k frames unexecuted (no answer)."""
@@ -188,39 +191,7 @@ class ItlaFaults:
     def __post_init__(self) -> None:
         self.validate()
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the first field with an impossible value."""
-        for name in ("no_answer", "late_next", "garbage", "truncate", "error_next_write"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"itla faults: {name} = {value!r}; expected an integer >= 0")
-        for name in ("no_answer_always", "reset_next", "stuck_pending"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"itla faults: {name} = {getattr(self, name)!r}; "
-                                  "expected true or false")
-        for name in ("late_s", "late_next_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and value >= 0):
-                raise ConfigError(f"itla faults: {name} = {value!r}; expected seconds >= 0")
-        for name in ("drop_probability", "garbage_probability"):
-            p = getattr(self, name)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-                raise ConfigError(f"itla faults: {name} = {p!r}; expected a number in 0..1")
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> ItlaFaults:
-        """Build from a config mapping; unknown keys and bad values raise ConfigError."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"itla faults: unknown key(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
-        faults = cls()
-        for key, value in data.items():
-            setattr(faults, key, value)
-        faults.validate()
-        return faults
 
 
 @dataclass

@@ -32,10 +32,11 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from oddl.drivers.emulator_cli import listen_arg, serve_until_signal, start_server
+from oddl.drivers.faults import FaultSettings
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class _Channel:
 
 
 @dataclass
-class PowerMeterFaults:
+class PowerMeterFaults(FaultSettings):
     """Transport faults the TCP handler applies; change the fields at any time from a test.
 
     `no_answer`: commands run but responses are dropped. `answer_delay_s`: every response is
@@ -138,22 +139,10 @@ class PowerMeterFaults:
     garbage: bool = False
     reset_on_next_line: bool = False
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, object]) -> PowerMeterFaults:
-        """Build from a testbed-file table; ConfigError for unknown keys or bad values."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError(f"powermeter faults: unknown key(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(names))}")
-        for key in ("no_answer", "garbage", "reset_on_next_line"):
-            if key in values and not isinstance(values[key], bool):
-                raise ConfigError(f"powermeter faults: {key} must be true or false")
-        delay = values.get("answer_delay_s", 0.0)
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not (
-                math.isfinite(delay) and delay >= 0):
-            raise ConfigError("powermeter faults: answer_delay_s must be a number >= 0")
-        return cls(**values)  # type: ignore[arg-type]
+    LABEL = "powermeter"
+
+    def __post_init__(self) -> None:
+        self.validate()
 
 
 @dataclass(frozen=True)

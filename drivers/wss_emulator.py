@@ -47,7 +47,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from decimal import Decimal, InvalidOperation
 
@@ -58,6 +58,7 @@ from oddl.drivers.emulator_cli import (
     serve_until_signal,
     start_server,
 )
+from oddl.drivers.faults import FaultSettings
 from oddl.drivers.interfaces import BLOCKED_DB, Route
 from oddl.errors import ConfigError
 
@@ -84,11 +85,13 @@ _COMMAND = re.compile(r"([^ \t]+)(?:[ \t]+(.*))?", re.DOTALL)
 
 
 @dataclass
-class WssFaults:
+class WssFaults(FaultSettings):
     """Faults to inject; set fields from a test (``emu.faults.no_answer = 2``) or from config.
 
     Counters (`no_answer`, `garbage`, `error_next`) count down one per received line.
     """
+
+    LABEL = "wss"
 
     no_answer: int = 0
     """Drop the answers to the next k lines (the lines are not executed)."""
@@ -110,38 +113,7 @@ class WssFaults:
     def __post_init__(self) -> None:
         self.validate()
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the first field with an impossible value."""
-        for name in ("no_answer", "garbage", "error_next"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"wss faults: {name} = {value!r}; expected an integer >= 0")
-        for name in ("no_answer_always", "reset_next"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"wss faults: {name} = {getattr(self, name)!r}; "
-                                  "expected true or false")
-        late = self.late_s
-        if isinstance(late, bool) or not isinstance(late, (int, float)) or not (
-                math.isfinite(late) and late >= 0):
-            raise ConfigError(f"wss faults: late_s = {late!r}; expected seconds >= 0")
-        for name in ("drop_probability", "garbage_probability"):
-            p = getattr(self, name)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-                raise ConfigError(f"wss faults: {name} = {p!r}; expected a number in 0..1")
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> WssFaults:
-        """Build from a config mapping; unknown keys and bad values raise ConfigError."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"wss faults: unknown key(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}")
-        faults = cls()
-        for key, value in data.items():
-            setattr(faults, key, value)
-        faults.validate()
-        return faults
 
 
 class _Refused(Exception):
