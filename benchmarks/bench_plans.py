@@ -24,39 +24,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench_scheduler import ITEMSIZE, TIMING, VGG19_PARAMS, ring_permutations_baseline
+
 from oddl.controller.scheduling import (
     COLLECTIVES,
-    TimingModel,
     Topology,
     make_plan,
     schedule_plan,
 )
 from oddl.errors import PlanError
 
-VGG19_PARAMS = 143_667_240
-ITEMSIZE = 4
 AIM_MS = 50.0
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "wrht": [{"wavelengths": 64}],
     "totientperms": [{}, {"degree": 4}, {"degree": 8}],
 }
 """Parameter sets per collective (default: one run with no parameters)."""
-TIMING = TimingModel(
-    tune_s=1e-6,  # fast laser retune (papers.md §6)
-    skew_s=1e-7,  # hardware-timestamped PTP
-    cdr_s=1e-6,  # receiver clock-recovery lock
-    command_s=0.0,  # agents gate from the published schedule: no per-slot command
-    wss_settle_s=0.1,  # LCoS, job scale only
-    slot_margin_s=1e-6,
-    line_rate_bps=100e9,
-)
-
-
-def ring_permutations_baseline(n: int) -> list[list[int]]:
-    """The trivial baseline: the ring's successor permutation for each of its 2(N−1) steps."""
-    return [[(i + 1) % n for i in range(n)] for _ in range(2 * (n - 1))]
-
-
 def best_of(repeats: int, fn: Callable[[], Any], patience_s: float = 1.0) -> tuple[float, Any]:
     """Return the best wall time of up to `repeats` calls (seconds) and the last result.
 
