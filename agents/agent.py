@@ -37,6 +37,7 @@ from oddl.agents.executor import (
 )
 from oddl.agents.gate import SlotGate
 from oddl.config import TestbedConfig
+from oddl.controller.scheduling.handoff import arrival_timeout
 from oddl.errors import CollectiveError, OddlError, OperationRefused
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
@@ -467,7 +468,7 @@ class Agent:
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes,
             steps=tuple(_step_spec(s) for s in schedule.steps),
             slots=tuple(_slot_spec(s) for s in schedule.slots), t0_local=t0_local,
-            network=job.network, receive_timeout_s=self.cfg.timing.receive_timeout_ms / 1000.0)
+            network=job.network, receive_timeout_s=_receive_timeout(self.cfg, schedule))
         ok, error = True, ""
         self._current_job = job.id
         self._abort_reason = ""
@@ -603,6 +604,12 @@ class Agent:
                 "misrouted_frames": self.link.inbox.misrouted,
                 "gate_errors": self.gate.errors()[-2000:],
                 "overruns": self.gate.overruns()[-2000:]}
+
+
+def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:
+    """The testbed's receive timeout, stretched for the largest flow of this schedule."""
+    longest = max((s.end_ns - s.data_start_ns for s in schedule.slots), default=0) / 1e9
+    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, longest)
 
 
 def _step_spec(s: pb.PlanStep) -> StepSpec:

@@ -138,8 +138,8 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                     raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
                                           f"{me}->{dst}; the plan and schedule disagree")
                 if slot.index in granted and handoffs is not None:
-                    handoffs.wait_circuits(run.seq, slot.index, run.t0_local + slot.data_start_s
-                                           + run.receive_timeout_s)
+                    handoffs.wait_circuits(run.seq, slot.index, max(
+                        run.t0_local + slot.data_start_s, time.time()) + run.receive_timeout_s)
                 err = gate.wait_until(run.t0_local + slot.data_start_s, cancel)
                 worst_gate = max(worst_gate, err)
             header = {"job": run.job_id, "seq": run.seq, "step": k, "src": me, "dst": dst,

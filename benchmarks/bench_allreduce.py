@@ -33,7 +33,10 @@ def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> floa
 
     def call(r: int) -> None:
         start.wait()
-        outs[r] = clients[r].allreduce(arrays[r])
+        try:
+            outs[r] = clients[r].allreduce(arrays[r])
+        except Exception as exc:  # reported below with the others
+            outs[r] = exc
 
     threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
     for t in threads:
@@ -45,7 +48,9 @@ def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> floa
     elapsed = time.perf_counter() - t0
     exact = np.sum(arrays, axis=0)
     for out in outs:
-        assert isinstance(out, np.ndarray) and np.array_equal(out, exact), "wrong all-reduce"
+        if not isinstance(out, np.ndarray):
+            raise AssertionError(f"all-reduce failed: {out}")
+        assert np.array_equal(out, exact), "wrong all-reduce result"
     return elapsed
 
 

@@ -34,6 +34,7 @@ from oddl.controller.jobs import (
     topology_from_config,
 )
 from oddl.controller.scheduling import Schedule, handoffs
+from oddl.controller.scheduling.handoff import arrival_timeout
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
 from oddl.errors import OddlError, OperationRefused, SafetyLimitError
@@ -118,6 +119,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._executors: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._confirmed: set[tuple[str, int, int, str]] = set()
+        self._last_confirm: dict[tuple[str, int], float] = {}
         self._confirm_cond = threading.Condition()
         self.errors: Counter[str] = Counter()
         self.collectives_failed = 0
@@ -312,7 +314,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         """
         need = handoffs(_slot_pairs(go.schedule))
         t0 = go.t0_ns / 1e9
-        timeout = self.cfg.timing.receive_timeout_ms / 1e3
+        timeout = _receive_timeout(self.cfg, go.schedule)
         try:
             for slot in sched.slots:
                 retunes = slot.retunes()
@@ -321,9 +323,14 @@ class ControllerService(pb_grpc.ControllerServicer):
                 if not _sleep_until(t0 + slot.start_s - sched.start_s, self._stop):
                     return
                 required = {(job.id, seq, j, src) for j, src, _dst in need.get(slot.index, [])}
-                deadline = t0 + slot.data_start_s - sched.start_s + timeout
+                # the scheduled time, or a receive timeout after now or after the collective's
+                # last confirmation, whichever is later: slow progress is not a lost flow
+                waiting_since = time.time()
                 with self._confirm_cond:
                     while not required <= self._confirmed:
+                        deadline = max(t0 + slot.data_start_s - sched.start_s,
+                                       waiting_since, self._last_confirm.get((job.id, seq), 0.0)
+                                       ) + timeout
                         remaining = deadline - time.time()
                         if remaining <= 0 or not job.running:
                             missing = ", ".join(f"{src}@slot{j}" for _, _, j, src in
@@ -360,6 +367,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         finally:
             with self._confirm_cond:
                 self._confirmed = {c for c in self._confirmed if not (c[0] == job.id and c[1] <= seq)}
+                self._last_confirm = {k: v for k, v in self._last_confirm.items()
+                                      if not (k[0] == job.id and k[1] <= seq)}
 
     def monitor(self) -> None:
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
@@ -397,6 +406,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     def ConfirmDelivery(self, request, context):  # noqa: N802
         with self._confirm_cond:
             self._confirmed.add((request.job_id, request.seq, request.slot, request.src))
+            self._last_confirm[(request.job_id, request.seq)] = time.time()
             self._confirm_cond.notify_all()
         return pb.ConfirmDeliveryReply()
 
@@ -660,6 +670,12 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     now = time.monotonic()
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
                 sum(1 for rec in list(svc.agents.values()) if svc._alive(rec, now)))
+
+
+def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:
+    """How long a hand-off may take: the same rule the agents apply to their receives."""
+    longest = max((s.end_ns - s.data_start_ns for s in schedule.slots), default=0) / 1e9
+    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, longest)
 
 
 def _slot_pairs(schedule: pb.Schedule) -> list[tuple[int, list[tuple[str, str, bool]]]]:

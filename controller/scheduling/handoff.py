@@ -53,3 +53,14 @@ def handoffs(slots: Iterable[SlotPairs]) -> dict[int, list[Handoff]]:
 def confirmations_for(node: str, slots: Iterable[SlotPairs]) -> set[tuple[int, str]]:
     """The arrivals (slot index, src) that `node` must confirm to the controller."""
     return {(j, src) for need in handoffs(slots).values() for j, src, dst in need if dst == node}
+
+
+SLOW_PATH_FACTOR = 20.0
+"""A flow may take this many times its wire time beyond the receive timeout before it counts
+as lost: software data paths copy and reduce big buckets far slower than the line rate."""
+
+
+def arrival_timeout(receive_timeout_s: float, longest_flow_s: float) -> float:
+    """How long past its due time a flow (or a hand-off confirmation) may be before it counts
+    as lost: the testbed's receive timeout, stretched for the largest flow of the schedule."""
+    return receive_timeout_s + SLOW_PATH_FACTOR * max(longest_flow_s, 0.0)
