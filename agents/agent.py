@@ -608,8 +608,8 @@ class Agent:
 
 def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:
     """The testbed's receive timeout, stretched for the largest flow of this schedule."""
-    longest = max((s.end_ns - s.data_start_ns for s in schedule.slots), default=0) / 1e9
-    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, longest)
+    data = sum(s.end_ns - s.data_start_ns for s in schedule.slots) / 1e9
+    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, data)
 
 
 def _step_spec(s: pb.PlanStep) -> StepSpec:

@@ -60,6 +60,8 @@ class AgentRecord:
     stream_generation: int = 0
     heartbeat: pb.HeartbeatRequest = field(default_factory=pb.HeartbeatRequest)
     dead: bool = False
+    streaming: bool = False
+    """A schedule stream to this agent is open (without one it cannot take part)."""
 
 
 def schedule_to_proto(sched: Schedule, job_id: str) -> pb.Schedule:
@@ -180,6 +182,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             if old is not None:
                 rec.events = old.events
                 rec.stream_generation = old.stream_generation
+                rec.streaming = old.streaming
             self.agents[request.node_id] = rec
             # peers learn the (new) data address of this node
             for job in self.jobs.jobs.values():
@@ -225,14 +228,20 @@ class ControllerService(pb_grpc.ControllerServicer):
             for job in self.jobs.jobs.values():
                 if job.running and request.node_id in job.nodes:
                     events.put(self._assigned(job, request.node_id))
-        while context.is_active() and not self._stop.is_set():
-            if rec.stream_generation != generation:
-                return
-            try:
-                event = events.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            yield event
+        rec.streaming = True
+        try:
+            while context.is_active() and not self._stop.is_set():
+                if rec.stream_generation != generation:
+                    return
+                try:
+                    event = events.get(timeout=0.25)
+                except queue.Empty:
+                    continue
+                yield event
+        finally:
+            current = self.agents.get(request.node_id)
+            if current is not None and current.stream_generation == generation:
+                current.streaming = False
 
     def ReadyCollective(self, request, context):  # noqa: N802
         with self._lock:
@@ -511,7 +520,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                     continue
                 hb = rec.heartbeat
                 agents.append(pb.AgentStatus(
-                    node_id=n.id, alive=self._alive(rec, now),
+                    node_id=n.id, alive=self._alive(rec, now) and rec.streaming,
                     last_heartbeat_age_s=now - rec.last_seen, clock_offset_s=hb.clock_offset_s,
                     clock_rtt_s=hb.clock_rtt_s, gate_error_p50_s=hb.gate_error_p50_s,
                     gate_error_p99_s=hb.gate_error_p99_s, collectives_done=hb.collectives_done,
@@ -674,8 +683,8 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
 
 def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:
     """How long a hand-off may take: the same rule the agents apply to their receives."""
-    longest = max((s.end_ns - s.data_start_ns for s in schedule.slots), default=0) / 1e9
-    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, longest)
+    data = sum(s.end_ns - s.data_start_ns for s in schedule.slots) / 1e9
+    return arrival_timeout(cfg.timing.receive_timeout_ms / 1e3, data)
 
 
 def _slot_pairs(schedule: pb.Schedule) -> list[tuple[int, list[tuple[str, str, bool]]]]:

@@ -30,7 +30,7 @@ class Bench:
 
     def __init__(self, tmp: Path, heartbeat_s: float = 0.3):
         self.tmp = tmp
-        text = EMULATED.read_text().replace("heartbeat_s = 0.5", f"heartbeat_s = {heartbeat_s}")
+        text = EMULATED.read_text().replace("heartbeat_s = 1.0", f"heartbeat_s = {heartbeat_s}")
         self.config = tmp / "testbed.toml"
         self.config.write_text(text)
         self.group = ProcessGroup(tmp)
