@@ -72,8 +72,11 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             xs = [x for x in r["sizes"] if x.get("collective") == coll]
             text = ", ".join(f"{x['bytes'] / 1e6:.0f} MB {x['optical_ms']:.0f} ms ×{x['ratio']:.2f}"
                              f" ({x['retunes_per_allreduce']:.0f} retunes)" for x in xs)
-            out.append((f"{coll} on the testbed: time, ratio to ideal, retunes", text, "",
-                        "`make bench` (collectives)"))
+            out.append((f"{coll} on the testbed: time, ratio to ideal, retunes", text,
+                        "ideal electrical network, same run",
+                        "`python benchmarks/bench_allreduce.py --collective "
+                        "ring,halving-doubling,wrht,totientperms,parameter-server --sizes "
+                        "1000000,16000000,64000000,256000000 --repeats 2`"))
     if (r := _get(results, "demo-optinc")) is not None:
         out.append(("optinc demo: all-reduce / iteration time vs ring, accuracy difference",
                     f"{r['allreduce_ratio_optinc_over_ring']:.2f} / "
@@ -81,7 +84,8 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{r['final_accuracy_difference']:+.3f}", "ring in the same run",
                     "`oddl demo --collective optinc --json`"))
     if (r := _get(results, "optinc-testbed")) is not None:
-        text = ", ".join(f"{x['mb']:.0f} MB {x['ratio']:.2f}" for x in r.get("rows", []))
+        text = ", ".join(f"{x['mb']:.0f} MB {x['ratio']:.2f}"
+                         for x in r.get("sizes", r.get("rows", [])))
         out.append(("optinc / ring all-reduce time on the testbed", text,
                     "ideal one pass: 0.167", "`python benchmarks/bench_optinc_testbed.py`"))
     if (r := _get(results, "simulator")) is not None:
@@ -95,8 +99,10 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         out.append(("OptINC MZI model forward pass, N = 4", text, "plain Python loop",
                     "`python benchmarks/bench_optinc.py`"))
     if (r := _get(results, "topoopt")) is not None:
-        out.append(("TopoOpt search, 128-node DLRM, default budget",
-                    json.dumps({k: v for k, v in r.items() if isinstance(v, (int, float))})[:120],
+        ds = r["default_search"]
+        out.append((f"TopoOpt search, 128-node DLRM, budget {ds['budget']}",
+                    f"{ds['search_seconds']:.1f} s (aim < 60 s); ×{ds['speedup_vs_fat_tree']:.2f} "
+                    f"vs similar-cost fat-tree, ×{ds['speedup_vs_dp_rings']:.0f} vs DP on rings",
                     "", "`python benchmarks/bench_topoopt.py`"))
     return out
 
