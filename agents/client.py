@@ -8,6 +8,9 @@ a request the agent refuses.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -75,3 +78,30 @@ class AgentClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray]
+                  ) -> tuple[float, list[Any]]:
+    """Call allreduce on every client at once (one thread each, released together).
+
+    Returns the wall time from the common start to the last result, and per client its
+    result or the exception it raised (for tests, benchmarks and demos driving all nodes).
+    """
+    outs: list[Any] = [None] * len(clients)
+    start = threading.Barrier(len(clients) + 1)
+
+    def call(r: int) -> None:
+        start.wait()
+        try:
+            outs[r] = clients[r].allreduce(arrays[r])
+        except Exception as exc:  # handed back to the caller
+            outs[r] = exc
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, outs

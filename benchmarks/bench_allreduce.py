@@ -14,13 +14,11 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
-from oddl.agents.client import AgentClient
+from oddl.agents.client import AgentClient, allreduce_all
 from oddl.config import load_testbed
 from oddl.demo import DEFAULT_TESTBED
 from oddl.operator import OperatorClient
@@ -28,24 +26,7 @@ from oddl.procs import ProcessGroup, oddl_command
 
 
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:
-    outs: list[object] = [None] * len(clients)
-    start = threading.Barrier(len(clients) + 1)
-
-    def call(r: int) -> None:
-        start.wait()
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except Exception as exc:  # reported below with the others
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed, outs = allreduce_all(clients, arrays)
     exact = np.sum(arrays, axis=0)
     for out in outs:
         if not isinstance(out, np.ndarray):

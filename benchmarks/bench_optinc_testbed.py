@@ -26,14 +26,11 @@ import json
 import platform
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import AgentClient
+from oddl.agents.client import AgentClient, allreduce_all
 from oddl.agents.executor import optinc_expected
 from oddl.config import load_testbed
 from oddl.demo import DEFAULT_TESTBED, _fabric_stats
@@ -44,24 +41,7 @@ from oddl.procs import ProcessGroup, oddl_command
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]
                    ) -> tuple[float, list[np.ndarray]]:
     """All nodes at once; the wall time from the common start to the last result."""
-    outs: list[Any] = [None] * len(clients)
-    start = threading.Barrier(len(clients) + 1)
-
-    def call(r: int) -> None:
-        start.wait()
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except Exception as exc:  # reported below
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed, outs = allreduce_all(clients, arrays)
     for out in outs:
         if not isinstance(out, np.ndarray):
             raise RuntimeError(f"all-reduce failed: {out}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import AgentClient
+from oddl.agents.client import AgentClient, allreduce_all
 from oddl.agents.executor import OPTINC, optinc_expected
 from oddl.errors import OddlError
 from oddl.operator import OperatorClient
@@ -204,19 +204,7 @@ def integer_check(clients: list[AgentClient]) -> list[str]:
     """One bit-exact all-reduce of int64 arrays (odd length, so chunks are uneven)."""
     rng = np.random.default_rng(3)
     arrays = [rng.integers(-2**40, 2**40, 100_003) for _ in clients]
-    outs: list[Any] = [None] * len(clients)
-
-    def call(r: int) -> None:
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except OddlError as exc:
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _elapsed, outs = allreduce_all(clients, arrays)
     exact = np.sum(np.stack(arrays), axis=0)
     bad = []
     for r, out in enumerate(outs):

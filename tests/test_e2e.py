@@ -7,7 +7,6 @@ Every process is the same command a lab runs (`oddl emulate testbed`, `oddl cont
 from __future__ import annotations
 
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from oddl.agents.client import AgentClient
+from oddl.agents.client import allreduce_all as run_on_all
 from oddl.config import load_testbed
 from oddl.errors import CollectiveError, OperationRefused
 from oddl.operator import OperatorClient
@@ -92,20 +92,7 @@ def job(testbed: RunningTestbed, request) -> Iterator[dict]:
 
 def allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> list[object]:
     """Call allreduce on every node at once; each result or the exception it raised."""
-    outs: list[object] = [None] * len(clients)
-
-    def call(r: int) -> None:
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except Exception as exc:  # collected and asserted on by the caller
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return outs
+    return run_on_all(clients, arrays)[1]
 
 
 def _ints(seed: int, n: int, count: int = 4) -> list[np.ndarray]:

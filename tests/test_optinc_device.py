@@ -323,20 +323,9 @@ def test_executor_through_the_fabric_returns_n_times_the_quantised_mean(fabric):
 
 
 def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
-    outs: list[Any] = [None] * len(clients)
+    from oddl.agents.client import allreduce_all
 
-    def call(r: int) -> None:
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except Exception as exc:  # collected and asserted on below
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return outs
+    return allreduce_all(clients, arrays)[1]
 
 
 @pytest.mark.e2e

@@ -13,15 +13,13 @@ The a-priori prediction (fixed overheads from performance.md) is printed alongsi
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from oddl.agents.client import AgentClient
+from oddl.agents.client import AgentClient, allreduce_all
 from oddl.config import load_testbed
 from oddl.controller.sim_testbed import calibrate, predict_testbed_allreduce
 from oddl.operator import OperatorClient
@@ -84,24 +82,7 @@ def bed(tmp_path_factory) -> Iterator[Bed]:
 
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:
     """All nodes call allreduce at once; return the time until the last result is back."""
-    outs: list[object] = [None] * len(clients)
-    start = threading.Barrier(len(clients) + 1)
-
-    def call(r: int) -> None:
-        start.wait()
-        try:
-            outs[r] = clients[r].allreduce(arrays[r])
-        except Exception as exc:  # asserted below
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed, outs = allreduce_all(clients, arrays)
     exact = np.sum(arrays, axis=0)
     for out in outs:
         assert isinstance(out, np.ndarray) and np.array_equal(out, exact), out
