@@ -3,6 +3,12 @@
 Requests and replies are multipart ZeroMQ messages (JSON header + raw array bytes), never
 pickle. Errors come back typed: CollectiveError for a failed collective, OperationRefused for
 a request the agent refuses.
+
+The bucket itself does not cross the socket: the client writes it into a shared-memory file
+(`oddl.agents.shm`) that the agent maps, and the agent reduces it there in place; the messages
+carry only the header. An array from `shared_array()` is that memory already, so it is reduced
+with no copy at all. When the agent cannot map the file (another host), the client falls back
+to sending the bytes.
 """
 
 from __future__ import annotations
@@ -16,26 +22,50 @@ from typing import Any
 import numpy as np
 import zmq
 
+from oddl.agents.shm import SharedBucket
 from oddl.errors import CollectiveError, OperationRefused
 
 
 class AgentClient:
     """Talks to the local agent; one client per training process (not thread-safe)."""
 
-    def __init__(self, address: str, *, timeout_s: float = 120.0):
+    def __init__(self, address: str, *, timeout_s: float = 120.0, shared_memory: bool = True):
         self.address = address
         self.timeout_s = timeout_s
+        self.shared_memory = shared_memory
+        self._bucket: SharedBucket | None = None
         self._sock = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(address)
 
+    def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
+        """An array in this client's shared-memory bucket: `allreduce` reduces it in place
+        with no copy. Valid until the next `shared_array` call that needs more room."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dt = np.dtype(dtype)
+        return self._bucket_for(int(np.prod(shape, dtype=np.int64)) * dt.itemsize).array(
+            shape, dt)
+
+    def _bucket_for(self, nbytes: int) -> SharedBucket:
+        if self._bucket is None or self._bucket.size < nbytes:
+            if self._bucket is not None:
+                self._bucket.close()
+            self._bucket = SharedBucket(nbytes)
+        return self._bucket
+
     def allreduce(self, array: np.ndarray, *, job: str | None = None) -> np.ndarray:
-        """Sum `array` across the job's nodes; returns a new array of the same shape and dtype."""
+        """Sum `array` across the job's nodes; returns a new array of the same shape and dtype,
+        or, for an array from `shared_array()`, that array with the sum in place."""
         a = np.ascontiguousarray(array)
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
                                   "timeout_s": self.timeout_s}
         if job:
             header["job"] = job
+        if self.shared_memory:
+            try:
+                return self._allreduce_shared(a, header)
+            except _NoSharedMemory:
+                self.shared_memory = False
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
                                   copy=False)
         frames = self._recv()
@@ -43,6 +73,24 @@ class AgentClient:
             meta = json.loads(frames[1])
             return np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"]).copy()
         raise self._error(frames)
+
+    def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any]) -> np.ndarray:
+        in_place = self._bucket is not None and self._bucket.owns(a)
+        if in_place:
+            view = a
+        else:
+            view = self._bucket_for(a.nbytes).array(a.shape, a.dtype)
+            np.copyto(view, a)
+        assert self._bucket is not None
+        header["shm"] = str(self._bucket.path)
+        self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
+        frames = self._recv()
+        if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
+            return view if in_place else view.copy()
+        error = self._error(frames)
+        if isinstance(error, OperationRefused) and "bucket file" in str(error):
+            raise _NoSharedMemory(str(error))
+        raise error
 
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
@@ -70,14 +118,21 @@ class AgentClient:
         return OperationRefused(message)
 
     def close(self) -> None:
-        """Release the socket."""
+        """Release the socket and the shared-memory bucket."""
         self._sock.close(0)
+        if self._bucket is not None:
+            self._bucket.close()
+            self._bucket = None
 
     def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _NoSharedMemory(Exception):
+    """The agent cannot map this client's bucket (it runs on another host)."""
 
 
 def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray]

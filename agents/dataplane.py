@@ -15,12 +15,15 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import zmq
+
+from oddl.agents.streams import ChunkHead, node_tag
+from oddl.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ class Inbox:
 
     def __init__(self, node_id: str):
         self.node_id = node_id
-        self._frames: dict[FrameKey, Frame] = {}
+        self._frames: dict[FrameKey, deque[Frame]] = {}
         self._cond = threading.Condition()
         self.misrouted = 0
         self.malformed = 0
@@ -63,20 +66,24 @@ class Inbox:
                            self.node_id, key, dst)
             return
         with self._cond:
-            self._frames[key] = Frame(header, payload)
+            self._frames.setdefault(key, deque()).append(Frame(header, payload))
             self.received_bytes += len(payload)
             self._cond.notify_all()
 
-    def take(self, key: FrameKey, deadline: float, cancel: threading.Event | None = None
-             ) -> Frame | None:
-        """Remove and return the frame for `key`, or None once time.time() passes `deadline`."""
+    def take(self, key: FrameKey, deadline: float, cancel: Any = None) -> Frame | None:
+        """Remove and return the oldest frame for `key` (frames of one key keep their order),
+        or None once time.time() passes `deadline` or `cancel` is set."""
         with self._cond:
             while key not in self._frames:
                 remaining = deadline - time.time()
                 if remaining <= 0 or (cancel is not None and cancel.is_set()):
                     return None
                 self._cond.wait(min(remaining, 0.05))
-            return self._frames.pop(key)
+            queue = self._frames[key]
+            frame = queue.popleft()
+            if not queue:
+                del self._frames[key]
+            return frame
 
     def discard(self, job: str, seq_upto: int) -> None:
         """Forget frames of collectives up to `seq_upto` of `job` (late or duplicate arrivals)."""
@@ -99,6 +106,51 @@ class Link(Protocol):
 
 def _encode(header: dict[str, Any]) -> bytes:
     return json.dumps(header, separators=(",", ":")).encode()
+
+
+class _ZmqChunks:
+    """The executor's chunk interface on a ZeroMQ link: each chunk one frame, its header
+    naming the element offset ("off") and byte count ("n"); the payload is copied into
+    ZeroMQ's message (the bucket changes under a zero-copy send)."""
+
+    node_id: str
+    inbox: Inbox
+
+    def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
+        raise NotImplementedError
+
+    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
+                   deadline_s: float, cancel: Any = None, optical: bool = False) -> None:
+        """Send one chunk (ZeroMQ queues it; `deadline_s` and `cancel` are not needed)."""
+        self.send({"job": job, "seq": head.seq, "step": head.step, "src": self.node_id,
+                   "dst": dst, "net": "optical" if optical else "ideal", "off": head.offset,
+                   "n": head.nbytes},
+                  bytes(payload))
+
+    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: Any = None) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step), or CollectiveError at `deadline`."""
+        frame = self.inbox.take((job, seq, step, src), deadline, cancel)
+        if frame is None:
+            if cancel is not None and cancel.is_set():
+                raise CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
+                                      "cancelled")
+            raise CollectiveError(
+                f"{self.node_id}: lost data: nothing from {src} for step {step} of collective "
+                f"{seq} (job {job}) by the end of its slot + the receive timeout; the light "
+                "path does not reach this node (check the transmitter channel and the WSS "
+                "route, `oddl status`) or the peer failed")
+        h = frame.header
+        try:
+            head = ChunkHead(seq, step, int(h["off"]), int(h["n"]), node_tag(self.node_id))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CollectiveError(f"{self.node_id}: a frame from {src} has no chunk offset "
+                                  f"and size ({exc})") from exc
+        payload = memoryview(frame.payload).cast("B")
+        if len(payload) != head.nbytes:
+            raise CollectiveError(f"{self.node_id}: a chunk from {src} says {head.nbytes} B "
+                                  f"and carries {len(payload)} B")
+        return head, payload
 
 
 class _Receiver:
@@ -148,7 +200,7 @@ class _Receiver:
         self._sock.close(0)
 
 
-class FabricLink:
+class FabricLink(_ZmqChunks):
     """Frames go through the emulated optical fabric (or its ideal electrical mode)."""
 
     def __init__(self, node_id: str, fabric_address: str, *, connect_timeout: float = 5.0,
@@ -193,8 +245,9 @@ class FabricLink:
         self._tx.close(0)
 
 
-class DirectLink:
-    """Frames go straight to each peer's data address over the host network."""
+class DirectLink(_ZmqChunks):
+    """Frames go straight to each peer's data address over the host network (ZeroMQ with
+    CURVE: the secure lab path; `oddl.agents.streams.StreamLink` is the fast plain one)."""
 
     def __init__(self, node_id: str, bind: str, *, security: Any = None):
         """`security` (oddl.security.SecurityFiles): CURVE on the data links, only the lab's

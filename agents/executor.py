@@ -2,7 +2,8 @@
 
 The plan says, per step, which element ranges every rank sends to whom and whether the
 receiver adds them (reduce) or overwrites (copy). Sends read the buffer as it was at the start
-of the step. On the optical network every send waits for the data window of the slot whose
+of the step. Transfers move in chunks: a step's sends run on a sender thread while the
+executor receives and reduces chunk by chunk into the bucket, in place. On the optical network every send waits for the data window of the slot whose
 circuit reaches its destination (slot edges are local: t0 converted to this agent's clock plus
 the slot's offset); on the ideal network sends go as soon as the data is ready. A receive that
 has not arrived by its slot's end plus the receive timeout fails the collective with a clear
@@ -22,6 +23,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from oddl.agents.dataplane import Frame, Link
 from oddl.agents.gate import SlotGate
+from oddl.agents.streams import CHUNK_BYTES, ChunkHead, node_tag
 from oddl.controller.scheduling.handoff import handoffs as slot_handoffs
 from oddl.errors import CollectiveError
 
@@ -65,6 +68,26 @@ class SlotSpec:
     retuning: frozenset[str] = frozenset()
 
 
+INLINE_SEND = 256 << 10
+"""Steps that send at most this many bytes send inline (the kernel's socket buffers take
+them at once); bigger ones send on the sender thread while this thread receives."""
+
+
+class ChunkLink(Protocol):
+    """What the executor needs to move chunks (`oddl.agents.streams.StreamLink` and the
+    ZeroMQ links of `oddl.agents.dataplane`)."""
+
+    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
+                   deadline_s: float, cancel: threading.Event | None = None,
+                   optical: bool = False) -> None:
+        """Send one chunk (on the optical network where the light goes); give up after
+        `deadline_s` without progress or on cancel."""
+
+    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: threading.Event | None = None) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step); CollectiveError at `deadline`."""
+
+
 class Handoffs(Protocol):
     """The control channel for reconfigurations (one message per retune, none per flow)."""
 
@@ -97,11 +120,33 @@ class CollectiveRun:
         return self.network == "optical"
 
 
-def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: SlotGate,
+class _Either:
+    """Set when this run gives up, or when the agent cancels the collective."""
+
+    def __init__(self, outer: threading.Event | None):
+        self._outer = outer
+        self._own = threading.Event()
+
+    def set(self) -> None:
+        self._own.set()
+
+    def is_set(self) -> bool:
+        return self._own.is_set() or (self._outer is not None and self._outer.is_set())
+
+
+def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,
                    cancel: threading.Event | None = None,
-                   handoffs: Handoffs | None = None) -> np.ndarray:
-    """Execute `run` on a flat copy of `buffer` and return the result."""
-    buf = np.ascontiguousarray(buffer).reshape(-1).copy()
+                   handoffs: Handoffs | None = None, *, inplace: bool = False,
+                   sender: Executor | None = None) -> np.ndarray:
+    """Execute `run` over `link` and return the result.
+
+    With `inplace` the result is written into `buffer` (contiguous and writable), else into a
+    copy. Each step cuts its transfers into chunks; the step's sends run on `sender` (a
+    one-thread pool) while this thread receives and reduces chunk by chunk, so sending,
+    receiving and reducing overlap. Small steps send inline.
+    """
+    flat = np.ascontiguousarray(buffer).reshape(-1)
+    buf = flat if inplace else flat.copy()
     me = run.nodes[run.rank]
     to_confirm: set[tuple[int, str]] = set()
     granted: set[int] = set()
@@ -117,7 +162,29 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
             slot_of[(slot.step, *pair)] = slot
         step_end[slot.step] = max(step_end[slot.step], slot.end_s)
     started = time.time()
-    worst_gate = 0.0
+    stop = _Either(cancel)
+    worst = [0.0]
+    own_sender = sender is None
+    if sender is None:
+        sender = ThreadPoolExecutor(1, thread_name_prefix=f"{me}-send")
+    try:
+        _run_steps(run, buf, link, gate, cancel, handoffs, sender, stop, worst, slot_of,
+                   step_end, granted, to_confirm)
+    finally:
+        if own_sender:
+            sender.shutdown(wait=True)
+    run.stats["duration_s"] = time.time() - started
+    run.stats["gate_error_max_s"] = worst[0]
+    return buf.reshape(buffer.shape)
+
+
+def _run_steps(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotGate,
+               cancel: threading.Event | None, handoffs: Handoffs | None, sender: Executor,
+               stop: _Either, worst: list[float], slot_of: dict[tuple[int, str, str], SlotSpec],
+               step_end: dict[int, float], granted: set[int],
+               to_confirm: set[tuple[int, str]]) -> None:
+    me = run.nodes[run.rank]
+    chunk = max(1, CHUNK_BYTES // buf.itemsize)
     for k, step in enumerate(run.steps):
         sends: dict[int, list[tuple[int, int]]] = defaultdict(list)
         recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)
@@ -126,76 +193,93 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: Slo
                 sends[d].append((off, length))
             if d == run.rank:
                 recvs[s].append((off, length))
-        # one copy per send, taken at the start of the step (snapshot semantics); the copy is
-        # handed to ZeroMQ without another copy
-        payloads = {d: memoryview(_gather(buf, segs)) for d, segs in sends.items()}
+        source = buf
+        if _overlap(sends, recvs):
+            source = buf.copy()  # snapshot: this step receives into ranges it also sends
         order = sorted(sends, key=lambda d: _slot_start(slot_of, k, me, run.nodes[d]))
-        for d in order:
-            dst = run.nodes[d]
-            if run.gated:
-                slot = slot_of.get((k, me, dst))
-                if slot is None:
-                    raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
-                                          f"{me}->{dst}; the plan and schedule disagree")
-                if slot.index in granted and handoffs is not None:
-                    handoffs.wait_circuits(run.seq, slot.index, max(
-                        run.t0_local + slot.data_start_s, time.time()) + run.receive_timeout_s)
-                err = gate.wait_until(run.t0_local + slot.data_start_s, cancel)
-                worst_gate = max(worst_gate, err)
-            header = {"job": run.job_id, "seq": run.seq, "step": k, "src": me, "dst": dst,
-                      "net": run.network, "segs": sends[d], "dtype": buf.dtype.str}
-            link.send(header, payloads[d])
-            logger.debug("%s seq %d step %d: sent %d B to %s", me, run.seq, k,
-                         len(payloads[d]), dst)
-        for s, segs in recvs.items():
-            src = run.nodes[s]
-            # the peer may be as late as this node (overruns add up over the steps): wait a
-            # receive timeout past the step's scheduled end or past now, whichever is later
-            deadline = time.time() + run.receive_timeout_s
-            if run.gated and k in step_end:
-                deadline = max(deadline, run.t0_local + step_end[k] + run.receive_timeout_s)
-            frame = link.inbox.take((run.job_id, run.seq, k, src), deadline, cancel)
-            logger.debug("%s seq %d step %d: received from %s", me, run.seq, k, src)
-            if frame is None:
-                if cancel is not None and cancel.is_set():
-                    raise CollectiveError(f"{me}: collective {run.seq} of job {run.job_id} "
-                                          "was cancelled")
+
+        def send_step(k: int = k, order: list[int] = order, source: np.ndarray = source,
+                      sends: dict[int, list[tuple[int, int]]] = sends) -> None:
+            for d in order:
+                dst = run.nodes[d]
+                if run.gated:
+                    slot = slot_of.get((k, me, dst))
+                    if slot is None:
+                        raise CollectiveError(f"{me}: the schedule has no slot for step {k} "
+                                              f"{me}->{dst}; the plan and schedule disagree")
+                    edge = run.t0_local + slot.data_start_s
+                    if slot.index in granted and handoffs is not None:
+                        handoffs.wait_circuits(run.seq, slot.index,
+                                               max(edge, time.time()) + run.receive_timeout_s)
+                    worst[0] = max(worst[0], gate.wait_until(edge, cancel))
+                tag = node_tag(dst)
+                for off, n in sends[d]:
+                    for o in range(off, off + n, chunk):
+                        m = min(chunk, off + n - o)
+                        link.send_chunk(run.job_id, dst, ChunkHead(
+                            run.seq, k, o, m * buf.itemsize, tag),
+                            memoryview(source[o:o + m]).cast("B"), run.receive_timeout_s, stop,
+                            run.gated)
+                logger.debug("%s seq %d step %d: sent to %s", me, run.seq, k, dst)
+
+        big = sum(n for segs in sends.values() for _, n in segs) * buf.itemsize > INLINE_SEND
+        pending: Future[None] | None = None
+        if big and recvs:
+            pending = sender.submit(send_step)
+        else:
+            send_step()
+        try:
+            for s, segs in recvs.items():
+                src = run.nodes[s]
+                _receive(run, k, src, segs, buf, step.op, link, stop, chunk,
+                         run.t0_local + step_end[k] if run.gated and k in step_end else None)
+                if to_confirm and handoffs is not None:
+                    slot = slot_of.get((k, src, me))
+                    if slot is not None and (slot.index, src) in to_confirm:
+                        handoffs.confirm(run.seq, slot.index, src)
+        except BaseException:
+            stop.set()
+            if pending is not None:
+                pending.exception()  # wait for the sender to give up
+            raise
+        if pending is not None:
+            pending.result()
+
+
+def _receive(run: CollectiveRun, k: int, src: str, segs: list[tuple[int, int]],
+             buf: np.ndarray, op: str, link: ChunkLink, stop: _Either, chunk: int,
+             slot_end: float | None) -> None:
+    """Receive one peer's segments of step k chunk by chunk and apply each to `buf`.
+
+    On the optical network the deadline is the step's last slot end plus the receive timeout
+    (the schedule, not how far this node has got); on the ideal network, the receive timeout
+    after the last progress."""
+    me = run.nodes[run.rank]
+    for off, n in segs:
+        for o in range(off, off + n, chunk):
+            m = min(chunk, off + n - o)
+            deadline = (slot_end if slot_end is not None else time.time()) + run.receive_timeout_s
+            head, payload = link.recv_chunk(run.job_id, src, run.seq, k, deadline, stop)
+            if head.offset != o or head.nbytes != m * buf.itemsize:
                 raise CollectiveError(
-                    f"{me}: lost data: nothing from {src} for step {k} of collective {run.seq} "
-                    f"(job {run.job_id}) by the end of its slot + {run.receive_timeout_s:.1f} s; "
-                    "the light path does not reach this node (check the transmitter channel and "
-                    "the WSS route, `oddl status`) or the peer failed")
-            if to_confirm and handoffs is not None:
-                slot = slot_of.get((k, src, me))
-                if slot is not None and (slot.index, src) in to_confirm:
-                    handoffs.confirm(run.seq, slot.index, src)
-            expected = [list(seg) for seg in segs]
-            if frame.header.get("segs") != expected or frame.header.get("dtype") != buf.dtype.str:
-                raise CollectiveError(f"{me}: frame from {src} step {k} carries "
-                                      f"{frame.header.get('segs')} {frame.header.get('dtype')}, "
-                                      f"expected {expected} {buf.dtype.str}")
-            data = np.frombuffer(frame.payload, dtype=buf.dtype)
-            total = sum(n for _, n in segs)
-            if data.size != total:
-                raise CollectiveError(f"{me}: frame from {src} step {k} has {data.size} "
-                                      f"elements, expected {total}")
-            pos = 0
-            for o, n in segs:
-                if step.op == REDUCE:
-                    buf[o:o + n] += data[pos:pos + n]
-                else:
-                    buf[o:o + n] = data[pos:pos + n]
-                pos += n
-    run.stats["duration_s"] = time.time() - started
-    run.stats["gate_error_max_s"] = worst_gate
-    return buf.reshape(buffer.shape)
+                    f"{me}: chunk from {src} step {k} of collective {run.seq} carries elements "
+                    f"{head.offset}+{head.nbytes // buf.itemsize} ({head.nbytes} B), expected "
+                    f"{o}+{m} of {buf.dtype}; the peers disagree on the plan or the dtype")
+            data = np.frombuffer(payload, dtype=buf.dtype)
+            target = buf[o:o + m]
+            if op == REDUCE:
+                np.add(target, data, out=target)
+            else:
+                target[...] = data
+    logger.debug("%s seq %d step %d: received from %s", me, run.seq, k, src)
 
 
-def _gather(buf: np.ndarray, segs: list[tuple[int, int]]) -> np.ndarray:
-    if len(segs) == 1:
-        o, n = segs[0]
-        return buf[o:o + n].copy()
-    return np.concatenate([buf[o:o + n] for o, n in segs])
+def _overlap(sends: dict[int, list[tuple[int, int]]],
+             recvs: dict[int, list[tuple[int, int]]]) -> bool:
+    """True when a range this node receives into overlaps one it sends in the same step."""
+    out = sorted(seg for segs in sends.values() for seg in segs)
+    return any(o < ro + rn and ro < o + n for segs in recvs.values() for ro, rn in segs
+               for o, n in out)
 
 
 def _slot_start(slot_of: dict[tuple[int, str, str], SlotSpec], step: int, src: str, dst: str

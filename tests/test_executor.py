@@ -8,31 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from oddl.agents.dataplane import Inbox
 from oddl.agents.executor import CollectiveRun, StepSpec, run_collective
 from oddl.agents.gate import SlotGate
+from oddl.agents.streams import StreamLink
 from oddl.controller.scheduling import make_plan
 from oddl.errors import CollectiveError
-
-
-class MemoryLink:
-    """Delivers frames straight into the destination's inbox (or drops those to `dead`)."""
-
-    def __init__(self, node: str, inboxes: dict[str, Inbox], dead: frozenset[str] = frozenset()):
-        import json
-
-        self._json = json
-        self.inbox = inboxes[node]
-        self._inboxes = inboxes
-        self._dead = dead
-
-    def send(self, header, payload):
-        if header["dst"] in self._dead:
-            return
-        self._inboxes[header["dst"]].put(self._json.dumps(header).encode(), bytes(payload))
-
-    def close(self):
-        pass
 
 
 def _steps(plan):
@@ -42,9 +22,16 @@ def _steps(plan):
 
 def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = frozenset(),
              timeout: float = 2.0):
+    """Run the plan on real stream links on loopback; frames to `dead` nodes go nowhere
+    (their senders are given an address where nothing listens)."""
     n = len(arrays)
     nodes = tuple(f"n{i}" for i in range(n))
-    inboxes = {nd: Inbox(nd) for nd in nodes}
+    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
+    nowhere = StreamLink("nowhere", "127.0.0.1:0")
+    nowhere.close()
+    for link in links.values():
+        link.set_peers({p: (nowhere.address if p in dead else other.address)
+                        for p, other in links.items()})
     plan = make_plan(collective, n, arrays[0].size)
     outs: list[object] = [None] * n
 
@@ -52,8 +39,7 @@ def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = f
         run = CollectiveRun("job-1", 1, r, nodes, _steps(plan), network="ideal",
                             receive_timeout_s=timeout)
         try:
-            outs[r] = run_collective(run, arrays[r], MemoryLink(nodes[r], inboxes, dead),
-                                     SlotGate())
+            outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate())
         except CollectiveError as exc:
             outs[r] = exc
 
@@ -62,6 +48,8 @@ def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = f
         t.start()
     for t in threads:
         t.join()
+    for link in links.values():
+        link.close()
     return outs
 
 
@@ -76,6 +64,18 @@ def test_exact_integer_sum(collective, n):
         assert isinstance(out, np.ndarray)
         assert out.shape == (7, 13)
         assert np.array_equal(out, exact)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_large_buckets_cross_many_chunks(dtype):
+    # 3 MiB per rank: every ring segment spans several chunks
+    rng = np.random.default_rng(5)
+    arrays = [rng.integers(-2**20, 2**20, 3 * 2**17 + 5).astype(dtype) for _ in range(4)]
+    exact = np.sum(arrays, axis=0)
+    for collective in ("ring", "halving-doubling"):
+        outs = _run_all(collective, [a.copy() for a in arrays])
+        for out in outs:
+            assert isinstance(out, np.ndarray) and np.array_equal(out, exact), out
 
 
 def test_lost_peer_is_an_error_not_a_hang():

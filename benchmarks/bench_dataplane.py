@@ -1,0 +1,268 @@
+"""The data plane against what a user would pick instead and against the wire, in one run.
+
+For each size: gloo (torch.distributed, 4 ranks on loopback, float32) and oddl's four agents
+(float32 buckets handed over by `AgentClient.allreduce`, as a training process does), on
+- direct links (the lab path: host-to-host TCP streams), ideal network;
+- the emulated optical testbed (link = "fabric"), ideal and optical network;
+each the median of R all-reduces, with ratios to gloo and to the line-rate bound
+2(N−1)/N · S · 8 / rate of the testbed, time per byte at the largest size over the smallest
+≥ 16 MB, slot overruns and the bytes that crossed the local API socket (shared memory: 0).
+
+It also measures the floor of slot gating on this machine: a bare sleep-then-spin loop at
+1 ms edges, in the same run as the agents' gate error.
+
+    python benchmarks/bench_dataplane.py [--sizes-mb 1,16,64,256] [--repeats 3]
+        [--collectives ring,halving-doubling] [--modes direct,fabric] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oddl.agents.client import AgentClient, allreduce_all
+from oddl.config import load_testbed
+from oddl.demo import DEFAULT_TESTBED
+from oddl.operator import OperatorClient
+from oddl.procs import ProcessGroup, oddl_command
+
+N = 4
+
+
+# ---- gloo ---------------------------------------------------------------------------------
+def _gloo_rank(rank: int, port: int, sizes: list[int], repeats: int, out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=N)
+    result = {}
+    for size in sizes:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        dist.all_reduce(t)  # warm-up
+        times = []
+        for _ in range(repeats):
+            t.fill_(1.0)
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            times.append(float(took))
+        assert float(t[0]) == N
+        result[size] = times
+    if rank == 0:
+        out.put(result)
+    dist.destroy_process_group()
+
+
+def gloo_times(sizes: list[int], repeats: int) -> dict[int, list[float]] | None:
+    """Seconds per all-reduce of each size with torch.distributed gloo (None without torch)."""
+    try:
+        import torch.multiprocessing as mp
+    except ImportError:
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_gloo_rank, args=(r, port, sizes, repeats, queue))
+             for r in range(N)]
+    for p in procs:
+        p.start()
+    result = queue.get(timeout=1800)
+    for p in procs:
+        p.join(60)
+    return result
+
+
+# ---- the gate floor -----------------------------------------------------------------------
+def spin_floor(edges: int = 2000, period_s: float = 1e-3, spin_s: float = 300e-6) -> list[float]:
+    """Release errors (s) of a bare sleep-then-spin loop at `period_s` edges: the precision
+    this machine allows a Python thread, without any agent around it."""
+    errs = []
+    t = time.time() + period_s
+    for _ in range(edges):
+        remaining = t - time.time()
+        if remaining > spin_s:
+            time.sleep(remaining - spin_s)
+        while time.time() < t:
+            pass
+        errs.append(time.time() - t)
+        t += period_s
+    return errs
+
+
+# ---- oddl ---------------------------------------------------------------------------------
+def _testbed_file(tmp: Path, mode: str, base: Path) -> Path:
+    text = base.read_text()
+    if mode == "direct":
+        text = text.replace('link = "fabric"', 'link = "direct"')
+    path = tmp / f"testbed-{mode}.toml"
+    path.write_text(text)
+    return path
+
+
+def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str],
+               networks: list[str], base: Path) -> dict[str, Any]:
+    """Start the emulated testbed with `mode` links and time every (collective, network)."""
+    out: dict[str, Any] = {"times": {}, "overruns": {}, "gate_errors": []}
+    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
+        resolved = Path(tmp) / "resolved.toml"
+        group.start("emulators", oddl_command(
+            "emulate", "testbed", "--config", str(_testbed_file(Path(tmp), mode, base)),
+            "--resolved", str(resolved)))
+        address = group.start("controller", oddl_command(
+            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
+        cfg = load_testbed(resolved)
+        out["line_rate_gbps"] = cfg.fabric.line_rate_gbps
+        clients = []
+        for n in cfg.nodes:
+            info = group.start(f"agent-{n.id}", oddl_command(
+                "agent", "serve", "--config", str(resolved), "--node", n.id,
+                "--controller", address))
+            clients.append(AgentClient(info["local_api"]))
+        op = OperatorClient(address)
+        api0 = sum(c.status()["local_api_bytes"] for c in clients)
+        for collective in collectives:
+            for network in networks:
+                job = op.submit(f"bench-{collective}-{network}", [], collective, network)
+                for size in sizes:
+                    arrays = [np.full(size // 4, r + 1, dtype=np.float32) for r in range(N)]
+                    exact = np.sum(arrays, axis=0)
+                    _check(allreduce_all(clients, arrays)[1], exact)  # warm-up
+                    before = sum(len(c.status()["overruns"]) for c in clients)
+                    times = []
+                    for _ in range(repeats):
+                        took, outs = allreduce_all(clients, arrays)
+                        _check(outs, exact)
+                        times.append(took)
+                    key = f"{collective}/{network}/{size}"
+                    out["times"][key] = times
+                    out["overruns"][key] = sum(len(c.status()["overruns"])
+                                               for c in clients) - before
+                op.cancel(job["id"])
+        status = [c.status() for c in clients]
+        out["gate_errors"] = [e for s in status for e in s["gate_errors"]]
+        out["local_api_bytes"] = sum(s["local_api_bytes"] for s in status) - api0
+        out["shared_memory_bytes"] = sum(s["shared_memory_bytes"] for s in status)
+        out["late_chunks"] = sum(s.get("late_chunks", 0) for s in status)
+        for c in clients:
+            c.close()
+        op.close()
+    return out
+
+
+def _check(outs: list[Any], exact: np.ndarray) -> None:
+    for o in outs:
+        if not isinstance(o, np.ndarray):
+            raise AssertionError(f"all-reduce failed: {o}")
+        if not np.array_equal(o, exact):
+            raise AssertionError("wrong all-reduce result")
+
+
+def _pct(values: list[float]) -> dict[str, float]:
+    a = np.abs(np.array(values)) if values else np.zeros(1)
+    return {"p50_us": float(np.percentile(a, 50) * 1e6), "p99_us": float(np.percentile(a, 99) * 1e6),
+            "max_us": float(a.max() * 1e6), "samples": len(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
+    parser.add_argument("--sizes-mb", default="1,16,64,256")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--collectives", default="ring,halving-doubling")
+    parser.add_argument("--modes", default="direct,fabric")
+    parser.add_argument("--no-gloo", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [int(float(s) * 2**20) for s in args.sizes_mb.split(",")]
+    collectives = args.collectives.split(",")
+    floor = spin_floor()
+    gloo = None if args.no_gloo else gloo_times(sizes, args.repeats)
+    modes = {}
+    for mode in args.modes.split(","):
+        networks = ["ideal"] if mode == "direct" else ["ideal", "optical"]
+        modes[mode] = oddl_times(mode, sizes, args.repeats, collectives, networks,
+                                 Path(args.config))
+    floor_after = spin_floor()
+    rows = []
+    for mode, res in modes.items():
+        rate = res["line_rate_gbps"] * 1e9
+        for key, times in res["times"].items():
+            collective, network, size = key.split("/")
+            size_i = int(size)
+            med = float(np.median(times))
+            bound = 2 * (N - 1) / N * size_i * 8 / rate
+            row = {"mode": mode, "collective": collective, "network": network, "bytes": size_i,
+                   "ms": med * 1e3, "line_rate_bound_ms": bound * 1e3,
+                   "x_line_rate": med / bound, "overruns": res["overruns"][key]}
+            if gloo is not None and size_i in gloo:
+                row["gloo_ms"] = float(np.median(gloo[size_i])) * 1e3
+                row["x_gloo"] = med / float(np.median(gloo[size_i]))
+            ideal = res["times"].get(f"{collective}/ideal/{size}")
+            if network == "optical" and ideal:
+                row["x_ideal"] = med / float(np.median(ideal))
+            rows.append(row)
+    per_byte = {}
+    for mode, res in modes.items():
+        for collective in collectives:
+            for network in ("ideal", "optical"):
+                big = [s for s in sizes if s >= 16 * 2**20]
+                keys = [f"{collective}/{network}/{s}" for s in big]
+                if len(big) >= 2 and all(k in res["times"] for k in keys):
+                    lo, hi = (float(np.median(res["times"][k])) / s for k, s in
+                              ((keys[0], big[0]), (keys[-1], big[-1])))
+                    per_byte[f"{mode}/{collective}/{network}"] = hi / lo
+    floor_all = floor + floor_after
+    gate = {m: _pct(r["gate_errors"]) for m, r in modes.items()}
+    summary = {"nodes": N, "repeats": args.repeats, "cpus": os.cpu_count(),
+               "gloo_ms": {s: float(np.median(t)) * 1e3 for s, t in (gloo or {}).items()},
+               "rows": rows, "time_per_byte_largest_over_16mb": per_byte,
+               "spin_floor": _pct(floor_all), "gate_error": gate,
+               "gate_p99_over_floor": {m: g["p99_us"] / max(_pct(floor_all)["p99_us"], 1e-3)
+                                       for m, g in gate.items()},
+               "local_api_socket_bytes": {m: r["local_api_bytes"] for m, r in modes.items()},
+               "shared_memory_bytes": {m: r["shared_memory_bytes"] for m, r in modes.items()},
+               "late_chunks": {m: r["late_chunks"] for m, r in modes.items()},
+               "line_rate_gbps": {m: r["line_rate_gbps"] for m, r in modes.items()}}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"all-reduce on {N} nodes, float32, median of {args.repeats}; x gloo = oddl / gloo "
+          "in this run; x wire = oddl / line-rate bound")
+    print(f"{'mode':<7} {'collective':<17} {'network':<8} {'MB':>5} {'ms':>8} {'gloo ms':>8} "
+          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8}")
+    for r in rows:
+        print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<8} {r['bytes'] / 2**20:>5.0f} "
+              f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
+              f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
+              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8}")
+    for k, v in per_byte.items():
+        print(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
+    f = summary["spin_floor"]
+    print(f"bare sleep-then-spin floor: p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs")
+    for m, g in gate.items():
+        print(f"agents' gate error ({m}): p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs "
+              f"({g['samples']} sends), p99 / floor {summary['gate_p99_over_floor'][m]:.2f}")
+    for m in modes:
+        print(f"{m}: bytes through the local API socket {summary['local_api_socket_bytes'][m]}, "
+              f"through shared memory {summary['shared_memory_bytes'][m]}, late chunks "
+              f"{summary['late_chunks'][m]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
