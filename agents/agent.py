@@ -37,9 +37,11 @@ from oddl.agents.executor import (
     run_optinc,
 )
 from oddl.agents.gate import SlotGate
+from oddl.agents.lightphy import LightPhy
 from oddl.agents.shm import BucketMaps
 from oddl.agents.streams import StreamLink
 from oddl.config import TestbedConfig
+from oddl.drivers.lighttable import LightTable
 from oddl.errors import CollectiveError, OddlError, OperationRefused
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
@@ -129,6 +131,10 @@ class Agent:
             curve = None if security is None else (security.curve_keys(node_id),
                                                    security.curve_public("fabric"))
             self.link = self.device_link = FabricLink(node_id, cfg.fabric.address, curve=curve)
+            phy = _light_phy(cfg, node_id) if security is None else None
+            if phy is not None:
+                self.link = StreamLink(node_id, bind, phy=phy)
+        self.phy = getattr(self.link, "phy", None)
         self._buckets = BucketMaps()
         self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send")
         self.api_bytes = 0
@@ -643,8 +649,26 @@ class Agent:
                 "last_error": self.last_error, "jobs": sorted(self.jobs),
                 "misrouted_frames": self.misrouted,
                 "local_api_bytes": self.api_bytes, "shared_memory_bytes": self.shared_bytes,
+                "late_chunks": self.phy.late if self.phy else 0,
+                "worst_late_s": self.phy.worst_late_s if self.phy else 0.0,
+                "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},
                 "gate_errors": self.gate.errors()[-2000:],
                 "overruns": self.gate.overruns()[-2000:]}
+
+
+def _light_phy(cfg: TestbedConfig, node_id: str) -> LightPhy | None:
+    """The emulated physical layer on the emulator host's light table, or None (the frames
+    then go through the fabric process: `transport = "relay"`, or no table on this host)."""
+    if cfg.fabric.transport != "streams" or not cfg.fabric.light_table:
+        return None
+    try:
+        table = LightTable.open(cfg.fabric.light_table)
+    except (OSError, ValueError) as exc:
+        logger.warning("%s: cannot open the light table %s (%s); data goes through the "
+                       "fabric process instead", node_id, cfg.fabric.light_table, exc)
+        return None
+    return LightPhy(table, [n.id for n in cfg.nodes], node_id,
+                    cfg.fabric.line_rate_gbps * 1e9)
 
 
 def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:

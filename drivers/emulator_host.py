@@ -23,6 +23,7 @@ from typing import Any
 
 from oddl.config import EMULATED, TestbedConfig, dump_testbed, load_testbed
 from oddl.drivers.fabric import Fabric, OpticalModel
+from oddl.drivers.lighttable import LightPublisher, LightTable
 from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.errors import ConfigError
 
@@ -42,11 +43,13 @@ class EmulatedTestbed:
     fabric: Fabric | None = None
     model: OpticalModel | None = None
     optinc: dict[str, Any] = field(default_factory=dict)
+    light: LightTable | None = None
 
     @property
     def resolved(self) -> TestbedConfig:
         """The testbed file with the emulators' addresses (and OptINC phase files) filled in."""
-        cfg = self.cfg.with_resources(self.resources, self.fabric.address if self.fabric else "")
+        cfg = self.cfg.with_resources(self.resources, self.fabric.address if self.fabric else "",
+                                      str(self.light.path) if self.light else "")
         if self.optinc:
             cfg = replace(cfg, optinc=tuple(
                 replace(d, phases=self.optinc[d.id].phases_path or d.phases)
@@ -59,6 +62,10 @@ class EmulatedTestbed:
             self.fabric.close()
         for server in self.servers.values():
             server.close()
+        if self.light is not None:
+            for device in (*self.lasers.values(), *self.switches.values()):
+                device.on_change = None
+            self.light.close()
 
 
 def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
@@ -124,13 +131,28 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                 files = SecurityFiles.load(cfg.security.certs)
                 curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(),
                                     name="fabric")
+            if cfg.fabric.transport == "streams" and not cfg.security.enabled:
+                _start_light_table(tb)
             tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
                                fabric_listen or cfg.fabric.listen, curve=curve,
-                               devices=tb.optinc)
+                               devices=tb.optinc, light=tb.light)
     except BaseException:
         tb.close()
         raise
     return tb
+
+
+def _start_light_table(tb: EmulatedTestbed) -> None:
+    """Publish where the light goes for the agents' streams; kept current by the emulators."""
+    model = tb.model
+    assert model is not None
+    tb.light = LightTable.create(len(tb.cfg.nodes))
+    publisher = LightPublisher(tb.light, [n.id for n in tb.cfg.nodes], model.path_code,
+                               model.transitions)
+    for device in (*tb.lasers.values(), *tb.switches.values()):
+        device.on_change = publisher.update
+    publisher.update()
+    logger.info("light table %s for %d nodes", tb.light.path, len(tb.cfg.nodes))
 
 
 def _start_optinc(tb: EmulatedTestbed, phases_dir: str | Path | None) -> None:

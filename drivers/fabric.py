@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import zmq
 
 from oddl.config import TestbedConfig
+from oddl.drivers import lighttable
 from oddl.drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class LightPath:
     reason: str
     frequency_thz: float = 0.0
     power_dbm: float = -math.inf
+    code: int = 0
+    """Why there is no path, as a `oddl.drivers.lighttable` code (0 when there is one)."""
 
 
 class OpticalModel:
@@ -78,30 +81,48 @@ class OpticalModel:
         self._rx_by_port = {(cfg.attachment(n.id).wss, cfg.attachment(n.id).out_port): n
                             for n in cfg.nodes}
         self._node_by_id = {n.id: n for n in cfg.nodes}
+        self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
 
     def path(self, src: str, now: float | None = None) -> LightPath:
         """The receiver node (if any) that `src`'s transmitter reaches now, with the reason."""
         node = self._node_by_id.get(src)
         if node is None:
-            return LightPath(None, f"unknown node {src}")
+            return LightPath(None, f"unknown node {src}", code=lighttable.UNKNOWN)
         out = self.lasers[node.transmitter].optical_output(now)
         if out is None:
-            return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)")
+            return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)",
+                             code=lighttable.DARK)
         wss_id = self.cfg.attachment(src).wss
         route = self.switches[wss_id].route(out.frequency_thz, now)
         if route is None or route.blocked:
             return LightPath(None, f"{wss_id} blocks {out.frequency_thz:.4f} THz (or is settling)",
-                             out.frequency_thz)
+                             out.frequency_thz, code=lighttable.BLOCKED)
         rx = self._rx_by_port.get((wss_id, route.port))
         if rx is None:
             return LightPath(None, f"{wss_id} port {route.port} has no receiver",
-                             out.frequency_thz)
+                             out.frequency_thz, code=lighttable.NO_RECEIVER)
         rx_f = self.cfg.grid.frequency_thz(rx.rx_channel)
         if abs(rx_f - out.frequency_thz) * 1000.0 > self.cfg.grid.spacing_ghz / 2:
             return LightPath(None, f"{rx.id} receiver filter ({rx_f:.4f} THz) rejects "
-                             f"{out.frequency_thz:.4f} THz", out.frequency_thz)
+                             f"{out.frequency_thz:.4f} THz", out.frequency_thz,
+                             code=lighttable.FILTERED)
         power = out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db
         return LightPath(rx.id, "ok", out.frequency_thz, power)
+
+    def path_code(self, src: str, now: float) -> int:
+        """The light table's answer for `src` at `now`: the receiver's node index, or the
+        negative code of why the light reaches none."""
+        path = self.path(src, now)
+        if path.dst is None:
+            return path.code
+        return self._index[path.dst]
+
+    def transitions(self, now: float) -> list[float]:
+        """Future instants at which some device's light changes by itself."""
+        times: list[float] = []
+        for device in (*self.lasers.values(), *self.switches.values()):
+            times += getattr(device, "transitions", lambda _t: [])(now)
+        return times
 
     def power_at_port(self, wss_id: str, port: int, now: float | None = None) -> float | None:
         """Total optical power (dBm) leaving a WSS out-port now, or None when dark."""
@@ -152,10 +173,11 @@ class Fabric:
 
     def __init__(self, model: OpticalModel, line_rate_bps: float, listen: str = "127.0.0.1:0",
                  clock: Callable[[], float] = time.monotonic, curve: Any = None,
-                 devices: Mapping[str, Any] | None = None):
+                 devices: Mapping[str, Any] | None = None, light: Any = None):
         """`devices`: in-network OptINC devices by id (`OptincDevice`), reached with
-        net = "optinc"."""
+        net = "optinc"; `light`: the light table whose counters the agents' streams keep."""
         self.model = model
+        self.light = light
         self.devices = dict(devices or {})
         self.rate = line_rate_bps
         self.clock = clock
@@ -220,6 +242,8 @@ class Fabric:
             self._send([ident, b"H"])
         elif kind == b"S":
             stats = self.stats.as_dict()
+            if self.light is not None:
+                stats["streams"] = self.stream_stats()
             if self.devices:
                 stats["optinc"] = {k: d.stats_dict() for k, d in self.devices.items()}
             self._send([ident, b"S", json.dumps(stats).encode()])
@@ -328,6 +352,15 @@ class Fabric:
             if self._send([item.dst.encode(), b"D", *item.frames]):
                 self.stats.delivered += 1
                 self.stats.delivered_bytes += len(item.frames[1])
+
+    def stream_stats(self) -> dict[str, float]:
+        """The agents' stream counters (chunks delivered, lost and late), summed over nodes."""
+        from oddl.drivers.lighttable import COUNTERS
+
+        rows = self.light.counters.copy()
+        out = {name: float(rows[:, i].sum()) for i, name in enumerate(COUNTERS)}
+        out["worst_late_s"] = float(rows[:, COUNTERS.index("worst_late_s")].max())
+        return out
 
     def _send(self, frames: list[Any]) -> bool:
         try:

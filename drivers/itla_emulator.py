@@ -230,6 +230,8 @@ class ItlaEmulator:
         self.lock_jitter_s = lock_jitter_s
         self.faults = faults if faults is not None else ItlaFaults()
         self._clock = clock
+        self.on_change: Callable[[], None] | None = None
+        """Called after every request (the emulated fabric recomputes where light goes)."""
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self._lfl = min(first, last)
@@ -342,6 +344,21 @@ class ItlaEmulator:
 
     def respond(self, frame: bytes) -> tuple[bytes | None, float]:
         """Answer one 4-byte request: (reply or None, seconds to wait before sending it)."""
+        try:
+            return self._respond(frame)
+        finally:
+            if self.on_change is not None:
+                self.on_change()
+
+    def transitions(self, now: float) -> list[float]:
+        """Future instants at which the light changes by itself (the end of a tuning)."""
+        with self._lock:
+            p = self._pending
+            if p is None or self.faults.stuck_pending or p.until <= now:
+                return []
+            return [p.until]
+
+    def _respond(self, frame: bytes) -> tuple[bytes | None, float]:
         if len(frame) != 4:
             raise ValueError(f"ITLA frames are 4 bytes, got {len(frame)}")
         with self._lock:

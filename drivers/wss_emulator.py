@@ -155,6 +155,8 @@ class WssEmulator:
         self._staged = self._all_blocked()
         self._active = self._all_blocked()
         self._settle_until = -math.inf
+        self.on_change: Callable[[], None] | None = None
+        """Called after every command (the emulated fabric recomputes where light goes)."""
 
     # state ---------------------------------------------------------------------------------------
     def _all_blocked(self) -> dict[int, Route]:
@@ -229,6 +231,18 @@ class WssEmulator:
 
     def handle_timed(self, line: str, now: float | None = None) -> list[tuple[float, str]]:
         """Execute one command line at `now`; return (delay after receipt in s, line) pairs."""
+        try:
+            return self._handle_timed(line, now)
+        finally:
+            if self.on_change is not None:
+                self.on_change()
+
+    def transitions(self, now: float) -> list[float]:
+        """Future instants at which the light changes by itself (the end of a settle)."""
+        with self._lock:
+            return [self._settle_until] if self._settle_until > now else []
+
+    def _handle_timed(self, line: str, now: float | None = None) -> list[tuple[float, str]]:
         t = self._clock() if now is None else now
         line = line.removesuffix("\n").removesuffix("\r")
         with self._lock:

@@ -25,6 +25,7 @@ OPTINC = "optinc"
 """Kind of an OptINC in-network averaging device (served by the emulated fabric, no driver)."""
 OPTINC_MAX_INPUTS = 64  # oddl.drivers.optinc_model.MAX_INPUTS (not imported: keeps this light)
 LINK_KINDS = ("fabric", "direct")
+TRANSPORTS = ("streams", "relay")
 
 _REQUIRED = object()
 
@@ -73,6 +74,11 @@ class FabricConfig:
     link: str = "fabric"
     address: str = ""
     listen: str = "127.0.0.1:0"
+    transport: str = "streams"
+    """How the emulated fabric moves bytes: "streams" (agent to agent over TCP, where the
+    light table says the light goes) or "relay" (every frame through the fabric process)."""
+    light_table: str = ""
+    """The emulator host's light table (shared memory), filled in the resolved file."""
 
 
 @dataclass(frozen=True)
@@ -256,10 +262,13 @@ class TestbedConfig:
                 taps[(f.dst.owner, int(f.dst.port))] = (f.src.owner, int(f.src.port))
         return taps
 
-    def with_resources(self, resources: Mapping[str, str], fabric_address: str = "") -> TestbedConfig:
-        """A copy with device resources (and the fabric address) replaced, e.g. emulator URLs."""
+    def with_resources(self, resources: Mapping[str, str], fabric_address: str = "",
+                       light_table: str = "") -> TestbedConfig:
+        """A copy with device resources (and the fabric address and light table) replaced,
+        e.g. emulator URLs."""
         devices = tuple(replace(d, resource=resources.get(d.id, d.resource)) for d in self.devices)
-        fabric = replace(self.fabric, address=fabric_address or self.fabric.address)
+        fabric = replace(self.fabric, address=fabric_address or self.fabric.address,
+                         light_table=light_table or self.fabric.light_table)
         return replace(self, devices=devices, fabric=fabric)
 
     def _kind(self, owner: str) -> str:
@@ -435,7 +444,8 @@ class _Parser:
         fabric = FabricConfig(**self.table(doc.get("fabric"), "fabric", {
             "line_rate_gbps": (self.num(positive=True), 10.0),
             "link": (self.text(LINK_KINDS), "fabric"),
-            "address": (self.text(), ""), "listen": (self.text(), "127.0.0.1:0")}))
+            "address": (self.text(), ""), "listen": (self.text(), "127.0.0.1:0"),
+            "transport": (self.text(TRANSPORTS), "streams"), "light_table": (self.text(), "")}))
         controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
             "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
             "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), "")}))
