@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from oddl.agents.chunkplan import ChunkPlan, chunk_plan
 from oddl.agents.dataplane import Frame, Link
 from oddl.agents.gate import SlotGate
 from oddl.agents.streams import CHUNK_BYTES, ChunkHead, node_tag
@@ -167,15 +168,132 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     own_sender = sender is None
     if sender is None:
         sender = ThreadPoolExecutor(1, thread_name_prefix=f"{me}-send")
+    chunk = max(1, CHUNK_BYTES // buf.itemsize)
+    order = tuple(tuple(sorted({d for s, d in zip(st.src, st.dst, strict=True) if s == run.rank},
+                               key=lambda d, k=k: _slot_start(slot_of, k, me, run.nodes[d])))
+                  for k, st in enumerate(run.steps))
+    plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
     try:
-        _run_steps(run, buf, link, gate, cancel, handoffs, sender, stop, worst, slot_of,
-                   step_end, granted, to_confirm)
+        if plan.pipelined:
+            _run_pipelined(run, buf, link, gate, cancel, handoffs, sender, stop, worst,
+                           slot_of, step_end, granted, to_confirm, plan)
+        else:
+            _run_steps(run, buf, link, gate, cancel, handoffs, sender, stop, worst, slot_of,
+                       step_end, granted, to_confirm)
     finally:
         if own_sender:
             sender.shutdown(wait=True)
     run.stats["duration_s"] = time.time() - started
     run.stats["gate_error_max_s"] = worst[0]
     return buf.reshape(buffer.shape)
+
+
+class _Progress:
+    """How many send and receive chunks are done, for the two threads of a pipelined run."""
+
+    def __init__(self, stop: _Either):
+        self.sent = 0
+        self.received = 0
+        self.stop = stop
+        self._cond = threading.Condition()
+
+    def wait(self, attr: str, count: int) -> bool:
+        """Block until `attr` reaches `count`; False when the run is given up."""
+        if getattr(self, attr) >= count:
+            return True
+        with self._cond:
+            while getattr(self, attr) < count:
+                if self.stop.is_set():
+                    return False
+                self._cond.wait(0.05)
+        return True
+
+    def bump(self, attr: str) -> None:
+        with self._cond:
+            setattr(self, attr, getattr(self, attr) + 1)
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotGate,
+                   cancel: threading.Event | None, handoffs: Handoffs | None,
+                   sender: Executor, stop: _Either, worst: list[float],
+                   slot_of: dict[tuple[int, str, str], SlotSpec], step_end: dict[int, float],
+                   granted: set[int], to_confirm: set[tuple[int, str]], plan: ChunkPlan) -> None:
+    """Every step at once, chunk by chunk: a send chunk goes (in its slot) as soon as the
+    receive chunks it depends on are reduced, so a step starts before the previous one has
+    ended and the slot edge never waits for the last reduction."""
+    me = run.nodes[run.rank]
+    progress = _Progress(stop)
+    item = buf.itemsize
+
+    def send_all() -> None:
+        try:
+            for op in plan.sends:
+                dst = run.nodes[op.peer]
+                if op.first and run.gated:
+                    slot = slot_of.get((op.step, me, dst))
+                    if slot is None:
+                        raise CollectiveError(f"{me}: the schedule has no slot for step "
+                                              f"{op.step} {me}->{dst}; the plan and schedule "
+                                              "disagree")
+                    edge = run.t0_local + slot.data_start_s
+                    if slot.index in granted and handoffs is not None:
+                        handoffs.wait_circuits(run.seq, slot.index,
+                                               max(edge, time.time()) + run.receive_timeout_s)
+                    if not progress.wait("received", op.after):
+                        return
+                    worst[0] = max(worst[0], gate.wait_until(edge, cancel))
+                elif not progress.wait("received", op.after):
+                    return
+                link.send_chunk(run.job_id, dst, ChunkHead(run.seq, op.step, op.offset,
+                                                           op.n * item, node_tag(dst)),
+                                memoryview(buf[op.offset:op.offset + op.n]).cast("B"),
+                                run.receive_timeout_s, stop, run.gated)
+                progress.bump("sent")
+        except BaseException:
+            stop.set()
+            progress.wake()
+            raise
+
+    pending = sender.submit(send_all)
+    try:
+        for op in plan.recvs:
+            src = run.nodes[op.peer]
+            if not progress.wait("sent", op.after):
+                break
+            slot_end = run.t0_local + step_end[op.step] if run.gated and op.step in step_end \
+                else time.time()
+            head, payload = link.recv_chunk(run.job_id, src, run.seq, op.step,
+                                            slot_end + run.receive_timeout_s, stop)
+            if head.offset != op.offset or head.nbytes != op.n * item:
+                raise CollectiveError(
+                    f"{me}: chunk from {src} step {op.step} of collective {run.seq} carries "
+                    f"elements {head.offset}+{head.nbytes // item} ({head.nbytes} B), expected "
+                    f"{op.offset}+{op.n} of {buf.dtype}; the peers disagree on the plan or the "
+                    "dtype")
+            data = np.frombuffer(payload, dtype=buf.dtype)
+            target = buf[op.offset:op.offset + op.n]
+            if run.steps[op.step].op == REDUCE:
+                np.add(target, data, out=target)
+            else:
+                target[...] = data
+            progress.bump("received")
+            if op.last and to_confirm and handoffs is not None:
+                slot = slot_of.get((op.step, src, me))
+                if slot is not None and (slot.index, src) in to_confirm:
+                    handoffs.confirm(run.seq, slot.index, src)
+    except BaseException:
+        stop.set()
+        progress.wake()
+        pending.exception()
+        raise
+    pending.result()  # the sender's error, if it failed first
+    if stop.is_set() and cancel is not None and cancel.is_set():
+        raise CollectiveError(f"{me}: collective {run.seq} of job {run.job_id} was cancelled")
 
 
 def _run_steps(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotGate,

@@ -221,27 +221,36 @@ class StreamLink:
                 continue
             except OSError:
                 return
-            try:
-                sock.settimeout(5.0)
-                head = _recv_exact_blocking(sock, 6)
-                if head[:4] != HELLO:
-                    raise ValueError(f"bad hello {head[:4]!r}")
-                (n,) = struct.unpack("<H", head[4:])
-                hello = json.loads(_recv_exact_blocking(sock, n))
-                key = (str(hello["job"]), str(hello["src"]))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                self.malformed += 1
-                logger.warning("%s: refused a data connection (%s)", self.node_id, exc)
+            # the hello is read on a thread of its own: a slow or silent client cannot hold
+            # up the other connections
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True,
+                             name=f"{self.node_id}-hello").start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(5.0)
+            head = _recv_exact_blocking(sock, 6)
+            if head[:4] != HELLO:
+                raise ValueError(f"bad hello {head[:4]!r}")
+            (n,) = struct.unpack("<H", head[4:])
+            hello = json.loads(_recv_exact_blocking(sock, n))
+            key = (str(hello["job"]), str(hello["src"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.malformed += 1
+            logger.warning("%s: refused a data connection (%s)", self.node_id, exc)
+            _drain_and_close(sock)
+            return
+        _tune(sock)
+        sock.settimeout(POLL_S)
+        with self._cond:
+            if self._stop.is_set():
                 sock.close()
-                continue
-            _tune(sock)
-            sock.settimeout(POLL_S)
-            with self._cond:
-                old = self._in.pop(key, None)
-                self._in[key] = _Inbound(sock)
-                self._cond.notify_all()
-            if old is not None:
-                old.close()
+                return
+            old = self._in.pop(key, None)
+            self._in[key] = _Inbound(sock)
+            self._cond.notify_all()
+        if old is not None:
+            old.close()
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
@@ -390,6 +399,28 @@ class _Timeout(Exception):
     def __init__(self, partial: bool):
         super().__init__("timed out")
         self.partial = partial
+
+
+def _drain_and_close(sock: socket.socket, limit: int = 1 << 20, seconds: float = 2.0) -> None:
+    """Read what a refused client still sends (up to a limit), then close: closing with
+    unread data would reset the connection under the client's feet."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(0.2)
+        end = time.monotonic() + seconds
+        got = 0
+        while got < limit and time.monotonic() < end:
+            try:
+                part = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not part:
+                break
+            got += len(part)
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 def _recv_exact_blocking(sock: socket.socket, n: int) -> bytes:

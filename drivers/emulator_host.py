@@ -23,7 +23,7 @@ from typing import Any
 
 from oddl.config import EMULATED, TestbedConfig, dump_testbed, load_testbed
 from oddl.drivers.fabric import Fabric, OpticalModel
-from oddl.drivers.lighttable import LightPublisher, LightTable
+from oddl.drivers.lighttable import HEARTBEAT_S, LightPublisher, LightTable
 from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.errors import ConfigError
 
@@ -44,6 +44,7 @@ class EmulatedTestbed:
     model: OpticalModel | None = None
     optinc: dict[str, Any] = field(default_factory=dict)
     light: LightTable | None = None
+    closing: threading.Event = field(default_factory=threading.Event)
 
     @property
     def resolved(self) -> TestbedConfig:
@@ -58,6 +59,7 @@ class EmulatedTestbed:
 
     def close(self) -> None:
         """Stop the fabric and every emulator server."""
+        self.closing.set()
         if self.fabric is not None:
             self.fabric.close()
         for server in self.servers.values():
@@ -152,6 +154,13 @@ def _start_light_table(tb: EmulatedTestbed) -> None:
     for device in (*tb.lasers.values(), *tb.switches.values()):
         device.on_change = publisher.update
     publisher.update()
+    table = tb.light
+
+    def heartbeat() -> None:
+        while tb.light is table and not tb.closing.wait(HEARTBEAT_S):
+            table.beat()
+
+    threading.Thread(target=heartbeat, name="light-heartbeat", daemon=True).start()
     logger.info("light table %s for %d nodes", tb.light.path, len(tb.cfg.nodes))
 
 

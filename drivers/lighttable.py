@@ -10,7 +10,8 @@ The bytes move between the agents at kernel speed; the decision of where they ma
 emulated devices'.
 
 Layout (little-endian, one file in the shared-memory folder, fixed size):
-- header: magic b"ODDLLT01", u32 nodes, u32 history;
+- header: magic b"ODDLLT02", u32 nodes, u32 history, u32 writer pid, u32 padding, f64 the
+  writer's heartbeat (time.monotonic, renewed every `HEARTBEAT_S`);
 - per node: u64 version (a seqlock: odd while being written), u64 count (entries ever
   written), then `history` entries of (i64 epoch, i64 dst, f64 since);
 - per node: a row of counters the node's receiver writes (delivered chunks and bytes, lost
@@ -37,16 +38,20 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"ODDLLT01"
+MAGIC = b"ODDLLT02"
 HISTORY = 64
-DARK, BLOCKED, NO_RECEIVER, FILTERED, UNKNOWN = -1, -2, -3, -4, -5
+DARK, BLOCKED, NO_RECEIVER, FILTERED, UNKNOWN, GONE = -1, -2, -3, -4, -5, -6
 REASONS = {DARK: "the transmitter is dark (off, tuning or reset)",
            BLOCKED: "the WSS blocks the channel (or is settling)",
            NO_RECEIVER: "the WSS port has no receiver",
            FILTERED: "the receiver's channel filter rejects the light",
-           UNKNOWN: "unknown transmitter"}
+           UNKNOWN: "unknown transmitter",
+           GONE: "the emulated devices are gone (the emulator host is not running)"}
 COUNTERS = ("delivered", "delivered_bytes", "lost", "lost_bytes", "late", "worst_late_s")
-_HEAD = 16
+_HEAD = 32
+HEARTBEAT_S = 0.2
+STALE_S = 2.0
+"""A table whose writer has not renewed its heartbeat for this long is dead (no light)."""
 _ENTRY = np.dtype([("epoch", "<i8"), ("dst", "<i8"), ("since", "<f8")])
 
 
@@ -78,6 +83,9 @@ class LightTable:
         self.counters = np.frombuffer(mm, dtype="<f8", count=nodes * len(COUNTERS),
                                       offset=_HEAD + nodes * node_bytes
                                       ).reshape(nodes, len(COUNTERS))
+        self._writer = np.frombuffer(mm, dtype="<u4", count=1, offset=16)
+        self._beat = np.frombuffer(mm, dtype="<f8", count=1, offset=24)
+        self._alive_checked = (0.0, True)
 
     @classmethod
     def create(cls, nodes: int, directory: str | os.PathLike[str] | None = None,
@@ -93,8 +101,9 @@ class LightTable:
             mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        mm[:_HEAD] = MAGIC + np.array([nodes, history], dtype="<u4").tobytes()
+        mm[:24] = MAGIC + np.array([nodes, history, os.getpid(), 0], dtype="<u4").tobytes()
         table = cls(path, nodes, history, mm, owner=True)
+        table.beat()
         for i in range(nodes):
             table._entries[i][0] = (0, DARK, -np.inf)
             table._meta[i][1] = 1
@@ -122,6 +131,10 @@ class LightTable:
         return cls(path, nodes, history, mm, owner=False)
 
     # ---- writer -----------------------------------------------------------------------
+    def beat(self) -> None:
+        """Renew the writer's heartbeat (the emulator host does, every HEARTBEAT_S)."""
+        self._beat[0] = time.monotonic()
+
     def write(self, node: int, timeline: Sequence[tuple[float, int]], now: float) -> None:
         """Replace what lies after `now` in `node`'s timeline with `timeline` ((since, dst)
         pairs, the first one for `now`); entries that repeat the answer are left out."""
@@ -146,6 +159,17 @@ class LightTable:
         meta[0] += 1
 
     # ---- reader -----------------------------------------------------------------------
+    def alive(self) -> bool:
+        """True while the writer runs: its process exists and its heartbeat is fresh
+        (checked at most every 50 ms)."""
+        now = time.monotonic()
+        checked, ok = self._alive_checked
+        if now - checked < 0.05:
+            return ok
+        ok = now - float(self._beat[0]) < STALE_S and _running(int(self._writer[0]))
+        self._alive_checked = (now, ok)
+        return ok
+
     def timeline(self, node: int) -> list[tuple[int, int, float]]:
         """A consistent copy of `node`'s entries, oldest first: (epoch, dst, since)."""
         meta, entries = self._meta[node], self._entries[node]
@@ -161,7 +185,10 @@ class LightTable:
         return [tuple(snap[i % self.history].tolist()) for i in range(first, count)]
 
     def at(self, node: int, t: float) -> tuple[int, int]:
-        """(epoch, dst) of the entry in force at time `t`."""
+        """(epoch, dst) of the entry in force at time `t` (GONE when the writer is not
+        running)."""
+        if not self.alive():
+            return (0, GONE)
         best = (0, UNKNOWN)
         for epoch, dst, since in self.timeline(node):
             if since <= t:
@@ -171,6 +198,8 @@ class LightTable:
     def held(self, node: int, epoch: int, until: float) -> bool:
         """True when entry `epoch` of `node` is still known and no later entry began by
         `until` (the path did not change under a chunk that ended then)."""
+        if not self.alive():
+            return False
         line = self.timeline(node)
         known = [e for e, _, _ in line]
         if epoch not in known:
@@ -179,7 +208,7 @@ class LightTable:
 
     def close(self) -> None:
         """Unmap (and remove the file when this process created it)."""
-        del self._meta, self._entries, self.counters
+        del self._meta, self._entries, self.counters, self._writer, self._beat
         try:
             self._mm.close()
         except BufferError:
@@ -189,6 +218,23 @@ class LightTable:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _running(pid: int) -> bool:
+    """True when process `pid` exists and is not a zombie (a killed, unreaped writer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 class LightPublisher:
