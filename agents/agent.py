@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -136,7 +137,9 @@ class Agent:
                 self.link = StreamLink(node_id, bind, phy=phy)
         self.phy = getattr(self.link, "phy", None)
         self._buckets = BucketMaps()
-        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send")
+        self.gate_scheduling = "normal"
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send",
+                                          initializer=self._gate_thread_setup)
         self.api_bytes = 0
         self.shared_bytes = 0
         ctx = zmq.Context.instance()
@@ -153,6 +156,28 @@ class Agent:
         self._results.bind(self._results_addr)
         self._threads: list[threading.Thread] = []
 
+    def _gate_thread_setup(self) -> None:
+        """Real-time priority and CPU affinity for the thread that gates sends, where the
+        testbed file asks for them and the system permits (reported either way)."""
+        want = self.cfg.agent
+        done = []
+        if want.gate_cpu >= 0:
+            try:
+                os.sched_setaffinity(0, {want.gate_cpu})
+                done.append(f"pinned to CPU {want.gate_cpu}")
+            except (OSError, AttributeError) as exc:
+                done.append(f"not pinned to CPU {want.gate_cpu} ({exc})")
+        if want.gate_priority > 0:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(want.gate_priority))
+                done.append(f"SCHED_FIFO {want.gate_priority}")
+            except (OSError, AttributeError) as exc:
+                done.append(f"SCHED_FIFO {want.gate_priority} not permitted ({exc}); normal "
+                            "scheduling")
+        if done:
+            self.gate_scheduling = ", ".join(done)
+            logger.info("%s: gate thread %s", self.node_id, self.gate_scheduling)
+
     @property
     def data_address(self) -> str:
         """The address peers reach this agent at (direct links), else empty."""
@@ -163,6 +188,7 @@ class Agent:
         """Register, synchronise clocks and start the agent's threads."""
         self.register()
         self.sync_clock()
+        self._sender.submit(lambda: None)  # start the gate thread (and set its scheduling)
         for target, name in ((self._watch_loop, "watch"), (self._heartbeat_loop, "heartbeat"),
                              (self._api_loop, "local-api"), (self._work_loop, "collectives"),
                              (self._report_loop, "reports")):
@@ -649,6 +675,7 @@ class Agent:
                 "last_error": self.last_error, "jobs": sorted(self.jobs),
                 "misrouted_frames": self.misrouted,
                 "local_api_bytes": self.api_bytes, "shared_memory_bytes": self.shared_bytes,
+                "gate_scheduling": self.gate_scheduling,
                 "late_chunks": self.phy.late if self.phy else 0,
                 "worst_late_s": self.phy.worst_late_s if self.phy else 0.0,
                 "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},

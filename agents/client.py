@@ -53,17 +53,23 @@ class AgentClient:
             self._bucket = SharedBucket(nbytes)
         return self._bucket
 
-    def allreduce(self, array: np.ndarray, *, job: str | None = None) -> np.ndarray:
+    def allreduce(self, array: np.ndarray, *, job: str | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
         """Sum `array` across the job's nodes; returns a new array of the same shape and dtype,
-        or, for an array from `shared_array()`, that array with the sum in place."""
+        or the sum written into `out` (e.g. `out=array`, in place as gloo does: no new
+        memory), or, for an array from `shared_array()`, that array with the sum in place."""
         a = np.ascontiguousarray(array)
+        if out is not None and (out.shape != a.shape or out.dtype != a.dtype
+                                or not out.flags.writeable):
+            raise ValueError(f"out must be a writable {a.dtype}{list(a.shape)} array, not "
+                             f"{out.dtype}{list(out.shape)}")
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
                                   "timeout_s": self.timeout_s}
         if job:
             header["job"] = job
         if self.shared_memory:
             try:
-                return self._allreduce_shared(a, header)
+                return self._allreduce_shared(a, header, out)
             except _NoSharedMemory:
                 self.shared_memory = False
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
@@ -71,10 +77,15 @@ class AgentClient:
         frames = self._recv()
         if frames[0] == b"ok" and len(frames) == 3:
             meta = json.loads(frames[1])
-            return np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"]).copy()
+            result = np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
+            if out is not None:
+                np.copyto(out, result)
+                return out
+            return result.copy()
         raise self._error(frames)
 
-    def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any]) -> np.ndarray:
+    def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
+                          out: np.ndarray | None) -> np.ndarray:
         in_place = self._bucket is not None and self._bucket.owns(a)
         if in_place:
             view = a
@@ -86,7 +97,12 @@ class AgentClient:
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
         frames = self._recv()
         if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
-            return view if in_place else view.copy()
+            if in_place:
+                return view
+            if out is not None:
+                np.copyto(out, view)
+                return out
+            return view.copy()
         error = self._error(frames)
         if isinstance(error, OperationRefused) and "bucket file" in str(error):
             raise _NoSharedMemory(str(error))
@@ -135,9 +151,10 @@ class _NoSharedMemory(Exception):
     """The agent cannot map this client's bucket (it runs on another host)."""
 
 
-def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray]
-                  ) -> tuple[float, list[Any]]:
-    """Call allreduce on every client at once (one thread each, released together).
+def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,
+                  inplace: bool = False) -> tuple[float, list[Any]]:
+    """Call allreduce on every client at once (one thread each, released together); with
+    `inplace` each sum is written into its input array, as gloo does.
 
     Returns the wall time from the common start to the last result, and per client its
     result or the exception it raised (for tests, benchmarks and demos driving all nodes).
@@ -148,7 +165,7 @@ def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray]
     def call(r: int) -> None:
         start.wait()
         try:
-            outs[r] = clients[r].allreduce(arrays[r])
+            outs[r] = clients[r].allreduce(arrays[r], out=arrays[r] if inplace else None)
         except Exception as exc:  # handed back to the caller
             outs[r] = exc
 

@@ -113,7 +113,7 @@ class OpticalHookState:
             raise CollectiveError(f"bucket {index} not sent: an earlier bucket failed "
                                   f"({self._failed})")
         t = time.perf_counter()
-        summed = self.client.allreduce(array, job=self.job)
+        summed = self.client.allreduce(array, job=self.job, out=array)
         elapsed = time.perf_counter() - t
         if summed.shape != array.shape or summed.dtype != array.dtype:
             raise CollectiveError(f"bucket {index}: the agent returned {summed.dtype}"

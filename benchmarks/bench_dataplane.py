@@ -117,7 +117,7 @@ def _testbed_file(tmp: Path, mode: str, base: Path) -> Path:
 def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str],
                networks: list[str], base: Path) -> dict[str, Any]:
     """Start the emulated testbed with `mode` links and time every (collective, network)."""
-    out: dict[str, Any] = {"times": {}, "overruns": {}, "gate_errors": []}
+    out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "gate_errors": []}
     with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
         resolved = Path(tmp) / "resolved.toml"
         group.start("emulators", oddl_command(
@@ -139,19 +139,27 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
             for network in networks:
                 job = op.submit(f"bench-{collective}-{network}", [], collective, network)
                 for size in sizes:
-                    arrays = [np.full(size // 4, r + 1, dtype=np.float32) for r in range(N)]
-                    exact = np.sum(arrays, axis=0)
-                    _check(allreduce_all(clients, arrays)[1], exact)  # warm-up
+                    # in place, as gloo's all_reduce is: the bucket goes to shared memory
+                    # and the sum comes back into it
+                    arrays = [np.empty(size // 4, dtype=np.float32) for r in range(N)]
+                    exact = np.full(size // 4, N * (N + 1) / 2, dtype=np.float32)
                     before = sum(len(c.status()["overruns"]) for c in clients)
                     times = []
-                    for _ in range(repeats):
-                        took, outs = allreduce_all(clients, arrays)
+                    for i in range(repeats + 1):  # the first is a warm-up
+                        for r, a in enumerate(arrays):
+                            a.fill(r + 1)
+                        took, outs = allreduce_all(clients, arrays, inplace=True)
                         _check(outs, exact)
-                        times.append(took)
+                        if i == 0:
+                            before = sum(len(c.status()["overruns"]) for c in clients)
+                            late0 = _late(clients)
+                        else:
+                            times.append(took)
                     key = f"{collective}/{network}/{size}"
                     out["times"][key] = times
                     out["overruns"][key] = sum(len(c.status()["overruns"])
                                                for c in clients) - before
+                    out["late"][key] = _late(clients) - late0
                 op.cancel(job["id"])
         status = [c.status() for c in clients]
         out["gate_errors"] = [e for s in status for e in s["gate_errors"]]
@@ -162,6 +170,10 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
             c.close()
         op.close()
     return out
+
+
+def _late(clients: list[AgentClient]) -> int:
+    return sum(int(c.status().get("late_chunks", 0)) for c in clients)
 
 
 def _check(outs: list[Any], exact: np.ndarray) -> None:
@@ -208,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             bound = 2 * (N - 1) / N * size_i * 8 / rate
             row = {"mode": mode, "collective": collective, "network": network, "bytes": size_i,
                    "ms": med * 1e3, "line_rate_bound_ms": bound * 1e3,
-                   "x_line_rate": med / bound, "overruns": res["overruns"][key]}
+                   "x_line_rate": med / bound, "overruns": res["overruns"][key],
+                   "late_chunks": res["late"][key]}
             if gloo is not None and size_i in gloo:
                 row["gloo_ms"] = float(np.median(gloo[size_i])) * 1e3
                 row["x_gloo"] = med / float(np.median(gloo[size_i]))
@@ -244,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"all-reduce on {N} nodes, float32, median of {args.repeats}; x gloo = oddl / gloo "
           "in this run; x wire = oddl / line-rate bound")
     print(f"{'mode':<7} {'collective':<17} {'network':<8} {'MB':>5} {'ms':>8} {'gloo ms':>8} "
-          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8}")
+          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5}")
     for r in rows:
         print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<8} {r['bytes'] / 2**20:>5.0f} "
               f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
               f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
-              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8}")
+              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5}")
     for k, v in per_byte.items():
         print(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
     f = summary["spin_floor"]

@@ -120,9 +120,10 @@ class LightTable:
             mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        if mm[:8] != MAGIC:
+        magic = mm[:8]
+        if magic != MAGIC:
             mm.close()
-            raise ValueError(f"{path} is not a light table (magic {mm[:8]!r})")
+            raise ValueError(f"{path} is not a light table (magic {magic!r})")
         nodes, history = (int(x) for x in np.frombuffer(mm, dtype="<u4", count=2, offset=8))
         if size != table_size(nodes, history):
             mm.close()

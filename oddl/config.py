@@ -82,6 +82,17 @@ class FabricConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """How the agents run their slot gate (the thread that releases sends at slot edges)."""
+
+    gate_priority: int = 0
+    """SCHED_FIFO priority for the gate thread (1-99); 0 = normal scheduling. Needs root or
+    CAP_SYS_NICE; where not permitted the agent says so in its status and log."""
+    gate_cpu: int = -1
+    """Pin the gate thread to this CPU; -1 = any CPU."""
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     """Where the controller listens and how agents reach it."""
 
@@ -221,6 +232,7 @@ class TestbedConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     optinc: tuple[OptincDeviceConfig, ...] = ()
     """OptINC in-network averaging devices (`kind = "optinc"` entries of [[devices]])."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""
@@ -315,6 +327,7 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         "devices": [],
         "fibres": [{"from": str(f.src), "to": str(f.dst)} for f in cfg.fibres],
         "security": _asdict(cfg.security),
+        "agent": _asdict(cfg.agent),
     }
     for d in cfg.devices:
         entry = {k: v for k, v in _asdict(d).items() if k in _DEVICE_KEYS_BY_KIND[d.kind]}
@@ -425,7 +438,7 @@ class _Parser:
     # sections ---------------------------------------------------------------------------
     def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
         sections = {"testbed", "grid", "timing", "fabric", "controller", "nodes", "devices",
-                    "fibres", "security"}
+                    "fibres", "security", "agent"}
         for name in doc:
             if name not in sections:
                 near = difflib.get_close_matches(name, list(sections), n=1)
@@ -449,6 +462,8 @@ class _Parser:
         controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
             "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
             "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), "")}))
+        agent = AgentConfig(**self.table(doc.get("agent"), "agent", {
+            "gate_priority": (self.integer(0, 99), 0), "gate_cpu": (self.integer(-1), -1)}))
         devices = self.devices(doc.get("devices"), grid)
         nodes = self.nodes(doc.get("nodes"), grid, devices)
         fibres = self.fibres(doc.get("fibres"), nodes, devices)
@@ -458,7 +473,8 @@ class _Parser:
             security = replace(security, certs=str((Path(self.path).parent / security.certs)
                                                    .resolve()))
         cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
-                            nodes, devices, fibres, head["seed"], security, tuple(self.optinc))
+                            nodes, devices, fibres, head["seed"], security, tuple(self.optinc),
+                            agent)
         self.check_attachments(cfg)
         return cfg
 

@@ -287,3 +287,35 @@ def test_prometheus_metrics(testbed: RunningTestbed, job: dict):
     assert "oddl_agent_slot_gate_error_seconds_bucket" in agent
     assert 'oddl_agent_collectives_total{node="n0",outcome="ok"}' in agent
     assert 'oddl_agent_bytes_sent_total{node="n0",peer="n1"}' in agent
+
+
+@pytest.mark.parametrize("job", [("ring", "optical")], indirect=True)
+def test_the_bucket_stays_out_of_the_local_socket(testbed: RunningTestbed, job: dict):
+    rng = np.random.default_rng(21)
+    values = [rng.integers(-2**40, 2**40, (3, 50_000)) for _ in testbed.clients]
+    shared = [c.shared_array(v.shape, v.dtype) for c, v in zip(testbed.clients, values,
+                                                                strict=True)]
+    for s, v in zip(shared, values, strict=True):
+        s[...] = v
+    before = [c.status()["local_api_bytes"] for c in testbed.clients]
+    outs = allreduce_all(testbed.clients, shared)
+    exact = np.sum(values, axis=0)
+    for out, s in zip(outs, shared, strict=True):
+        assert out is s and np.array_equal(s, exact)  # reduced in place, in shared memory
+    # plain arrays, in place (out=): shared memory too; nothing but headers on the socket
+    plain = [v.copy() for v in values]
+    for out, p in zip(run_on_all(testbed.clients, plain, inplace=True)[1], plain, strict=True):
+        assert out is p and np.array_equal(p, exact)
+    assert [c.status()["local_api_bytes"] for c in testbed.clients] == before
+    # a client that cannot share memory (another host) sends the bytes instead
+    status = testbed.clients[0].status()
+    fallback = [AgentClient(c.address, timeout_s=30, shared_memory=False)
+                for c in testbed.clients]
+    try:
+        for out in allreduce_all(fallback, values):
+            assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+    finally:
+        for c in fallback:
+            c.close()
+    assert testbed.clients[0].status()["local_api_bytes"] == (
+        status["local_api_bytes"] + values[0].nbytes)

@@ -53,15 +53,3 @@ def handoffs(slots: Iterable[SlotPairs]) -> dict[int, list[Handoff]]:
 def confirmations_for(node: str, slots: Iterable[SlotPairs]) -> set[tuple[int, str]]:
     """The arrivals (slot index, src) that `node` must confirm to the controller."""
     return {(j, src) for need in handoffs(slots).values() for j, src, dst in need if dst == node}
-
-
-SLOW_PATH_FACTOR = 20.0
-"""A collective may take this many times its wire time beyond the receive timeout before a
-flow counts as lost: software data paths copy and reduce big buckets far slower than the
-line rate, and a late step delays every later one."""
-
-
-def arrival_timeout(receive_timeout_s: float, data_time_s: float) -> float:
-    """How long past its due time a flow (or a hand-off confirmation) may be before it counts
-    as lost: the testbed's receive timeout, stretched by the schedule's total data time."""
-    return receive_timeout_s + SLOW_PATH_FACTOR * max(data_time_s, 0.0)
