@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,6 +106,26 @@ def spin_floor(edges: int = 2000, period_s: float = 1e-3, spin_s: float = 300e-6
     return errs
 
 
+class LoadedFloor:
+    """The same loop in a process of its own while the agents work: the floor under load."""
+
+    def __enter__(self) -> LoadedFloor:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--floor-until-eof"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        out, _ = self.proc.communicate("", timeout=60)
+        self.errors = json.loads(out or "[]")
+
+
+def _floor_until_eof() -> None:
+    errs: list[float] = []
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        errs += spin_floor(100)
+    print(json.dumps(errs))
+
+
 # ---- oddl ---------------------------------------------------------------------------------
 def _testbed_file(tmp: Path, mode: str, base: Path) -> Path:
     text = base.read_text()
@@ -135,41 +157,48 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
             clients.append(AgentClient(info["local_api"]))
         op = OperatorClient(address)
         api0 = sum(c.status()["local_api_bytes"] for c in clients)
-        for collective in collectives:
-            for network in networks:
-                job = op.submit(f"bench-{collective}-{network}", [], collective, network)
-                for size in sizes:
-                    # in place, as gloo's all_reduce is: the bucket goes to shared memory
-                    # and the sum comes back into it
-                    arrays = [np.empty(size // 4, dtype=np.float32) for r in range(N)]
-                    exact = np.full(size // 4, N * (N + 1) / 2, dtype=np.float32)
-                    before = sum(len(c.status()["overruns"]) for c in clients)
-                    times = []
-                    for i in range(repeats + 1):  # the first is a warm-up
-                        for r, a in enumerate(arrays):
-                            a.fill(r + 1)
-                        took, outs = allreduce_all(clients, arrays, inplace=True)
-                        _check(outs, exact)
-                        if i == 0:
-                            before = sum(len(c.status()["overruns"]) for c in clients)
-                            late0 = _late(clients)
-                        else:
-                            times.append(took)
-                    key = f"{collective}/{network}/{size}"
-                    out["times"][key] = times
-                    out["overruns"][key] = sum(len(c.status()["overruns"])
-                                               for c in clients) - before
-                    out["late"][key] = _late(clients) - late0
-                op.cancel(job["id"])
+        with LoadedFloor() as floor:
+            _run_jobs(op, clients, collectives, networks, sizes, repeats, out)
+        out["loaded_floor"] = floor.errors
         status = [c.status() for c in clients]
         out["gate_errors"] = [e for s in status for e in s["gate_errors"]]
+        out["gate_scheduling"] = status[0].get("gate_scheduling", "")
         out["local_api_bytes"] = sum(s["local_api_bytes"] for s in status) - api0
         out["shared_memory_bytes"] = sum(s["shared_memory_bytes"] for s in status)
-        out["late_chunks"] = sum(s.get("late_chunks", 0) for s in status)
         for c in clients:
             c.close()
         op.close()
     return out
+
+
+def _run_jobs(op: OperatorClient, clients: list[AgentClient], collectives: list[str],
+              networks: list[str], sizes: list[int], repeats: int, out: dict[str, Any]) -> None:
+    for collective in collectives:
+        for network in networks:
+            job = op.submit(f"bench-{collective}-{network}", [], collective, network)
+            for size in sizes:
+                # in place, as gloo's all_reduce is: the bucket goes to shared memory
+                # and the sum comes back into it
+                arrays = [np.empty(size // 4, dtype=np.float32) for r in range(N)]
+                exact = np.full(size // 4, N * (N + 1) / 2, dtype=np.float32)
+                before = sum(len(c.status()["overruns"]) for c in clients)
+                times = []
+                for i in range(repeats + 1):  # the first is a warm-up
+                    for r, a in enumerate(arrays):
+                        a.fill(r + 1)
+                    took, outs = allreduce_all(clients, arrays, inplace=True)
+                    _check(outs, exact)
+                    if i == 0:
+                        before = sum(len(c.status()["overruns"]) for c in clients)
+                        late0 = _late(clients)
+                    else:
+                        times.append(took)
+                key = f"{collective}/{network}/{size}"
+                out["times"][key] = times
+                out["overruns"][key] = sum(len(c.status()["overruns"])
+                                           for c in clients) - before
+                out["late"][key] = _late(clients) - late0
+            op.cancel(job["id"])
 
 
 def _late(clients: list[AgentClient]) -> int:
@@ -199,7 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="direct,fabric")
     parser.add_argument("--no-gloo", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--floor-until-eof", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.floor_until_eof:
+        _floor_until_eof()
+        return 0
     sizes = [int(float(s) * 2**20) for s in args.sizes_mb.split(",")]
     collectives = args.collectives.split(",")
     floor = spin_floor()
@@ -233,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode, res in modes.items():
         for collective in collectives:
             for network in ("ideal", "optical"):
-                big = [s for s in sizes if s >= 16 * 2**20]
+                big = [s for s in sizes if s >= 16 * 2**20 - 1]
                 keys = [f"{collective}/{network}/{s}" for s in big]
                 if len(big) >= 2 and all(k in res["times"] for k in keys):
                     lo, hi = (float(np.median(res["times"][k])) / s for k, s in
@@ -241,15 +274,17 @@ def main(argv: list[str] | None = None) -> int:
                     per_byte[f"{mode}/{collective}/{network}"] = hi / lo
     floor_all = floor + floor_after
     gate = {m: _pct(r["gate_errors"]) for m, r in modes.items()}
+    loaded = {m: _pct(r["loaded_floor"]) for m, r in modes.items()}
     summary = {"nodes": N, "repeats": args.repeats, "cpus": os.cpu_count(),
                "gloo_ms": {s: float(np.median(t)) * 1e3 for s, t in (gloo or {}).items()},
                "rows": rows, "time_per_byte_largest_over_16mb": per_byte,
-               "spin_floor": _pct(floor_all), "gate_error": gate,
-               "gate_p99_over_floor": {m: g["p99_us"] / max(_pct(floor_all)["p99_us"], 1e-3)
-                                       for m, g in gate.items()},
+               "spin_floor_quiet": _pct(floor_all), "spin_floor_loaded": loaded,
+               "gate_error": gate,
+               "gate_p99_over_loaded_floor": {m: g["p99_us"] / max(loaded[m]["p99_us"], 1e-3)
+                                              for m, g in gate.items()},
+               "gate_scheduling": {m: r["gate_scheduling"] for m, r in modes.items()},
                "local_api_socket_bytes": {m: r["local_api_bytes"] for m, r in modes.items()},
                "shared_memory_bytes": {m: r["shared_memory_bytes"] for m, r in modes.items()},
-               "late_chunks": {m: r["late_chunks"] for m, r in modes.items()},
                "line_rate_gbps": {m: r["line_rate_gbps"] for m, r in modes.items()}}
     if args.json:
         print(json.dumps(summary))
@@ -265,15 +300,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5}")
     for k, v in per_byte.items():
         print(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
-    f = summary["spin_floor"]
-    print(f"bare sleep-then-spin floor: p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs")
+    f = summary["spin_floor_quiet"]
+    print(f"bare sleep-then-spin floor, quiet: p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs")
     for m, g in gate.items():
-        print(f"agents' gate error ({m}): p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs "
-              f"({g['samples']} sends), p99 / floor {summary['gate_p99_over_floor'][m]:.2f}")
+        lf = loaded[m]
+        print(f"{m}: bare loop during the runs p99 {lf['p99_us']:.1f} µs; agents' gate error "
+              f"p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs ({g['samples']} sends), "
+              f"p99 / loaded floor {summary['gate_p99_over_loaded_floor'][m]:.2f} "
+              f"[{summary['gate_scheduling'][m] or 'normal scheduling'}]")
     for m in modes:
         print(f"{m}: bytes through the local API socket {summary['local_api_socket_bytes'][m]}, "
-              f"through shared memory {summary['shared_memory_bytes'][m]}, late chunks "
-              f"{summary['late_chunks'][m]}")
+              f"through shared memory {summary['shared_memory_bytes'][m]}")
     return 0
 
 
