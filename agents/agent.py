@@ -657,6 +657,10 @@ class Agent:
                       "node", self.misrouted, node)
         yield gauge("oddl_agent_clock_offset_seconds", "Controller minus agent clock",
                     self.clock.offset_s, node)
+        if self.phy is not None:
+            yield counter("oddl_agent_late_chunks_total", "Chunks that arrived after their "
+                          "serialisation end on the emulated wire (this machine cannot carry "
+                          "the emulated line rate)", self.phy.late, node)
 
     @property
     def misrouted(self) -> int:

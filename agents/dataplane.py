@@ -128,7 +128,8 @@ class _ZmqChunks:
                   bytes(payload))
 
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: Any = None) -> tuple[ChunkHead, memoryview]:
+                   cancel: Any = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step), or CollectiveError at `deadline`."""
         frame = self.inbox.take((job, seq, step, src), deadline, cancel)
         if frame is None:

@@ -85,8 +85,10 @@ class ChunkLink(Protocol):
         `deadline_s` without progress or on cancel."""
 
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: threading.Event | None = None) -> tuple[ChunkHead, memoryview]:
-        """The next chunk from `src` for (seq, step); CollectiveError at `deadline`."""
+                   cancel: threading.Event | None = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step); CollectiveError at `deadline`. The
+        payload may be read straight into `into` when it fits exactly."""
 
 
 class Handoffs(Protocol):
@@ -173,8 +175,12 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
                                key=lambda d, k=k: _slot_start(slot_of, k, me, run.nodes[d])))
                   for k, st in enumerate(run.steps))
     plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
+    # small collectives run step by step with inline sends: one thread, no hand-over per
+    # chunk; large ones pipeline their chunks across steps on the sender thread
+    biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
+                  default=0) * buf.itemsize
     try:
-        if plan.pipelined:
+        if plan.pipelined and biggest > INLINE_SEND:
             _run_pipelined(run, buf, link, gate, cancel, handoffs, sender, stop, worst,
                            slot_of, step_end, granted, to_confirm, plan)
         else:
@@ -267,8 +273,11 @@ def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: S
                 break
             slot_end = run.t0_local + step_end[op.step] if run.gated and op.step in step_end \
                 else time.time()
+            target = buf[op.offset:op.offset + op.n]
+            copy = run.steps[op.step].op != REDUCE
             head, payload = link.recv_chunk(run.job_id, src, run.seq, op.step,
-                                            slot_end + run.receive_timeout_s, stop)
+                                            slot_end + run.receive_timeout_s, stop,
+                                            memoryview(target).cast("B") if copy else None)
             if head.offset != op.offset or head.nbytes != op.n * item:
                 raise CollectiveError(
                     f"{me}: chunk from {src} step {op.step} of collective {run.seq} carries "
@@ -276,10 +285,9 @@ def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: S
                     f"{op.offset}+{op.n} of {buf.dtype}; the peers disagree on the plan or the "
                     "dtype")
             data = np.frombuffer(payload, dtype=buf.dtype)
-            target = buf[op.offset:op.offset + op.n]
-            if run.steps[op.step].op == REDUCE:
+            if not copy:
                 np.add(target, data, out=target)
-            else:
+            elif not np.may_share_memory(data, target):  # else read into it already
                 target[...] = data
             progress.bump("received")
             if op.last and to_confirm and handoffs is not None:

@@ -288,10 +288,13 @@ class StreamLink:
 
     # ---- receiving --------------------------------------------------------------------
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: threading.Event | None = None) -> tuple[ChunkHead, memoryview]:
+                   cancel: threading.Event | None = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step), its payload valid until the next call
         for this source; CollectiveError at `deadline` (time.time()) or on cancel, naming
-        the last loss on the emulated wire if there was one."""
+        the last loss on the emulated wire if there was one. A payload of exactly
+        `len(into)` bytes is read straight into `into` (a copy step's target: one copy less;
+        a chunk then lost on the wire has overwritten it, and the collective fails)."""
         lost = ""
         while True:
             conn = self._inbound(job, src, deadline, cancel, lost)
@@ -304,7 +307,11 @@ class StreamLink:
                 if (head.seq, head.step) > (seq, step):
                     conn.pending = head  # from further ahead: keep it for then
                     raise _Missing()
-                payload = conn.buffer(head.nbytes)
+                if into is not None and len(into) == head.nbytes and \
+                        (head.seq, head.step) == (seq, step):
+                    payload = into
+                else:
+                    payload = conn.buffer(head.nbytes)
                 try:
                     _recv_into(conn.sock, payload, deadline, cancel)
                 except _Timeout:

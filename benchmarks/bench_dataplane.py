@@ -158,7 +158,8 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
         op = OperatorClient(address)
         api0 = sum(c.status()["local_api_bytes"] for c in clients)
         with LoadedFloor() as floor:
-            _run_jobs(op, clients, collectives, networks, sizes, repeats, out)
+            _run_jobs(op, clients, collectives, networks, sizes, repeats, out,
+                      zero_copy=mode == "direct")
         out["loaded_floor"] = floor.errors
         status = [c.status() for c in clients]
         out["gate_errors"] = [e for s in status for e in s["gate_errors"]]
@@ -172,7 +173,8 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
 
 
 def _run_jobs(op: OperatorClient, clients: list[AgentClient], collectives: list[str],
-              networks: list[str], sizes: list[int], repeats: int, out: dict[str, Any]) -> None:
+              networks: list[str], sizes: list[int], repeats: int, out: dict[str, Any],
+              zero_copy: bool) -> None:
     for collective in collectives:
         for network in networks:
             job = op.submit(f"bench-{collective}-{network}", [], collective, network)
@@ -180,25 +182,32 @@ def _run_jobs(op: OperatorClient, clients: list[AgentClient], collectives: list[
                 # in place, as gloo's all_reduce is: the bucket goes to shared memory
                 # and the sum comes back into it
                 arrays = [np.empty(size // 4, dtype=np.float32) for r in range(N)]
-                exact = np.full(size // 4, N * (N + 1) / 2, dtype=np.float32)
-                before = sum(len(c.status()["overruns"]) for c in clients)
-                times = []
-                for i in range(repeats + 1):  # the first is a warm-up
-                    for r, a in enumerate(arrays):
-                        a.fill(r + 1)
-                    took, outs = allreduce_all(clients, arrays, inplace=True)
-                    _check(outs, exact)
-                    if i == 0:
-                        before = sum(len(c.status()["overruns"]) for c in clients)
-                        late0 = _late(clients)
-                    else:
-                        times.append(took)
-                key = f"{collective}/{network}/{size}"
-                out["times"][key] = times
-                out["overruns"][key] = sum(len(c.status()["overruns"])
-                                           for c in clients) - before
-                out["late"][key] = _late(clients) - late0
+                _measure(clients, arrays, f"{collective}/{network}/{size}", repeats, out)
+                if network == "ideal" and zero_copy:
+                    # the zero-copy API: the bucket already lives in shared memory
+                    shared = [c.shared_array(size // 4, np.float32) for c in clients]
+                    _measure(clients, shared, f"{collective}/{network}-zero-copy/{size}",
+                             repeats, out)
             op.cancel(job["id"])
+
+
+def _measure(clients: list[AgentClient], arrays: list[np.ndarray], key: str, repeats: int,
+             out: dict[str, Any]) -> None:
+    exact = np.full(arrays[0].size, N * (N + 1) / 2, dtype=np.float32)
+    times = []
+    for i in range(repeats + 1):  # the first is a warm-up
+        for r, a in enumerate(arrays):
+            a.fill(r + 1)
+        took, outs = allreduce_all(clients, arrays, inplace=True)
+        _check(outs, exact)
+        if i == 0:
+            before = sum(len(c.status()["overruns"]) for c in clients)
+            late0 = _late(clients)
+        else:
+            times.append(took)
+    out["times"][key] = times
+    out["overruns"][key] = sum(len(c.status()["overruns"]) for c in clients) - before
+    out["late"][key] = _late(clients) - late0
 
 
 def _late(clients: list[AgentClient]) -> int:
@@ -222,7 +231,9 @@ def _pct(values: list[float]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(DEFAULT_TESTBED))
-    parser.add_argument("--sizes-mb", default="1,16,64,256")
+    parser.add_argument("--sizes-mb", default="0.00390625,1,16,64,256",
+                        help="sizes in MiB; the smallest (4 KiB) gives the fixed "
+                             "per-collective overhead")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--collectives", default="ring,halving-doubling")
     parser.add_argument("--modes", default="direct,fabric")
@@ -261,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             ideal = res["times"].get(f"{collective}/ideal/{size}")
             if network == "optical" and ideal:
                 row["x_ideal"] = med / float(np.median(ideal))
+            small = res["times"].get(f"{collective}/{network}/{min(sizes)}")
+            if small and size_i >= 16 * 2**20 - 1:
+                fixed = float(np.median(small))
+                row["fixed_overhead_ms"] = fixed * 1e3
+                row["x_wire_plus_fixed"] = med / (bound + fixed)
             rows.append(row)
     per_byte = {}
     for mode, res in modes.items():
@@ -291,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"all-reduce on {N} nodes, float32, median of {args.repeats}; x gloo = oddl / gloo "
           "in this run; x wire = oddl / line-rate bound")
-    print(f"{'mode':<7} {'collective':<17} {'network':<8} {'MB':>5} {'ms':>8} {'gloo ms':>8} "
+    print(f"{'mode':<7} {'collective':<17} {'network':<17} {'MB':>7} {'ms':>8} {'gloo ms':>8} "
           f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5}")
     for r in rows:
-        print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<8} {r['bytes'] / 2**20:>5.0f} "
+        print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<17} {r['bytes'] / 2**20:>7.3f} "
               f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
               f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
               f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5}")

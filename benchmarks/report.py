@@ -49,6 +49,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{rc['device_delay_ms']:.0f} ms WSS settle",
                     f"p50 {rc['overhead_ms_p50']:.2f} ms, p99 {rc['overhead_ms_p99']:.2f} ms "
                     "(aim ≤ 5 ms)", "", "`python benchmarks/bench_drivers.py`"))
+    out += _dataplane_rows(_get(results, "dataplane"))
     if (r := _get(results, "demo")) is not None:
         g = r["slot_gate_error"]
         out.append(("demo: iteration time optical / ideal electrical (20 iterations, 1M-param MLP)",
@@ -104,6 +105,64 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{ds['search_seconds']:.1f} s (aim < 60 s); ×{ds['speedup_vs_fat_tree']:.2f} "
                     f"vs similar-cost fat-tree, ×{ds['speedup_vs_dp_rings']:.0f} vs DP on rings",
                     "", "`python benchmarks/bench_topoopt.py`"))
+    return out
+
+
+DATAPLANE = "`python benchmarks/bench_dataplane.py`"
+
+
+def _mb(row: dict[str, Any]) -> str:
+    mb = row["bytes"] / 2**20
+    return f"{mb:.0f} MB" if mb >= 1 else f"{row['bytes'] // 1024} KiB"
+
+
+def _dataplane_rows(r: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """The data-plane targets: against gloo, the wire, the ideal network and the gate floor."""
+    if r is None:
+        return []
+    out = []
+    rows = r["rows"]
+
+    def pick(mode: str, coll: str, net: str) -> list[dict[str, Any]]:
+        return [x for x in rows if (x["mode"], x["collective"], x["network"]) == (mode, coll, net)]
+
+    for coll in ("ring", "halving-doubling"):
+        for net, what in (("ideal", "in place, out=a"), ("ideal-zero-copy", "shared_array")):
+            xs = [x for x in pick("direct", coll, net) if "x_gloo" in x]
+            if xs:
+                out.append((f"{coll}, direct links (lab path), {what}: time, × gloo",
+                            ", ".join(f"{_mb(x)} {x['ms']:.1f} ms ×{x['x_gloo']:.2f}" for x in xs),
+                            "gloo, 4 ranks, same run: " + ", ".join(
+                                f"{_mb(x)} {x['gloo_ms']:.1f} ms" for x in xs),
+                            DATAPLANE))
+    for coll in ("ring", "halving-doubling"):
+        xs = [x for x in pick("fabric", coll, "ideal") if "x_wire_plus_fixed" in x]
+        if xs:
+            out.append((f"{coll}, emulated fabric, ideal network: time / (line-rate bound + "
+                        f"fixed {xs[0]['fixed_overhead_ms']:.1f} ms)",
+                        ", ".join(f"{_mb(x)} ×{x['x_wire_plus_fixed']:.2f} (×{x['x_line_rate']:.2f}"
+                                  " bound alone)" for x in xs) + " (aim ≤ 1.15)",
+                        f"2(N−1)/N·S·8/rate at {r['line_rate_gbps']['fabric']:g} Gbit/s",
+                        DATAPLANE))
+        xs = [x for x in pick("fabric", coll, "optical") if "x_ideal" in x]
+        if xs:
+            aim = "1.05" if coll == "ring" else "1.10"
+            out.append((f"{coll}, emulated fabric: optical / ideal, slot overruns",
+                        ", ".join(f"{_mb(x)} ×{x['x_ideal']:.2f} ({x['overruns']})" for x in xs)
+                        + f" (aim ≤ {aim} and 0 overruns at ≥ 16 MB)",
+                        "ideal network, same run", DATAPLANE))
+    for mode, g in r["gate_error"].items():
+        if g["samples"]:
+            f = r["spin_floor_loaded"][mode]
+            out.append((f"slot-gate error, emulated fabric ({r['gate_scheduling'][mode] or 'normal scheduling'})",
+                        f"p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.0f} µs; p99 / floor "
+                        f"×{r['gate_p99_over_loaded_floor'][mode]:.2f} (aim ≤ 2)",
+                        f"bare sleep-then-spin loop during the runs: p99 {f['p99_us']:.0f} µs "
+                        f"(quiet: {r['spin_floor_quiet']['p99_us']:.0f} µs)", DATAPLANE))
+    out.append(("bucket bytes through the local API socket / through shared memory",
+                " / ".join(f"{m}: {r['local_api_socket_bytes'][m]} B / "
+                           f"{r['shared_memory_bytes'][m] / 2**30:.1f} GiB"
+                           for m in r["local_api_socket_bytes"]), "", DATAPLANE))
     return out
 
 

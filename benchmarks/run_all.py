@@ -26,6 +26,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "scheduler": (["bench_scheduler.py"], [], ["--repeats", "3"]),
     "plans": (["bench_plans.py"], [], []),
     "drivers": (["bench_drivers.py"], [], ["--repeats", "100", "--reconfigurations", "5"]),
+    "dataplane": (["bench_dataplane.py"], [], ["--sizes-mb", "0.00390625,1,16,64",
+                                                "--repeats", "2"]),
     "allreduce": (["bench_allreduce.py"], [], ["--repeats", "3"]),
     "allreduce-hd": (["bench_allreduce.py"], ["--collective", "halving-doubling"],
                      ["--repeats", "3"]),

@@ -120,7 +120,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._executors: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._confirmed: set[tuple[str, int, int, str]] = set()
-        self._last_confirm: dict[tuple[str, int], float] = {}
         self._confirm_cond = threading.Condition()
         self.errors: Counter[str] = Counter()
         self.collectives_failed = 0
@@ -331,14 +330,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 if not _sleep_until(t0 + slot.start_s - sched.start_s, self._stop):
                     return
                 required = {(job.id, seq, j, src) for j, src, _dst in need.get(slot.index, [])}
-                # the scheduled time, or a receive timeout after now or after the collective's
-                # last confirmation, whichever is later: slow progress is not a lost flow
-                waiting_since = time.time()
+                # the schedule plus the receive timeout, as the agents' receives
+                deadline = t0 + slot.data_start_s - sched.start_s + timeout
                 with self._confirm_cond:
                     while not required <= self._confirmed:
-                        deadline = max(t0 + slot.data_start_s - sched.start_s,
-                                       waiting_since, self._last_confirm.get((job.id, seq), 0.0)
-                                       ) + timeout
                         remaining = deadline - time.time()
                         if remaining <= 0 or not job.running:
                             missing = ", ".join(f"{src}@slot{j}" for _, _, j, src in
@@ -375,8 +370,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         finally:
             with self._confirm_cond:
                 self._confirmed = {c for c in self._confirmed if not (c[0] == job.id and c[1] <= seq)}
-                self._last_confirm = {k: v for k, v in self._last_confirm.items()
-                                      if not (k[0] == job.id and k[1] <= seq)}
 
     def monitor(self) -> None:
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
@@ -414,7 +407,6 @@ class ControllerService(pb_grpc.ControllerServicer):
     def ConfirmDelivery(self, request, context):  # noqa: N802
         with self._confirm_cond:
             self._confirmed.add((request.job_id, request.seq, request.slot, request.src))
-            self._last_confirm[(request.job_id, request.seq)] = time.time()
             self._confirm_cond.notify_all()
         return pb.ConfirmDeliveryReply()
 

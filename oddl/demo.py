@@ -453,14 +453,24 @@ def format_summary(s: dict[str, Any]) -> str:
         f"guard time spent: {s['guard_time_ms']:.2f} ms",
         f"slot-gate error: p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs, "
         f"max {g['max_us']:.1f} µs ({g['samples']} sends)",
-        f"fabric: {s['fabric'].get('delivered', 0)} frames delivered, "
-        f"{sum(s['fabric'].get('lost', {}).values())} lost",
+        _fabric_line(s["fabric"]),
         f"every all-reduce equal to the exact reduction: {'yes' if s['all_results_exact'] else 'NO'}",
     ]
     if s["problems"]:
         lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
     lines.append(f"logs: {s['run_dir']}")
     return "\n".join(lines)
+
+
+def _fabric_line(fabric: dict[str, Any]) -> str:
+    """What the emulated fabric carried: the agents' streams (chunks) or the relay (frames)."""
+    st = fabric.get("streams")
+    if st:
+        return (f"fabric: {st['delivered']:.0f} chunks delivered ({st['delivered_bytes'] / 2**20:.0f}"
+                f" MiB), {st['lost']:.0f} lost, {st['late']:.0f} late (worst "
+                f"{st['worst_late_s'] * 1e3:.1f} ms after their serialisation end)")
+    return (f"fabric: {fabric.get('delivered', 0)} frames delivered, "
+            f"{sum(fabric.get('lost', {}).values())} lost")
 
 
 def run_demo(args: argparse.Namespace) -> int:

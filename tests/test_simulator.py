@@ -361,7 +361,8 @@ def test_testbed_ideal_prediction_and_calibration():
     assert over.fixed_s == pytest.approx(0.010 - tiny.copy_s - tiny.schedule_s)
     big = predict_testbed_allreduce(cfg, 1 << 20, network="ideal", overheads=over)
     assert big.launch_s == 0.0 and big.fixed_s == over.fixed_s
-    assert big.schedule_s == pytest.approx(6 * 8 * 4 * (1 << 18) / 10e9)
+    assert big.schedule_s == pytest.approx(6 * 8 * 4 * (1 << 18)
+                                           / (cfg.fabric.line_rate_gbps * 1e9))
     assert predict_testbed_allreduce(cfg, 64, network="ideal",
                                      overheads=TestbedOverheads(fixed_s=0.0)).fixed_s == 0.0
 

@@ -65,11 +65,12 @@ class _EchoClient:
         self.calls = 0
         self.fail = fail
 
-    def allreduce(self, array: np.ndarray, *, job: str | None = None) -> np.ndarray:
+    def allreduce(self, array: np.ndarray, *, job: str | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
         self.calls += 1
         if self.fail:
             raise CollectiveError("n1: lost data in slot 3")
-        return array * 4
+        return np.multiply(array, 4, out=out)
 
 
 def test_hook_averages_and_counts_without_blocking_the_caller():
@@ -206,8 +207,9 @@ class _SkewedClient:
     def __init__(self, inner: AgentClient):
         self.inner = inner
 
-    def allreduce(self, array: np.ndarray, *, job: str | None = None) -> np.ndarray:
-        out = self.inner.allreduce(array, job=job)
+    def allreduce(self, array: np.ndarray, *, job: str | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        out = self.inner.allreduce(array, job=job, out=out)
         out[7] += np.float32(1e-3)
         return out
 
@@ -333,8 +335,8 @@ from oddl.agents.client import AgentClient
 real = AgentClient.allreduce
 
 
-def corrupted(self, array, *, job=None):
-    out = real(self, array, job=job)
+def corrupted(self, array, *, job=None, out=None):
+    out = real(self, array, job=job, out=out)
     out[7] += np.float32(1e-3)
     return out
 
