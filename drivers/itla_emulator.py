@@ -344,11 +344,20 @@ class ItlaEmulator:
 
     def respond(self, frame: bytes) -> tuple[bytes | None, float]:
         """Answer one 4-byte request: (reply or None, seconds to wait before sending it)."""
+        if self.on_change is None:
+            return self._respond(frame)
+        before = self._light_state()
         try:
             return self._respond(frame)
         finally:
-            if self.on_change is not None:
+            if self._light_state() != before:
                 self.on_change()
+
+    def _light_state(self) -> tuple[Any, ...]:
+        """What the emitted light depends on (compared around a request: reads change none)."""
+        with self._lock:
+            return (self._sena, self._pending, self._channel, self._ftf, self._pwr,
+                    self._fcf_mhz(), self._grid_mhz())
 
     def transitions(self, now: float) -> list[float]:
         """Future instants at which the light changes by itself (the end of a tuning)."""

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from oddl.drivers.emulator_cli import (
     listen_arg,
@@ -231,11 +232,19 @@ class WssEmulator:
 
     def handle_timed(self, line: str, now: float | None = None) -> list[tuple[float, str]]:
         """Execute one command line at `now`; return (delay after receipt in s, line) pairs."""
+        if self.on_change is None:
+            return self._handle_timed(line, now)
+        before = self._light_state()
         try:
             return self._handle_timed(line, now)
         finally:
-            if self.on_change is not None:
+            if self._light_state() != before:
                 self.on_change()
+
+    def _light_state(self) -> tuple[Any, ...]:
+        """What the routed light depends on (RSW and reset replace the active array)."""
+        with self._lock:
+            return (self._active, self._settle_until)
 
     def transitions(self, now: float) -> list[float]:
         """Future instants at which the light changes by itself (the end of a settle)."""
