@@ -157,8 +157,9 @@ class Agent:
         self._threads: list[threading.Thread] = []
 
     def _gate_thread_setup(self) -> None:
-        """Real-time priority and CPU affinity for the thread that gates sends, where the
-        testbed file asks for them and the system permits (reported either way)."""
+        """Real-time priority and CPU affinity for the threads that gate sends (the sender,
+        and the collective thread for small collectives), where the testbed file asks for
+        them and the system permits (reported either way)."""
         want = self.cfg.agent
         done = []
         if want.gate_cpu >= 0:
@@ -372,6 +373,7 @@ class Agent:
                 "bad-request", f"unknown request {op!r}; use oddl.agents.client.AgentClient")])
 
     def _work_loop(self) -> None:
+        self._gate_thread_setup()  # small collectives gate their sends on this thread
         push = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(self._results_addr)
@@ -663,6 +665,15 @@ class Agent:
                           "the emulated line rate)", self.phy.late, node)
 
     @property
+    def data_path(self) -> str:
+        """How this agent's collective data moves, in words."""
+        if isinstance(self.link, StreamLink):
+            return "tcp streams on the emulated light" if self.phy else "tcp streams"
+        if isinstance(self.link, FabricLink):
+            return "relay through the fabric process"
+        return "zeromq with curve"
+
+    @property
     def misrouted(self) -> int:
         """Frames or chunks that arrived here although meant for another node."""
         if isinstance(self.link, StreamLink):
@@ -673,6 +684,7 @@ class Agent:
         """A JSON-friendly snapshot of this agent."""
         p50, p99, worst = self.gate.percentiles()
         return {"node": self.node_id, "session": self.session, "link": self.link_kind,
+                "data_path": self.data_path,
                 "clock_offset_s": self.clock.offset_s, "clock_rtt_s": self.clock.rtt_s,
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99, "gate_error_max_s": worst,
                 "collectives_done": self.done, "collectives_failed": self.failed,

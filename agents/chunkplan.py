@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
 
 import numpy as np
 
 
-class StepLike(Protocol):
-    """What a plan step offers (`oddl.agents.executor.StepSpec`)."""
+@dataclass(frozen=True)
+class StepSpec:
+    """One plan step as the agent receives it: tuples of transfers (ranks and element
+    ranges) and the op ("reduce" or "copy"); hashable, so chunk plans are cached by it."""
 
     op: str
     src: tuple[int, ...]
@@ -53,7 +54,7 @@ class ChunkPlan:
     pipelined: bool
 
 
-def _segments(steps: Sequence[StepLike], rank: int, k: int, mine_src: bool,
+def _segments(steps: Sequence[StepSpec], rank: int, k: int, mine_src: bool,
               order: Sequence[int] | None) -> list[tuple[int, list[tuple[int, int]]]]:
     step = steps[k]
     by_peer: dict[int, list[tuple[int, int]]] = {}
@@ -69,7 +70,7 @@ def _cut(segs: list[tuple[int, int]], chunk: int) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=64)
-def chunk_plan(steps: tuple[StepLike, ...], rank: int, chunk: int,
+def chunk_plan(steps: tuple[StepSpec, ...], rank: int, chunk: int,
                send_order: tuple[tuple[int, ...], ...] | None = None) -> ChunkPlan:
     """The chunks of `rank` (see the module docstring). `send_order[k]` lists the peers of
     step k in the order this node sends to them (default: transfer order)."""

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from oddl.agents.chunkplan import ChunkPlan, chunk_plan
+from oddl.agents.chunkplan import ChunkPlan, StepSpec, chunk_plan
 from oddl.agents.dataplane import Frame, Link
 from oddl.agents.gate import SlotGate
 from oddl.agents.streams import CHUNK_BYTES, ChunkHead, node_tag
@@ -43,17 +43,6 @@ COPY = "copy"
 OPTINC = "optinc"
 OPTINC_SCALE_STEP = 0  # oddl.drivers.optinc_device.SCALE_STEP
 OPTINC_LEVELS_STEP = 1  # oddl.drivers.optinc_device.LEVELS_STEP
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One plan step as arrays of transfers (ranks and element ranges)."""
-
-    op: str
-    src: tuple[int, ...]
-    dst: tuple[int, ...]
-    offset: tuple[int, ...]
-    length: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from oddl.agents.client import AgentClient, allreduce_all
-from oddl.config import load_testbed
 from oddl.demo import DEFAULT_TESTBED
+from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
+from oddl.procs import ProcessGroup
 
 
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:
@@ -52,19 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
-        resolved = Path(tmp) / "testbed.toml"
-        group.start("emulators", oddl_command("emulate", "testbed", "--config", args.config,
-                                              "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
-        cfg = load_testbed(resolved)
-        clients = []
-        for n in cfg.nodes:
-            info = group.start(f"agent-{n.id}", oddl_command(
-                "agent", "serve", "--config", str(resolved), "--node", n.id,
-                "--controller", address))
-            clients.append(AgentClient(info["local_api"]))
-        op = OperatorClient(address)
+        tb = launch_emulated(group, Path(args.config), Path(tmp))
+        cfg = tb.cfg
+        clients = [AgentClient(tb.agents[n.id]["local_api"]) for n in cfg.nodes]
+        op = OperatorClient(tb.controller)
         rng = np.random.default_rng(0)
         times: dict[tuple[str, str, int], list[float]] = {}
         retunes: dict[tuple[str, int], float] = {}

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from oddl.agents.client import AgentClient, allreduce_all
-from oddl.config import load_testbed
 from oddl.demo import DEFAULT_TESTBED
+from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
+from oddl.procs import ProcessGroup
 
 N = 4
 
@@ -141,21 +141,10 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
     """Start the emulated testbed with `mode` links and time every (collective, network)."""
     out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "gate_errors": []}
     with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
-        resolved = Path(tmp) / "resolved.toml"
-        group.start("emulators", oddl_command(
-            "emulate", "testbed", "--config", str(_testbed_file(Path(tmp), mode, base)),
-            "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
-        cfg = load_testbed(resolved)
-        out["line_rate_gbps"] = cfg.fabric.line_rate_gbps
-        clients = []
-        for n in cfg.nodes:
-            info = group.start(f"agent-{n.id}", oddl_command(
-                "agent", "serve", "--config", str(resolved), "--node", n.id,
-                "--controller", address))
-            clients.append(AgentClient(info["local_api"]))
-        op = OperatorClient(address)
+        tb = launch_emulated(group, _testbed_file(Path(tmp), mode, base), Path(tmp))
+        out["line_rate_gbps"] = tb.cfg.fabric.line_rate_gbps
+        clients = [AgentClient(tb.agents[n.id]["local_api"]) for n in tb.cfg.nodes]
+        op = OperatorClient(tb.controller)
         api0 = sum(c.status()["local_api_bytes"] for c in clients)
         with LoadedFloor() as floor:
             _run_jobs(op, clients, collectives, networks, sizes, repeats, out,

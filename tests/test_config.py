@@ -48,6 +48,10 @@ def _mutate(old: str, new: str, count: int = 1) -> str:
     ('from = "wss0.3"\nto = "n2.rx"', 'from = "wss0.7"\nto = "n2.rx"', "fibres[6].from", "no port '7'"),
     ('[fabric]', '[fabrik]', "fabrik", "did you mean [fabric]"),
     ('kind = "wss"', 'kind = "roadm"', "kind", "use one of itla, wss, powermeter"),
+    ('[fabric]', '[agent]\ngate_priority = 120\n\n[fabric]', "agent.gate_priority",
+     "outside [0, 99]"),
+    ('link = "fabric"', 'link = "fabric"\ntransport = "pigeon"', "fabric.transport",
+     "not one of streams, relay"),
     ("power_dbm = 10.0\npower_range_dbm = [7.0, 13.0]",
      "power_dbm = 15.0\npower_range_dbm = [7.0, 13.0]", "power_dbm", "safety range"),
     ("rx_thz = 193.4", "rx_thz = 193.3", "rx_channel", "its own channel"),
@@ -88,3 +92,21 @@ def test_cli_config_check_bad_file(tmp_path, capsys):
     assert main(["config", "check", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.toml" in err and "laser9" in err
+
+
+def test_agent_gate_scheduling_is_read_and_reported():
+    cfg = parse_testbed(_mutate("[fabric]", "[agent]\ngate_priority = 5\ngate_cpu = 0\n\n[fabric]"),
+                        "t.toml")
+    assert (cfg.agent.gate_priority, cfg.agent.gate_cpu) == (5, 0)
+    assert parse_testbed(dump_testbed(cfg), "t.toml").agent == cfg.agent
+    # the agent applies it to the calling thread where permitted and says what it got
+    import threading
+    import types
+
+    from oddl.agents.agent import Agent
+
+    fake = types.SimpleNamespace(cfg=cfg, node_id="n0", gate_scheduling="normal")
+    t = threading.Thread(target=Agent._gate_thread_setup, args=(fake,))
+    t.start()
+    t.join()
+    assert "CPU 0" in fake.gate_scheduling and "SCHED_FIFO 5" in fake.gate_scheduling

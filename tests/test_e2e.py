@@ -259,6 +259,7 @@ def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
         j = tb.operator.submit("direct", [], "ring", "optical")
         addresses = {a["node_id"]: a["data_address"] for a in tb.operator.status()["agents"]}
         assert addresses["n2"].startswith("tcp://127.0.0.3:")
+        assert {c.status()["data_path"] for c in tb.clients} == {"tcp streams"}
         arrays = _ints(10, 5000)
         exact = np.sum(arrays, axis=0)
         for out in allreduce_all(tb.clients, arrays):
@@ -287,6 +288,7 @@ def test_prometheus_metrics(testbed: RunningTestbed, job: dict):
     assert "oddl_agent_slot_gate_error_seconds_bucket" in agent
     assert 'oddl_agent_collectives_total{node="n0",outcome="ok"}' in agent
     assert 'oddl_agent_bytes_sent_total{node="n0",peer="n1"}' in agent
+    assert 'oddl_agent_late_chunks_total{node="n0"}' in agent
 
 
 @pytest.mark.parametrize("job", [("ring", "optical")], indirect=True)
@@ -298,6 +300,7 @@ def test_the_bucket_stays_out_of_the_local_socket(testbed: RunningTestbed, job: 
     for s, v in zip(shared, values, strict=True):
         s[...] = v
     before = [c.status()["local_api_bytes"] for c in testbed.clients]
+    assert testbed.clients[0].status()["data_path"] == "tcp streams on the emulated light"
     outs = allreduce_all(testbed.clients, shared)
     exact = np.sum(values, axis=0)
     for out, s in zip(outs, shared, strict=True):
@@ -319,3 +322,26 @@ def test_the_bucket_stays_out_of_the_local_socket(testbed: RunningTestbed, job: 
             c.close()
     assert testbed.clients[0].status()["local_api_bytes"] == (
         status["local_api_bytes"] + values[0].nbytes)
+
+
+def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_path: Path):
+    text = EMULATED.read_text().replace('link = "fabric"', 'link = "fabric"\ntransport = "relay"')
+    config = tmp_path / "relay.toml"
+    config.write_text(text)
+    tb = _start(tmp_path, config)
+    try:
+        assert {c.status()["data_path"] for c in tb.clients} == {
+            "relay through the fabric process"}
+        for collective in ("ring", "halving-doubling"):
+            j = tb.operator.submit(f"relay-{collective}", [], collective, "optical")
+            arrays = _ints(12, 300_001)  # several chunks per transfer
+            exact = np.sum(arrays, axis=0)
+            for out in allreduce_all(tb.clients, arrays):
+                assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+            tb.operator.cancel(j["id"])
+        from oddl.demo import _fabric_stats
+
+        stats = _fabric_stats(load_testbed(tb.resolved).fabric.address)
+        assert "streams" not in stats and stats["delivered"] > 0  # frames went through it
+    finally:
+        _stop(tb)
