@@ -526,7 +526,8 @@ class Agent:
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes,
             steps=tuple(_step_spec(s) for s in schedule.steps),
             slots=tuple(_slot_spec(s) for s in schedule.slots), t0_local=t0_local,
-            network=job.network, receive_timeout_s=_receive_timeout(self.cfg, schedule))
+            network=job.network, receive_timeout_s=_receive_timeout(self.cfg, schedule),
+            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
         ok, error = True, ""
         self._current_job = job.id
         self._abort_reason = ""

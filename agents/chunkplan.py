@@ -118,3 +118,18 @@ def chunk_plan(steps: tuple[StepSpec, ...], rank: int, chunk: int,
         tuple(ChunkOp(*c[:4], after, *c[4:]) for c, after in zip(sends, send_after, strict=True)),
         tuple(ChunkOp(*c[:4], after, *c[4:]) for c, after in zip(recvs, recv_after, strict=True)),
         pipelined)
+
+
+@lru_cache(maxsize=64)
+def busiest_port_bytes(steps: tuple[StepSpec, ...], itemsize: int) -> tuple[int, ...]:
+    """Per step, the bytes of the busiest port (a node's sends or its receives, whichever
+    is more, ports being full duplex): what the ideal network's line rate must carry."""
+    out = []
+    for step in steps:
+        sent: dict[int, int] = {}
+        got: dict[int, int] = {}
+        for s, d, n in zip(step.src, step.dst, step.length, strict=True):
+            sent[s] = sent.get(s, 0) + n
+            got[d] = got.get(d, 0) + n
+        out.append(max((*sent.values(), *got.values()), default=0) * itemsize)
+    return tuple(out)

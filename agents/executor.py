@@ -24,12 +24,12 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
-from oddl.agents.chunkplan import ChunkPlan, StepSpec, chunk_plan
+from oddl.agents.chunkplan import ChunkPlan, StepSpec, busiest_port_bytes, chunk_plan
 from oddl.agents.dataplane import Frame, Link
 from oddl.agents.gate import SlotGate
 from oddl.agents.streams import CHUNK_BYTES, ChunkHead, node_tag
@@ -104,6 +104,8 @@ class CollectiveRun:
     t0_local: float = 0.0
     network: str = "optical"
     receive_timeout_s: float = 2.0
+    line_rate_bps: float = 0.0
+    """The ideal network's line rate: its wire time is the schedule receives are due by."""
     stats: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -154,6 +156,15 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
             slot_of[(slot.step, *pair)] = slot
         step_end[slot.step] = max(step_end[slot.step], slot.end_s)
     started = time.time()
+    if not run.gated:
+        # the ideal network has no slots: a step is due when every port has carried the
+        # bytes of the steps so far at the line rate
+        step_end.clear()
+        t = 0.0
+        for k, port_bytes in enumerate(busiest_port_bytes(tuple(run.steps), buf.itemsize)):
+            t += 8.0 * port_bytes / run.line_rate_bps if run.line_rate_bps > 0 else 0.0
+            step_end[k] = t
+        run = replace(run, t0_local=started)
     stop = _Either(cancel)
     worst = [0.0]
     own_sender = sender is None
@@ -241,7 +252,7 @@ def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: S
                                                max(edge, time.time()) + run.receive_timeout_s)
                     if not progress.wait("received", op.after):
                         return
-                    worst[0] = max(worst[0], gate.wait_until(edge, cancel))
+                    worst[0] = max(worst[0], gate.wait_until(edge, stop))
                 elif not progress.wait("received", op.after):
                     return
                 link.send_chunk(run.job_id, dst, ChunkHead(run.seq, op.step, op.offset,
@@ -260,8 +271,7 @@ def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: S
             src = run.nodes[op.peer]
             if not progress.wait("sent", op.after):
                 break
-            slot_end = run.t0_local + step_end[op.step] if run.gated and op.step in step_end \
-                else time.time()
+            slot_end = _due(run, op.step, step_end)
             target = buf[op.offset:op.offset + op.n]
             copy = run.steps[op.step].op != REDUCE
             head, payload = link.recv_chunk(run.job_id, src, run.seq, op.step,
@@ -326,7 +336,7 @@ def _run_steps(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotG
                     if slot.index in granted and handoffs is not None:
                         handoffs.wait_circuits(run.seq, slot.index,
                                                max(edge, time.time()) + run.receive_timeout_s)
-                    worst[0] = max(worst[0], gate.wait_until(edge, cancel))
+                    worst[0] = max(worst[0], gate.wait_until(edge, stop))
                 tag = node_tag(dst)
                 for off, n in sends[d]:
                     for o in range(off, off + n, chunk):
@@ -346,8 +356,7 @@ def _run_steps(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotG
         try:
             for s, segs in recvs.items():
                 src = run.nodes[s]
-                _receive(run, k, src, segs, buf, step.op, link, stop, chunk,
-                         run.t0_local + step_end[k] if run.gated and k in step_end else None)
+                _receive(run, k, src, segs, buf, step.op, link, stop, chunk, step_end)
                 if to_confirm and handoffs is not None:
                     slot = slot_of.get((k, src, me))
                     if slot is not None and (slot.index, src) in to_confirm:
@@ -363,17 +372,15 @@ def _run_steps(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: SlotG
 
 def _receive(run: CollectiveRun, k: int, src: str, segs: list[tuple[int, int]],
              buf: np.ndarray, op: str, link: ChunkLink, stop: _Either, chunk: int,
-             slot_end: float | None) -> None:
-    """Receive one peer's segments of step k chunk by chunk and apply each to `buf`.
-
-    On the optical network the deadline is the step's last slot end plus the receive timeout
-    (the schedule, not how far this node has got); on the ideal network, the receive timeout
-    after the last progress."""
+             step_end: dict[int, float]) -> None:
+    """Receive one peer's segments of step k chunk by chunk and apply each to `buf`, each
+    chunk due by `_due` plus the receive timeout (the schedule, not how far this node has
+    got)."""
     me = run.nodes[run.rank]
     for off, n in segs:
         for o in range(off, off + n, chunk):
             m = min(chunk, off + n - o)
-            deadline = (slot_end if slot_end is not None else time.time()) + run.receive_timeout_s
+            deadline = _due(run, k, step_end) + run.receive_timeout_s
             head, payload = link.recv_chunk(run.job_id, src, run.seq, k, deadline, stop)
             if head.offset != o or head.nbytes != m * buf.itemsize:
                 raise CollectiveError(
@@ -387,6 +394,16 @@ def _receive(run: CollectiveRun, k: int, src: str, segs: list[tuple[int, int]],
             else:
                 target[...] = data
     logger.debug("%s seq %d step %d: received from %s", me, run.seq, k, src)
+
+
+def _due(run: CollectiveRun, k: int, step_end: dict[int, float]) -> float:
+    """When step k's receives are due: its last slot's end on the optical network; on the
+    ideal network the later of now and its end on the wire (both then get the receive
+    timeout on top)."""
+    if k not in step_end:
+        return time.time()
+    due = run.t0_local + step_end[k]
+    return due if run.gated else max(time.time(), due)
 
 
 def _overlap(sends: dict[int, list[tuple[int, int]]],

@@ -13,8 +13,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
+
+
+class Cancel(Protocol):
+    """Anything that says whether to give up (a threading.Event, for one)."""
+
+    def is_set(self) -> bool:
+        """True once the wait should end."""
 
 
 class SlotGate:
@@ -32,7 +40,7 @@ class SlotGate:
         self._overruns: deque[float] = deque(maxlen=history)
         self._lock = threading.Lock()
 
-    def wait_until(self, t_local: float, cancel: threading.Event | None = None) -> float:
+    def wait_until(self, t_local: float, cancel: Cancel | None = None) -> float:
         """Block until `t_local`; return and record the release error (s, positive = late).
 
         When `t_local` has already passed on entry the send is an overrun: it is released at

@@ -2,14 +2,16 @@
 
 A collective's transfers are cut into chunks (`CHUNK_BYTES`). Each chunk goes on the wire as a
 fixed binary header (`ChunkHead`) followed by its payload, on a persistent TCP connection from
-the sender to the receiver that belongs to one job. The receiver reads the header, then the
-payload straight into a scratch buffer that belongs to the connection and is reused for every
-chunk (no allocation, no page faults per message); the collective executor reduces it into
-the bucket before the next chunk is read. One kernel copy in, one out, per hop.
+the sender to the receiver that belongs to one job. At the receiver a thread per stream reads
+every chunk as soon as it arrives into a recycled buffer (no allocation, no page faults per
+message) and queues it; the collective executor takes chunks in order and reduces each into
+the bucket. One kernel copy in, one out, per hop. Because every stream is always drained, a
+sender never waits for the receiver to turn to it: a node that hears several senders in one
+step cannot deadlock them through full socket buffers.
 
-Streams are ordered, so a receiver reads chunks in the order they were sent. Chunks of an
-older collective (left behind by a failed one) are skipped; a chunk from further ahead than
-the receiver expects stays at the head of its stream until asked for.
+Streams are ordered, so chunks are taken in the order they were sent. Chunks of an older
+collective (left behind by a failed one) are skipped; a chunk from further ahead than the
+receiver expects stays at the head of its queue until asked for.
 
 Two modes:
 - direct (the lab): the optical circuit *is* the host link; chunks go to the named peer.
@@ -31,8 +33,8 @@ import struct
 import threading
 import time
 import zlib
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,22 +106,84 @@ class Phy(Protocol):
         """Count a chunk whose light reached no receiver."""
 
 
+MAX_CHUNK = 64 << 20
+"""A header announcing a bigger payload is garbage: the stream is dropped."""
+
+
+class _Pool:
+    """Recycled payload buffers, so a chunk costs no allocation (and no page faults)."""
+
+    def __init__(self, keep: int = 32):
+        self._free: list[bytearray] = []
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bytearray:
+        with self._lock:
+            for i, b in enumerate(self._free):
+                if len(b) >= nbytes:
+                    return self._free.pop(i)
+        return bytearray(max(nbytes, CHUNK_BYTES))
+
+    def give(self, buf: bytearray) -> None:
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(buf)
+
+
 class _Inbound:
-    """One accepted stream: its socket, a reused payload buffer and a header it holds back."""
+    """One accepted stream and the thread that reads it: every chunk is read as soon as it
+    arrives (so a sender never waits for this node to turn to it, which could deadlock a
+    plan whose receiver hears several senders) and queued, in order, for the executor."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, pool: _Pool, cond: threading.Condition,
+                 name: str, on_malformed: Callable[[str], None]):
         self.sock = sock
-        self.head_buf = bytearray(HEAD_BYTES)
-        self.scratch = bytearray(0)
-        self.pending: ChunkHead | None = None
-        self.pending_at = 0.0
+        self.queue: deque[tuple[ChunkHead, bytearray, float]] = deque()
+        self.alive = True
+        self.lent: bytearray | None = None
+        self._pool = pool
+        self._cond = cond
+        self._on_malformed = on_malformed
+        self._thread = threading.Thread(target=self._read, name=name, daemon=True)
+        self._thread.start()
 
-    def buffer(self, nbytes: int) -> memoryview:
-        if len(self.scratch) < nbytes:
-            self.scratch = bytearray(max(nbytes, CHUNK_BYTES))
-        return memoryview(self.scratch)[:nbytes]
+    def _read(self) -> None:
+        head_buf = bytearray(HEAD_BYTES)
+        try:
+            while True:
+                if not _recv_all(self.sock, memoryview(head_buf)):
+                    return
+                head = ChunkHead.unpack(head_buf)
+                if head.nbytes > MAX_CHUNK:
+                    raise ValueError(f"a chunk of {head.nbytes} B (at most {MAX_CHUNK})")
+                buf = self._pool.take(head.nbytes)
+                if not _recv_all(self.sock, memoryview(buf)[:head.nbytes]):
+                    return
+                with self._cond:
+                    self.queue.append((head, buf, time.monotonic()))
+                    self._cond.notify_all()
+        except (ValueError, struct.error) as exc:
+            self._on_malformed(str(exc))
+        except OSError:
+            pass
+        finally:
+            with self._cond:
+                self.alive = False
+                self._cond.notify_all()
+            self.close()
+
+    def recycle(self) -> None:
+        """Return the buffer lent out by the last chunk taken."""
+        if self.lent is not None:
+            self._pool.give(self.lent)
+            self.lent = None
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader blocked in recv
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:
@@ -157,7 +221,8 @@ class StreamLink:
         self.address = f"tcp://{host}:{self._listener.getsockname()[1]}"
         self._peers: dict[str, str] = {}
         self._out: dict[tuple[str, str], socket.socket] = {}
-        self._in: dict[tuple[str, str], _Inbound] = {}
+        self._in: dict[tuple[str, str], list[_Inbound]] = {}
+        self._pool = _Pool()
         self._cond = threading.Condition()
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
@@ -241,16 +306,17 @@ class StreamLink:
             _drain_and_close(sock)
             return
         _tune(sock)
-        sock.settimeout(POLL_S)
+        sock.settimeout(None)
         with self._cond:
             if self._stop.is_set():
                 sock.close()
                 return
-            old = self._in.pop(key, None)
-            self._in[key] = _Inbound(sock)
+            # a sender that reconnects opens a new stream; what the old one delivered in
+            # full comes first
+            self._in.setdefault(key, []).append(_Inbound(
+                sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
+                lambda why, src=key[1]: self._malformed(src, why)))
             self._cond.notify_all()
-        if old is not None:
-            old.close()
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
@@ -275,7 +341,7 @@ class StreamLink:
                 _send_all(sock, raw, deadline_s, cancel, self._stop)
                 _send_all(sock, payload, deadline_s, cancel, self._stop)
                 break
-            except (ConnectionError, BrokenPipeError) as exc:
+            except OSError as exc:  # reset, broken pipe, closed: reconnect, resend the chunk
                 self._drop_out(job, to, sock)
                 if attempt == 2:
                     raise CollectiveError(f"{self.node_id}: the data connection to {to} broke "
@@ -292,50 +358,40 @@ class StreamLink:
                    ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step), its payload valid until the next call
         for this source; CollectiveError at `deadline` (time.time()) or on cancel, naming
-        the last loss on the emulated wire if there was one. A payload of exactly
-        `len(into)` bytes is read straight into `into` (a copy step's target: one copy less;
-        a chunk then lost on the wire has overwritten it, and the collective fails)."""
+        the last loss on the emulated wire if there was one. (`into` is a hint this link
+        does not need: payloads land in recycled buffers.)"""
+        del into
         lost = ""
+        key = (job, src)
         while True:
-            conn = self._inbound(job, src, deadline, cancel, lost)
-            try:
-                head = conn.pending
-                if head is None:
-                    _recv_into(conn.sock, memoryview(conn.head_buf), deadline, cancel)
-                    head = ChunkHead.unpack(conn.head_buf)
-                conn.pending = None
-                if (head.seq, head.step) > (seq, step):
-                    conn.pending = head  # from further ahead: keep it for then
-                    raise _Missing()
-                if into is not None and len(into) == head.nbytes and \
-                        (head.seq, head.step) == (seq, step):
-                    payload = into
-                else:
-                    payload = conn.buffer(head.nbytes)
-                try:
-                    _recv_into(conn.sock, payload, deadline, cancel)
-                except _Timeout:
-                    self._drop_in(job, src, conn)  # the header is read: the stream is mid-chunk
-                    raise
-            except _Missing:
-                raise CollectiveError(self._missing(job, src, seq, step, lost)) from None
-            except (ConnectionError, ValueError, struct.error) as exc:
-                if isinstance(exc, ValueError):
-                    self.malformed += 1
-                    logger.warning("%s: malformed chunk from %s (%s); dropping the stream",
-                                   self.node_id, src, exc)
-                self._drop_in(job, src, conn)
-                continue
-            except _Timeout as exc:
-                if exc.partial:
-                    self._drop_in(job, src, conn)
-                raise CollectiveError(self._missing(job, src, seq, step, lost, cancel)) from None
+            with self._cond:
+                conns = self._in.get(key, [])
+                if conns:
+                    conns[0].recycle()
+                while True:
+                    conns = self._in.get(key, [])
+                    while conns and not conns[0].queue and not conns[0].alive \
+                            and len(conns) > 1:
+                        conns.pop(0)  # a finished stream; its successor carries on
+                    if conns and conns[0].queue:
+                        break
+                    remaining = deadline - time.time()
+                    if remaining <= 0 or (cancel is not None and cancel.is_set()) \
+                            or self._stop.is_set():
+                        raise CollectiveError(self._missing(job, src, seq, step, lost, cancel))
+                    self._cond.wait(min(remaining, POLL_S))
+                conn = conns[0]
+                head, buf, arrived = conn.queue[0]
+                if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
+                    raise CollectiveError(self._missing(job, src, seq, step, lost))
+                conn.queue.popleft()
+                conn.lent = buf
             self.received_bytes += head.nbytes
             if (head.seq, head.step) < (seq, step):
                 self.stale += 1
                 continue
             if self.phy is not None:
-                reason = self.phy.receive(src, head, time.time(), cancel)
+                reason = self.phy.receive(src, head, arrived, cancel)
                 if reason:
                     lost = reason
                     continue
@@ -345,18 +401,12 @@ class StreamLink:
                 logger.warning("%s: a chunk from %s meant for another node arrived here "
                                "(misrouted circuit)", self.node_id, src)
                 continue
-            return head, payload
+            return head, memoryview(buf)[:head.nbytes]
 
-    def _inbound(self, job: str, src: str, deadline: float, cancel: threading.Event | None,
-                 lost: str) -> _Inbound:
-        with self._cond:
-            while (job, src) not in self._in:
-                remaining = deadline - time.time()
-                if remaining <= 0 or (cancel is not None and cancel.is_set()) \
-                        or self._stop.is_set():
-                    raise CollectiveError(self._missing(job, src, -1, -1, lost, cancel))
-                self._cond.wait(min(remaining, POLL_S))
-            return self._in[(job, src)]
+    def _malformed(self, src: str, why: str) -> None:
+        self.malformed += 1
+        logger.warning("%s: malformed chunk from %s (%s); dropped the stream", self.node_id,
+                       src, why)
 
     def _missing(self, job: str, src: str, seq: int, step: int, lost: str,
                  cancel: threading.Event | None = None) -> str:
@@ -368,17 +418,12 @@ class StreamLink:
                 f"{why}; the light path does not reach this node (check the transmitter "
                 "channel and the WSS route, `oddl status`) or the peer failed")
 
-    def _drop_in(self, job: str, src: str, conn: _Inbound) -> None:
-        with self._cond:
-            if self._in.get((job, src)) is conn:
-                del self._in[(job, src)]
-        conn.close()
-
     def forget_job(self, job: str) -> None:
         """Close the streams of a job that ended."""
         with self._cond:
             for key in [k for k in self._in if k[0] == job]:
-                self._in.pop(key).close()
+                for conn in self._in.pop(key):
+                    conn.close()
         with self._out_lock:
             for key in [k for k in self._out if k[0] == job]:
                 self._out.pop(key).close()
@@ -389,23 +434,14 @@ class StreamLink:
         self._thread.join(timeout=2)
         self._listener.close()
         with self._cond:
-            for conn in self._in.values():
-                conn.close()
+            for conns in self._in.values():
+                for conn in conns:
+                    conn.close()
             self._in.clear()
         with self._out_lock:
             for sock in self._out.values():
                 sock.close()
             self._out.clear()
-
-
-class _Missing(Exception):
-    pass
-
-
-class _Timeout(Exception):
-    def __init__(self, partial: bool):
-        super().__init__("timed out")
-        self.partial = partial
 
 
 def _drain_and_close(sock: socket.socket, limit: int = 1 << 20, seconds: float = 2.0) -> None:
@@ -440,20 +476,18 @@ def _recv_exact_blocking(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def _recv_into(sock: socket.socket, view: memoryview, deadline: float,
-               cancel: threading.Event | None) -> None:
-    """Fill `view` from `sock`; _Timeout past `deadline` or on cancel."""
+def _recv_all(sock: socket.socket, view: memoryview) -> bool:
+    """Fill `view` from a blocking socket; False at a clean end of the stream before the
+    first byte, ConnectionError at an end in the middle."""
     pos, n = 0, len(view)
     while pos < n:
-        try:
-            got = sock.recv_into(view[pos:], n - pos)
-        except TimeoutError:
-            if time.time() > deadline or (cancel is not None and cancel.is_set()):
-                raise _Timeout(pos > 0) from None
-            continue
+        got = sock.recv_into(view[pos:], n - pos)
         if got == 0:
-            raise ConnectionError("peer closed the connection")
+            if pos == 0:
+                return False
+            raise ConnectionError("the stream ended in the middle of a chunk")
         pos += got
+    return True
 
 
 def _send_all(sock: socket.socket, data: bytes | memoryview, stall_s: float,

@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from oddl.agents.chunkplan import chunk_plan
+from oddl.agents.chunkplan import busiest_port_bytes, chunk_plan
 from oddl.agents.executor import StepSpec
 from oddl.controller.scheduling import make_plan
 
@@ -84,3 +84,11 @@ def test_a_ring_step_waits_only_for_the_chunks_it_reads():
     assert [op.after for op in by_step[1]] == [1, 2, 3, 4]
     assert [op.first for op in by_step[1]] == [True, False, False, False]
     assert [op.last for op in by_step[1]] == [False, False, False, True]
+
+
+def test_the_ideal_wire_time_counts_the_busiest_port():
+    # WRHT on 4 nodes: the root hears three whole buckets, then sends three
+    wrht = _steps(make_plan("wrht", 4, 1000))
+    assert busiest_port_bytes(wrht, 4) == (3 * 4000, 3 * 4000)
+    ring = _steps(make_plan("ring", 4, 1000))
+    assert busiest_port_bytes(ring, 4) == (1000,) * 6
