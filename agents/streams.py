@@ -113,7 +113,7 @@ MAX_CHUNK = 64 << 20
 class _Pool:
     """Recycled payload buffers, so a chunk costs no allocation (and no page faults)."""
 
-    def __init__(self, keep: int = 32):
+    def __init__(self, keep: int = 64):
         self._free: list[bytearray] = []
         self._keep = keep
         self._lock = threading.Lock()
