@@ -79,13 +79,12 @@ class LightPhy:
     # ---- receiver ---------------------------------------------------------------------
     def receive(self, src: str, head: ChunkHead, arrived: float,
                 cancel: threading.Event | None) -> str:
-        del arrived  # read off the shared monotonic clock instead
         now = self.clock()
         ser = head.t_end - head.t_start
         with self._lock:
             deliver = max(head.t_end, self._rx_free + ser)
             self._rx_free = deliver
-        late = now - deliver
+        late = arrived - deliver  # the wire (sender, network, reader) fell behind, not us
         if late > LATE_S:
             self._row[_C["late"]] += 1
             self._row[_C["worst_late_s"]] = max(self._row[_C["worst_late_s"]], late)

@@ -100,7 +100,8 @@ class Phy(Protocol):
 
     def receive(self, src: str, head: ChunkHead, arrived: float,
                 cancel: threading.Event | None) -> str:
-        """Hold the chunk until its delivery time; return "" or why it is lost."""
+        """Hold the chunk until its delivery time; return "" or why it is lost. `arrived`:
+        when its last byte was read (time.monotonic)."""
 
     def lost(self, src: str, reason: str, nbytes: int) -> None:
         """Count a chunk whose light reached no receiver."""
