@@ -120,9 +120,9 @@ class _Pool:
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> bytearray:
-        with self._lock:
-            for i, b in enumerate(self._free):
-                if len(b) >= nbytes:
+        with self._lock:  # the most recently used first: still in the caches
+            for i in range(len(self._free) - 1, -1, -1):
+                if len(self._free[i]) >= nbytes:
                     return self._free.pop(i)
         return bytearray(max(nbytes, CHUNK_BYTES))
 
