@@ -40,6 +40,7 @@ from oddl.agents.executor import (
 from oddl.agents.gate import SlotGate
 from oddl.agents.lightphy import LightPhy
 from oddl.agents.shm import BucketMaps
+from oddl.agents.standing import Ready, agree, exchange
 from oddl.agents.streams import StreamLink
 from oddl.config import TestbedConfig
 from oddl.drivers.lighttable import LightTable
@@ -65,6 +66,9 @@ class AgentJob:
     next_seq: int = 1
     ended: str = ""
     plans: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
+    standing: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
+    """Schedules that retune nothing, by bucket (elements, dtype): run again without the
+    controller's barrier (`oddl.agents.standing`)."""
 
 
 @dataclass
@@ -142,6 +146,7 @@ class Agent:
                                           initializer=self._gate_thread_setup)
         self.api_bytes = 0
         self.shared_bytes = 0
+        self.standing_runs = 0
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
@@ -470,6 +475,10 @@ class Agent:
             seq = job.next_seq
             job.next_seq += 1
             return self._run_ideal(job, seq, array)
+        if isinstance(self.link, StreamLink) and self.cfg.timing.standing_margin_ms > 0:
+            standing = self._standing(job, array, float(header.get("timeout_s", 60.0)))
+            if standing is not None:
+                return standing
         t_ready = time.time()
         try:
             seq = self._ready(job, array)
@@ -486,7 +495,48 @@ class Agent:
         t0_local = go.t0_ns / 1e9 - self.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
                      seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
+        if not any(c.retune for slot in go.schedule.slots for c in slot.circuits) \
+                and go.schedule.collective != OPTINC:
+            job.standing[(array.size, array.dtype.str)] = go.schedule
         return self._run(job, seq, array, go.schedule, t0_local)
+
+    def _standing(self, job: AgentJob, array: np.ndarray, timeout_s: float
+                  ) -> np.ndarray | None:
+        """Agree with the peers on the next collective; run it on the standing schedule when
+        every node holds one, else return None (the caller enters the controller's barrier
+        with the same sequence number)."""
+        if job.ended:
+            raise OperationRefused(f"job {job.id} has ended: {job.ended}")
+        key = (array.size, array.dtype.str)
+        schedule = job.standing.get(key)
+        seq = job.next_seq
+        mine = Ready(self.node_id, array.size, array.dtype.str,
+                     time.time() + self.clock.offset_s, schedule is not None)
+        peers = [n for n in job.nodes if n != self.node_id]
+        self._current_job = job.id
+        self._abort_reason = ""
+        self._cancel.clear()
+        self._running.set()
+        try:
+            theirs = exchange(self.link, job.id, seq, mine, peers, time.time() + timeout_s,
+                              self._cancel)
+        except CollectiveError as exc:
+            job.next_seq += 1  # the peers gave this collective up too
+            error = exc
+            if self._abort_reason:  # a peer was lost: say which, as the barrier does
+                error = CollectiveError(f"{self.node_id}: collective {seq} of job {job.id} "
+                                        f"ended: {self._abort_reason}")
+            # the controller counts it, so a restarted peer continues after it
+            self._report(job, seq, False, str(error), {})
+            raise error from exc
+        finally:
+            self._running.clear()
+        everyone, t0 = agree(mine, theirs, self.cfg.timing.standing_margin_ms / 1e3)
+        if not everyone or schedule is None:
+            return None
+        job.next_seq += 1
+        self.standing_runs += 1
+        return self._run(job, seq, array, schedule, t0 - self.clock.offset_s)
 
     def _ready(self, job: AgentJob, array: np.ndarray) -> int:
         """Enter the barrier of the job's next collective; return its sequence number."""
@@ -693,6 +743,7 @@ class Agent:
                 "misrouted_frames": self.misrouted,
                 "local_api_bytes": self.api_bytes, "shared_memory_bytes": self.shared_bytes,
                 "gate_scheduling": self.gate_scheduling,
+                "collectives_on_standing_schedules": self.standing_runs,
                 "late_chunks": self.phy.late if self.phy else 0,
                 "worst_late_s": self.phy.worst_late_s if self.phy else 0.0,
                 "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},

@@ -64,6 +64,9 @@ class TimingConfig:
     slot_margin_us: float = 500.0
     launch_margin_ms: float = 5.0
     receive_timeout_ms: float = 2000.0
+    standing_margin_ms: float = 2.0
+    """A repeated collective that retunes nothing starts this long after its last node is
+    ready, agreed among the agents without the controller (0 = always ask the controller)."""
 
 
 @dataclass(frozen=True)

@@ -345,3 +345,31 @@ def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_pa
         assert "streams" not in stats and stats["delivered"] > 0  # frames went through it
     finally:
         _stop(tb)
+
+
+def test_repeated_collectives_run_without_the_controller_barrier(testbed: RunningTestbed):
+    # a ring retunes nothing: after the first all-reduce of a size the agents agree on the
+    # start among themselves; halving-doubling retunes, so every one goes to the controller
+    for collective, expect_standing in (("ring", 2), ("halving-doubling", 0)):
+        j = testbed.operator.submit(f"standing-{collective}", [], collective, "optical")
+        try:
+            before = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
+            for seed in (31, 32, 33):
+                arrays = _ints(seed, 40_000)
+                exact = np.sum(arrays, axis=0)
+                for out in allreduce_all(testbed.clients, arrays):
+                    assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
+            after = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
+            assert [a - b for a, b in zip(after, before, strict=True)] == [expect_standing] * 4
+            assert _collectives_done(testbed, j["id"], expect=3) == 3
+        finally:
+            testbed.operator.cancel(j["id"])
+    # a size the agents have not seen goes through the controller again, and still agrees
+    j = testbed.operator.submit("standing-sizes", [], "ring", "optical")
+    try:
+        for n in (1000, 2000, 1000):
+            arrays = _ints(n, n)
+            for out in allreduce_all(testbed.clients, arrays):
+                assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    finally:
+        testbed.operator.cancel(j["id"])

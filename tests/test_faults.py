@@ -110,8 +110,9 @@ def test_kill_an_agent_mid_collective_then_rejoin(bench: Bench):
                          [rng.integers(0, 9, 100) for _ in range(3)])
     detect = time.monotonic() - t0
     for out in outs:
+        # the controller's verdict, or a peer's refused data connection, whichever is first
         assert isinstance(out, CollectiveError)
-        assert "n3 stopped answering" in str(out)
+        assert "n3 stopped answering" in str(out) or "cannot reach n3" in str(out), out
     assert detect < 10 * 0.3 + 5  # three heartbeats plus the checks, not a receive timeout hang
     status = bench.operator.status()
     assert [a["alive"] for a in status["agents"]] == [True, True, True, False]
