@@ -752,16 +752,19 @@ class Agent:
 
 
 def _light_phy(cfg: TestbedConfig, node_id: str) -> LightPhy | None:
-    """The emulated physical layer on the emulator host's light table, or None (the frames
-    then go through the fabric process: `transport = "relay"`, or no table on this host)."""
+    """The emulated physical layer on the emulator host's light table, or None when the
+    frames go through the fabric process (`transport = "relay"`, or an emulator host that
+    publishes no table). Every agent of a testbed must take the same path, so a table that
+    cannot be opened is an error, not a quiet fallback."""
     if cfg.fabric.transport != "streams" or not cfg.fabric.light_table:
         return None
     try:
         table = LightTable.open(cfg.fabric.light_table)
     except (OSError, ValueError) as exc:
-        logger.warning("%s: cannot open the light table %s (%s); data goes through the "
-                       "fabric process instead", node_id, cfg.fabric.light_table, exc)
-        return None
+        raise OddlError(f"{node_id}: cannot open the emulator host's light table "
+                        f"{cfg.fabric.light_table} ({exc}); run the agents on the emulator "
+                        "host's machine with its resolved testbed file, or set [fabric] "
+                        'transport = "relay" for agents elsewhere') from exc
     return LightPhy(table, [n.id for n in cfg.nodes], node_id,
                     cfg.fabric.line_rate_gbps * 1e9)
 
