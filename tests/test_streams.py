@@ -197,3 +197,18 @@ def test_the_transmitter_is_paced_at_the_line_rate(emulated):
     finally:
         for link in links.values():
             link.close()
+
+
+def test_an_agent_without_the_light_table_refuses_to_start_and_says_why(tmp_path):
+    from dataclasses import replace
+
+    from oddl.agents.agent import _light_phy
+    from oddl.errors import OddlError
+
+    cfg = load_testbed(CONFIG)
+    missing = replace(cfg, fabric=replace(cfg.fabric, light_table=str(tmp_path / "gone")))
+    with pytest.raises(OddlError, match='transport = "relay"'):
+        _light_phy(missing, "n0")
+    relay = replace(cfg, fabric=replace(cfg.fabric, transport="relay",
+                                        light_table=str(tmp_path / "gone")))
+    assert _light_phy(relay, "n0") is None
