@@ -318,6 +318,8 @@ class Agent:
                 job.ended = event.ended.reason or "ended"
             with self._go_cond:
                 self._go_cond.notify_all()
+            if isinstance(self.link, StreamLink):
+                self.link.forget_job(event.ended.job_id)  # its streams, threads and buffers
 
     def _heartbeat_loop(self) -> None:
         last_sync = time.monotonic()

@@ -212,3 +212,19 @@ def test_an_agent_without_the_light_table_refuses_to_start_and_says_why(tmp_path
     relay = replace(cfg, fabric=replace(cfg.fabric, transport="relay",
                                         light_table=str(tmp_path / "gone")))
     assert _light_phy(relay, "n0") is None
+
+
+def test_a_forgotten_job_closes_its_streams_and_a_new_collective_reconnects():
+    a, b = StreamLink("n0", "127.0.0.1:0"), StreamLink("n1", "127.0.0.1:0")
+    try:
+        a.set_peers({"n1": b.address})
+        _send(a, "n1", 1, b"x" * 10, optical=False)
+        assert bytes(b.recv_chunk("j", "n0", 1, 0, time.time() + 10)[1]) == b"x" * 10
+        b.forget_job("j")
+        a.forget_job("j")
+        assert not any(k[0] == "j" for k in b._in)
+        _send(a, "n1", 2, b"y" * 10, optical=False)  # a fresh connection
+        assert bytes(b.recv_chunk("j", "n0", 2, 0, time.time() + 10)[1]) == b"y" * 10
+    finally:
+        a.close()
+        b.close()
