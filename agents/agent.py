@@ -27,6 +27,7 @@ import numpy as np
 import zmq
 
 from oddl import __version__
+from oddl.agents import localapi
 from oddl.agents.clock import ClockEstimate, ClockSample, estimate
 from oddl.agents.dataplane import DirectLink, FabricLink
 from oddl.agents.executor import (
@@ -83,7 +84,7 @@ class Agent:
     """The agent of one node; `start()` it, then `close()` it."""
 
     def __init__(self, cfg: TestbedConfig, node_id: str, controller: str,
-                 local_api: str = "tcp://127.0.0.1:0", data_bind: str | None = None):
+                 local_api: str = localapi.AUTO, data_bind: str | None = None):
         cfg.node(node_id)  # unknown node: ConfigError naming the known ids
         self.cfg = cfg
         self.node_id = node_id
@@ -150,12 +151,7 @@ class Agent:
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
-        if local_api.endswith(":0"):
-            port = self._api.bind_to_random_port(local_api.rsplit(":", 1)[0])
-            self.local_api = f"{local_api.rsplit(':', 1)[0]}:{port}"
-        else:
-            self._api.bind(local_api)
-            self.local_api = local_api
+        self.local_api = localapi.bind(self._api, local_api, node_id)
         self._results = ctx.socket(zmq.PULL)
         self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
         self._results.bind(self._results_addr)
@@ -219,6 +215,7 @@ class Agent:
             self.device_link.close()
         self._buckets.close()
         self._api.close(0)
+        localapi.unlink(self.local_api)
         self._results.close(0)
 
     def register(self) -> None:

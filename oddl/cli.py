@@ -344,8 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     aserve.add_argument("--node", required=True)
     aserve.add_argument("--controller", help="HOST:PORT (default: ODDL_CONTROLLER or "
                         "[controller] address)")
-    aserve.add_argument("--local-api", default="tcp://127.0.0.1:0",
-                        help="address of the training-process API (default %(default)s)")
+    aserve.add_argument("--local-api", default="ipc://auto",
+                        help="address of the training-process API: ipc://auto (default: a "
+                        "Unix socket only this user can open), ipc:///PATH, or "
+                        "tcp://127.0.0.1:PORT (reachable by every local user)")
     aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
                         "and data_port)")
     aserve.add_argument("--ready-file")

@@ -301,6 +301,8 @@ def test_the_bucket_stays_out_of_the_local_socket(testbed: RunningTestbed, job: 
         s[...] = v
     before = [c.status()["local_api_bytes"] for c in testbed.clients]
     assert testbed.clients[0].status()["data_path"] == "tcp streams on the emulated light"
+    # the local API is a Unix socket only this user can open, not a TCP port
+    assert all(c.address.startswith("ipc://") for c in testbed.clients)
     outs = allreduce_all(testbed.clients, shared)
     exact = np.sum(values, axis=0)
     for out, s in zip(outs, shared, strict=True):

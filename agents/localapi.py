@@ -1,0 +1,116 @@
+"""Where the local API listens: a Unix socket only its owner can open, by default.
+
+The local API hands out shared-memory buckets and accepts all-reduce requests for the node.
+Over TCP any local user could reach it; a Unix socket in a private folder (mode 0700, the
+socket itself 0600) limits it to the agent's own user, which the kernel checks at connect
+time. `ipc://auto` picks such a path; an explicit `ipc://PATH` is used as given (its folder
+must exist and must not be writable by others); `tcp://` is accepted only on loopback and
+logs that it is reachable by every local user.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket as pysocket
+import stat
+import tempfile
+from pathlib import Path
+
+import zmq
+
+from oddl.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+AUTO = "ipc://auto"
+_LOOPBACK = ("127.", "localhost", "[::1]")
+# sun_path holds 108 bytes with the terminating NUL
+_MAX_IPC_PATH = 107
+
+
+def runtime_dir() -> Path:
+    """The private folder for agent sockets: $XDG_RUNTIME_DIR/oddl or /tmp/oddl-<uid>."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "oddl" if base else Path(tempfile.gettempdir()) / f"oddl-{os.getuid()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_private_dir(path)
+    return path
+
+
+def check_private_dir(path: Path) -> None:
+    """Refuse a socket folder that another user owns or may write (they could swap the socket)."""
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"local API folder {path} is not a directory; remove it or set "
+                          "XDG_RUNTIME_DIR to a private folder")
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"local API folder {path} belongs to uid {st.st_uid}, not to this "
+                          f"user ({os.getuid()}); remove it or set XDG_RUNTIME_DIR")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"local API folder {path} is writable by others (mode "
+                          f"{st.st_mode & 0o777:o}); chmod 700 it")
+
+
+def bind(socket: zmq.Socket, address: str, node_id: str) -> str:
+    """Bind the local API socket to `address`; return the address clients connect to."""
+    if address == AUTO:
+        path = runtime_dir() / f"agent-{node_id}-{os.getpid()}.sock"
+        return _bind_ipc(socket, path)
+    if address.startswith("ipc://"):
+        path = Path(address[len("ipc://"):])
+        if not path.is_absolute():
+            raise ConfigError(f"local API {address}: use an absolute path (ipc:///run/oddl/"
+                              f"{node_id}.sock) or ipc://auto")
+        check_private_dir(path.parent)
+        return _bind_ipc(socket, path)
+    if address.startswith("tcp://"):
+        host = address[len("tcp://"):].rsplit(":", 1)[0]
+        if not host.startswith(_LOOPBACK):
+            raise ConfigError(f"local API {address}: the training process's API must not "
+                              "listen beyond this host; use ipc://auto (default) or "
+                              "tcp://127.0.0.1:0")
+        logger.warning("%s: local API on %s: every local user can reach it; ipc://auto "
+                       "limits it to this user", node_id, address)
+        if address.endswith(":0"):
+            port = socket.bind_to_random_port(address.rsplit(":", 1)[0])
+            return f"{address.rsplit(':', 1)[0]}:{port}"
+        socket.bind(address)
+        return address
+    raise ConfigError(f"local API {address!r}: use ipc://auto, ipc:///absolute/path or "
+                      "tcp://127.0.0.1:PORT")
+
+
+def _bind_ipc(socket: zmq.Socket, path: Path) -> str:
+    if len(str(path).encode()) > _MAX_IPC_PATH:
+        raise ConfigError(f"local API socket path {path} is longer than {_MAX_IPC_PATH} bytes; "
+                          "use a shorter folder (XDG_RUNTIME_DIR)")
+    if path.exists() or path.is_symlink():
+        if _listening(path):
+            raise ConfigError(f"local API socket {path} is in use by another process; stop "
+                              "that agent or pick another path")
+        path.unlink()  # left by an agent that was killed; the folder is ours alone
+    old = os.umask(0o177)
+    try:
+        socket.bind(f"ipc://{path}")
+    finally:
+        os.umask(old)
+    return f"ipc://{path}"
+
+
+def _listening(path: Path) -> bool:
+    probe = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def unlink(address: str) -> None:
+    """Remove the socket file of an ipc address (the agent is closing)."""
+    if address.startswith("ipc://"):
+        Path(address[len("ipc://"):]).unlink(missing_ok=True)

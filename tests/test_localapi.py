@@ -1,0 +1,131 @@
+"""The local API listens where only the agent's user can reach it (issue: secure by default)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+import zmq
+
+from oddl.agents import localapi
+from oddl.errors import ConfigError
+
+
+@pytest.fixture
+def zsock():
+    s = zmq.Context.instance().socket(zmq.ROUTER)
+    s.setsockopt(zmq.LINGER, 0)
+    yield s
+    s.close(0)
+
+
+@pytest.fixture
+def private_runtime(monkeypatch):
+    # short path: sun_path is 108 bytes
+    base = Path(f"/tmp/oddl-t-{os.getpid()}")
+    base.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    yield base
+    for p in sorted(base.rglob("*"), reverse=True):
+        p.unlink() if not p.is_dir() else p.rmdir()
+    base.rmdir()
+
+
+def test_auto_is_a_unix_socket_only_its_owner_can_open(zsock, private_runtime):
+    address = localapi.bind(zsock, localapi.AUTO, "n0")
+    assert address.startswith("ipc://")
+    path = Path(address[len("ipc://"):])
+    assert path.parent == private_runtime / "oddl"
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_ISSOCK(path.stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
+    localapi.unlink(address)
+    assert not path.exists()
+
+
+def test_a_client_of_the_same_user_gets_answers(zsock, private_runtime):
+    address = localapi.bind(zsock, localapi.AUTO, "n1")
+    client = zmq.Context.instance().socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.connect(address)
+    client.send(b"ping")
+    assert zsock.poll(10_000)
+    ident, body = zsock.recv_multipart()
+    assert body == b"ping"
+    client.close(0)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+def test_another_user_cannot_connect(zsock, private_runtime):
+    address = localapi.bind(zsock, localapi.AUTO, "n2")
+    path = address[len("ipc://"):]
+    pid = os.fork()
+    if pid == 0:  # child: become nobody, try the socket
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                code = 0
+            except PermissionError:
+                code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1, "another user reached the local API"
+
+
+def test_tcp_beyond_loopback_is_refused(zsock):
+    with pytest.raises(ConfigError, match="must not listen beyond this host"):
+        localapi.bind(zsock, "tcp://0.0.0.0:0", "n0")
+
+
+def test_tcp_on_loopback_still_works_with_a_warning(zsock, caplog):
+    address = localapi.bind(zsock, "tcp://127.0.0.1:0", "n0")
+    assert address.startswith("tcp://127.0.0.1:") and not address.endswith(":0")
+    assert "every local user can reach it" in caplog.text
+
+
+def test_a_folder_others_may_write_is_refused(zsock):
+    shared = Path(f"/tmp/oddl-shared-{os.getpid()}")
+    shared.mkdir(exist_ok=True)
+    try:
+        shared.chmod(0o777)
+        with pytest.raises(ConfigError, match="writable by others"):
+            localapi.bind(zsock, f"ipc://{shared}/n0.sock", "n0")
+    finally:
+        shared.rmdir()
+
+
+def test_a_socket_in_use_is_not_taken_over(zsock, private_runtime):
+    path = private_runtime / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    try:
+        with pytest.raises(ConfigError, match="in use by another process"):
+            localapi.bind(zsock, f"ipc://{path}", "n0")
+    finally:
+        listener.close()
+        path.unlink()
+
+
+def test_a_stale_socket_file_is_replaced(zsock, private_runtime):
+    path = private_runtime / "stale.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: an agent that was killed
+    assert localapi.bind(zsock, f"ipc://{path}", "n0") == f"ipc://{path}"
+    localapi.unlink(f"ipc://{path}")
+
+
+def test_relative_and_unknown_addresses_name_the_fix(zsock):
+    with pytest.raises(ConfigError, match="absolute path"):
+        localapi.bind(zsock, "ipc://agent.sock", "n0")
+    with pytest.raises(ConfigError, match="ipc://auto"):
+        localapi.bind(zsock, "udp://127.0.0.1:1", "n0")
