@@ -7,6 +7,7 @@ and the slot executor that retunes transmitters at slot edges during a collectiv
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import queue
 import threading
@@ -36,7 +37,7 @@ from oddl.controller.jobs import (
 from oddl.controller.scheduling import Schedule, handoffs
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
-from oddl.errors import OddlError, OperationRefused, SafetyLimitError
+from oddl.errors import ConfigError, OddlError, OperationRefused, SafetyLimitError
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
@@ -579,7 +580,18 @@ class ControllerServer:
 
     def __init__(self, cfg: TestbedConfig, listen: str | None = None,
                  devices: DeviceManager | None = None, max_workers: int = 32,
-                 metrics_listen: str | None = "127.0.0.1:0", state: str | None = None):
+                 metrics_listen: str | None = "127.0.0.1:0", state: str | None = None,
+                 insecure: bool = False):
+        where = listen or cfg.controller.listen
+        if not cfg.security.enabled and not insecure and not is_loopback(where):
+            raise ConfigError(
+                f"controller: refusing to serve without TLS on {where}: anyone who reaches it "
+                "could retune lasers and rewrite WSS routes. Set [security] certs (make them "
+                "with `oddl certs init`), listen on 127.0.0.1, or pass --insecure to serve "
+                "plaintext on purpose")
+        if not cfg.security.enabled and not is_loopback(where):
+            logger.warning("controller: serving WITHOUT TLS on %s (--insecure): anyone who "
+                           "reaches this port can reconfigure the testbed", where)
         self.cfg = cfg
         self.metrics = Metrics("oddl")
         path = state if state is not None else cfg.controller.state
@@ -604,7 +616,6 @@ class ControllerServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        where = listen or cfg.controller.listen
         if cfg.security.enabled:
             self.port = self.server.add_secure_port(where, server_credentials(self.security))
         else:
@@ -672,6 +683,17 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     now = time.monotonic()
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
                 sum(1 for rec in list(svc.agents.values()) if svc._alive(rec, now)))
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT listens on this host only (127.0.0.0/8, ::1, localhost)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name or a wildcard: reachable from elsewhere
 
 
 def _receive_timeout(cfg: TestbedConfig, schedule: pb.Schedule) -> float:

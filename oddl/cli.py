@@ -106,7 +106,7 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
 
     cfg = load_testbed(args.config)
     server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
-                              state=args.state)
+                              state=args.state, insecure=args.insecure)
     server.start()
     try:
         _print_ready({"ready": True, "address": server.address, "testbed": cfg.name,
@@ -335,6 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
     serve.add_argument("--state", help="SQLite file to persist jobs, verified device state and "
                        "events in, and to resume from (default: [controller] state)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="serve plaintext gRPC on a non-loopback address although the "
+                       "testbed file has no [security] certs (anyone who reaches the port "
+                       "can reconfigure the testbed)")
     serve.set_defaults(func=cmd_controller_serve)
 
     ag = sub.add_parser("agent", help="a node agent").add_subparsers(dest="agent_cmd",

@@ -150,3 +150,41 @@ def test_secure_direct_links(tmp_path):
             c.close()
         op.close()
         group.stop_all()
+
+
+# ---- secure by default: no plaintext control beyond loopback unless asked for ----------------
+
+def test_the_controller_refuses_plaintext_beyond_loopback():
+    from oddl.controller.service import ControllerServer
+    from oddl.errors import ConfigError
+
+    cfg = load_testbed(EMULATED)
+    with pytest.raises(ConfigError, match=r"refusing to serve without TLS on 0\.0\.0\.0:0.*"
+                                          r"oddl certs init.*--insecure"):
+        ControllerServer(cfg, "0.0.0.0:0", metrics_listen=None)
+
+
+def test_insecure_serves_plaintext_on_purpose_and_says_so(caplog):
+    from oddl.controller.service import ControllerServer
+
+    cfg = load_testbed(EMULATED)
+    server = ControllerServer(cfg, "0.0.0.0:0", metrics_listen=None, insecure=True)
+    try:
+        assert server.port > 0
+        assert "WITHOUT TLS" in caplog.text
+    finally:
+        server.server.stop(0)
+
+
+def test_the_cli_refusal_names_the_fix():
+    result = subprocess.run(oddl_command("controller", "serve", "--config", str(EMULATED),
+                                         "--listen", "0.0.0.0:0", "--metrics", ""),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "--insecure" in result.stderr and "oddl certs init" in result.stderr
+
+
+def test_the_lab_file_uses_the_certificates():
+    lab = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "lab-4node.toml"
+    cfg = load_testbed(lab)
+    assert cfg.security.enabled, "the lab testbed file must run with TLS and CURVE"
