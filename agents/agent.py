@@ -42,10 +42,11 @@ from oddl.agents.gate import SlotGate
 from oddl.agents.lightphy import LightPhy
 from oddl.agents.shm import BucketMaps
 from oddl.agents.standing import Ready, agree, exchange
+from oddl.agents.streamauth import StreamAuth
 from oddl.agents.streams import StreamLink
 from oddl.config import TestbedConfig
 from oddl.drivers.lighttable import LightTable
-from oddl.errors import CollectiveError, OddlError, OperationRefused
+from oddl.errors import CollectiveError, ConfigError, OddlError, OperationRefused
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
@@ -126,10 +127,14 @@ class Agent:
         self.link: StreamLink | DirectLink | FabricLink
         self.device_link: FabricLink | None = None
         bind = data_bind or f"{node.host}:{node.data_port}"
-        if self.link_kind == "direct" and security is not None:
-            self.link = DirectLink(node_id, bind, security=security)  # CURVE on ZeroMQ
+        if self.link_kind == "direct" and cfg.fabric.transport == "curve":
+            if security is None:
+                raise ConfigError('[fabric] transport = "curve" encrypts the direct links '
+                                  "with the lab's CURVE keys: set [security] certs, or use "
+                                  'transport = "streams"')
+            self.link = DirectLink(node_id, bind, security=security)  # encrypted, ZeroMQ
         elif self.link_kind == "direct":
-            self.link = StreamLink(node_id, bind)
+            self.link = StreamLink(node_id, bind, auth=_stream_auth(cfg, node_id, security))
         else:
             if not cfg.fabric.address:
                 raise OddlError("the testbed file has no [fabric] address; start the emulated "
@@ -718,7 +723,8 @@ class Agent:
     def data_path(self) -> str:
         """How this agent's collective data moves, in words."""
         if isinstance(self.link, StreamLink):
-            return "tcp streams on the emulated light" if self.phy else "tcp streams"
+            where = "tcp streams on the emulated light" if self.phy else "tcp streams"
+            return f"{where}, authenticated" if self.link.auth is not None else where
         if isinstance(self.link, FabricLink):
             return "relay through the fabric process"
         return "zeromq with curve"
@@ -748,6 +754,17 @@ class Agent:
                 "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},
                 "gate_errors": self.gate.errors()[-2000:],
                 "overruns": self.gate.overruns()[-2000:]}
+
+
+def _stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth | None:
+    """The nodes' CURVE keys for authenticated streams (secure mode), else None."""
+    if security is None:
+        return None
+    peers = {n.id: security.curve_public(n.id) for n in cfg.nodes}
+    keys = security.curve_keys(node_id)
+    from oddl.revocation import read_revoked
+
+    return StreamAuth(node_id, keys.secret, peers, revoked=set(read_revoked(security.root).keys))
 
 
 def _light_phy(cfg: TestbedConfig, node_id: str) -> LightPhy | None:

@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from oddl.agents.streamauth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
+from oddl.agents.streamauth import REPLY as AUTH_REPLY
 from oddl.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
@@ -208,8 +210,10 @@ def _parse_address(address: str) -> tuple[str, int]:
 class StreamLink:
     """Chunk streams over TCP between this node and its peers (see the module docstring)."""
 
-    def __init__(self, node_id: str, bind: str, *, phy: Phy | None = None):
+    def __init__(self, node_id: str, bind: str, *, phy: Phy | None = None,
+                 auth: StreamAuth | None = None):
         self.node_id = node_id
+        self.auth = auth
         self.tag = node_tag(node_id)
         self.phy = phy
         host, port = _parse_address(bind)
@@ -233,6 +237,7 @@ class StreamLink:
         self.misrouted = 0
         self.malformed = 0
         self.stale = 0
+        self.refused_auth = 0
         self._thread = threading.Thread(target=self._accept_loop, name=f"{node_id}-streams",
                                         daemon=True)
         self._thread.start()
@@ -263,8 +268,13 @@ class StreamLink:
             raise CollectiveError(f"{self.node_id}: cannot reach {dst} at {address} ({exc}); "
                                   "is its agent running?") from exc
         _tune(sock)
-        hello = json.dumps({"job": job, "src": self.node_id}).encode()
-        sock.sendall(HELLO + struct.pack("<H", len(hello)) + hello)
+        try:
+            self._hello(sock, job, dst)
+        except (OSError, AuthError) as exc:
+            sock.close()
+            raise CollectiveError(f"{self.node_id}: {dst} at {address} refused the data "
+                                  f"stream or failed to prove its identity ({exc}); check "
+                                  "that every host has the same [security] certs") from exc
         sock.settimeout(POLL_S)
         with self._out_lock:
             old = self._out.pop((job, dst), None)
@@ -272,6 +282,24 @@ class StreamLink:
                 old.close()
             self._out[(job, dst)] = sock
         return sock
+
+    def _hello(self, sock: socket.socket, job: str, dst: str) -> None:
+        """Announce the stream; in secure mode, prove who we are and check who answers."""
+        msg: dict[str, str] = {"job": job, "src": self.node_id}
+        if self.auth is None:
+            raw = json.dumps(msg).encode()
+            sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
+            return
+        cn = self.auth.nonce()
+        msg["nonce"] = cn.hex()
+        raw = json.dumps(msg).encode()
+        sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
+        reply = _recv_exact_blocking(sock, len(AUTH_REPLY) + NONCE_BYTES + MAC_BYTES)
+        if reply[:len(AUTH_REPLY)] != AUTH_REPLY:
+            raise AuthError("the peer does not run secure mode")
+        sn = reply[len(AUTH_REPLY):len(AUTH_REPLY) + NONCE_BYTES]
+        self.auth.check_server(dst, job, cn, sn, reply[-MAC_BYTES:])
+        sock.sendall(self.auth.client_proof(dst, job, cn, sn))
 
     def _drop_out(self, job: str, dst: str, sock: socket.socket) -> None:
         with self._out_lock:
@@ -301,6 +329,13 @@ class StreamLink:
             (n,) = struct.unpack("<H", head[4:])
             hello = json.loads(_recv_exact_blocking(sock, n))
             key = (str(hello["job"]), str(hello["src"]))
+            if self.auth is not None:
+                self._prove(sock, hello, key)
+        except AuthError as exc:
+            self.refused_auth += 1
+            logger.warning("%s: refused a data stream: %s", self.node_id, exc)
+            sock.close()
+            return
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.malformed += 1
             logger.warning("%s: refused a data connection (%s)", self.node_id, exc)
@@ -318,6 +353,20 @@ class StreamLink:
                 sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
                 lambda why, src=key[1]: self._malformed(src, why)))
             self._cond.notify_all()
+
+    def _prove(self, sock: socket.socket, hello: dict, key: tuple[str, str]) -> None:
+        """Server side of the secure hello: prove this node, check the client's proof."""
+        assert self.auth is not None
+        job, src = key
+        if "nonce" not in hello:
+            raise AuthError(f"a stream from {src!r} came without authentication; start its "
+                            "agent with the lab's [security] certs")
+        cn = bytes.fromhex(str(hello["nonce"]))
+        if len(cn) != NONCE_BYTES:
+            raise AuthError(f"a stream from {src!r} sent a malformed nonce")
+        sn = self.auth.nonce()
+        sock.sendall(AUTH_REPLY + sn + self.auth.server_proof(src, job, cn, sn))
+        self.auth.check_client(src, job, cn, sn, _recv_exact_blocking(sock, MAC_BYTES))
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,

@@ -604,10 +604,12 @@ class ControllerServer:
         self.metrics_listen = metrics_listen
         interceptors = []
         if cfg.security.enabled:
+            from oddl.revocation import RevocationList
             from oddl.security import AuthorizationInterceptor, SecurityFiles, server_credentials
 
             self.security = SecurityFiles.load(cfg.security.certs)
-            interceptors.append(AuthorizationInterceptor())
+            interceptors.append(AuthorizationInterceptor(
+                revocations=RevocationList(self.security.root)))
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                              thread_name_prefix="grpc"),
                                   interceptors=interceptors)

@@ -60,7 +60,29 @@ def register(subparsers: Any) -> Any:
                       "needs the new files)")
     init.add_argument("--json", action="store_true", help="print the manifest as JSON")
     init.set_defaults(func=cmd_init)
+
+    rev = csub.add_parser(
+        "revoke", help="revoke a node's or an operator's certificate and CURVE key",
+        description="Record the certificate serial and CURVE key of one identity in "
+        "DIR/revoked.json: the controller refuses it at once, the fabric and the links at "
+        "their next start. Copy the file to every host. `oddl certs rotate` issues new ones.")
+    rev.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
+    who = rev.add_mutually_exclusive_group(required=True)
+    who.add_argument("--node", help="node id (its agent certificate and node key)")
+    who.add_argument("--operator", help="operator name")
+    rev.add_argument("--reason", default="", help="recorded with the entry")
+    rev.set_defaults(func=cmd_revoke)
     return csub
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    """Revoke one identity; print what was revoked."""
+    from oddl.revocation import REVOKED, revoke
+
+    entry = revoke(args.certs, node=args.node, operator=args.operator, reason=args.reason)
+    print(f"revoked {entry['kind']} {entry['name']}: certificate {entry['serial']} and CURVE "
+          f"key {entry['curve_public']} (in {args.certs}/{REVOKED}; copy it to every host)")
+    return EXIT_OK
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ OPTINC = "optinc"
 """Kind of an OptINC in-network averaging device (served by the emulated fabric, no driver)."""
 OPTINC_MAX_INPUTS = 64  # oddl.drivers.optinc_model.MAX_INPUTS (not imported: keeps this light)
 LINK_KINDS = ("fabric", "direct")
-TRANSPORTS = ("streams", "relay")
+TRANSPORTS = ("streams", "relay", "curve")
 
 _REQUIRED = object()
 
@@ -78,8 +78,10 @@ class FabricConfig:
     address: str = ""
     listen: str = "127.0.0.1:0"
     transport: str = "streams"
-    """How the emulated fabric moves bytes: "streams" (agent to agent over TCP, where the
-    light table says the light goes) or "relay" (every frame through the fabric process)."""
+    """How bytes move: "streams" (agent to agent over TCP; on the emulated fabric where the
+    light table says the light goes; with [security] certs the streams are mutually
+    authenticated with the nodes' keys), "relay" (every frame through the fabric process), or
+    "curve" (direct links as ZeroMQ CURVE sockets: encrypted, needs [security] certs, slower)."""
     light_table: str = ""
     """The emulator host's light table (shared memory), filled in the resolved file."""
 

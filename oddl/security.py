@@ -214,13 +214,17 @@ class SecurityFiles:
         return keys
 
     def curve_clients(self, *, operators: bool = True) -> dict[bytes, str]:
-        """The allow-list: public key (z85) → User-Id for every node (and operator) key."""
+        """The allow-list: public key (z85) → User-Id for every node (and operator) key that
+        is not revoked (``revoked.json``, oddl/revocation.py)."""
+        from oddl.revocation import read_revoked
+
         curve = self.manifest["curve"]
         allowed = {e["public_key"].encode("ascii"): node for node, e in curve["nodes"].items()}
         if operators:
             allowed.update({e["public_key"].encode("ascii"): OPERATOR_USER_PREFIX + name
                             for name, e in curve["operators"].items()})
-        return allowed
+        revoked = read_revoked(self.root).keys
+        return {k: u for k, u in allowed.items() if k not in revoked}
 
     def written(self) -> list[Path]:
         """Every file the manifest lists (the manifest itself excluded)."""
@@ -595,6 +599,7 @@ class Identity:
     role: str
     node: str | None = None
     name: str = ""
+    serial: int = field(default=0, compare=False)
 
     def describe(self) -> str:
         """``agent n0``, ``operator alice``, ``server oddl-controller``."""
@@ -612,7 +617,8 @@ def identity_from_pem(pem: bytes) -> Identity:
     cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     role = str(ous[0].value) if len(ous) == 1 else ""
     name = str(cns[0].value) if len(cns) == 1 else ""
-    return Identity(role=role, node=name if role == ROLE_AGENT and name else None, name=name)
+    return Identity(role=role, node=name if role == ROLE_AGENT and name else None, name=name,
+                    serial=cert.serial_number)
 
 
 def peer_identity(context: grpc.ServicerContext) -> Identity | None:
@@ -720,8 +726,9 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
     def __init__(self, rules: Mapping[str, Rule] = METHOD_RULES, *,
                  service: str = CONTROLLER_SERVICE,
                  auxiliary: Mapping[str, Rule] = AUXILIARY_RULES,
-                 service_descriptor: Any = None) -> None:
+                 service_descriptor: Any = None, revocations: Any = None) -> None:
         check_rules(rules, service_descriptor)
+        self._revocations = revocations  # a RevocationList (oddl/revocation.py) or None
         self._rules: dict[str, Rule] = {f"/{service}/{m}": r for m, r in rules.items()}
         self._rules.update(auxiliary)
 
@@ -744,6 +751,12 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
             _abort(context, grpc.StatusCode.UNAUTHENTICATED,
                    f"{short} needs a client certificate from the lab CA: connect over TLS "
                    "with a certificate from `oddl certs init`")
+        if self._revocations is not None and who.serial in self._revocations.current().serials:
+            logger.warning("refused %s from %s: %s's certificate %x is revoked", short,
+                           context.peer(), who.describe(), who.serial)
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED,
+                   f"the certificate of {who.describe()} (serial {who.serial:x}) is revoked; "
+                   "get a new one with `oddl certs rotate`")
         if rule is None:
             self._deny(context, who, short, f"{method} is not in the authorization table "
                        "(oddl/security.py); add it with the roles allowed to call it")

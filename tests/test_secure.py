@@ -33,13 +33,15 @@ from oddl.security import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-def _start(tmp: Path, link: str) -> tuple[ProcessGroup, OperatorClient, list[AgentClient], dict]:
+def _start(tmp: Path, link: str, transport: str = ""
+           ) -> tuple[ProcessGroup, OperatorClient, list[AgentClient], dict]:
     certs = tmp / "certs"
     result = subprocess.run(oddl_command("certs", "init", "--out", str(certs), "--nodes",
                                          "n0,n1,n2,n3"), capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    text = EMULATED.read_text().replace('link = "fabric"', f'link = "{link}"')
+    text = EMULATED.read_text().replace(
+        'link = "fabric"', f'link = "{link}"' + (f'\ntransport = "{transport}"' if transport else ""))
     if link == "direct":
         for i in range(4):
             text = text.replace(f'id = "n{i}"\nhost = "127.0.0.1"',
@@ -141,10 +143,27 @@ def test_strangers_are_kept_out(secure, tmp_path):
 
 
 def test_secure_direct_links(tmp_path):
+    """Secure direct links: mutually authenticated TCP streams (agents/streamauth.py)."""
     group, op, clients, _info = _start(tmp_path, "direct")
     try:
         op.submit("secure-direct", [], "ring", "optical")
         assert _exact(clients, 2)
+        # the lab path keeps its speed in secure mode: streams whose ends proved their keys
+        assert {c.status()["data_path"] for c in clients} == {"tcp streams, authenticated"}
+    finally:
+        for c in clients:
+            c.close()
+        op.close()
+        group.stop_all()
+
+
+def test_secure_direct_links_encrypted(tmp_path):
+    """transport = "curve": the direct links as ZeroMQ CURVE sockets (encrypted)."""
+    group, op, clients, _info = _start(tmp_path, "direct", transport="curve")
+    try:
+        op.submit("secure-curve", [], "ring", "ideal")
+        assert _exact(clients, 1)
+        assert {c.status()["data_path"] for c in clients} == {"zeromq with curve"}
     finally:
         for c in clients:
             c.close()
