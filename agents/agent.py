@@ -85,7 +85,8 @@ class Agent:
     """The agent of one node; `start()` it, then `close()` it."""
 
     def __init__(self, cfg: TestbedConfig, node_id: str, controller: str,
-                 local_api: str = localapi.AUTO, data_bind: str | None = None):
+                 local_api: str = localapi.AUTO, data_bind: str | None = None,
+                 local_api_group: str | None = None):
         cfg.node(node_id)  # unknown node: ConfigError naming the known ids
         self.cfg = cfg
         self.node_id = node_id
@@ -156,7 +157,7 @@ class Agent:
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
-        self.local_api = localapi.bind(self._api, local_api, node_id)
+        self.local_api = localapi.bind(self._api, local_api, node_id, local_api_group)
         self._results = ctx.socket(zmq.PULL)
         self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
         self._results.bind(self._results_addr)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from oddl.agents import localapi
 from oddl.agents.shm import SharedBucket
 from oddl.errors import CollectiveError, OperationRefused
 
@@ -50,7 +51,7 @@ class AgentClient:
         if self._bucket is None or self._bucket.size < nbytes:
             if self._bucket is not None:
                 self._bucket.close()
-            self._bucket = SharedBucket(nbytes)
+            self._bucket = SharedBucket(nbytes, group=localapi.shared_group(self.address))
         return self._bucket
 
     def allreduce(self, array: np.ndarray, *, job: str | None = None,

@@ -29,9 +29,10 @@ _LOOPBACK = ("127.", "localhost", "[::1]")
 _MAX_IPC_PATH = 107
 
 
-def runtime_dir() -> Path:
-    """The private folder for agent sockets: $XDG_RUNTIME_DIR/oddl or /tmp/oddl-<uid>."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
+def runtime_dir(shared: bool = False) -> Path:
+    """The folder for agent sockets: $XDG_RUNTIME_DIR/oddl or /tmp/oddl-<uid>; for a socket
+    shared with a group always the latter (a user's runtime folder is closed to others)."""
+    base = None if shared else os.environ.get("XDG_RUNTIME_DIR")
     path = Path(base) / "oddl" if base else Path(tempfile.gettempdir()) / f"oddl-{os.getuid()}"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_private_dir(path)
@@ -52,18 +53,24 @@ def check_private_dir(path: Path) -> None:
                           f"{st.st_mode & 0o777:o}); chmod 700 it")
 
 
-def bind(socket: zmq.Socket, address: str, node_id: str) -> str:
-    """Bind the local API socket to `address`; return the address clients connect to."""
+def bind(socket: zmq.Socket, address: str, node_id: str, group: str | None = None) -> str:
+    """Bind the local API socket to `address`; return the address clients connect to.
+
+    With `group` (a group name), members of that group may connect too: the socket's folder
+    becomes 0750 and the socket 0660, both of that group (for training processes that run as
+    other users than the agent); the clients then share their bucket files with the group.
+    """
+    gid = _gid(group)
     if address == AUTO:
-        path = runtime_dir() / f"agent-{node_id}-{os.getpid()}.sock"
-        return _bind_ipc(socket, path)
+        path = runtime_dir(shared=gid is not None) / f"agent-{node_id}-{os.getpid()}.sock"
+        return _bind_ipc(socket, path, gid)
     if address.startswith("ipc://"):
         path = Path(address[len("ipc://"):])
         if not path.is_absolute():
             raise ConfigError(f"local API {address}: use an absolute path (ipc:///run/oddl/"
                               f"{node_id}.sock) or ipc://auto")
         check_private_dir(path.parent)
-        return _bind_ipc(socket, path)
+        return _bind_ipc(socket, path, gid)
     if address.startswith("tcp://"):
         host = address[len("tcp://"):].rsplit(":", 1)[0]
         if not host.startswith(_LOOPBACK):
@@ -81,7 +88,33 @@ def bind(socket: zmq.Socket, address: str, node_id: str) -> str:
                       "tcp://127.0.0.1:PORT")
 
 
-def _bind_ipc(socket: zmq.Socket, path: Path) -> str:
+def _gid(group: str | None) -> int | None:
+    if not group:
+        return None
+    import grp
+
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"local API group {group!r} does not exist; create it (groupadd) "
+                          "and add the training users to it, or leave it out") from None
+
+
+def shared_group(address: str) -> int | None:
+    """The group a client shares its bucket files with: the socket's group when the socket is
+    open to its group (mode 0660), else None (the agent runs as this same user)."""
+    if not address.startswith("ipc://"):
+        return None
+    try:
+        st = os.stat(address[len("ipc://"):])
+    except OSError:
+        return None
+    if st.st_mode & 0o060 != 0o060 or st.st_uid == os.getuid():
+        return None
+    return st.st_gid
+
+
+def _bind_ipc(socket: zmq.Socket, path: Path, gid: int | None = None) -> str:
     if len(str(path).encode()) > _MAX_IPC_PATH:
         raise ConfigError(f"local API socket path {path} is longer than {_MAX_IPC_PATH} bytes; "
                           "use a shorter folder (XDG_RUNTIME_DIR)")
@@ -95,6 +128,11 @@ def _bind_ipc(socket: zmq.Socket, path: Path) -> str:
         socket.bind(f"ipc://{path}")
     finally:
         os.umask(old)
+    if gid is not None:
+        os.chown(path.parent, -1, gid)
+        os.chmod(path.parent, 0o750)
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o660)
     return f"ipc://{path}"
 
 

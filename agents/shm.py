@@ -39,11 +39,17 @@ def shm_dir() -> Path:
 class SharedBucket:
     """A mapped file the client writes buckets into; grows by replacement, never shrinks."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, group: int | None = None):
+        """`group`: share the file with that group (mode 0660), for an agent that runs as
+        another user of the local API's group; else only this user may open it (0600)."""
         self.path = shm_dir() / f"{PREFIX}{uuid.uuid4().hex}"
         self.size = max(int(nbytes), mmap.PAGESIZE)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        mode = 0o600 if group is None else 0o660
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
         try:
+            if group is not None:
+                os.fchown(fd, -1, group)
+                os.fchmod(fd, mode)
             os.ftruncate(fd, self.size)
             self._map = mmap.mmap(fd, self.size)
         finally:

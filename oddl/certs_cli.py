@@ -72,7 +72,29 @@ def register(subparsers: Any) -> Any:
     who.add_argument("--operator", help="operator name")
     rev.add_argument("--reason", default="", help="recorded with the entry")
     rev.set_defaults(func=cmd_revoke)
+
+    rot = csub.add_parser(
+        "rotate", help="new certificate and CURVE key for a node or an operator (old revoked)",
+        description="Issue a new certificate (same lab CA, needs tls/ca.key) and CURVE key pair "
+        "for one identity, written over its files, and revoke the old ones. Copy the "
+        "identity's files, manifest.json and revoked.json to the hosts, then restart that "
+        "agent (or give the operator the new files).")
+    rot.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
+    who = rot.add_mutually_exclusive_group(required=True)
+    who.add_argument("--node", help="node id")
+    who.add_argument("--operator", help="operator name")
+    rot.set_defaults(func=cmd_rotate)
     return csub
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    """Rotate one identity's credentials; print what changed."""
+    from oddl.revocation import rotate
+
+    old = rotate(args.certs, node=args.node, operator=args.operator)
+    print(f"rotated {old['kind']} {old['name']}: new certificate and CURVE key written to "
+          f"{args.certs}; the old certificate {old['serial']} is revoked")
+    return EXIT_OK
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:

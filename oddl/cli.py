@@ -127,7 +127,8 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
     if not controller:
         raise ConfigError(f"{args.config}: no controller address; pass --controller HOST:PORT "
                           "or set [controller] address")
-    agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind)
+    agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind,
+                  local_api_group=args.local_api_group)
     try:
         agent.start()
         if args.metrics:
@@ -352,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="address of the training-process API: ipc://auto (default: a "
                         "Unix socket only this user can open), ipc:///PATH, or "
                         "tcp://127.0.0.1:PORT (reachable by every local user)")
+    aserve.add_argument("--local-api-group", metavar="GROUP",
+                        help="let members of GROUP use the local API too (socket 0660 and its "
+                        "folder 0750 in that group): for training processes that run as "
+                        "other users than the agent")
     aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
                         "and data_port)")
     aserve.add_argument("--ready-file")

@@ -23,7 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oddl.security import OPERATOR_USER_PREFIX, SecurityError, SecurityFiles
+from oddl.security import (
+    MANIFEST,
+    OPERATOR_USER_PREFIX,
+    ROLE_AGENT,
+    ROLE_OPERATOR,
+    SecurityError,
+    SecurityFiles,
+    curve_file_text,
+    sign_leaf,
+    write_private_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +126,12 @@ def revoke(root: str | os.PathLike[str], *, node: str | None = None,
            operator: str | None = None, reason: str = "") -> dict[str, str]:
     """Record the current credentials of a node or an operator as revoked; return the entry."""
     files = SecurityFiles.load(root)
-    entry = identity_entry(files, node=node, operator=operator)
-    entry["revoked_at"] = dt.datetime.now(dt.UTC).isoformat()
-    entry["reason"] = reason
-    path = files.root / REVOKED
+    return _record(files.root, identity_entry(files, node=node, operator=operator), reason)
+
+
+def _record(root: Path, entry: dict[str, str], reason: str) -> dict[str, str]:
+    entry = {**entry, "revoked_at": dt.datetime.now(dt.UTC).isoformat(), "reason": reason}
+    path = root / REVOKED
     doc = _read(path)
     if any(e.get("serial") == entry["serial"] for e in doc["entries"]):
         return entry  # already revoked: nothing changes
@@ -131,3 +143,54 @@ def revoke(root: str | os.PathLike[str], *, node: str | None = None,
     logger.warning("revoked %s %s (certificate %s)", entry["kind"], entry["name"],
                    entry["serial"])
     return entry
+
+
+def rotate(root: str | os.PathLike[str], *, node: str | None = None,
+           operator: str | None = None) -> dict[str, str]:
+    """New certificate and CURVE key pair for one node or operator, signed by the same lab CA
+    (needs ``tls/ca.key``), written over the old files; the old ones are revoked. Returns the
+    revoked entry. Copy the identity's new files, the manifest and revoked.json to the hosts."""
+    import zmq
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    files = SecurityFiles.load(root)
+    old = identity_entry(files, node=node, operator=operator)
+    manifest = json.loads(json.dumps(files.manifest))
+    ca_key_path = files.root / manifest["ca"]["key"]
+    if not ca_key_path.exists():
+        raise SecurityError(f"{ca_key_path}: the lab CA's key is not on this host; rotate on "
+                            "the host where `oddl certs init` ran")
+    ca_cert = x509.load_pem_x509_certificate((files.root / manifest["ca"]["cert"]).read_bytes())
+    ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    now = dt.datetime.now(dt.UTC)
+    if node is not None:
+        certs, role, name, curve = manifest["agent_certs"][node], ROLE_AGENT, node, \
+            manifest["curve"]["nodes"][node]
+        label = node
+    else:
+        assert operator is not None
+        certs, role, name, curve = manifest["operator_certs"][operator], ROLE_OPERATOR, \
+            operator, manifest["curve"]["operators"][operator]
+        label = OPERATOR_USER_PREFIX + operator
+    key, cert = sign_leaf(ca_key, ca_cert.subject, ca_ski, role, name, None,
+                          now - dt.timedelta(minutes=5), ca_cert.not_valid_after_utc)
+    write_private_file(files.root / certs["key"], key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()), 0o600)
+    write_private_file(files.root / certs["cert"],
+                       cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    certs["not_after"] = cert.not_valid_after_utc.isoformat()
+    public, secret = zmq.curve_keypair()
+    write_private_file(files.root / curve["secret"],
+                       curve_file_text(public, secret, label, now), 0o600)
+    write_private_file(files.root / curve["public"], curve_file_text(public, None, label, now),
+                       0o644)
+    curve["public_key"] = public.decode("ascii")
+    tmp = files.root / f"{MANIFEST}.tmp"
+    write_private_file(tmp, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"), 0o644)
+    os.replace(tmp, files.root / MANIFEST)
+    logger.warning("rotated %s %s: new certificate %x and CURVE key", old["kind"], name,
+                   cert.serial_number)
+    return _record(files.root, old, "rotated")

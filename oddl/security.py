@@ -300,7 +300,8 @@ def _unique(kind: str, names: Iterable[str]) -> tuple[str, ...]:
     return out
 
 
-def _write_file(path: Path, data: bytes, mode: int) -> None:
+def write_private_file(path: Path, data: bytes, mode: int) -> None:
+    """Write `data` to `path` created with `mode` (never wider, whatever the umask)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)
@@ -309,7 +310,8 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def _curve_file(public: bytes, secret: bytes | None, name: str, now: dt.datetime) -> bytes:
+def curve_file_text(public: bytes, secret: bytes | None, name: str, now: dt.datetime) -> bytes:
+    """A CURVE key file in the ZeroMQ certificate format (zcert), public or secret."""
     kind = "Secret" if secret else "Public"
     lines = [f"#   ****  Generated on {now:%Y-%m-%d %H:%M:%S} by oddl certs init  ****",
              f"#   ZeroMQ CURVE {kind} Certificate for {name}"]
@@ -335,7 +337,7 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.x509.oid import NameOID
 
     out = Path(out_dir)
     node_ids = _unique("node", nodes)
@@ -382,7 +384,7 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
 
     def put(rel: str, data: bytes, kind: str, private: bool) -> str:
         mode = 0o600 if private else 0o644
-        _write_file(out / rel, data, mode)
+        write_private_file(out / rel, data, mode)
         files.append({"path": rel, "kind": kind, "mode": f"{mode:04o}"})
         return rel
 
@@ -393,11 +395,6 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
         return key.private_bytes(serialization.Encoding.PEM,
                                  serialization.PrivateFormat.PKCS8,
                                  serialization.NoEncryption())
-
-    def subject(role: str, cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, SUBJECT_ORG),
-                          x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-                          x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     ca_key = new_key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, SUBJECT_ORG),
@@ -419,26 +416,8 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
     ca_key_rel = put("tls/ca.key", key_pem(ca_key), "ca-key", True)
 
     def leaf(stem: str, role: str, cn: str, server: bool) -> dict[str, str]:
-        key = new_key()
-        b = (x509.CertificateBuilder().subject_name(subject(role, cn)).issuer_name(ca_name)
-             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-             .not_valid_before(not_before).not_valid_after(not_after)
-             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                          key_encipherment=False, data_encipherment=False,
-                                          key_agreement=False, key_cert_sign=False,
-                                          crl_sign=False, encipher_only=False,
-                                          decipher_only=False), critical=True)
-             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                   else ExtendedKeyUsageOID.CLIENT_AUTH]),
-                            critical=False)
-             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                            critical=False)
-             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
-                 ca_ski), critical=False))
-        if server:
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
+        key, cert = sign_leaf(ca_key, ca_name, ca_ski, role, cn, sans if server else None,
+                              not_before, not_after)
         return {"cert": put(f"tls/{stem}.crt", cert.public_bytes(serialization.Encoding.PEM),
                             f"{role}-cert", False),
                 "key": put(f"tls/{stem}.key", key_pem(key), f"{role}-key", True),
@@ -451,9 +430,9 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
 
     def curve(stem: str, label: str) -> dict[str, str]:
         public, secret = zmq.curve_keypair()
-        return {"public": put(f"curve/{stem}.key", _curve_file(public, None, label, now),
+        return {"public": put(f"curve/{stem}.key", curve_file_text(public, None, label, now),
                               "curve-public", False),
-                "secret": put(f"curve/{stem}.key_secret", _curve_file(public, secret, label, now),
+                "secret": put(f"curve/{stem}.key_secret", curve_file_text(public, secret, label, now),
                               "curve-secret", True),
                 "public_key": public.decode("ascii")}
 
@@ -476,10 +455,45 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
                                 for o in operator_names}},
         "files": files,
     }
-    _write_file(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"), 0o644)
+    write_private_file(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"), 0o644)
     logger.info("lab CA and keys for %d nodes, %d operators written to %s", len(node_ids),
                 len(operator_names), out)
     return SecurityFiles.load(out)
+
+
+def sign_leaf(ca_key: Any, ca_name: Any, ca_ski: Any, role: str, cn: str, sans: Any,
+              not_before: dt.datetime, not_after: dt.datetime) -> tuple[Any, Any]:
+    """A new P-256 key and its certificate (``O=oddl lab, OU=role, CN=cn``) signed by the lab
+    CA; `sans` (a list of x509 general names) makes it a server certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, SUBJECT_ORG),
+                      x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    server = sans is not None
+    b = (x509.CertificateBuilder().subject_name(name).issuer_name(ca_name)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(not_before).not_valid_after(not_after)
+         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+         .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                      key_encipherment=False, data_encipherment=False,
+                                      key_agreement=False, key_cert_sign=False,
+                                      crl_sign=False, encipher_only=False,
+                                      decipher_only=False), critical=True)
+         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
+                                               else ExtendedKeyUsageOID.CLIENT_AUTH]),
+                        critical=False)
+         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                        critical=False)
+         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+             ca_ski), critical=False))
+    if server:
+        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return key, b.sign(ca_key, hashes.SHA256())
 
 
 def _remove_previous(out: Path) -> None:

@@ -129,3 +129,55 @@ def test_relative_and_unknown_addresses_name_the_fix(zsock):
         localapi.bind(zsock, "ipc://agent.sock", "n0")
     with pytest.raises(ConfigError, match="ipc://auto"):
         localapi.bind(zsock, "udp://127.0.0.1:1", "n0")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as another user")
+def test_a_group_opens_the_api_to_its_members(zsock, private_runtime):
+    import grp
+
+    gid = 65534
+    private_runtime.chmod(0o755)  # the parent of the shared folder must be reachable
+    folder = private_runtime / "shared"
+    folder.mkdir(mode=0o700)
+    address = localapi.bind(zsock, f"ipc://{folder}/n3.sock", "n3",
+                            group=grp.getgrgid(gid).gr_name)
+    path = Path(address[len("ipc://"):])
+    assert (path.stat().st_gid, stat.S_IMODE(path.stat().st_mode)) == (gid, 0o660)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o750
+    pid = os.fork()
+    if pid == 0:  # a training user in that group
+        code = 3
+        try:
+            os.setgid(gid)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(path))
+            code = 0
+        except PermissionError:
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "a group member could not connect"
+    # a client of another user shares its bucket files with the socket's group
+    os.chown(path, 65534, -1)
+    assert localapi.shared_group(address) == gid
+    from oddl.agents.shm import SharedBucket
+
+    bucket = SharedBucket(1 << 16, group=gid)
+    try:
+        st = bucket.path.stat()
+        assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (gid, 0o660)
+    finally:
+        bucket.close()
+
+
+def test_an_unknown_group_names_the_fix(zsock):
+    with pytest.raises(ConfigError, match="groupadd"):
+        localapi.bind(zsock, localapi.AUTO, "n0", group="no-such-group-oddl")
+
+
+def test_a_private_socket_shares_nothing(zsock, private_runtime):
+    address = localapi.bind(zsock, localapi.AUTO, "n0")
+    assert localapi.shared_group(address) is None
+    assert localapi.shared_group("tcp://127.0.0.1:1") is None

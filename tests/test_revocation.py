@@ -162,3 +162,43 @@ def test_a_running_controller_refuses_a_certificate_once_revoked(lab, server):
     other = pb_grpc.ControllerStub(secure_channel(
         server, tls_channel_credentials(lab.operator_tls("operator"))))
     assert other.GetStatus(pb.GetStatusRequest(), timeout=30).testbed == "t"
+
+
+def test_rotation_replaces_an_operator_and_refuses_the_old_certificate(lab, server):
+    old_creds = tls_channel_credentials(lab.operator_tls("alice"))
+    result = subprocess.run(oddl_command("certs", "rotate", "--certs", str(lab.root),
+                                         "--operator", "alice"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "rotated operator alice" in result.stdout
+    fresh = SecurityFiles.load(lab.root)
+    new_stub = pb_grpc.ControllerStub(secure_channel(
+        server, tls_channel_credentials(fresh.operator_tls("alice"))))
+    assert new_stub.GetStatus(pb.GetStatusRequest(), timeout=30).testbed == "t"
+    old_stub = pb_grpc.ControllerStub(secure_channel(server, old_creds))
+    with pytest.raises(grpc.RpcError) as err:
+        old_stub.GetStatus(pb.GetStatusRequest(), timeout=30)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_rotated_node_speaks_with_its_new_key_only(lab):
+    stale = _auth(lab, "n0")  # the key pair n0 held before the rotation
+    from oddl.revocation import rotate
+
+    rotate(lab.root, node="n0")
+    fresh = SecurityFiles.load(lab.root)
+    assert fresh.curve_public("n0") != lab.curve_public("n0")
+    assert lab.curve_public("n0") not in fresh.curve_clients()
+    ours = StreamLink("n1", "127.0.0.1:0", auth=_auth(fresh, "n1"))
+    new = StreamLink("n0", "127.0.0.1:0", auth=_auth(fresh, "n0"))
+    old = StreamLink("n0", "127.0.0.1:0", auth=stale)
+    try:
+        new.set_peers({"n1": ours.address})
+        _send(new, "n1", 1, b"new")
+        assert bytes(ours.recv_chunk("j", "n0", 1, 0, time.time() + 30)[1]) == b"new"
+        old.set_peers({"n1": ours.address})
+        with pytest.raises(CollectiveError, match="prove"):
+            _send(old, "n1", 2, b"old")
+    finally:
+        for link in (ours, new, old):
+            link.close()
