@@ -373,7 +373,7 @@ class Agent:
                 header = json.loads(frames[2])
                 if not isinstance(header, dict):
                     raise ValueError("header is not an object")
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 self._api.send_multipart([ident, b"error", _err("bad-request", str(exc))])
                 return
             self.api_bytes += len(frames[3])
@@ -410,6 +410,14 @@ class Agent:
                     self.last_error = str(exc)
                     self.errors["refused"] += 1
                     reply = [req.ident, b"error", _err("refused", str(exc))]
+                except Exception as exc:  # a defect: report it, keep serving the node
+                    logger.exception("%s: all-reduce failed unexpectedly", self.node_id)
+                    self.failed += 1
+                    self.last_error = f"internal error: {exc!r}"
+                    self.errors["internal"] += 1
+                    reply = [req.ident, b"error", _err(
+                        "internal", f"{self.node_id}: internal error ({exc!r}); the agent keeps "
+                        "running — please report this with its log")]
                 push.send_multipart(reply)
         finally:
             push.close(0)
@@ -462,26 +470,24 @@ class Agent:
 
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """All-reduce one array (sum) with the job's collective and return the result."""
+        req = localapi.parse_allreduce(header)
         try:
-            dtype = np.dtype(header["dtype"])
-            shape = tuple(int(x) for x in header["shape"])
-            if "shm" in header:  # the bucket is in shared memory: run in place
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                view = self._buckets.open_bucket(str(header["shm"]), nbytes)
-                array = np.frombuffer(view, dtype=dtype).reshape(shape)
-                self.shared_bytes += nbytes
+            if req.shm is not None:  # the bucket is in shared memory: run in place
+                view = self._buckets.open_bucket(req.shm, req.nbytes)
+                array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
+                self.shared_bytes += req.nbytes
             else:
-                array = np.frombuffer(payload, dtype=dtype).reshape(shape)
-        except (KeyError, TypeError, ValueError) as exc:
+                array = np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)
+        except ValueError as exc:
             raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
                                    "the array bytes") from exc
-        job = self._job_for(header.get("job"))
+        job = self._job_for(req.job)
         if job.network == "ideal":
             seq = job.next_seq
             job.next_seq += 1
             return self._run_ideal(job, seq, array)
         if isinstance(self.link, StreamLink) and self.cfg.timing.standing_margin_ms > 0:
-            standing = self._standing(job, array, float(header.get("timeout_s", 60.0)))
+            standing = self._standing(job, array, req.timeout_s)
             if standing is not None:
                 return standing
         t_ready = time.time()
@@ -490,11 +496,11 @@ class Agent:
         except OperationRefused:
             # the job may have ended and another started before the stream said so
             self._refresh_jobs()
-            if not job.ended or header.get("job"):
+            if not job.ended or req.job:
                 raise
             job = self._job_for(None, refreshed=True)
             seq = self._ready(job, array)
-        go = self._await_go(job, seq, header.get("timeout_s", 60.0))
+        go = self._await_go(job, seq, req.timeout_s)
         if go.error:
             raise CollectiveError(go.error)
         t0_local = go.t0_ns / 1e9 - self.clock.offset_s

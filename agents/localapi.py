@@ -11,15 +11,19 @@ logs that it is reachable by every local user.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket as pysocket
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import zmq
 
-from oddl.errors import ConfigError
+from oddl.errors import ConfigError, OperationRefused
 
 logger = logging.getLogger(__name__)
 
@@ -152,3 +156,64 @@ def unlink(address: str) -> None:
     """Remove the socket file of an ipc address (the agent is closing)."""
     if address.startswith("ipc://"):
         Path(address[len("ipc://"):]).unlink(missing_ok=True)
+
+
+# ---- requests ----------------------------------------------------------------------------
+MAX_ELEMENTS = 1 << 34
+"""Largest array the local API accepts (16 Gi elements): a bound against arithmetic overflow."""
+
+
+@dataclass(frozen=True)
+class AllreduceRequest:
+    """A validated all-reduce request header."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    shm: str | None
+    job: str | None
+    timeout_s: float
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def parse_allreduce(header: Any) -> AllreduceRequest:
+    """Check an all-reduce header from a training process; OperationRefused names what is
+    wrong. Sums are exact only for numbers: integer and floating dtypes only."""
+    if not isinstance(header, dict):
+        raise OperationRefused("malformed allreduce request: the header is not a JSON object; "
+                               "use oddl.agents.client.AgentClient")
+    try:
+        dtype = np.dtype(header["dtype"])
+    except KeyError:
+        raise OperationRefused("malformed allreduce request: no dtype") from None
+    except (TypeError, ValueError) as exc:
+        raise OperationRefused(f"malformed allreduce request: dtype {header['dtype']!r} "
+                               f"({exc})") from None
+    if dtype.kind not in "iuf" or dtype.itemsize == 0:
+        raise OperationRefused(f"dtype {dtype} cannot be summed exactly; use an integer or "
+                               "floating dtype")
+    raw_shape = header.get("shape")
+    if not isinstance(raw_shape, list) or len(raw_shape) > 32 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x for x in raw_shape):
+        raise OperationRefused(f"malformed allreduce request: shape {raw_shape!r} is not a list "
+                               "of at most 32 non-negative integers")
+    size = 1
+    for x in raw_shape:
+        size *= x
+    if size > MAX_ELEMENTS:
+        raise OperationRefused(f"array of {size} elements is larger than the local API takes "
+                               f"({MAX_ELEMENTS}); split the bucket")
+    shm = header.get("shm")
+    if shm is not None and not isinstance(shm, str):
+        raise OperationRefused("malformed allreduce request: shm is not a file name")
+    job = header.get("job")
+    if job is not None and (not isinstance(job, str) or not job):
+        raise OperationRefused("malformed allreduce request: job is not a job id")
+    timeout = header.get("timeout_s", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not math.isfinite(timeout) or not 0 < timeout <= 86_400:
+        raise OperationRefused(f"malformed allreduce request: timeout_s {timeout!r} is not a "
+                               "number of seconds in (0, 86400]")
+    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout))

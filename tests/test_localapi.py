@@ -181,3 +181,35 @@ def test_a_private_socket_shares_nothing(zsock, private_runtime):
     address = localapi.bind(zsock, localapi.AUTO, "n0")
     assert localapi.shared_group(address) is None
     assert localapi.shared_group("tcp://127.0.0.1:1") is None
+
+
+# ---- request headers ---------------------------------------------------------------------
+@pytest.mark.parametrize("header, why", [
+    ([], "not a JSON object"),
+    ({"shape": [2]}, "no dtype"),
+    ({"dtype": "nope", "shape": [2]}, "dtype 'nope'"),
+    ({"dtype": "?", "shape": [2]}, "cannot be summed exactly"),      # bool: OR, not a sum
+    ({"dtype": "O", "shape": [2]}, "cannot be summed exactly"),
+    ({"dtype": "<U4", "shape": [2]}, "cannot be summed exactly"),
+    ({"dtype": "<f4", "shape": [-1]}, "non-negative integers"),
+    ({"dtype": "<f4", "shape": [True]}, "non-negative integers"),
+    ({"dtype": "<f4", "shape": "4"}, "non-negative integers"),
+    ({"dtype": "<f4", "shape": [1 << 40, 1 << 40]}, "larger than the local API takes"),
+    ({"dtype": "<f4", "shape": [2], "timeout_s": "60"}, "timeout_s '60'"),
+    ({"dtype": "<f4", "shape": [2], "timeout_s": float("nan")}, "timeout_s nan"),
+    ({"dtype": "<f4", "shape": [2], "timeout_s": -1}, "timeout_s -1"),
+    ({"dtype": "<f4", "shape": [2], "job": 7}, "job is not a job id"),
+    ({"dtype": "<f4", "shape": [2], "shm": ["x"]}, "shm is not a file name"),
+])
+def test_malformed_headers_are_refused_with_the_reason(header, why):
+    from oddl.errors import OperationRefused
+
+    with pytest.raises(OperationRefused, match=why.replace("(", r"\(").replace("?", r"\?")):
+        localapi.parse_allreduce(header)
+
+
+def test_a_good_header_parses():
+    req = localapi.parse_allreduce({"dtype": "<i8", "shape": [3, 4], "timeout_s": 5,
+                                    "job": "job-1"})
+    assert (req.dtype.str, req.shape, req.nbytes, req.job, req.timeout_s) == (
+        "<i8", (3, 4), 96, "job-1", 5.0)
