@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint protos check-protos bench clean
+.PHONY: help venv demo test lint protos check-protos bench fuzz clean
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
 	@echo "make test    - run the whole test suite (lint included)"
 	@echo "make bench   - run the benchmarks and write benchmarks/results/"
+	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
 	@echo "make protos  - regenerate the gRPC code from protos/oddl.proto"
 
 $(STAMP): pyproject.toml
@@ -46,3 +47,14 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs .pytest_cache .ruff_cache .hypothesis
+
+# coverage-guided fuzzing (atheris, Linux x86-64 wheels); not part of `make test`, which runs
+# a short smoke of the same targets (tests/test_fuzz_smoke.py)
+FUZZ_STAMP := $(VENV)/.installed-fuzz
+$(FUZZ_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,fuzz]'
+	@touch $(FUZZ_STAMP)
+
+FUZZ_ARGS ?=
+fuzz: $(FUZZ_STAMP)
+	$(BIN)/python fuzz/run.py --json fuzz/last-run.json $(FUZZ_ARGS)

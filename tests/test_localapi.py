@@ -188,9 +188,11 @@ def test_a_private_socket_shares_nothing(zsock, private_runtime):
     ([], "not a JSON object"),
     ({"shape": [2]}, "no dtype"),
     ({"dtype": "nope", "shape": [2]}, "dtype 'nope'"),
-    ({"dtype": "?", "shape": [2]}, "cannot be summed exactly"),      # bool: OR, not a sum
-    ({"dtype": "O", "shape": [2]}, "cannot be summed exactly"),
-    ({"dtype": "<U4", "shape": [2]}, "cannot be summed exactly"),
+    ({"dtype": "?", "shape": [2]}, "can be summed exactly"),      # bool: OR, not a sum
+    ({"dtype": "O", "shape": [2]}, "can be summed exactly"),
+    ({"dtype": "<U4", "shape": [2]}, "can be summed exactly"),
+    ({"dtype": "05f4", "shape": [2]}, "not a numeric dtype"),   # found by make fuzz
+    ({"dtype": 4, "shape": [2]}, "not a numeric dtype"),
     ({"dtype": "<f4", "shape": [-1]}, "non-negative integers"),
     ({"dtype": "<f4", "shape": [True]}, "non-negative integers"),
     ({"dtype": "<f4", "shape": "4"}, "non-negative integers"),
