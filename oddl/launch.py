@@ -39,3 +39,64 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path) -> Launche
         "agent", "serve", "--config", str(resolved), "--node", n.id, "--controller", address))
         for n in cfg.nodes}
     return Launched(resolved, cfg, address, agents, emulators)
+
+
+class RestartableTestbed:
+    """An emulated testbed whose processes may be killed, stalled and restarted (fault tests,
+    the soak): the controller keeps its state in a file, so a restart resumes it."""
+
+    def __init__(self, workdir: Path, config: Path, heartbeat_s: float = 0.3,
+                 agent_timeout_s: float = 30.0):
+        from oddl.agents.client import AgentClient
+
+        self._client_type = AgentClient
+        self.workdir = workdir
+        self.agent_timeout_s = agent_timeout_s
+        text = config.read_text().replace("heartbeat_s = 1.0", f"heartbeat_s = {heartbeat_s}")
+        self.config = workdir / "testbed.toml"
+        self.config.write_text(text)
+        self.group = ProcessGroup(workdir)
+        self.resolved = workdir / "resolved.toml"
+        self.state = workdir / "controller.sqlite"
+        try:
+            self.emulators = self.group.start("emulators", oddl_command(
+                "emulate", "testbed", "--config", str(self.config), "--resolved",
+                str(self.resolved)), timeout=60)
+            self.address = self.group.start("controller", self._controller_argv("127.0.0.1:0"),
+                                            timeout=60)["address"]
+            self.cfg = load_testbed(self.resolved)
+            self.clients: dict[str, Any] = {}
+            for node in self.cfg.nodes:
+                self.start_agent(node.id)
+        except BaseException:
+            self.group.stop_all()
+            raise
+
+    def _controller_argv(self, listen: str) -> list[str]:
+        return oddl_command("controller", "serve", "--config", str(self.resolved), "--listen",
+                            listen, "--state", str(self.state))
+
+    def proc(self, name: str) -> Any:
+        """The newest process started under `name` (``controller``, ``agent-n0``, …)."""
+        return next(p for p in reversed(self.group.procs) if p.name == name)
+
+    def start_agent(self, node: str) -> None:
+        """Start (or restart) a node's agent and connect a client to it."""
+        info = self.group.start(f"agent-{node}", oddl_command(
+            "agent", "serve", "--config", str(self.resolved), "--node", node,
+            "--controller", self.address), timeout=60)
+        old = self.clients.pop(node, None)
+        if old is not None:
+            old.close()
+        self.clients[node] = self._client_type(info["local_api"],
+                                                timeout_s=self.agent_timeout_s)
+
+    def restart_controller(self) -> None:
+        """Start the controller again on its old address, from its state file."""
+        self.group.start("controller", self._controller_argv(self.address), timeout=60)
+
+    def close(self) -> None:
+        """Stop every process."""
+        for c in self.clients.values():
+            c.close()
+        self.group.stop_all()
