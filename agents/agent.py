@@ -367,20 +367,23 @@ class Agent:
         ident = frames[0]
         op = frames[1] if len(frames) > 1 else b""
         if op == b"status":
-            self._api.send_multipart([ident, b"ok", json.dumps(self.status()).encode()])
+            rid = _rid(frames[2]) if len(frames) > 2 else None
+            self._api.send_multipart([ident, b"ok", json.dumps(
+                {**self.status(), "rid": rid}).encode()])
         elif op == b"allreduce" and len(frames) == 4:
             try:
                 header = json.loads(frames[2])
                 if not isinstance(header, dict):
                     raise ValueError("header is not an object")
             except (ValueError, RecursionError) as exc:
-                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc))])
+                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
                 return
             self.api_bytes += len(frames[3])
             self._work.put(_Request(ident, header, frames[3], shared="shm" in header))
         else:
             self._api.send_multipart([ident, b"error", _err(
-                "bad-request", f"unknown request {op!r}; use oddl.agents.client.AgentClient")])
+                "bad-request", f"unknown request {op!r}; use oddl.agents.client.AgentClient",
+                None)])
 
     def _work_loop(self) -> None:
         self._gate_thread_setup()  # small collectives gate their sends on this thread
@@ -392,9 +395,11 @@ class Agent:
                 req = self._work.get()
                 if req is None:
                     return
+                rid = req.header.get("rid")
+                rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
                 try:
                     out = self.allreduce(req.header, req.payload)
-                    meta = {"dtype": out.dtype.str, "shape": list(out.shape)}
+                    meta = {"dtype": out.dtype.str, "shape": list(out.shape), "rid": rid}
                     if req.shared:  # the result is in the client's bucket already
                         reply = [req.ident, b"ok", json.dumps({**meta, "shm": True}).encode(),
                                  b""]
@@ -404,12 +409,12 @@ class Agent:
                     self.failed += 1
                     self.last_error = str(exc)
                     self.errors["lost data" if "lost data" in str(exc) else "collective"] += 1
-                    reply = [req.ident, b"error", _err("collective", str(exc))]
+                    reply = [req.ident, b"error", _err("collective", str(exc), rid)]
                 except OddlError as exc:
                     self.failed += 1
                     self.last_error = str(exc)
                     self.errors["refused"] += 1
-                    reply = [req.ident, b"error", _err("refused", str(exc))]
+                    reply = [req.ident, b"error", _err("refused", str(exc), rid)]
                 except Exception as exc:  # a defect: report it, keep serving the node
                     logger.exception("%s: all-reduce failed unexpectedly", self.node_id)
                     self.failed += 1
@@ -417,7 +422,7 @@ class Agent:
                     self.errors["internal"] += 1
                     reply = [req.ident, b"error", _err(
                         "internal", f"{self.node_id}: internal error ({exc!r}); the agent keeps "
-                        "running — please report this with its log")]
+                        "running — please report this with its log", rid)]
                 push.send_multipart(reply)
         finally:
             push.close(0)
@@ -809,8 +814,16 @@ def _slot_spec(s: pb.Slot) -> SlotSpec:
                     frozenset(c.src for c in s.circuits if c.retune))
 
 
-def _err(kind: str, message: str) -> bytes:
-    return json.dumps({"kind": kind, "message": message}).encode()
+def _err(kind: str, message: str, rid: int | None) -> bytes:
+    return json.dumps({"kind": kind, "message": message, "rid": rid}).encode()
+
+
+def _rid(raw: bytes) -> int | None:
+    """The request id a client sent with a status request (echoed in the reply)."""
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 def _rpc_error(exc: grpc.RpcError, doing: str) -> OddlError:

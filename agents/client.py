@@ -14,6 +14,7 @@ to sending the bytes.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -21,10 +22,16 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq.utils import monitor as zmq_monitor
 
 from oddl.agents import localapi
 from oddl.agents.shm import SharedBucket
 from oddl.errors import CollectiveError, OperationRefused
+
+logger = logging.getLogger(__name__)
+
+CONNECT_GRACE_S = 5.0
+"""How long a request waits for the agent's socket to accept a connection (a restart)."""
 
 
 class AgentClient:
@@ -37,7 +44,13 @@ class AgentClient:
         self._bucket: SharedBucket | None = None
         self._sock = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # the agent going away (killed, restarted) ends a waiting request at once, and a
+        # request is not sent into a connection that is not there
+        self._events = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED
+                                                     | zmq.EVENT_DISCONNECTED)
+        self._connected = False
         self._sock.connect(address)
+        self._rid = 0
 
     def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An array in this client's shared-memory bucket: `allreduce` reduces it in place
@@ -64,8 +77,9 @@ class AgentClient:
                                 or not out.flags.writeable):
             raise ValueError(f"out must be a writable {a.dtype}{list(a.shape)} array, not "
                              f"{out.dtype}{list(out.shape)}")
+        self._rid += 1
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
-                                  "timeout_s": self.timeout_s}
+                                  "timeout_s": self.timeout_s, "rid": self._rid}
         if job:
             header["job"] = job
         if self.shared_memory:
@@ -73,9 +87,10 @@ class AgentClient:
                 return self._allreduce_shared(a, header, out)
             except _NoSharedMemory:
                 self.shared_memory = False
+        self._forget_disconnects()
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
                                   copy=False)
-        frames = self._recv()
+        frames = self._recv(self._rid)
         if frames[0] == b"ok" and len(frames) == 3:
             meta = json.loads(frames[1])
             result = np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
@@ -95,8 +110,17 @@ class AgentClient:
             np.copyto(view, a)
         assert self._bucket is not None
         header["shm"] = str(self._bucket.path)
+        self._forget_disconnects()
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
-        frames = self._recv()
+        try:
+            frames = self._recv(self._rid)
+        except CollectiveError:
+            # the agent may still finish this collective and write into the bucket later:
+            # never hand that file out again
+            if not in_place:
+                self._bucket.close()
+                self._bucket = None
+            raise
         if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
             if in_place:
                 return view
@@ -111,17 +135,65 @@ class AgentClient:
 
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
-        self._sock.send_multipart([b"status"])
-        frames = self._recv()
+        self._rid += 1
+        self._forget_disconnects()
+        self._sock.send_multipart([b"status", str(self._rid).encode()])
+        frames = self._recv(self._rid)
         if frames[0] == b"ok":
             return json.loads(frames[1])
         raise self._error(frames)
 
-    def _recv(self) -> list[bytes]:
-        if not self._sock.poll(int(self.timeout_s * 1000) + 5000):
-            raise CollectiveError(f"the agent at {self.address} did not answer within "
-                                  f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
-        return self._sock.recv_multipart()
+    def _forget_disconnects(self) -> None:
+        """Before a request: learn the connection's state, waiting a little for an agent
+        that is (re)starting; CollectiveError if none answers at the address."""
+        self._connection_events(0)
+        deadline = time.monotonic() + min(self.timeout_s, CONNECT_GRACE_S)
+        while not self._connected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveError(f"no agent is listening at {self.address} (it stopped, "
+                                      "or has not started yet); start it with `oddl agent "
+                                      "serve` or check the address")
+            self._connection_events(int(left * 1000) + 1)
+
+    def _connection_events(self, wait_ms: int) -> bool:
+        """Apply pending connect/disconnect events; True if the connection dropped."""
+        dropped = False
+        while self._events.poll(wait_ms):
+            event = zmq_monitor.parse_monitor_message(self._events.recv_multipart())
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self._connected = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._connected = False
+                dropped = True
+            wait_ms = 0
+        return dropped
+
+    def _recv(self, rid: int) -> list[bytes]:
+        """The reply to request `rid`; replies to earlier requests that timed out are dropped.
+        CollectiveError when the agent does not answer in time or goes away meanwhile."""
+        deadline = time.monotonic() + self.timeout_s + 5.0
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._events, zmq.POLLIN)
+        while True:
+            left = deadline - time.monotonic()
+            ready = dict(poller.poll(max(0, int(left * 1000)))) if left > 0 else {}
+            if not ready:
+                raise CollectiveError(f"the agent at {self.address} did not answer within "
+                                      f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
+            if self._events in ready and self._connection_events(0):
+                raise CollectiveError(
+                    f"the agent at {self.address} closed the connection while this request "
+                    "was in flight (it stopped or restarted); no result was returned — retry "
+                    "once it is back")
+            if self._sock not in ready:
+                continue
+            frames = self._sock.recv_multipart()
+            if _reply_rid(frames) == rid:
+                return frames
+            logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
+                         self.address, _reply_rid(frames), rid)
 
     @staticmethod
     def _error(frames: list[bytes]) -> Exception:
@@ -136,6 +208,8 @@ class AgentClient:
 
     def close(self) -> None:
         """Release the socket and the shared-memory bucket."""
+        self._sock.disable_monitor()
+        self._events.close(0)
         self._sock.close(0)
         if self._bucket is not None:
             self._bucket.close()
@@ -146,6 +220,14 @@ class AgentClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reply_rid(frames: list[bytes]) -> int | None:
+    try:
+        rid = json.loads(frames[1]).get("rid")
+    except (IndexError, ValueError, AttributeError):
+        return None
+    return rid if isinstance(rid, int) else None
 
 
 class _NoSharedMemory(Exception):

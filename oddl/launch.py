@@ -66,6 +66,7 @@ class RestartableTestbed:
                                             timeout=60)["address"]
             self.cfg = load_testbed(self.resolved)
             self.clients: dict[str, Any] = {}
+            self.retired: list[Any] = []
             for node in self.cfg.nodes:
                 self.start_agent(node.id)
         except BaseException:
@@ -80,14 +81,19 @@ class RestartableTestbed:
         """The newest process started under `name` (``controller``, ``agent-n0``, …)."""
         return next(p for p in reversed(self.group.procs) if p.name == name)
 
-    def start_agent(self, node: str) -> None:
-        """Start (or restart) a node's agent and connect a client to it."""
+    def start_agent(self, node: str, close_old: bool = True) -> None:
+        """Start (or restart) a node's agent and connect a client to it; the old client is
+        closed, or kept in `retired` (closed by `close()`) for a caller whose threads may
+        still be inside it."""
         info = self.group.start(f"agent-{node}", oddl_command(
             "agent", "serve", "--config", str(self.resolved), "--node", node,
             "--controller", self.address), timeout=60)
         old = self.clients.pop(node, None)
         if old is not None:
-            old.close()
+            if close_old:
+                old.close()
+            else:
+                self.retired.append(old)
         self.clients[node] = self._client_type(info["local_api"],
                                                 timeout_s=self.agent_timeout_s)
 
@@ -97,6 +103,6 @@ class RestartableTestbed:
 
     def close(self) -> None:
         """Stop every process."""
-        for c in self.clients.values():
+        for c in (*self.clients.values(), *self.retired):
             c.close()
         self.group.stop_all()
