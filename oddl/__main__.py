@@ -2,6 +2,10 @@
 
 import sys
 
-from oddl.cli import main
+from oddl.procs import die_with_parent
+
+die_with_parent()
+
+from oddl.cli import main  # noqa: E402 (after the parent-death request)
 
 sys.exit(main())

@@ -23,12 +23,33 @@ from oddl.errors import OddlError
 logger = logging.getLogger(__name__)
 
 
-def _die_with_parent() -> None:  # runs in the child before exec
+PARENT_ENV = "ODDL_DIE_WITH_PARENT"
+"""Set by ManagedProcess to its own pid: the child asks the kernel for SIGTERM when that
+process dies (`die_with_parent`, called first thing by `python -m oddl`)."""
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when this process's parent dies (Linux; else nothing)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def die_with_parent() -> None:
+    """In a child started by ManagedProcess: SIGTERM when the parent dies (Linux).
+
+    Done in the child after exec, not in a preexec_fn: a preexec_fn makes subprocess fork()
+    with the parent's fork handlers, and gRPC's restart its poller in the child, which then
+    aborts on the descriptors close_fds closed (grpc/grpc#43055) before it can exec.
+    """
+    parent = os.environ.pop(PARENT_ENV, "")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    _die_with_parent()
+    if str(os.getppid()) != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class ManagedProcess:
@@ -49,9 +70,9 @@ class ManagedProcess:
         self._out = open(self.out_path, "wb") if detach else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv, stdout=self._out if detach else subprocess.PIPE, stderr=self._log,
-            stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") and not detach
-            else None)
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **(env or {}),
+                 **({} if detach else {PARENT_ENV: str(os.getpid())})})
         self.info: dict[str, Any] = {}
 
     def _first_line(self, timeout: float) -> bytes:
