@@ -4,13 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint protos check-protos bench fuzz clean
+.PHONY: help venv demo test lint protos check-protos bench fuzz soak clean
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
 	@echo "make test    - run the whole test suite (lint included)"
 	@echo "make bench   - run the benchmarks and write benchmarks/results/"
 	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
+	@echo "make soak    - 10 minutes of traffic under kills and stalls (SOAK_ARGS=--minutes 60)"
 	@echo "make protos  - regenerate the gRPC code from protos/oddl.proto"
 
 $(STAMP): pyproject.toml
@@ -58,3 +59,8 @@ $(FUZZ_STAMP): $(STAMP)
 FUZZ_ARGS ?=
 fuzz: $(FUZZ_STAMP)
 	$(BIN)/python fuzz/run.py --json fuzz/last-run.json $(FUZZ_ARGS)
+
+# traffic under a chaos schedule; not part of `make test`
+SOAK_ARGS ?=
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py --json benchmarks/results/soak.json $(SOAK_ARGS)

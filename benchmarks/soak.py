@@ -11,6 +11,8 @@ Every `--fault-every` seconds the next fault of the schedule strikes:
 - agent-kill: SIGKILL of one agent, restarted 1 s later;
 - agent-stall: SIGSTOP of one agent for 2 s (longer than three heartbeats), then SIGCONT;
 - agent-pause: SIGSTOP for 0.2 s (frames delayed, not a detectable death);
+- stream-cut: every TCP data stream into one node destroyed by the kernel (`ss -K`, frames
+  in flight dropped; the senders reconnect and resend);
 - controller-kill: SIGKILL of the controller, restarted from its state file; jobs, device
   configuration and the event log are compared before and after.
 
@@ -29,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +51,7 @@ from oddl.operator import OperatorClient
 
 JOBS = {"soak-ring": (("n0", "n1"), "ring"), "soak-hd": (("n2", "n3"), "halving-doubling")}
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
-SCHEDULE = ("agent-kill", "agent-pause", "controller-kill", "agent-stall")
+SCHEDULE = ("agent-kill", "stream-cut", "agent-pause", "controller-kill", "agent-stall")
 
 
 @dataclass
@@ -176,6 +179,14 @@ class Soak:
             os.kill(pid, signal.SIGCONT)
             back = time.monotonic()
             rec["controller_marked_dead_s"] = dead
+        elif kind == "stream-cut":
+            rec["node"] = node
+            jobs = [self._job_of(node)]
+            port = self.tb.data_port(node)
+            cut = subprocess.run(["ss", "-K", f"( sport = :{port} or dport = :{port} )"],
+                                 capture_output=True, text=True)
+            rec["streams_cut"] = max(0, len(cut.stdout.splitlines()) - 1)
+            back = time.monotonic()
         else:
             jobs = list(self.traffic.values())
             before = self._state()
@@ -209,7 +220,8 @@ class Soak:
         events = len(self.op.device_log(limit=100000))
         return {"jobs": jobs, "devices": devices, "events": events}
 
-    def run(self, minutes: float, fault_every: float) -> dict[str, Any]:
+    def run(self, minutes: float, fault_every: float, schedule: tuple[str, ...] = SCHEDULE
+            ) -> dict[str, Any]:
         self.t_start = time.monotonic()
         threads = [threading.Thread(target=self.loop, args=(t, i), daemon=True)
                    for i, t in enumerate(self.traffic.values())]
@@ -220,7 +232,7 @@ class Soak:
         while time.monotonic() + fault_every < end:
             if self.stop.wait(fault_every):
                 break
-            rec = self.strike(SCHEDULE[i % len(SCHEDULE)])
+            rec = self.strike(schedule[i % len(schedule)])
             self.faults.append(rec)
             print(json.dumps(rec), flush=True)
             i += 1
@@ -287,12 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--fault-every", type=float, default=15.0, help="seconds")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", default=",".join(SCHEDULE),
+                        help="the schedule, cycled (default %(default)s)")
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
+    unknown = set(args.faults.split(",")) - set(SCHEDULE)
+    if unknown:
+        parser.error(f"unknown faults {', '.join(sorted(unknown))}; known: {', '.join(SCHEDULE)}")
     tmp = Path(tempfile.mkdtemp(prefix="oddl-soak-"))
     soak = Soak(tmp, args.seed)
     try:
-        result = soak.run(args.minutes, args.fault_every)
+        result = soak.run(args.minutes, args.fault_every, tuple(args.faults.split(",")))
     except BaseException:
         print(f"the soak stopped; the processes' logs are in {tmp}", file=sys.stderr)
         raise

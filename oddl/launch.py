@@ -67,6 +67,7 @@ class RestartableTestbed:
             self.cfg = load_testbed(self.resolved)
             self.clients: dict[str, Any] = {}
             self.retired: list[Any] = []
+            self.agent_info: dict[str, dict[str, Any]] = {}
             for node in self.cfg.nodes:
                 self.start_agent(node.id)
         except BaseException:
@@ -88,6 +89,7 @@ class RestartableTestbed:
         info = self.group.start(f"agent-{node}", oddl_command(
             "agent", "serve", "--config", str(self.resolved), "--node", node,
             "--controller", self.address), timeout=60)
+        self.agent_info[node] = info
         old = self.clients.pop(node, None)
         if old is not None:
             if close_old:
@@ -96,6 +98,10 @@ class RestartableTestbed:
                 self.retired.append(old)
         self.clients[node] = self._client_type(info["local_api"],
                                                 timeout_s=self.agent_timeout_s)
+
+    def data_port(self, node: str) -> int:
+        """The TCP port a node's agent receives its data streams on."""
+        return int(str(self.agent_info[node]["data_address"]).rsplit(":", 1)[1])
 
     def restart_controller(self) -> None:
         """Start the controller again on its old address, from its state file."""
