@@ -37,6 +37,10 @@ LATE_S = 1e-3
 _C = {name: i for i, name in enumerate(COUNTERS)}
 
 
+REOPEN_S = 0.5
+"""How often a node looks for a restarted emulator host's light table."""
+
+
 class LightPhy:
     """The physical layer of node `node` on the emulated fabric (see the module docstring)."""
 
@@ -53,6 +57,7 @@ class LightPhy:
         self._recent: dict[int, deque[tuple[float, float]]] = {}
         self._lock = threading.Lock()
         self._row = table.counters[self.me]
+        self._reopened_at = 0.0
         self._warned = 0.0
         self.lost_by_reason: dict[str, int] = {}
 
@@ -68,7 +73,7 @@ class LightPhy:
         _sleep_until(self.clock, t0, cancel)
         if dst is not None:
             return dst, "", IDEAL_EPOCH, t0, t1
-        epoch, to = self.table.at(self.me, t0)
+        epoch, to = self._current().at(self.me, t0)
         if to < 0:
             return None, REASONS.get(to, f"no light path (code {to})"), epoch, t0, t1
         return self.nodes[to], "", epoch, t0, t1
@@ -103,7 +108,7 @@ class LightPhy:
         if s is None:
             reason = f"unknown transmitter {src}"
         elif head.epoch != IDEAL_EPOCH:
-            if not self.table.held(s, head.epoch, head.t_end):
+            if not self._current().held(s, head.epoch, head.t_end):
                 reason = f"the light path from {src} changed during the chunk"
             else:
                 reason = self._collision(s, head)
@@ -113,6 +118,27 @@ class LightPhy:
         self._row[_C["delivered"]] += 1
         self._row[_C["delivered_bytes"]] += head.nbytes
         return ""
+
+    def _current(self) -> LightTable:
+        """The light table; when its writer (the emulator host) has died, the table a
+        restarted host made at the same path, once it is there."""
+        table = self.table
+        now = self.clock()
+        if table.alive() or now - self._reopened_at < REOPEN_S:
+            return table
+        self._reopened_at = now
+        try:
+            fresh = LightTable.open(table.path)
+        except (OSError, ValueError):
+            return table
+        if not fresh.alive() or fresh.writer == table.writer:
+            fresh.close()
+            return table
+        with self._lock:
+            self.table, self._row = fresh, fresh.counters[self.me]
+        logger.warning("%s: the emulator host restarted; reading its new light table %s",
+                       self.nodes[self.me], fresh.path)
+        return fresh
 
     def _collision(self, s: int, head: ChunkHead) -> str:
         """Another transmitter's chunk overlapped this one at this receiver."""

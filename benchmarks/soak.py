@@ -14,7 +14,10 @@ Every `--fault-every` seconds the next fault of the schedule strikes:
 - stream-cut: every TCP data stream into one node destroyed by the kernel (`ss -K`, frames
   in flight dropped; the senders reconnect and resend);
 - controller-kill: SIGKILL of the controller, restarted from its state file; jobs, device
-  configuration and the event log are compared before and after.
+  configuration and the event log are compared before and after;
+- emulators-kill: SIGKILL of the emulator host (every laser, switch, meter and the light),
+  restarted 1 s later where it was, in its power-on state: the controller must notice and
+  restore the devices, the agents must find the new light table.
 
 Reported: collectives run, completed, failed with a reason (and the reasons), wrong results
 (must be 0), unclear failures (an error without a reason: must be 0), and per fault the time
@@ -51,7 +54,8 @@ from oddl.operator import OperatorClient
 
 JOBS = {"soak-ring": (("n0", "n1"), "ring"), "soak-hd": (("n2", "n3"), "halving-doubling")}
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
-SCHEDULE = ("agent-kill", "stream-cut", "agent-pause", "controller-kill", "agent-stall")
+SCHEDULE = ("agent-kill", "stream-cut", "agent-pause", "controller-kill", "agent-stall",
+            "emulators-kill")
 
 
 @dataclass
@@ -179,6 +183,12 @@ class Soak:
             os.kill(pid, signal.SIGCONT)
             back = time.monotonic()
             rec["controller_marked_dead_s"] = dead
+        elif kind == "emulators-kill":
+            jobs = list(self.traffic.values())
+            os.kill(self.tb.proc("emulators").proc.pid, signal.SIGKILL)
+            time.sleep(1.0)
+            self.tb.restart_emulators()
+            back = time.monotonic()
         elif kind == "stream-cut":
             rec["node"] = node
             jobs = [self._job_of(node)]

@@ -372,6 +372,10 @@ class ControllerService(pb_grpc.ControllerServicer):
             with self._confirm_cond:
                 self._confirmed = {c for c in self._confirmed if not (c[0] == job.id and c[1] <= seq)}
 
+    def retuning(self) -> bool:
+        """Whether a collective's slots are being executed (retunes may be due any moment)."""
+        return any(t.is_alive() for t in list(self._executors.values()))
+
     def monitor(self) -> None:
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
         interval = self.cfg.controller.heartbeat_s
@@ -641,11 +645,30 @@ class ControllerServer:
         self.server.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
                          daemon=True).start()
+        if self.cfg.controller.device_check_s > 0:
+            threading.Thread(target=self._watch_devices, name="device-check",
+                             daemon=True).start()
         if self.metrics_listen:
             self.metrics.serve(self.metrics_listen)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         logger.info("controller for %s serving on %s", self.cfg.name, self.address)
+
+    def _watch_devices(self) -> None:
+        """Read the devices back now and then; restore one that lost its configuration."""
+        interval = self.cfg.controller.device_check_s
+        while not self.service._stop.wait(interval):
+            if self.service.retuning():
+                continue  # a slot executor owns the devices' timing now
+            try:
+                restored = self.devices.check()
+            except Exception:  # the watch must outlive any one bad reading
+                logger.exception("device check failed")
+                continue
+            if restored:
+                logger.warning("restored %s: they no longer held the verified configuration",
+                               ", ".join(restored))
+                self.service.errors["device restored"] += 1
 
     def _metric_state(self) -> Iterator[Any]:
         return _metric_state_of(self)

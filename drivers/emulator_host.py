@@ -72,11 +72,17 @@ class EmulatedTestbed:
 
 def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                            fabric_listen: str | None = None,
-                           phases_dir: str | Path | None = None) -> EmulatedTestbed:
+                           phases_dir: str | Path | None = None,
+                           reuse: TestbedConfig | None = None) -> EmulatedTestbed:
     """Start emulators for every emulated device of `cfg`, and the fabric.
 
     OptINC devices without a phase file get phases trained at start-up, saved in `phases_dir`
-    when given (else kept in memory only)."""
+    when given (else kept in memory only). `reuse`: the resolved file of an earlier run whose
+    addresses (device ports, fabric, light table) this one takes over, so that a restarted
+    emulator host is found where the controller and the agents look."""
+    ports = _ports_of(reuse) if reuse is not None else {}
+    if reuse is not None and fabric_listen is None and reuse.fabric.address:
+        fabric_listen = reuse.fabric.address.removeprefix("tcp://")
     from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler
     from oddl.drivers.powermeter_emulator import PowerMeterEmulator, powermeter_connection_handler
     from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
@@ -95,7 +101,8 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                                    power_dbm=dev.power_dbm, seed=cfg.seed * 1000 + i)
                 _inject(emu, dev.faults, dev.id)
                 tb.lasers[dev.id] = emu
-                server = TcpEmulatorServer(itla_connection_handler(emu), host, 0, name=dev.id)
+                server = TcpEmulatorServer(itla_connection_handler(emu), host,
+                                           ports.get(dev.id, 0), name=dev.id)
                 tb.resources[dev.id] = server.url
             elif dev.kind == "wss":
                 emu = WssEmulator(ports=dev.ports, first_thz=grid.first_thz,
@@ -104,7 +111,8 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                                   seed=cfg.seed * 1000 + i)
                 _inject(emu, dev.faults, dev.id)
                 tb.switches[dev.id] = emu
-                server = TcpEmulatorServer(wss_connection_handler(emu), host, 0, name=dev.id)
+                server = TcpEmulatorServer(wss_connection_handler(emu), host,
+                                           ports.get(dev.id, 0), name=dev.id)
                 tb.resources[dev.id] = server.url
             else:
                 emu = PowerMeterEmulator(channels=dev.channels, serial_number=serial,
@@ -112,8 +120,8 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                                          seed=cfg.seed * 1000 + i)
                 _inject(emu, dev.faults, dev.id)
                 tb.meters[dev.id] = emu
-                server = TcpEmulatorServer(powermeter_connection_handler(emu), host, 0,
-                                           name=dev.id)
+                server = TcpEmulatorServer(powermeter_connection_handler(emu), host,
+                                           ports.get(dev.id, 0), name=dev.id)
                 tb.resources[dev.id] = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
             tb.servers[dev.id] = server
         missing = [n.transmitter for n in cfg.nodes if n.transmitter not in tb.lasers]
@@ -134,7 +142,7 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                 curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(),
                                     name="fabric")
             if cfg.fabric.transport == "streams" and not cfg.security.enabled:
-                _start_light_table(tb)
+                _start_light_table(tb, reuse.fabric.light_table if reuse else None)
             tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
                                fabric_listen or cfg.fabric.listen, curve=curve,
                                devices=tb.optinc, light=tb.light)
@@ -144,11 +152,11 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
     return tb
 
 
-def _start_light_table(tb: EmulatedTestbed) -> None:
+def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
     """Publish where the light goes for the agents' streams; kept current by the emulators."""
     model = tb.model
     assert model is not None
-    tb.light = LightTable.create(len(tb.cfg.nodes))
+    tb.light = LightTable.create(len(tb.cfg.nodes), path=path or None)
     publisher = LightPublisher(tb.light, [n.id for n in tb.cfg.nodes], model.path_code,
                                model.transitions)
     for device in (*tb.lasers.values(), *tb.switches.values()):
@@ -177,6 +185,18 @@ def _start_optinc(tb: EmulatedTestbed, phases_dir: str | Path | None) -> None:
             raise ConfigError(f"{tb.cfg.path}: devices ({dev.id}).phases: {exc}") from exc
         logger.info("OptINC device %s: N=%d, %d-bit, phases %s", dev.id, dev.inputs, dev.bits,
                     tb.optinc[dev.id].phases_path or "trained at start-up (not saved)")
+
+
+def _ports_of(resolved: TestbedConfig) -> dict[str, int]:
+    """Device id -> TCP port in a resolved file (socket://HOST:PORT, TCPIP0::HOST::PORT::SOCKET)."""
+    ports = {}
+    for dev in resolved.devices:
+        r = dev.resource
+        if r.startswith("socket://"):
+            ports[dev.id] = int(r.rsplit(":", 1)[1])
+        elif r.startswith("TCPIP") and r.endswith("::SOCKET"):
+            ports[dev.id] = int(r.split("::")[2])
+    return ports
 
 
 def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
@@ -210,13 +230,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resolved", help="write the resolved testbed file here "
                         "(default: print it only)")
     parser.add_argument("--host", default="127.0.0.1", help="address the emulators bind")
+    parser.add_argument("--reuse", metavar="RESOLVED",
+                        help="take over the addresses of an earlier run's resolved file (a "
+                        "restart after a crash: the controller and agents find it again)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve the emulated testbed until SIGINT/SIGTERM; print one JSON line when ready."""
     cfg = load_testbed(args.config)
     phases_dir = Path(args.resolved).resolve().parent if args.resolved else None
-    tb = start_emulated_testbed(cfg, args.host, phases_dir=phases_dir)
+    reuse = load_testbed(args.reuse) if args.reuse else None
+    tb = start_emulated_testbed(cfg, args.host, phases_dir=phases_dir, reuse=reuse)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -89,11 +89,18 @@ class LightTable:
 
     @classmethod
     def create(cls, nodes: int, directory: str | os.PathLike[str] | None = None,
-               history: int = HISTORY) -> LightTable:
-        """A new table in the shared-memory folder, every transmitter dark."""
+               history: int = HISTORY, path: str | os.PathLike[str] | None = None
+               ) -> LightTable:
+        """A new table in the shared-memory folder, every transmitter dark; at `path` when
+        given (an emulator host restarting where the agents look): a table there whose writer
+        has died is replaced, a live one is refused."""
         from oddl.agents.shm import shm_dir
 
-        path = Path(directory or shm_dir()) / f"oddl-light-{uuid.uuid4().hex}"
+        if path is None:
+            path = Path(directory or shm_dir()) / f"oddl-light-{uuid.uuid4().hex}"
+        else:
+            path = Path(path)
+            _remove_dead_table(path)
         size = table_size(nodes, history)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -160,6 +167,11 @@ class LightTable:
         meta[0] += 1
 
     # ---- reader -----------------------------------------------------------------------
+    @property
+    def writer(self) -> int:
+        """The pid of the process that writes this table (the emulator host)."""
+        return int(self._writer[0])
+
     def alive(self) -> bool:
         """True while the writer runs: its process exists and its heartbeat is fresh
         (checked at most every 50 ms)."""
@@ -219,6 +231,22 @@ class LightTable:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _remove_dead_table(path: Path) -> None:
+    try:
+        old = LightTable.open(path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} exists and is not a light table ({exc}); remove it") from exc
+    try:
+        if old.alive():
+            raise ValueError(f"the light table {path} belongs to a running emulator host "
+                             f"(pid {old.writer}); stop it first")
+    finally:
+        old.close()
+    path.unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:

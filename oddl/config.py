@@ -106,6 +106,9 @@ class ControllerConfig:
     heartbeat_s: float = 1.0
     state: str = ""
     """SQLite file of jobs, verified device state and events ("" = not persisted)."""
+    device_check_s: float = 2.0
+    """How often the controller reads the devices back and restores one that lost its
+    configuration (a power cycle, a serial link that dropped); 0 = never."""
 
 
 @dataclass(frozen=True)
@@ -466,7 +469,8 @@ class _Parser:
             "transport": (self.text(TRANSPORTS), "streams"), "light_table": (self.text(), "")}))
         controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
             "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
-            "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), "")}))
+            "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), ""),
+            "device_check_s": (self.num(lo=0.0), 2.0)}))
         agent = AgentConfig(**self.table(doc.get("agent"), "agent", {
             "gate_priority": (self.integer(0, 99), 0), "gate_cpu": (self.integer(-1), -1)}))
         devices = self.devices(doc.get("devices"), grid)

@@ -99,6 +99,13 @@ class RestartableTestbed:
         self.clients[node] = self._client_type(info["local_api"],
                                                 timeout_s=self.agent_timeout_s)
 
+    def restart_emulators(self) -> None:
+        """Start the emulator host again where the old one was (`--reuse`): same device
+        ports, fabric address and light table."""
+        self.group.start("emulators", oddl_command(
+            "emulate", "testbed", "--config", str(self.config), "--resolved", str(self.resolved),
+            "--reuse", str(self.resolved)), timeout=60)
+
     def data_port(self, node: str) -> int:
         """The TCP port a node's agent receives its data streams on."""
         return int(str(self.agent_info[node]["data_address"]).rsplit(":", 1)[1])

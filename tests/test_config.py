@@ -110,3 +110,12 @@ def test_agent_gate_scheduling_is_read_and_reported():
     t.start()
     t.join()
     assert "CPU 0" in fake.gate_scheduling and "SCHED_FIFO 5" in fake.gate_scheduling
+
+
+def test_device_check_interval_is_validated():
+    base = (Path(__file__).resolve().parents[1] / "deploy" / "testbeds"
+            / "emulated-4node.toml").read_text()
+    assert parse_testbed(base).controller.device_check_s == 2.0
+    bad = base.replace("heartbeat_s = 1.0", "heartbeat_s = 1.0\ndevice_check_s = -1")
+    with pytest.raises(ConfigError, match="device_check_s"):
+        parse_testbed(bad)

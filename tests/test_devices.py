@@ -128,3 +128,21 @@ def test_power_meter_sees_a_wrong_route(bench):
     assert meter[2] is None
     assert meter[3] == pytest.approx(10.0 - INSERTION_LOSS_DB, abs=0.5)
     dm.transact(Configuration(wss_tables={"wss0": _table({2: 2})}))
+
+
+def test_a_power_cycled_laser_and_switch_are_noticed_and_restored(bench):
+    tb, dm = bench
+    want = dict(dm.verified.channels)
+    assert dm.check() == []  # everything holds: nothing is sent but reads
+    tb.lasers["laser1"].reset()    # power-cycled behind the controller's back: output off
+    tb.switches["wss0"].reset()    # every channel blocked
+    assert sorted(dm.check()) == ["laser1", "wss0"]
+    assert tb.lasers["laser1"].optical_output() is not None
+    assert dm.verified.channels == want
+    st = dm.drivers["laser1"].state()
+    assert (st.channel, st.locked, st.output_enabled) == (want["laser1"], True, True)
+    assert {ch: r.port for ch, r in tb.switches["wss0"].active_table().items() if r.port} == {
+        1: 1, 2: 2, 3: 3, 4: 4}
+    log = [e for e in dm.events if e.action == "restore"]
+    assert {e.device for e in log[-2:]} == {"laser1", "wss0"} and all(e.ok for e in log[-2:])
+    assert dm.check() == []

@@ -114,7 +114,7 @@ def test_kill_the_controller_and_resume(bench: Bench):
     (bench.tmp / "timings.json").write_text(json.dumps({"reconnect_s": reconnect}))
 
 
-def test_kill_the_emulators_then_the_controller_keeps_serving(bench: Bench):
+def test_kill_the_emulators_then_the_controller_keeps_serving_and_restores(bench: Bench):
     bench.operator.submit("emu", [], "ring", "optical")
     os.kill(bench.proc("emulators").proc.pid, signal.SIGKILL)
     # a reconfiguration cannot be verified: refused with a report, nothing claimed applied
@@ -130,6 +130,17 @@ def test_kill_the_emulators_then_the_controller_keeps_serving(bench: Bench):
     outs = bench.allreduce(6, 100)
     assert all(isinstance(o, CollectiveError) for o in outs), outs
     assert bench.operator.status()["testbed"] == "emulated-4node"  # still serving
+    # the emulator host comes back where it was (power-on state: lasers dark, WSS blocked);
+    # the controller notices and restores the devices, the agents find the new light table
+    bench.restart_emulators()
+    t0 = time.monotonic()
+    _wait(lambda: bench.allreduce(9, 100) == [True] * 4, 120, "exact results again")
+    recover = time.monotonic() - t0
+    devices = {d["id"]: d for d in bench.operator.devices()["devices"]}
+    assert all(d["reachable"] for d in devices.values())
+    restores = [e for e in bench.operator.device_log(limit=500) if e["action"] == "restore"]
+    assert {e["device"] for e in restores} >= {"laser0", "laser1", "laser2", "laser3", "wss0"}
+    (bench.tmp / "timings.json").write_text(json.dumps({"emulators_back_s": recover}))
 
 
 def _garbage(host: str, port: int) -> None:
