@@ -290,11 +290,16 @@ class Agent:
         if kind == "assigned":
             job = event.assigned.job
             old = self.jobs.get(job.id)
-            # a fresh (restarted) agent continues after the job's last collective; one that
-            # knows the job keeps its own count (it may be a collective behind its peers)
-            next_seq = old.next_seq if old else max(1, event.assigned.next_seq)
-            self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.assigned.rank,
-                                         job.network, job.collective, next_seq=next_seq)
+            if old is not None and old.nodes == tuple(job.nodes) and not old.ended:
+                # the controller re-announces a job this agent runs (its stream or the
+                # controller restarted): keep the very object, since a collective in flight
+                # counts its sequence number on it, and keep the agent's own count
+                old.rank = event.assigned.rank
+            else:
+                # a fresh (restarted) agent continues after the job's last collective
+                self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.assigned.rank,
+                                             job.network, job.collective,
+                                             next_seq=max(1, event.assigned.next_seq))
             if hasattr(self.link, "set_peers"):
                 self.link.set_peers(dict(event.assigned.peers))
             logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id,

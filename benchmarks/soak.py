@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(text + "\n")
     ok = (result["wrong_results"] == 0 and result["unclear_failures"] == 0
-          and not result["state_lost"])
+          and not result["state_lost"]
+          and not any(f["not_recovered"] for f in result["faults"].values()))
     if ok:
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -7,6 +7,7 @@ a running testbed and its clients.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,9 @@ class RestartableTestbed:
         """Start (or restart) a node's agent and connect a client to it; the old client is
         closed, or kept in `retired` (closed by `close()`) for a caller whose threads may
         still be inside it."""
+        verbose = ("-v",) if os.environ.get("ODDL_SOAK_VERBOSE") else ()
         info = self.group.start(f"agent-{node}", oddl_command(
-            "agent", "serve", "--config", str(self.resolved), "--node", node,
+            *verbose, "agent", "serve", "--config", str(self.resolved), "--node", node,
             "--controller", self.address), timeout=60)
         self.agent_info[node] = info
         old = self.clients.pop(node, None)

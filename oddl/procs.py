@@ -66,7 +66,7 @@ class ManagedProcess:
         self.log_path = log_dir / f"{name}.log"
         self.out_path = log_dir / f"{name}.out"
         self.detached = detach
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop); a restart appends
         self._out = open(self.out_path, "wb") if detach else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv, stdout=self._out if detach else subprocess.PIPE, stderr=self._log,
