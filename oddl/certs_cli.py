@@ -66,10 +66,7 @@ def register(subparsers: Any) -> Any:
         description="Record the certificate serial and CURVE key of one identity in "
         "DIR/revoked.json: the controller refuses it at once, the fabric and the links at "
         "their next start. Copy the file to every host. `oddl certs rotate` issues new ones.")
-    rev.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
-    who = rev.add_mutually_exclusive_group(required=True)
-    who.add_argument("--node", help="node id (its agent certificate and node key)")
-    who.add_argument("--operator", help="operator name")
+    _identity_arguments(rev)
     rev.add_argument("--reason", default="", help="recorded with the entry")
     rev.set_defaults(func=cmd_revoke)
 
@@ -79,10 +76,7 @@ def register(subparsers: Any) -> Any:
         "for one identity, written over its files, and revoke the old ones. Copy the "
         "identity's files, manifest.json and revoked.json to the hosts, then restart that "
         "agent (or give the operator the new files).")
-    rot.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
-    who = rot.add_mutually_exclusive_group(required=True)
-    who.add_argument("--node", help="node id")
-    who.add_argument("--operator", help="operator name")
+    _identity_arguments(rot)
     rot.set_defaults(func=cmd_rotate)
     return csub
 
@@ -95,6 +89,14 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     print(f"rotated {old['kind']} {old['name']}: new certificate and CURVE key written to "
           f"{args.certs}; the old certificate {old['serial']} is revoked")
     return EXIT_OK
+
+
+def _identity_arguments(parser: argparse.ArgumentParser) -> None:
+    """--certs DIR and exactly one of --node / --operator."""
+    parser.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--node", help="node id (its agent certificate and node key)")
+    who.add_argument("--operator", help="operator name")
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
