@@ -54,10 +54,22 @@ def _itla_emulator() -> Callable[[bytes], None]:
     emu = ItlaEmulator()
 
     def run(data: bytes) -> None:
-        whole = len(data) - len(data) % 4  # the serial layer cuts the stream into frames
+        # the first byte picks raw frames (mostly bad checksums) or frames with the BIP-4
+        # checksum set, which reach the register logic
+        fix = bool(data[:1]) and data[0] & 1
+        body = data[1:]
+        whole = len(body) - len(body) % 4  # the serial layer cuts the stream into frames
         for i in range(0, min(whole, 4 * 64), 4):
-            emu.handle_frame(data[i:i + 4])
+            frame = body[i:i + 4]
+            emu.handle_frame(_bip4(frame) if fix else frame)
     return run
+
+
+def _bip4(frame: bytes) -> bytes:
+    """The frame with its checksum nibble set (OIF-ITLA-MSA BIP-4)."""
+    b0 = frame[0] & 0x0F
+    bip8 = b0 ^ frame[1] ^ frame[2] ^ frame[3]
+    return bytes([b0 | (((bip8 >> 4) ^ (bip8 & 0x0F)) << 4), *frame[1:]])
 
 
 def _itla_reply() -> Callable[[bytes], None]:
@@ -324,7 +336,9 @@ def all_targets() -> dict[str, Target]:
     from oddl.protos import oddl_pb2 as pb
 
     targets = [
-        Target("itla-emulator", _itla_emulator, seeds=[bytes.fromhex("00000000 30300000 81320008")]),
+        Target("itla-emulator", _itla_emulator,
+               seeds=[bytes.fromhex("01 00000000 30300000 81320008"),
+                      bytes.fromhex("01 00010000 000b0000 000b0000 31310514")]),
         Target("itla-frames", _itla_reply, seeds=[bytes.fromhex("00000000"),
                                                    bytes.fromhex("31310514")]),
         Target("wss-emulator", _wss_emulator, seeds=[b"SNO?\nRRA?\nURA 1,1,0.0;2,2,3.5\nRSW\n",
