@@ -87,7 +87,7 @@ class AgentClient:
                 return self._allreduce_shared(a, header, out)
             except _NoSharedMemory:
                 self.shared_memory = False
-        self._forget_disconnects()
+        self._ensure_connected()
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
                                   copy=False)
         frames = self._recv(self._rid)
@@ -110,7 +110,7 @@ class AgentClient:
             np.copyto(view, a)
         assert self._bucket is not None
         header["shm"] = str(self._bucket.path)
-        self._forget_disconnects()
+        self._ensure_connected()
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
         try:
             frames = self._recv(self._rid)
@@ -136,16 +136,17 @@ class AgentClient:
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
         self._rid += 1
-        self._forget_disconnects()
+        self._ensure_connected()
         self._sock.send_multipart([b"status", str(self._rid).encode()])
         frames = self._recv(self._rid)
         if frames[0] == b"ok":
             return json.loads(frames[1])
         raise self._error(frames)
 
-    def _forget_disconnects(self) -> None:
-        """Before a request: learn the connection's state, waiting a little for an agent
-        that is (re)starting; CollectiveError if none answers at the address."""
+    def _ensure_connected(self) -> None:
+        """Before a request: apply the connection's events so far (a disconnect from before
+        does not fail this request), waiting a little for an agent that is (re)starting;
+        CollectiveError if none accepts a connection at the address."""
         self._connection_events(0)
         deadline = time.monotonic() + min(self.timeout_s, CONNECT_GRACE_S)
         while not self._connected:
@@ -182,18 +183,17 @@ class AgentClient:
             if not ready:
                 raise CollectiveError(f"the agent at {self.address} did not answer within "
                                       f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
+            if self._sock in ready:  # a reply that made it before a disconnect still counts
+                frames = self._sock.recv_multipart()
+                if _reply_rid(frames) == rid:
+                    return frames
+                logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
+                             self.address, _reply_rid(frames), rid)
             if self._events in ready and self._connection_events(0):
                 raise CollectiveError(
                     f"the agent at {self.address} closed the connection while this request "
                     "was in flight (it stopped or restarted); no result was returned — retry "
                     "once it is back")
-            if self._sock not in ready:
-                continue
-            frames = self._sock.recv_multipart()
-            if _reply_rid(frames) == rid:
-                return frames
-            logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
-                         self.address, _reply_rid(frames), rid)
 
     @staticmethod
     def _error(frames: list[bytes]) -> Exception:
