@@ -207,3 +207,14 @@ def test_the_lab_file_uses_the_certificates():
     lab = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "lab-4node.toml"
     cfg = load_testbed(lab)
     assert cfg.security.enabled, "the lab testbed file must run with TLS and CURVE"
+
+
+def test_encrypted_links_without_certificates_name_the_fix():
+    from oddl.agents.agent import Agent
+    from oddl.config import parse_testbed
+    from oddl.errors import ConfigError
+
+    text = EMULATED.read_text().replace('link = "fabric"', 'link = "direct"\ntransport = "curve"')
+    cfg = parse_testbed(text)
+    with pytest.raises(ConfigError, match=r'transport = "curve".*\[security\] certs'):
+        Agent(cfg, "n0", "127.0.0.1:1")
