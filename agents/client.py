@@ -185,7 +185,7 @@ class AgentClient:
                                       f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
             if self._sock in ready:  # a reply that made it before a disconnect still counts
                 frames = self._sock.recv_multipart()
-                if _reply_rid(frames) == rid:
+                if _reply_rid(frames) in (rid, None):  # None: a request it could not parse
                     return frames
                 logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
                              self.address, _reply_rid(frames), rid)
