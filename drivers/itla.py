@@ -41,6 +41,7 @@ __all__ = [
     "ItlaExecutionError",
     "ItlaLimits",
     "ItlaStatus",
+    "ItlaTimeouts",
     "NOP_ERRORS",
     "NopError",
     "REGISTERS",
@@ -465,8 +466,30 @@ def _join_mhz(thz: int, ghz10: int, mhz: int) -> int:
 
 # --- driver --------------------------------------------------------------------------------------
 
-class _NoReply(Exception):
-    """No byte at all came back for one attempt."""
+class _Silent(Exception):
+    """No complete reply came back for one attempt (nothing, or only part of a frame)."""
+
+
+@dataclass
+class ItlaTimeouts:
+    """How long the driver waits, in seconds; set them from the device's configuration.
+
+    ``reply_s`` bounds one request/reply exchange (the MSA's host timeout; vendors use
+    0.25 s); ``lock_s`` a channel or fine-tune change with the output on; ``enable_s`` the
+    output enable (cold modules take tens of seconds); ``startup_s`` how long commands refused
+    with CII (module initialising after power-up or reset) are retried.
+    """
+
+    reply_s: float = 0.25
+    lock_s: float = 5.0
+    enable_s: float = 30.0
+    startup_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("reply_s", "lock_s", "enable_s", "startup_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"ITLA timeout {name}={value}: expected a number of seconds > 0")
 
 
 class ItlaDriver:
@@ -476,26 +499,48 @@ class ItlaDriver:
     reads), so the driver can be shared between threads. Used as a context manager, leaving
     the block calls ``shutdown()`` (output off, then close); ``close()`` alone leaves the light
     as it is.
+
+    Link recovery: a reply with a bad checksum is fetched again with the LstRsp bit; a CE reply
+    (the module saw a bad checksum) resends the request once. Silence, a partial reply, a
+    second CE or replies for the wrong register mean the frame boundary may have slipped (a
+    byte lost on the wire): the driver resynchronises the way the MSA and vendors describe, by
+    sending single NOP bytes (0x00) until a 4-byte reply comes back, then repeats the request
+    (a write is first read back, so a write whose reply was lost is not executed twice).
     """
 
-    def __init__(self, transport: Transport, name: str = "itla", *, timeout_s: float = 0.25,
-                 retries: int = 2, poll_interval_s: float = 0.01,
+    def __init__(self, transport: Transport, name: str = "itla", *,
+                 timeout_s: float | None = None, retries: int = 2,
+                 poll_interval_s: float = 0.01, timeouts: ItlaTimeouts | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
+        self.timeouts = timeouts if timeouts is not None else ItlaTimeouts()
+        if timeout_s is not None:
+            self.timeouts.reply_s = timeout_s
         self.name = name
-        self.timeout_s = timeout_s
         self.retries = retries
         self.poll_interval_s = poll_interval_s
         self.tune_history: deque[float] = deque(maxlen=10_000)
         """Measured time-to-lock of each set_channel, seconds (newest last)."""
         self.last_time_to_lock_s: float | None = None
+        self.resyncs = 0
+        """How many times the link was resynchronised (single NOP bytes)."""
         self._transport = transport
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.RLock()
         self._limits: ItlaLimits | None = None
         self._grid: tuple[int, int] | None = None  # (first channel MHz, spacing MHz)
+        self._absent: set[int] = set()  # optional registers this module answered RNI for
         self._closed = False
+
+    @property
+    def timeout_s(self) -> float:
+        """Reply timeout of one exchange, seconds (``timeouts.reply_s``)."""
+        return self.timeouts.reply_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self.timeouts.reply_s = value
 
     # -- context management --
 
@@ -533,41 +578,98 @@ class ItlaDriver:
             yield
 
     def _transact(self, reg: Register, data: int, write: bool) -> Reply:
-        """Send one request and return its reply, retrying corrupt replies (no XE handling)."""
+        """Send one request and return its reply, recovering the link (no XE handling)."""
         request = encode_request(reg.address, data, write)
+        op = f"write {reg.name}={data}" if write else f"read {reg.name}"
         resend = request
         problems: list[str] = []
+        ce_seen = False
         for attempt in range(self.retries + 1):
             self._transport.reset_input()
             self._transport.write(resend)
             try:
                 reply, problem = self._read_reply(reg.address)
-            except _NoReply as exc:
-                op = f"write {reg.name}={data}" if write else f"read {reg.name}"
-                raise DeviceTimeout(
-                    f"no reply to {op} within {self.timeout_s * 1000:.0f} ms; check the cable, "
-                    "the baud rate and that the laser (or its emulator) is powered and running",
-                    device=self.name) from exc.__cause__
+            except _Silent as exc:
+                problems.append(str(exc))
+                logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, exc)
+                if not self.resync():
+                    raise DeviceTimeout(
+                        f"no reply to {op} within {self.timeout_s * 1000:.0f} ms, nor to "
+                        f"{FRAME_LEN} single NOP bytes; check the cable, the baud rate and that "
+                        "the laser (or its emulator) is powered and running",
+                        device=self.name) from None
+                if write and (done := self._already_written(reg, data)) is not None:
+                    return done
+                resend = request
+                continue
             if reply is not None:
                 if attempt:
                     logger.info("%s: %s recovered after %d retries", self.name, reg.name, attempt)
                 return reply
             problems.append(problem)
-            logger.warning("%s: %s attempt %d: %s", self.name, reg.name, attempt + 1, problem)
-            # A CE reply means the module never executed the request: send it again as it was.
-            # Otherwise the module did answer: ask for that answer again (LstRsp), so a write
-            # is never executed twice.
-            if problem.startswith("CE"):
+            logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, problem)
+            if problem.startswith("CE") and not ce_seen:
+                # The module did not execute the request: send it again as it was.
+                ce_seen = True
+                resend = request
+            elif problem.startswith("CE"):
+                # CE again: most likely a byte was lost and the module's frames are shifted.
+                self.resync()
+                if write and (done := self._already_written(reg, data)) is not None:
+                    return done
                 resend = request
             else:
+                # The module answered but the reply was damaged: ask for that answer again
+                # (LstRsp), so a write is never executed twice.
                 resend = encode_request(reg.address, data, write, last_response=True)
+        self.resync()  # leave the link framed for the next command
         raise ProtocolError(
-            f"{len(problems)} exchanges for {reg.name} failed ({'; '.join(problems)}); check the "
+            f"{len(problems)} exchanges for {op} failed ({'; '.join(problems)}); check the "
             "baud rate, cable and grounding; a write may or may not have been executed, so "
             "read the register back", device=self.name)
 
+    def resync(self) -> bool:
+        """Re-establish framing: send single NOP bytes (0x00), each followed by one reply
+        timeout, until a 4-byte reply arrives (at most 4 bytes). True when the module answered.
+
+        Whatever the module had buffered (0-3 bytes of a damaged frame) is completed by these
+        bytes, so its next frame starts with the host's next request.
+        """
+        with self._locked():
+            self.resyncs += 1
+            for sent in range(1, FRAME_LEN + 1):
+                self._transport.reset_input()
+                self._transport.write(b"\x00")
+                try:
+                    raw = self._transport.read_exact(FRAME_LEN, self.timeout_s)
+                except DeviceTimeout:
+                    continue
+                logger.info("%s: link resynchronised after %d NOP byte(s) (reply %s)",
+                            self.name, sent, raw.hex(" "))
+                return True
+            logger.warning("%s: no reply to %d single NOP bytes", self.name, FRAME_LEN)
+            return False
+
+    def _already_written(self, reg: Register, data: int) -> Reply | None:
+        """After a lost write reply: the reply the write would have had if the register
+        already holds `data` (so the write is not sent twice), else None."""
+        if reg.address in (0x00, _RESENA.address) or reg.access is Access.RO:
+            return None  # NOP and resets cannot be told apart by reading back
+        try:
+            back = self._transact(reg, 0, False)
+        except (ProtocolError, DeviceTimeout):
+            return None
+        if back.status != Status.OK or back.data != data & 0xFFFF:
+            return None
+        nop = self._transact(_NOP, 0, False)
+        pending = nop.status == Status.CP or bool(nop.data & PENDING_MASK)
+        logger.info("%s: %s already holds %d; the write had been executed", self.name,
+                    reg.name, data)
+        return Reply(Status.CP if pending else Status.OK, False, reg.address, data & 0xFFFF)
+
     def _read_reply(self, address: int) -> tuple[Reply | None, str]:
-        """One attempt: (reply, "") or (None, what was wrong). Raises _NoReply on silence."""
+        """One attempt: (reply, "") or (None, what was wrong). Raises _Silent when no complete
+        reply for this register came back."""
         deadline = time.monotonic() + self.timeout_s
         stale = 0
         while True:
@@ -578,8 +680,10 @@ class ItlaDriver:
                 raw = self._transport.read_exact(FRAME_LEN, remaining)
             except DeviceTimeout as exc:
                 if stale:
-                    return None, f"{stale} reply(ies) for another register, then silence"
-                raise _NoReply() from exc
+                    raise _Silent(f"{stale} reply(ies) for another register, then "
+                                  "silence") from exc
+                raise _Silent(f"no complete reply within {self.timeout_s * 1000:.0f} "
+                              "ms") from exc
             try:
                 reply = decode_reply(raw)
             except ProtocolError:
@@ -594,20 +698,36 @@ class ItlaDriver:
             logger.warning("%s: skipping reply for register 0x%02X while waiting for 0x%02X",
                            self.name, reply.register, address)
             if stale >= 4:
-                return None, f"{stale} replies echo the wrong register"
+                raise _Silent(f"{stale} replies echo the wrong register")
 
     def _exchange(self, reg: Register, data: int = 0, write: bool = False) -> Reply:
-        """One exchange; XE becomes ItlaExecutionError with the NOP error code and a remedy."""
-        with self._locked():
-            reply = self._transact(reg, data, write)
-            if reply.status != Status.XE:
-                return reply
-            code = self._transact(_NOP, 0, False).data & NOP_ERROR_MASK
-        err = nop_error(code)
+        """One exchange; XE becomes ItlaExecutionError with the NOP error code and a remedy.
+
+        CII (the module is still initialising after power-up or a reset) is retried every
+        poll interval for up to ``timeouts.startup_s``.
+        """
+        started: float | None = None
+        while True:
+            with self._locked():
+                reply = self._transact(reg, data, write)
+                if reply.status != Status.XE:
+                    return reply
+                code = self._transact(_NOP, 0, False).data & NOP_ERROR_MASK
+            err = nop_error(code)
+            now = self._clock()
+            started = now if started is None else started
+            if err.mnemonic != "CII" or now - started >= self.timeouts.startup_s:
+                break
+            logger.debug("%s: module initialising (CII); retrying %s", self.name, reg.name)
+            self._sleep(self.poll_interval_s)
         op = f"write {reg.name} = {data}" if write else f"read {reg.name}"
-        raise ItlaExecutionError(f"{op} refused: {err.label} (NOP error {code}); {err.remedy}",
-                                 device=self.name, error=err, register=reg, write=write,
-                                 value=data)
+        extra = ""
+        if err.mnemonic == "CII":
+            extra = (f" (still initialising after {self.timeouts.startup_s:.3g} s; raise "
+                     "timeouts.startup_s if the module needs longer)")
+        raise ItlaExecutionError(f"{op} refused: {err.label} (NOP error {code}); {err.remedy}"
+                                 f"{extra}", device=self.name, error=err, register=reg,
+                                 write=write, value=data)
 
     # -- registers --
 
@@ -622,8 +742,9 @@ class ItlaDriver:
         return reply.signed if reg.signed else reply.data
 
     def write_register(self, name_or_addr: str | int, value: int, *, wait: bool = True,
-                       timeout: float = 5.0) -> Status:
-        """Write a register; on CP wait (if `wait`) until the operation is done. Returns the status.
+                       timeout: float | None = None) -> Status:
+        """Write a register; on CP wait (if `wait`, at most `timeout` s, default
+        ``timeouts.lock_s``) until the operation is done. Returns the status.
 
         Read-only registers are refused before anything is sent.
         """
@@ -640,11 +761,16 @@ class ItlaDriver:
         return reply.status
 
     def _read_optional(self, name: str) -> int:
-        """Read a register that older modules lack (01.3 MHz parts): RNI reads as 0."""
+        """Read a register that older modules lack (01.3 MHz parts): RNI reads as 0, and the
+        register is not asked for again on this driver."""
+        reg = register(name)
+        if reg.address in self._absent:
+            return 0
         try:
-            return self.read_register(name)
+            return self.read_register(reg.address)
         except ItlaExecutionError as exc:
             if exc.error.mnemonic == "RNI":
+                self._absent.add(reg.address)
                 return 0
             raise
 
@@ -770,9 +896,13 @@ class ItlaDriver:
         first, spacing = self.grid()
         return (round(first * 1e6) + (channel - 1) * round(spacing * 1e3)) / 1e6
 
-    def set_channel(self, channel: int, timeout: float = 5.0) -> float:
+    def set_channel(self, channel: int, timeout: float | None = None) -> float:
         """Tune to `channel`, wait until the operation is done (and locked, if the output is on),
-        and return the measured time-to-lock in seconds.
+        and return the measured time-to-lock in seconds (`timeout` default: timeouts.lock_s).
+
+        The sequence is the lean one the MSA allows: the Channel write (CP while the laser
+        retunes), NOP polls until the pending flags clear, then one StatusW read for DIS and
+        WFREQ; nothing else is read.
         """
         if channel < 1 or channel > 0xFFFFFFFF:
             raise SafetyLimitError(f"{self.name}: channel {channel} is not 1..4294967295; "
@@ -783,50 +913,65 @@ class ItlaDriver:
             raise SafetyLimitError(f"{self.name}: channel {channel} is {freq:.6f} THz, outside "
                                    f"the laser's range {lim.min_thz}..{lim.max_thz} THz; "
                                    "nothing was sent")
+        limit = self.timeouts.lock_s if timeout is None else timeout
         with self._locked():
-            was_on = self.output_enabled()
             start = self._clock()
             if channel > 0xFFFF:
                 self.write_register("ChannelH", channel >> 16, wait=False)
-            self.write_register("Channel", channel & 0xFFFF, timeout=timeout)
-            if was_on:
-                self._wait_locked(start + timeout, f"tuning to channel {channel}")
+            status = self.write_register("Channel", channel & 0xFFFF, wait=False)
+            self._wait_settled(status, start + limit, f"tuning to channel {channel}")
             elapsed = self._clock() - start
         self.last_time_to_lock_s = elapsed
         self.tune_history.append(elapsed)
         logger.debug("%s: channel %d (%.6f THz) locked in %.1f ms", self.name, channel, freq,
-                    elapsed * 1000)
+                     elapsed * 1000)
         return elapsed
 
-    def _wait_locked(self, deadline: float, what: str) -> None:
-        """Poll StatusF/StatusW/NOP until locked; DeviceError if the output went off."""
+    def _wait_settled(self, status: Status, deadline: float, what: str) -> None:
+        """After a tuning or enable write answered `status`: poll NOP until nothing is pending,
+        then read StatusW once: DIS means the output is off (fine unless the write answered CP,
+        i.e. light was being tuned), WFREQ means not yet on frequency (poll again).
+        """
+        if status != Status.CP:
+            statusw = self.read_register("StatusW")
+            if statusw & DIS_BIT:
+                return  # output off: the module stored the setting, there is nothing to lock
         while True:
-            st = self.status()
-            if st.output_disabled:
+            self._wait_pending_until(deadline, what)
+            statusw = self.read_register("StatusW")
+            if statusw & DIS_BIT:
+                st = ItlaStatus(0, statusw, 0)
                 raise DeviceError(f"output is off after {what} (latched: "
                                   f"{', '.join(st.latched) or 'none'}); the module may have "
                                   "reset (MRL) or shut down on a fatal alarm; read status() and "
                                   "enable the output again", device=self.name)
-            if st.locked:
+            if not statusw & FREQ_BIT:
                 return
             if self._clock() >= deadline:
-                raise DeviceTimeout(f"not locked after {what} (alarms: "
-                                    f"{', '.join(st.alarms) or 'none'}); check the laser's "
-                                    "temperature and the target frequency, or allow a longer "
-                                    "timeout", device=self.name)
+                raise DeviceTimeout(f"not locked after {what} (StatusW 0x{statusw:04X}: "
+                                    f"{', '.join(ItlaStatus(0, statusw, 0).alarms)}); check the "
+                                    "laser's temperature and the target frequency, or allow a "
+                                    "longer timeout", device=self.name)
             self._sleep(self.poll_interval_s)
 
-    def wait_pending(self, timeout: float = 5.0) -> float:
-        """Poll NOP until no operation is pending; return the seconds waited."""
+    def wait_pending(self, timeout: float | None = None) -> float:
+        """Poll NOP until no operation is pending; return the seconds waited
+        (`timeout` default: timeouts.lock_s)."""
         start = self._clock()
+        limit = self.timeouts.lock_s if timeout is None else timeout
+        self._wait_pending_until(start + limit, "the pending operation")
+        return self._clock() - start
+
+    def _wait_pending_until(self, deadline: float, what: str) -> None:
         while True:
             reply = self._exchange(_NOP)
             if reply.status != Status.CP and not reply.data & PENDING_MASK:
-                return self._clock() - start
-            if self._clock() - start >= timeout:
+                return
+            if self._clock() >= deadline:
                 raise DeviceTimeout(
-                    f"operation still pending after {timeout:.3g} s (NOP 0x{reply.data:04X}); "
-                    "switch the output off (disable_output()) or reset the module, then retry",
+                    f"{what} still pending at the deadline (NOP 0x{reply.data:04X}); switch "
+                    "the output off (disable_output()) or reset the module, then retry; if "
+                    "the module is just slow, raise the timeout (timeouts.lock_s / enable_s)",
                     device=self.name)
             self._sleep(self.poll_interval_s)
 
@@ -841,15 +986,23 @@ class ItlaDriver:
                                    "sent")
         self.write_register("PWR", round(dbm * 100))
 
-    def enable_output(self, timeout: float = 5.0) -> None:
-        """Switch the output on (ResEna = SENA) and wait until it is stable and locked."""
+    def enable_output(self, timeout: float | None = None) -> None:
+        """Switch the output on (ResEna = SENA) and wait until it is stable and locked
+        (`timeout` default: timeouts.enable_s; cold modules take tens of seconds)."""
+        limit = self.timeouts.enable_s if timeout is None else timeout
         with self._locked():
             start = self._clock()
-            self.write_register("ResEna", SENA, timeout=timeout)
-            self._wait_locked(start + timeout, "enabling the output")
+            try:
+                self.write_register("ResEna", SENA, wait=False)
+            except ItlaExecutionError as exc:
+                if exc.error.mnemonic != "CIP":
+                    raise
+                # already enabling (a resent write after a lost reply): wait for it as well
+            # Whatever the write answered, the light must be on, settled and locked after.
+            self._wait_settled(Status.CP, start + limit, "enabling the output")
         logger.info("%s: output on", self.name)
 
-    def disable_output(self, timeout: float = 5.0) -> None:
+    def disable_output(self, timeout: float | None = None) -> None:
         """Switch the output off (ResEna = 0)."""
         self.write_register("ResEna", 0, timeout=timeout)
         logger.info("%s: output off", self.name)
@@ -893,10 +1046,15 @@ class ItlaDriver:
             freq = self.frequency_thz()
             power = self.power_dbm()
             enabled = self.output_enabled()
-            st = self.status()
+            statusw = self.read_register("StatusW")
+            nop = self.nop()
+        # StatusW carries DIS and WFREQ (the tighter frequency threshold); StatusF adds
+        # nothing to "locked", so it is not read here (status() reads both).
+        locked = enabled and ItlaStatus(0, statusw, nop).locked
         return TransceiverState(channel=channel, frequency_thz=freq, power_dbm=power,
-                                output_enabled=enabled, locked=enabled and st.locked)
+                                output_enabled=enabled, locked=locked)
 
 
 _NOP = register("NOP")
 _EAR = register("EAR")
+_RESENA = register("ResEna")

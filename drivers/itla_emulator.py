@@ -115,8 +115,8 @@ __all__ = [
 
 DARK_DBM = -40.0
 """What OOP reports when no light is out (output off, tuning, after a reset)."""
-FRAME_GAP_S = 0.5
-"""An incomplete frame older than this is discarded (lets a host resynchronise)."""
+IDLE_POLL_S = 0.5
+"""How often the byte-stream servers wake up to check for a stop (framing never times out)."""
 
 PENDING_ENABLE = 0x01
 PENDING_TUNE = 0x02
@@ -127,12 +127,15 @@ MRL_BIT = 1 << 5
 CEL_BIT = 1 << 6
 XEL_BIT = 1 << 7
 
-RNI, RNW, RVE, CIP, ERE, ERO, EXF, CIE, IVC = 0x1, 0x2, 0x3, 0x4, 0x6, 0x7, 0x8, 0x9, 0xA
+RNI, RNW, RVE, CIP, CII, ERE, ERO, EXF, CIE, IVC = (0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9,
+                                                     0xA)
 
 _STRINGS = {0x01: "devtyp", 0x02: "mfgr", 0x03: "model", 0x04: "serno", 0x05: "mfgdate",
             0x06: "release", 0x07: "relback"}
-_READ_ONLY = {0x09, 0x0A, 0x40, 0x41, 0x42, 0x43, 0x4F, 0x50, 0x51, 0x52, 0x53, 0x54, 0x55,
-              0x56, 0x68, 0x69, 0x6A, 0x6B} | set(_STRINGS)
+_MONITORS = {0x57: "currents", 0x58: "temps"}
+"""AEA monitor registers: Currents (0.1 mA words) and Temps (0.01 degC words)."""
+_READ_ONLY = {0x09, 0x0A, 0x13, 0x40, 0x41, 0x42, 0x43, 0x4F, 0x50, 0x51, 0x52, 0x53, 0x54, 0x55,
+              0x56, 0x68, 0x69, 0x6A, 0x6B} | set(_STRINGS) | set(_MONITORS)
 _PLAIN_RW = {0x08: 0x0000, 0x0D: 0x0000, 0x22: 200, 0x23: 100, 0x24: 50, 0x25: 20, 0x26: 500,
              0x27: 300, 0x28: 0x0000, 0x29: 0x0000, 0x2A: 0x0D0F, 0x33: 0x0004}
 """Registers stored as written (GenCfg, IOCap, thresholds, triggers, MCB) with power-on values."""
@@ -177,6 +180,9 @@ class ItlaFaults(FaultSettings):
     """Execute the next k frames but answer with four random bytes (bad checksum)."""
     truncate: int = 0
     """Execute the next k frames but send only the first two bytes of the answer."""
+    lose_byte: int = 0
+    """Lose one byte (the second) of each of the next k chunks received from the host: the
+    module's frame boundary slips until the host resynchronises (MSA: single NOP bytes)."""
     error_next_write: int = 0
     """Refuse the next k otherwise valid writes with XE / EXF (execution failure)."""
     reset_next: bool = False
@@ -205,20 +211,32 @@ class ItlaEmulator:
 
     The laser covers ``channels`` channels from ``first_thz`` at ``spacing_ghz`` (that is its
     LFL..LFH range); the grid registers start on that grid, channel 1, output off.
+
+    Timing, all from the caller's configuration: ``time_to_lock_s`` (a channel or fine-tune
+    change with the output on), ``enable_time_s`` (output enable to stable light; default: the
+    same as ``time_to_lock_s``), both plus ``U(0, lock_jitter_s)``, and ``startup_s``, the
+    initialisation window after power-up or a module reset (MR) during which every command but
+    a NOP read is refused with XE / CII. Real modules take seconds for each; the emulated
+    testbed uses milliseconds and no start-up window.
     """
 
     def __init__(self, *, serial_number: str = "EMU-0001", first_thz: float = 193.1,
                  spacing_ghz: float = 100.0, channels: int = 48, time_to_lock_s: float = 0.001,
-                 lock_jitter_s: float = 0.0, seed: int = 0, power_dbm: float = 10.0,
+                 lock_jitter_s: float = 0.0, enable_time_s: float | None = None,
+                 startup_s: float = 0.0, seed: int = 0, power_dbm: float = 10.0,
                  power_range_dbm: tuple[float, float] = (6.0, 13.5),
                  min_grid_ghz: float = 6.25, fine_tune_mhz: int = 6000,
                  manufacturer: str = "oddl emulated photonics", model: str = "ITLA-EMU-1",
                  clock: Callable[[], float] = time.monotonic,
                  faults: ItlaFaults | None = None) -> None:
-        if channels < 1 or spacing_ghz == 0 or time_to_lock_s < 0 or lock_jitter_s < 0:
-            raise ConfigError(f"ITLA emulator: channels={channels}, spacing_ghz={spacing_ghz}, "
-                              f"time_to_lock_s={time_to_lock_s}, lock_jitter_s={lock_jitter_s}; "
-                              "expected channels >= 1, a non-zero spacing and times >= 0")
+        enable = time_to_lock_s if enable_time_s is None else enable_time_s
+        times = {"time_to_lock_s": time_to_lock_s, "lock_jitter_s": lock_jitter_s,
+                 "enable_time_s": enable, "startup_s": startup_s}
+        bad = [f"{k}={v}" for k, v in times.items() if not (math.isfinite(v) and v >= 0)]
+        if channels < 1 or spacing_ghz == 0 or bad:
+            raise ConfigError(f"ITLA emulator: channels={channels}, spacing_ghz={spacing_ghz}"
+                              f"{', ' if bad else ''}{', '.join(bad)}; expected channels >= 1, "
+                              "a non-zero spacing and times >= 0 s")
         low_dbm, high_dbm = power_range_dbm
         if not low_dbm <= power_dbm <= high_dbm:
             raise ConfigError(f"ITLA emulator: power_dbm={power_dbm} is outside "
@@ -228,6 +246,8 @@ class ItlaEmulator:
         self.serial_number = serial_number
         self.time_to_lock_s = time_to_lock_s
         self.lock_jitter_s = lock_jitter_s
+        self.enable_time_s = enable
+        self.startup_s = startup_s
         self.faults = faults if faults is not None else ItlaFaults()
         self._clock = clock
         self.on_change: Callable[[], None] | None = None
@@ -266,6 +286,7 @@ class ItlaEmulator:
         self._aea: bytes | None = None
         self._aea_pos = 0
         self._last_reply = encode_reply(0x00, NOP_MRDY)
+        self._ready_at = self._clock() + self.startup_s
 
     def reset(self) -> None:
         """Power-cycle: every register back to its power-on value, output off, MRL latched."""
@@ -310,7 +331,7 @@ class ItlaEmulator:
         return p is None or (not self.faults.stuck_pending and now >= p.until)
 
     def _start_pending(self, flag: int, now: float) -> None:
-        delay = self.time_to_lock_s
+        delay = self.enable_time_s if flag == PENDING_ENABLE else self.time_to_lock_s
         if self.lock_jitter_s > 0:
             delay += self._rng.uniform(0.0, self.lock_jitter_s)
         self._pending = _Pending(flag, now + delay)
@@ -398,6 +419,16 @@ class ItlaEmulator:
                 return reply[:2], delay
             return reply, delay
 
+    def lose_bytes(self, data: bytes) -> bytes:
+        """What of `data` reaches the module's UART (the ``lose_byte`` fault drops one byte)."""
+        with self._lock:
+            if self.faults.lose_byte > 0 and len(data) >= 2:
+                self.faults.lose_byte -= 1
+                logger.info("ITLA emulator %s: lost byte %02X of %s", self.serial_number,
+                            data[1], data.hex(" "))
+                return data[:1] + data[2:]
+        return data
+
     def _garbage(self) -> bytes:
         raw = bytearray(self._rng.randbytes(4))
         if checksum_ok(bytes(raw)):
@@ -413,7 +444,14 @@ class ItlaEmulator:
         if req.last_response:
             return self._last_reply
         self._settle(now)
-        if req.write:
+        if now < self._ready_at and req.register != 0x00:
+            # Initialising after power-up or MR: only NOP is served (its MRDY bit reads 0).
+            reply = self._xe(req.register, CII)
+        elif req.register == 0x13 and not req.write:
+            # LstResp: the data word of the reply sent before this one; like the LstRsp bit,
+            # reading it leaves that reply as the "last response".
+            return self._ok(0x13, int.from_bytes(self._last_reply[2:], "big"))
+        elif req.write:
             reply = self._write(req.register, req.data, now)
         else:
             reply = self._read(req.register, now)
@@ -434,7 +472,23 @@ class ItlaEmulator:
     def _nop_word(self) -> int:
         if self._pending is not None:
             return self._pending.flag << 8 | self._last_error
+        if self._clock() < self._ready_at:
+            return self._last_error
         return NOP_MRDY | self._last_error
+
+    def _monitor_words(self, name: str, now: float) -> list[int]:
+        """Currents (0.1 mA) or Temps (0.01 degC), technology 1 order (see docs/devices/itla.md).
+
+        Temps: [laser chip, case]; the TEC holds the chip at 35.00 degC. Currents: [TEC, laser
+        diode]; the diode current is 0 without light, else 30 mA threshold plus 4 mA per mW
+        (a simple model, not any vendor's calibration).
+        """
+        if name == "temps":
+            return [3500, 2500]
+        diode = 0
+        if self._emitting(now):
+            diode = round((30.0 + 4.0 * 10 ** (self._pwr / 1000)) * 10)
+        return [1500, diode]
 
     def _status_word(self, latch: int) -> int:
         word = latch & 0xFF
@@ -452,6 +506,11 @@ class ItlaEmulator:
             return encode_reply(reg, self._nop_word(), status)
         if reg in _STRINGS:
             self._aea = self._strings[_STRINGS[reg]].encode("ascii", "replace") + b"\0"
+            self._aea_pos = 0
+            return self._ok(reg, len(self._aea), Status.AEA)
+        if reg in _MONITORS:
+            words = self._monitor_words(_MONITORS[reg], now)
+            self._aea = b"".join((w & 0xFFFF).to_bytes(2, "big") for w in words)
             self._aea_pos = 0
             return self._ok(reg, len(self._aea), Status.AEA)
         if reg == 0x0B:
@@ -595,21 +654,20 @@ class ItlaEmulator:
 # --- byte-stream servers -------------------------------------------------------------------------
 
 class _FrameServer:
-    """Cuts a byte stream into 4-byte frames and sends the emulator's replies on time."""
+    """Cuts a byte stream into 4-byte frames and sends the emulator's replies on time.
+
+    Framing is by byte count only, as on the module's UART: there is no inter-byte timeout, so
+    a byte lost on the way in shifts every later frame until the host resynchronises by sending
+    single NOP (0x00) bytes until a 4-byte reply comes back (see docs/devices/itla.md).
+    """
 
     def __init__(self, emulator: ItlaEmulator, send: Callable[[bytes], None]) -> None:
         self._emulator = emulator
         self._send = send
         self._buf = bytearray()
-        self._last_byte = 0.0
 
     def feed(self, data: bytes, stop: threading.Event | None = None) -> None:
-        now = time.monotonic()
-        if self._buf and now - self._last_byte > FRAME_GAP_S:
-            logger.debug("ITLA emulator: dropping incomplete frame %s", self._buf.hex(" "))
-            self._buf.clear()
-        self._last_byte = now
-        self._buf += data
+        self._buf += self._emulator.lose_bytes(data)
         while len(self._buf) >= 4:
             frame = bytes(self._buf[:4])
             del self._buf[:4]
@@ -623,22 +681,17 @@ class _FrameServer:
             if reply:
                 self._send(reply)
 
-    def idle(self) -> None:
-        if self._buf and time.monotonic() - self._last_byte > FRAME_GAP_S:
-            self._buf.clear()
-
 
 def itla_connection_handler(emulator: ItlaEmulator) -> Callable[[socket.socket], None]:
     """A TcpEmulatorServer handler: 4-byte requests in, 4-byte replies out, delays honoured."""
 
     def handle(conn: socket.socket) -> None:
-        conn.settimeout(FRAME_GAP_S)
+        conn.settimeout(IDLE_POLL_S)
         frames = _FrameServer(emulator, conn.sendall)
         while True:
             try:
                 data = conn.recv(256)
             except TimeoutError:
-                frames.idle()
                 continue
             if not data:
                 return
@@ -671,7 +724,6 @@ def serve_pty(emulator: ItlaEmulator) -> tuple[str, Callable[[], None]]:
             try:
                 ready, _, _ = select.select([master], [], [], 0.1)
                 if not ready:
-                    frames.idle()
                     continue
                 data = os.read(master, 256)
             except OSError:  # closed under us, or no reader on the slave side
@@ -710,15 +762,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pty", action="store_true",
                         help="serve on a pseudo-terminal instead of TCP and print its path")
     parser.add_argument("--time-to-lock-ms", default=1.0, type=milliseconds_arg,
-                        help="time from enable / channel write to lock, in ms (default 1)")
+                        help="time from a channel write (output on) to lock, in ms (default 1; "
+                        "real modules: seconds)")
+    parser.add_argument("--enable-ms", default=None, type=milliseconds_arg,
+                        help="time from output enable to stable, locked light, in ms (default: "
+                        "the time to lock; real modules: seconds)")
+    parser.add_argument("--startup-ms", default=0.0, type=milliseconds_arg,
+                        help="initialisation window after power-up or a module reset, in ms: "
+                        "commands other than NOP get XE / CII meanwhile (default 0)")
+    parser.add_argument("--jitter-ms", default=0.0, type=milliseconds_arg,
+                        help="extra uniform random time added to each lock / enable, in ms "
+                        "(default 0)")
     parser.add_argument("--serial", default="EMU-0001", help="serial number SerNo reports")
     parser.add_argument("--seed", default=0, type=int, help="seed for jitter and random faults")
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated ITLA; print its address (URL or pty path) once; stop on SIGINT/SIGTERM."""
+    enable_ms = args.enable_ms
     emulator = ItlaEmulator(serial_number=args.serial, time_to_lock_s=args.time_to_lock_ms / 1000,
-                            seed=args.seed)
+                            enable_time_s=None if enable_ms is None else enable_ms / 1000,
+                            startup_s=args.startup_ms / 1000,
+                            lock_jitter_s=args.jitter_ms / 1000, seed=args.seed)
     if not args.pty:
         server = start_server(itla_connection_handler(emulator), args.listen, "itla-emulator")
         logger.info("ITLA emulator %s serving on %s", args.serial, server.url)

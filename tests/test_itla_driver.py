@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,9 @@ class _CurrentEmulator:
 
     def respond(self, frame: bytes) -> tuple[bytes | None, float]:
         return self.emu.respond(frame)
+
+    def lose_bytes(self, data: bytes) -> bytes:
+        return self.emu.lose_bytes(data)
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +142,33 @@ def test_execution_errors_carry_the_nop_code(drv: ItlaDriver) -> None:
     assert drv.read_register("PWR") == 1000
 
 
-def test_no_answer_is_a_timeout_and_the_next_command_works(drv: ItlaDriver,
-                                                          emu: ItlaEmulator) -> None:
+def test_one_unanswered_frame_is_recovered_by_resync(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.faults.no_answer = 1
-    with pytest.raises(DeviceTimeout, match="laser0: no reply to read Channel"):
-        drv.read_register("Channel")
     assert drv.read_register("Channel") == 1
+    assert drv.resyncs == 1
+
+
+def test_a_dead_module_is_a_timeout_and_the_next_command_works(drv: ItlaDriver,
+                                                               emu: ItlaEmulator) -> None:
     emu.inject(no_answer_always=True)
-    with pytest.raises(DeviceTimeout):
+    with pytest.raises(DeviceTimeout, match="laser0: no reply to read NOP .*single NOP bytes"):
         drv.nop()
     emu.inject(no_answer_always=False)
     assert drv.nop() & 0x10
+
+
+def test_a_byte_lost_mid_frame_is_recovered_and_the_next_command_works(
+        drv: ItlaDriver, emu: ItlaEmulator) -> None:
+    """The module receives 3 bytes of a write: its frames are shifted until the resync."""
+    drv.limits()  # read first, so that the byte is lost from the PWR write itself
+    emu.faults.lose_byte = 1
+    drv.set_power_dbm(11.0)
+    assert drv.resyncs >= 1
+    assert emu.snapshot()["power_dbm"] == 11.0
+    assert drv.read_register("PWR") == 1100
+    drv.enable_output()
+    assert drv.set_channel(4) >= TTL
+    assert drv.state().channel == 4 and drv.state().locked
 
 
 def test_garbage_is_retried_transparently_then_gives_up(drv: ItlaDriver,
@@ -162,19 +182,22 @@ def test_garbage_is_retried_transparently_then_gives_up(drv: ItlaDriver,
     assert drv.read_register("Channel") == 1
 
 
-def test_truncated_reply_is_a_timeout_then_recovers(drv: ItlaDriver, emu: ItlaEmulator) -> None:
+def test_truncated_reply_is_recovered(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.faults.truncate = 1
-    with pytest.raises(DeviceTimeout):
-        drv.read_register("PWR")
+    assert drv.read_register("PWR") == 1000
+    assert drv.resyncs == 1
     assert drv.read_register("Channel") == 1
 
 
-def test_late_reply_is_a_timeout_then_skipped(drv: ItlaDriver, emu: ItlaEmulator) -> None:
+def test_late_reply_then_the_next_commands_work(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.inject(late_next=1, late_next_s=0.6)
-    with pytest.raises(DeviceTimeout):
-        drv.read_register("PWR")
+    try:  # where the late reply lands in the resync depends on the machine's load
+        assert drv.read_register("PWR") == 1000
+    except (DeviceTimeout, ProtocolError):
+        pass
+    time.sleep(1.0)  # let the late reply and the answers to the resync bytes arrive
     drv.timeout_s = 1.0
-    assert drv.read_register("Channel") == 1   # the late PWR reply is dropped or skipped
+    assert drv.read_register("Channel") == 1   # stale replies are dropped or skipped
     assert drv.read_register("PWR") == 1000
 
 
@@ -191,10 +214,9 @@ def test_reset_mid_session(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     drv.enable_output()
     drv.clear_latches()
     emu.faults.reset_next = True
-    with pytest.raises(DeviceTimeout):
-        drv.set_channel(3)
+    drv.set_channel(3)  # the lost frame is recovered; the module now tunes with no light
     st = drv.state()
-    assert (st.output_enabled, st.channel) == (False, 1)
+    assert (st.output_enabled, st.locked, st.channel) == (False, False, 3)
     assert "MRL" in drv.status().latched
     drv.enable_output()
     assert drv.set_channel(3) >= TTL
@@ -252,9 +274,9 @@ def test_over_a_pty(emu: ItlaEmulator) -> None:
             d.enable_output()
             assert d.set_channel(2) >= TTL
             assert d.frequency_thz() == pytest.approx(193.2)
-            emu.faults.no_answer = 1
-            with pytest.raises(DeviceTimeout):
-                d.nop()
+            emu.faults.lose_byte = 1
+            assert d.read_register("OOP") == 1000
+            assert d.resyncs >= 1
             assert d.state().channel == 2
         finally:
             d.close()

@@ -251,7 +251,7 @@ def test_enable_with_the_channel_off_the_band_is_ivc(emu: ItlaEmulator) -> None:
     assert nop_error(emu) == 0xA
 
 
-@pytest.mark.parametrize("address", [0x0C, 0x57, 0x7F, 0x90, 0xFF])
+@pytest.mark.parametrize("address", [0x0C, 0x59, 0x7F, 0x90, 0xFF])
 def test_unknown_registers_are_rni(emu: ItlaEmulator, address: int) -> None:
     assert ask(emu, address).status is Status.XE
     assert nop_error(emu) == 0x1

@@ -96,6 +96,12 @@ LIMITS = [  # LFL 193.1 THz, LFH 197.8 THz, OPSL 6.00, OPSH 13.50 dBm, LGrid 6.2
 LOCKED = [("20 20 00 00", "20 20 00 00"), ("30 21 00 00", "30 21 00 00"),
           ("00 00 00 00", "10 00 00 10")]
 """status(): StatusF 0, StatusW 0, NOP = MRDY: output on, nothing pending, no alarm."""
+READY = ("00 00 00 00", "10 00 00 10")
+"""NOP: MRDY, nothing pending."""
+LOCKED_W = ("30 21 00 00", "30 21 00 00")
+"""StatusW 0: output on (no DIS), on frequency (no WFREQ)."""
+RESYNC_SILENT = [("00", None)] * 4
+"""Four single NOP bytes that get no answer: the module is not there."""
 
 
 # --- codec ---------------------------------------------------------------------------------------
@@ -194,15 +200,15 @@ def test_enable_output_sends_resena_and_polls_until_locked() -> None:
     drv, link = make_driver([
         ("81 32 00 08", "a3 32 00 08"),   # ResEna = SENA -> CP
         ("00 00 00 00", "23 00 01 00"),   # NOP: CP, enable pending
-        ("00 00 00 00", "10 00 00 10"),   # NOP: OK, MRDY
-        *LOCKED,
+        READY,                            # NOP: OK, MRDY
+        LOCKED_W,                         # StatusW: no DIS, no WFREQ
     ])
     drv.enable_output()
     link.assert_all_consumed()
 
 
 def test_enable_output_on_a_module_that_answers_ok_at_once() -> None:
-    drv, link = make_driver([("81 32 00 08", "90 32 00 08"), *LOCKED])
+    drv, link = make_driver([("81 32 00 08", "90 32 00 08"), READY, LOCKED_W])
     drv.enable_output()
     link.assert_all_consumed()
 
@@ -250,16 +256,19 @@ def test_stale_reply_for_another_register_is_skipped() -> None:
 
 def test_corrupt_replies_give_up_with_protocol_error() -> None:
     drv, link = make_driver([("30 30 00 00", "00 30 00 05"), ("b8 30 00 00", "00 30 00 05"),
-                             ("b8 30 00 00", "00 30 00 05")])
-    with pytest.raises(ProtocolError, match="3 exchanges for Channel failed"):
+                             ("b8 30 00 00", "00 30 00 05"),
+                             # giving up, the driver leaves the link framed for the next command
+                             ("00", None), ("00", None), ("00", None), ("00", "10 00 00 10")])
+    with pytest.raises(ProtocolError, match="3 exchanges for read Channel failed"):
         drv.read_register("Channel")
     link.assert_all_consumed()
 
 
 @pytest.mark.parametrize("reply", [None, "60 30"])
 def test_silence_or_short_reply_is_a_timeout_naming_device_and_fix(reply: str | None) -> None:
-    drv, link = make_driver([("30 30 00 00", reply)])
-    with pytest.raises(DeviceTimeout, match=r"laser0: no reply to read Channel .*check the cable"):
+    drv, link = make_driver([("30 30 00 00", reply), *RESYNC_SILENT])
+    with pytest.raises(DeviceTimeout, match=r"laser0: no reply to read Channel .*nor to 4 single "
+                       r"NOP bytes; check the cable"):
         drv.read_register("Channel")
     link.assert_all_consumed()
 
@@ -298,11 +307,10 @@ def test_configure_grid_then_tune_measures_time_to_lock() -> None:
         ("c1 34 01 f4", "d0 34 01 f4"),   # GRID = 500 x 0.1 GHz
         ("11 66 00 00", "00 66 00 00"),   # GRID2 = 0 MHz
         ("21 65 00 00", "30 65 00 00"),   # ChannelH = 0 (absolute channel numbers)
-        ("10 32 00 00", "90 32 00 08"),   # ResEna: output on (enabled elsewhere)
-        ("51 30 00 07", "73 30 00 07"),   # Channel = 7 -> CP
+        ("51 30 00 07", "73 30 00 07"),   # Channel = 7 -> CP (the output is on: tuning)
         ("00 00 00 00", "13 00 02 00"),   # NOP: tuning pending
-        ("00 00 00 00", "10 00 00 10"),   # NOP: done
-        *LOCKED,
+        READY,                            # NOP: done
+        LOCKED_W,                         # StatusW: on, no WFREQ
     ])
     drv.configure_grid(193.15, 50.0)
     assert drv.channel_frequency_thz(7) == pytest.approx(193.45)
@@ -319,7 +327,7 @@ def test_configure_grid_then_tune_measures_time_to_lock() -> None:
 def test_wait_pending_times_out_naming_the_fix() -> None:
     pending = ("00 00 00 00", "23 00 01 00")
     drv, link = make_driver([pending, pending, pending], poll=0.25)
-    with pytest.raises(DeviceTimeout, match=r"still pending after 0.5 s .*disable_output"):
+    with pytest.raises(DeviceTimeout, match=r"still pending at the deadline .*disable_output"):
         drv.wait_pending(timeout=0.5)
     link.assert_all_consumed()
 
@@ -332,7 +340,7 @@ def test_state_reads_everything_back() -> None:
         ("e0 68 00 00", "e0 68 00 00"),
         ("60 42 00 00", "30 42 03 e8"),
         ("10 32 00 00", "90 32 00 08"),
-        *LOCKED,
+        LOCKED_W, READY,
     ])
     st = drv.state()
     assert (st.channel, st.frequency_thz, st.power_dbm, st.output_enabled, st.locked) == (
@@ -354,6 +362,109 @@ def test_context_exit_switches_off_and_closes_but_close_alone_does_not() -> None
 
 
 def test_shutdown_still_closes_when_the_laser_is_silent() -> None:
-    drv, link = make_driver([("01 32 00 00", None)])
+    drv, link = make_driver([("01 32 00 00", None), *RESYNC_SILENT])
     drv.shutdown()
     assert link.closed
+    link.assert_all_consumed()
+
+
+# --- link recovery and start-up (docs/devices/itla.md) -------------------------------------------
+
+def _req(reg: str, data: int = 0, write: bool = False) -> str:
+    return encode_request(register(reg).address, data, write).hex(" ")
+
+
+def _rep(reg: str, data: int = 0, status: Status = Status.OK, *, ce: bool = False) -> str:
+    return encode_reply(register(reg).address, data, status, ce=ce).hex(" ")
+
+
+GRID_100 = [(_req("FCF1"), _rep("FCF1", 193)), (_req("FCF2"), _rep("FCF2", 1000)),
+            (_req("FCF3"), _rep("FCF3", 0)), (_req("GRID"), _rep("GRID", 1000)),
+            (_req("GRID2"), _rep("GRID2", 0))]
+"""grid(): 193.1 THz + n x 100 GHz."""
+
+
+def test_silence_resynchronises_with_single_nop_bytes_then_repeats_the_request() -> None:
+    # The module lost a byte of the request: it holds 3 bytes and waits for a fourth. The
+    # first NOP byte completes that frame (bad checksum: CE reply); the link is framed again.
+    drv, link = make_driver([(_req("Channel"), None),
+                             ("00", _rep("Channel", ce=True)),
+                             (_req("Channel"), _rep("Channel", 5))])
+    assert drv.read_register("Channel") == 5
+    assert drv.resyncs == 1
+    link.assert_all_consumed()
+
+
+def test_resync_sends_up_to_four_bytes_when_the_module_holds_nothing() -> None:
+    # The request arrived but its reply was lost: the module's buffer is empty, so only the
+    # fourth NOP byte makes a whole (NOP) frame that it answers.
+    drv, link = make_driver([(_req("OOP"), None), ("00", None), ("00", None), ("00", None),
+                             ("00", "10 00 00 10"), (_req("OOP"), _rep("OOP", 1000))])
+    assert drv.read_register("OOP") == 1000
+    link.assert_all_consumed()
+
+
+def test_a_write_whose_reply_was_lost_is_read_back_not_sent_twice() -> None:
+    drv, link = make_driver([(_req("PWR", 1100, True), None),
+                             *[("00", None)] * 3, ("00", "10 00 00 10"),
+                             (_req("PWR"), _rep("PWR", 1100)),   # already holds the value
+                             READY])
+    assert drv.write_register("PWR", 1100) is Status.OK
+    link.assert_all_consumed()
+
+
+def test_a_write_that_never_arrived_is_sent_again_after_resync() -> None:
+    drv, link = make_driver([(_req("PWR", 1100, True), None),
+                             ("00", _rep("PWR", ce=True)),
+                             (_req("PWR"), _rep("PWR", 1000)),   # still the old value
+                             (_req("PWR", 1100, True), _rep("PWR", 1100))])
+    assert drv.write_register("PWR", 1100) is Status.OK
+    link.assert_all_consumed()
+
+
+def test_a_second_ce_means_shifted_frames_and_resynchronises() -> None:
+    ce = _rep("Channel", ce=True)
+    drv, link = make_driver([(_req("Channel"), ce), (_req("Channel"), ce),
+                             ("00", _rep("Channel", ce=True)),
+                             (_req("Channel"), _rep("Channel", 3))])
+    assert drv.read_register("Channel") == 3
+    assert drv.resyncs == 1
+    link.assert_all_consumed()
+
+
+def test_commands_refused_while_initialising_are_retried() -> None:
+    cii = [(_req("Channel"), _rep("Channel", status=Status.XE)), ("00 00 00 00", _rep("NOP", 0x05))]
+    drv, link = make_driver([*cii, *cii, (_req("Channel"), _rep("Channel", 1))], poll=0.5)
+    assert drv.read_register("Channel") == 1
+    link.assert_all_consumed()
+
+
+def test_initialising_longer_than_the_startup_timeout_names_the_setting() -> None:
+    cii = [(_req("Channel"), _rep("Channel", status=Status.XE)), ("00 00 00 00", _rep("NOP", 0x05))]
+    drv, link = make_driver(cii * 3, poll=0.5)
+    drv.timeouts.startup_s = 1.0
+    with pytest.raises(ItlaExecutionError, match=r"CII .*timeouts.startup_s") as info:
+        drv.read_register("Channel")
+    assert info.value.error.mnemonic == "CII"
+    link.assert_all_consumed()
+
+
+def test_tuning_with_the_output_off_reads_only_statusw() -> None:
+    drv, link = make_driver([
+        *LIMITS, *GRID_100,
+        (_req("Channel", 4, True), _rep("Channel", 4)),      # OK at once: no light to tune
+        (_req("StatusW"), _rep("StatusW", 0x1000)),          # DIS: the output is off
+    ])
+    assert drv.set_channel(4) == 0.0
+    link.assert_all_consumed()
+
+
+def test_timeouts_come_from_the_configuration() -> None:
+    pending = ("00 00 00 00", "13 00 02 00")
+    drv, link = make_driver([*LIMITS, *GRID_100,
+                             (_req("Channel", 2, True), _rep("Channel", 2, Status.CP)),
+                             pending, pending, pending], poll=1.0)
+    drv.timeouts.lock_s = 2.0
+    with pytest.raises(DeviceTimeout, match="tuning to channel 2 still pending"):
+        drv.set_channel(2)
+    link.assert_all_consumed()
