@@ -10,7 +10,13 @@ wavelengths in nm, times in s.
   command. A query that gets no answer raises DeviceError if the meter queued an error for it,
   DeviceTimeout otherwise; the next call first discards any late answer (viClear).
 - "No light" (the meter's "sensitivity too low" reading, above 1e20) is returned as None.
-- Logging results are the meter's float32 samples in W (see `watts_to_dbm`).
+- `read_power_dbm` always measures anew: on first use the driver switches the channel to
+  triggered mode (``:INIT<n>:CONT OFF``), where ``READ?`` takes one averaging time (in
+  continuous mode the guide makes ``READ?`` identical to ``FETCh?``, the last finished
+  period). The VISA timeout of each ``READ?`` is `timeout_s` plus the channel's averaging time.
+- The meter reports in the unit its channel is set to (dBm, W, or dB against a reference).
+  Readings need dBm and an absolute reference (checked once per channel); logging results are
+  converted from the unit the channel had when the run started to float32 W.
 """
 
 from __future__ import annotations
@@ -118,7 +124,15 @@ class PowerMeter:
         self._lock = threading.RLock()  # one exchange (command + its answer) at a time
         self._inst: MessageBasedResource | None = inst
         self._resync = False
+        self._forget_channel_setup()
+
+    def _forget_channel_setup(self) -> None:
+        """Drop what the driver knows of channel settings (after *RST or a reconnect)."""
         self._unit_dbm: set[int] = set()
+        self._absolute: set[int] = set()
+        self._triggered: set[int] = set()
+        self._averaging_s: dict[int, float] = {}
+        self._log_unit: dict[int, str] = {}
 
     def _open(self, resource: str, backend: str, timeout_s: float,
               name: str) -> MessageBasedResource:
@@ -167,7 +181,7 @@ class PowerMeter:
         self.close()
         self._inst = self._open(self._resource_name, self._backend, self.timeout_s, self.name)
         self._resync = False
-        self._unit_dbm.clear()
+        self._forget_channel_setup()
 
     def __enter__(self) -> PowerMeter:
         return self
@@ -250,18 +264,25 @@ class PowerMeter:
             with self._io(command):
                 inst.write(command)
 
-    def _read(self, command: str) -> str:
+    def _read(self, command: str, extra_s: float = 0.0) -> str:
         inst = self._require()
         with self._io(command):
-            answer = inst.read()
+            if extra_s > 0:  # the answer comes after the measurement (READ?)
+                inst.timeout = round((self.timeout_s + extra_s) * 1000)
+            try:
+                answer = inst.read()
+            finally:
+                if extra_s > 0:
+                    with suppress(VisaIOError, InvalidSession, OSError):
+                        inst.timeout = round(self.timeout_s * 1000)
         logger.debug("%s << %s", self.name, answer)
         return answer.strip()
 
-    def _query(self, command: str, *, explain_timeout: bool) -> str:
+    def _query(self, command: str, *, explain_timeout: bool, extra_s: float = 0.0) -> str:
         with self._lock:
             self.write(command)
             try:
-                return self._read(command)
+                return self._read(command, extra_s)
             except DeviceTimeout as timeout:
                 if not explain_timeout:
                     raise
@@ -313,8 +334,8 @@ class PowerMeter:
         raise ProtocolError(f"error queue still not empty after {MAX_ERRORS_DRAINED} reads",
                             device=self.name)
 
-    def _number(self, command: str) -> float:
-        answer = self.query(command)
+    def _number(self, command: str, extra_s: float = 0.0) -> float:
+        answer = self._query(command, explain_timeout=True, extra_s=extra_s)
         try:
             value = float(answer)
         except ValueError:
@@ -350,7 +371,7 @@ class PowerMeter:
     def reset(self) -> None:
         """Send *RST (power-on settings on every channel; logging stops)."""
         self.command("*RST")
-        self._unit_dbm.clear()
+        self._forget_channel_setup()
 
     def set_wavelength_nm(self, ch: int, nm: float) -> None:
         """Set the calibration wavelength of channel `ch` (1250-1650 nm)."""
@@ -379,11 +400,13 @@ class PowerMeter:
             raise ValueError(f"averaging time {s} s is outside {AVERAGING_RANGE_S[0]:g}-"
                              f"{AVERAGING_RANGE_S[1]:g} s; pass seconds, e.g. 0.001 for 1 ms")
         self.command(f":SENS{ch}:POW:ATIM {s:.9g}S")
+        self._averaging_s[ch] = s
 
     def averaging_time_s(self, ch: int) -> float:
         """Read the averaging time of channel `ch` in s."""
         self._channel(ch)
-        return self._number(f":SENS{ch}:POW:ATIM?")
+        self._averaging_s[ch] = self._number(f":SENS{ch}:POW:ATIM?")
+        return self._averaging_s[ch]
 
     def set_auto_range(self, ch: int, on: bool) -> None:
         """Switch automatic power ranging of channel `ch` on or off."""
@@ -407,6 +430,10 @@ class PowerMeter:
         """Let channel `ch` measure continuously (on) or only when triggered (off)."""
         self._channel(ch)
         self.command(f":INIT{ch}:CONT {'ON' if on else 'OFF'}")
+        if on:
+            self._triggered.discard(ch)
+        else:
+            self._triggered.add(ch)
 
     def initiate(self, ch: int) -> None:
         """Take one measurement on channel `ch` now (read it with fetch_power_dbm)."""
@@ -416,24 +443,46 @@ class PowerMeter:
     # ----- readings -------------------------------------------------------------------------
 
     def _ensure_dbm(self, ch: int) -> None:
-        if ch in self._unit_dbm:
-            return
-        if self._number(f":SENS{ch}:POW:UNIT?") != 0:
-            raise DeviceError(f"channel {ch} reports in W; call set_unit_dbm({ch}) first",
-                              device=self.name)
-        self._unit_dbm.add(ch)
+        """Readings need dBm and an absolute reference; checked once per channel."""
+        if ch not in self._unit_dbm:
+            if self._number(f":SENS{ch}:POW:UNIT?") != 0:
+                raise DeviceError(f"channel {ch} reports in W; call set_unit_dbm({ch}) first",
+                                  device=self.name)
+            self._unit_dbm.add(ch)
+        if ch not in self._absolute:
+            if self._number(f":SENS{ch}:POW:REF:STAT?") != 0:
+                raise DeviceError(f"channel {ch} reports dB relative to a reference; call "
+                                  f"set_reference_relative({ch}, False) first",
+                                  device=self.name)
+            self._absolute.add(ch)
+
+    def set_reference_relative(self, ch: int, on: bool) -> None:
+        """Report channel `ch` in dB against its reference (on) or absolute (off)."""
+        self._channel(ch)
+        self.command(f":SENS{ch}:POW:REF:STAT {1 if on else 0}")
+        if on:
+            self._absolute.discard(ch)
+        else:
+            self._absolute.add(ch)
 
     def _power(self, verb: str, ch: int) -> float | None:
         self._channel(ch)
         self._ensure_dbm(ch)
-        value = self._number(f":{verb}{ch}:POW?")
+        extra_s = 0.0
+        if verb == "READ":
+            if ch not in self._triggered:
+                self.set_continuous(ch, False)
+            if ch not in self._averaging_s:
+                self.averaging_time_s(ch)
+            extra_s = self._averaging_s[ch]
+        value = self._number(f":{verb}{ch}:POW?", extra_s)
         if value > TOO_LOW_THRESHOLD:
             logger.debug("%s: channel %d sensitivity too low (no light)", self.name, ch)
             return None
         return value
 
     def read_power_dbm(self, ch: int) -> float | None:
-        """Trigger a measurement on `ch` and return it in dBm; None when there is no light."""
+        """Measure `ch` anew (one averaging time) and return dBm; None when there is no light."""
         return self._power("READ", ch)
 
     def fetch_power_dbm(self, ch: int) -> float | None:
@@ -459,9 +508,19 @@ class PowerMeter:
                              f"{AVERAGING_RANGE_S[0]:g}-{AVERAGING_RANGE_S[1]:g} s")
         if trigger not in ("IGN", "SME", "CME"):
             raise ValueError(f"trigger {trigger!r}: use 'IGN', 'SME' or 'CME'")
+        self._log_unit[ch] = self._unit_of(ch)
         self.command(f":TRIG{ch}:INP {trigger}")
         self.command(f":SENS{ch}:FUNC:PAR:LOGG {n},{interval_s:.9g}S")
         self.command(f":SENS{ch}:FUNC:STAT LOGG,STAR")
+
+    def _unit_of(self, ch: int) -> str:
+        """The unit channel `ch` reports in now: 'dBm', 'W' or 'dB' (relative)."""
+        if ch not in self._absolute and self._number(f":SENS{ch}:POW:REF:STAT?") != 0:
+            return "dB"
+        self._absolute.add(ch)
+        if ch in self._unit_dbm:
+            return "dBm"
+        return "W" if self._number(f":SENS{ch}:POW:UNIT?") != 0 else "dBm"
 
     def stop_logging(self, ch: int) -> None:
         """Stop a logging run on `ch` (samples taken so far stay readable)."""
@@ -492,15 +551,26 @@ class PowerMeter:
             sleep(poll_s)
 
     def logging_result(self, ch: int) -> np.ndarray:
-        """Read the samples of the last logging run on `ch`: float32 in W, oldest first."""
+        """Read the samples of the last logging run on `ch`: float32 in W, oldest first.
+
+        The meter logs in the unit the channel had when the run started (dBm, W or dB against
+        the reference); the samples are converted to W, "too low" ones to 0 W.
+        """
         with self._lock:
             if self.logging_state(ch).running:
                 raise DeviceError(f"logging on channel {ch} is still running; call "
                                   "wait_for_logging() first", device=self.name)
+            unit = self._log_unit.get(ch) or self._unit_of(ch)
+            reference_dbm = self._number(f":SENS{ch}:POW:REF?") if unit == "dB" else 0.0
             command = f":SENS{ch}:FUNC:RES?"
             self.write(command)
             payload = self._read_block(command)
-        return np.frombuffer(payload, dtype="<f4").astype(np.float32)
+        values = np.frombuffer(payload, dtype="<f4").astype(np.float64)
+        if unit == "W":
+            return values.astype(np.float32)
+        too_low = values > TOO_LOW_THRESHOLD
+        watts = 10.0 ** ((np.where(too_low, -300.0, values) + reference_dbm) / 10.0) * 1e-3
+        return np.where(too_low, 0.0, watts).astype(np.float32)
 
     def _read_block(self, command: str) -> bytes:
         """Read one IEEE-488.2 definite-length block of float32 values and its newline."""

@@ -1,22 +1,25 @@
 """Emulated Keysight N7744A/N7745A multiport optical power meter, served as SCPI over TCP.
 
-The emulator speaks the SCPI subset the `powermeter` driver uses (research/devices.md §4):
-calibration wavelength, unit, averaging time, auto range, loss correction, FETCh/READ,
-INITiate, TRIGger and the logging function whose result is an IEEE-488.2 definite-length block
-of little-endian float32 values in W. Readings come from `power_source(channel)`, the optical
-power (dBm, None for no light) arriving at that meter port right now, so a wrong WSS route shows
-up as a wrong reading. Bad input never raises: it lands on the SCPI error queue (SYST:ERR?).
+The emulator speaks the commands of the N774x programming guide that lab clients send
+(docs/devices/powermeter.md lists them with their sources): calibration wavelength (one channel
+or ``:SENS:POW:WAV:ALL``), unit, averaging time, range and auto range, auto gain, relative
+reference, loss correction, zeroing, FETCh/READ of one channel or of all (binary block, CSV),
+INITiate, TRIGger (per channel, ``:TRIG NODEA|NODEB``, ``:TRIG:CONF``), the logging function
+(IEEE-488.2 definite-length block of little-endian float32), SYSTem (ERRor, TIME, PRESet) and
+the IEEE 488.2 common commands with the status registers (*ESR?, *STB?, *ESE, *SRE).
 
-Reconstructed details (not taken from the programming guide, chosen to be plausible):
-- "sensitivity too low" (no light, or below `noise_floor_dbm`) reads +9.91E+37 in dBm mode;
-  in W mode the reading is zero-mean noise at the floor level;
-- `:SENS:CORR` is an offset in dB added to every reading;
-- a setting sent to a channel while it logs stops the logging (samples so far are kept);
-- logging samples are taken lazily: when the emulator is next asked, every sample whose time has
-  come is drawn from `power_source` at that moment;
-- after an error, a query produces no response (IEEE 488.2); the driver reads SYST:ERR?;
-- the calibration wavelength and auto range are stored and read back but do not change readings;
-  READ? answers at once instead of after one averaging time.
+Readings come from `power_source(channel)`, the optical power (dBm, None for no light) arriving
+at that meter port right now, so a wrong WSS route shows up as a wrong reading. Bad input never
+raises: it lands on the SCPI error queue (SYST:ERR?, ``+0,"No error"`` when empty).
+
+Behaviour that follows the guide: results are in the unit the channel is set to (dBm, W, or dB
+while the reference state is relative), the logging result included; ``READ?`` on a channel
+that does not measure continuously answers after one averaging time (in continuous mode it is
+identical to ``FETCh?``); ``:READ:POW:ALL?``/``:FETC:POW:ALL?`` blocks are in W (the guide's
+text; ``all_block_unit="channel"`` gives the channel unit, as one published driver reports
+seeing). Reconstructed (no source found, chosen to be plausible) and listed in the doc: the
+"sensitivity too low" value +9.91E+37 (dBm mode), setting a channel while it logs stops the
+logging, zeroing fails when light is on the input, ``:TRIG:CONF?`` and ``SYST:TIME?`` formats.
 
 Run stand-alone with ``python -m oddl.drivers.powermeter_emulator --constant-dbm -3``.
 """
@@ -27,7 +30,6 @@ import argparse
 import logging
 import math
 import random
-import re
 import socket
 import struct
 import threading
@@ -37,9 +39,39 @@ from dataclasses import dataclass, field, fields
 
 from oddl.drivers.emulator_cli import listen_arg, serve_until_signal, start_server
 from oddl.drivers.faults import FaultSettings
+from oddl.drivers.scpi import (
+    DB_UNITS,
+    DBM_UNITS,
+    ESR_OPC,
+    LENGTH_UNITS,
+    NO_ERROR,
+    PLAIN,
+    SCPI_ERRORS,
+    TIME_UNITS,
+    LineSplitter,
+    Node,
+    ScpiError,
+    StatusRegisters,
+    boolean,
+    compile_pattern,
+    format_error,
+    ieee_block,
+    match_header,
+    nr1,
+    nr3,
+    one_parameter,
+    parse_boolean,
+    parse_choice,
+    parse_ieee_block,
+    parse_number,
+    tokenize_header,
+)
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["SCPI_ERRORS", "PowerMeterEmulator", "PowerMeterFaults", "Reply", "ieee_block",
+           "parse_ieee_block", "powermeter_connection_handler", "add_arguments", "run"]
 
 PowerSource = Callable[[int], float | None]
 """Optical power in dBm arriving at meter channel `n` right now; None when there is no light."""
@@ -54,46 +86,28 @@ WAVELENGTH_RANGE_M = (1250e-9, 1650e-9)
 AVERAGING_RANGE_S = (1e-6, 10.0)
 LOGGING_POINTS_RANGE = (1, 1_000_000)
 CORRECTION_RANGE_DB = (-200.0, 200.0)
+POWER_RANGES_DBM = (-30, -20, -10, 0, 10)
+"""Manual power ranges of the N774x, 10 dB apart (RANG rounds to the nearest one)."""
+REFERENCE_RANGE_DBM = (-200.0, 200.0)
+ZERO_LIGHT_LIMIT_DBM = -40.0
+"""Zeroing fails (ZERO? answers +1) when more light than this is on the input."""
 ERROR_QUEUE_SIZE = 30
 MAX_LINE_BYTES = 65536
 MANUFACTURER = "Keysight Technologies"
 FIRMWARE = "1.0.0-emu"
+ALL_BLOCK_UNITS = ("watt", "channel")
 
-SCPI_ERRORS: dict[int, str] = {
-    -101: "Invalid character",
-    -104: "Data type error",
-    -108: "Parameter not allowed",
-    -109: "Missing parameter",
-    -113: "Undefined header",
-    -114: "Header suffix out of range",
-    -131: "Invalid suffix",
-    -221: "Settings conflict",
-    -222: "Data out of range",
-    -223: "Too much data",
-    -224: "Illegal parameter value",
-    -230: "Data corrupt or stale",
-    -300: "Device-specific error",
-    -350: "Queue overflow",
-}
-
-_TOKEN = re.compile(r"([A-Z]+)(\d*)")
-_NUMBER = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:E[+-]?\d+)?)\s*([A-Z]*)")
-_LENGTH_UNITS = {"": 1.0, "M": 1.0, "MM": 1e-3, "UM": 1e-6, "NM": 1e-9, "PM": 1e-12}
-_TIME_UNITS = {"": 1.0, "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9}
-_DB_UNITS = {"": 1.0, "DB": 1.0}
 _TRIGGER_INPUTS = {"IGNORE": "IGN", "IGN": "IGN", "SMEASURE": "SME", "SME": "SME",
                    "CMEASURE": "CME", "CME": "CME"}
 _TRIGGER_OUTPUTS = {"DISABLED": "DIS", "DIS": "DIS", "AVGOVER": "AVG", "AVG": "AVG",
                     "MEASURE": "MEAS", "MEAS": "MEAS"}
+_TRIGGER_CONFIGS = {"0": "DIS", "DIS": "DIS", "DISABLED": "DIS", "1": "DEF", "DEF": "DEF",
+                    "DEFAULT": "DEF", "2": "PASS", "PASS": "PASS", "PASSTHROUGH": "PASS",
+                    "3": "LOOP", "LOOP": "LOOP", "LOOPBACK": "LOOP"}
+_TRIGGER_NODES = {"NODEA": "A", "1": "A", "NODEB": "B", "2": "B"}
 _LOGGING_FUNCTION = "LOGGING_STABILITY"
 
-
-class _ScpiError(Exception):
-    """Raised inside the parser; handle_line turns it into an error-queue entry."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
+Handler = Callable[[int, list[str], bool], Response | None]
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,12 @@ class _Channel:
     unit_watt: bool = False
     averaging_s: float = 0.1
     auto_range: bool = True
+    range_dbm: int = 0
+    auto_gain: bool = True
+    reference_relative: bool = False
+    reference_dbm: float = 0.0
     correction_db: float = 0.0
+    zero_result: int = 0
     continuous: bool = True
     trigger_input: str = "IGN"
     trigger_output: str = "DIS"
@@ -121,7 +140,7 @@ class _Channel:
     log_function: str = "NONE"
     log_running: bool = False
     log_start: float | None = None  # None while a CME logging waits for its trigger
-    log_samples: list[float] = field(default_factory=list)
+    log_samples: list[float] = field(default_factory=list)  # in the unit at the start
 
 
 @dataclass
@@ -155,80 +174,17 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class _Node:
-    long: str
-    short: str
-    suffix: bool
-    optional: bool
-
-
-@dataclass(frozen=True)
 class _Command:
-    nodes: tuple[_Node, ...]
-    handler: Callable[[int, list[str], bool], Response | None]
+    nodes: tuple[Node, ...]
+    handler: Handler
     query: bool
     setting: bool
     stops_logging: bool = False
     channelled: bool = True
 
 
-def _compile(pattern: str) -> tuple[_Node, ...]:
-    """'SENSe#:[CHANnel#]:POWer' -> nodes; '#' takes a numeric suffix, [] is optional."""
-    nodes = []
-    for part in pattern.split(":"):
-        optional = part.startswith("[")
-        part = part.strip("[]")
-        suffix = part.endswith("#")
-        part = part.rstrip("#")
-        short = "".join(c for c in part if c.isupper())
-        nodes.append(_Node(part.upper(), short, suffix, optional))
-    return tuple(nodes)
-
-
-def _match(nodes: tuple[_Node, ...], tokens: list[tuple[str, int | None]], i: int = 0,
-           j: int = 0) -> list[tuple[str, int | None]] | None:
-    """Match header tokens against a node pattern; return (node, suffix) pairs or None."""
-    if i == len(nodes):
-        return [] if j == len(tokens) else None
-    node = nodes[i]
-    if j < len(tokens):
-        mnemonic, suffix = tokens[j]
-        if mnemonic in (node.short, node.long) and (suffix is None or node.suffix):
-            rest = _match(nodes, tokens, i + 1, j + 1)
-            if rest is not None:
-                return [(node.long, suffix), *rest]
-    if node.optional:
-        return _match(nodes, tokens, i + 1, j)
-    return None
-
-
 def _dbm_to_w(dbm: float) -> float:
     return 10.0 ** (dbm / 10.0) * 1e-3
-
-
-def _nr3(value: float) -> str:
-    return f"{value:+.8E}"
-
-
-def ieee_block(payload: bytes) -> bytes:
-    """Wrap `payload` in an IEEE-488.2 definite-length block header (#<n><length>)."""
-    length = str(len(payload))
-    return b"#" + str(len(length)).encode() + length.encode() + payload
-
-
-def parse_ieee_block(data: bytes) -> bytes:
-    """Return the payload of a definite-length block; ValueError if `data` is not exactly one."""
-    if len(data) < 2 or data[:1] != b"#" or not data[1:2].isdigit() or data[1:2] == b"0":
-        raise ValueError(f"not a definite-length block: {data[:12]!r}")
-    ndigits = int(data[1:2])
-    digits = data[2:2 + ndigits]
-    if len(digits) != ndigits or not digits.isdigit():
-        raise ValueError(f"bad block length field {digits!r}")
-    length = int(digits)
-    payload = data[2 + ndigits:]
-    if len(payload) != length:
-        raise ValueError(f"block announces {length} bytes, carries {len(payload)}")
-    return payload
 
 
 class PowerMeterEmulator:
@@ -237,28 +193,38 @@ class PowerMeterEmulator:
     def __init__(self, *, channels: int = 4, power_source: PowerSource | None = None,
                  serial_number: str = "EMU0000001", clock: Callable[[], float] = time.monotonic,
                  seed: int = 0, noise_db: float = 0.01, noise_floor_dbm: float = -80.0,
-                 faults: PowerMeterFaults | None = None) -> None:
+                 faults: PowerMeterFaults | None = None, all_block_unit: str = "watt",
+                 wall_clock: Callable[[], float] = time.time) -> None:
         if not 1 <= channels <= 8:
             raise ValueError(f"channels={channels}: the N7744A has 4 and the N7745A 8; use 1..8")
         if not (math.isfinite(noise_db) and noise_db >= 0):
             raise ValueError(f"noise_db={noise_db}: use a standard deviation >= 0 dB")
+        if all_block_unit not in ALL_BLOCK_UNITS:
+            raise ValueError(f"all_block_unit={all_block_unit!r}: use 'watt' (the programming "
+                             "guide) or 'channel'")
         self.channels = channels
         self.model = "N7745A" if channels > 4 else "N7744A"
         self.serial_number = serial_number
         self.power_source = power_source
         self.noise_db = noise_db
         self.noise_floor_dbm = noise_floor_dbm
+        self.all_block_unit = all_block_unit
         self.faults = faults or PowerMeterFaults()
         self.lines_handled = 0
         self.responses_sent = 0
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._time_offset_s = 0.0
         self._rng = random.Random(seed)
         self._garbage_rng = random.Random(seed + 1)
         self._lock = threading.RLock()
         self._progress = threading.Condition(self._lock)
         self._errors: list[int] = []
+        self._status = StatusRegisters()
         self._ch: list[_Channel] = []
+        self._trigger_config = "DEF"
         self._origin = 0.0
+        self._answer_after_s = 0.0  # how long the line being handled takes (READ?)
         self.power_cycle()
         self._commands = self._build_commands()
 
@@ -267,9 +233,14 @@ class PowerMeterEmulator:
     def power_cycle(self) -> None:
         """Return to the power-on state: *RST settings, empty error queue, no logging data."""
         with self._lock:
-            self._ch = [_Channel() for _ in range(self.channels)]
+            self._preset()
             self._errors.clear()
-            self._origin = self._clock()
+            self._status = StatusRegisters()
+
+    def _preset(self) -> None:
+        self._ch = [_Channel() for _ in range(self.channels)]
+        self._trigger_config = "DEF"
+        self._origin = self._clock()
 
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
@@ -283,22 +254,29 @@ class PowerMeterEmulator:
             self.faults = PowerMeterFaults.from_mapping(merged)
 
     def trigger(self, channel: int) -> None:
-        """Pulse the electrical trigger input of `channel` (SME: one sample, CME: start)."""
+        """Pulse the electrical trigger input of `channel` (SME: one sample, CME: start).
+
+        Ignored while the trigger connectors are disabled (``:TRIG:CONF DIS``).
+        """
         if not 1 <= channel <= self.channels:
             raise ValueError(f"channel {channel}: this meter has channels 1..{self.channels}")
         with self._lock:
-            c = self._ch[channel - 1]
-            self._advance_logging(channel)
-            if not c.log_running:
-                if c.trigger_input == "SME":
-                    self._take(channel)
-                return
+            if self._trigger_config != "DIS":
+                self._input_trigger(channel)
+
+    def _input_trigger(self, channel: int) -> None:
+        c = self._ch[channel - 1]
+        self._advance_logging(channel)
+        if not c.log_running:
             if c.trigger_input == "SME":
-                c.log_samples.append(self._measure(channel).watts)
-                if len(c.log_samples) >= c.log_points:
-                    c.log_running = False
-            elif c.trigger_input == "CME" and c.log_start is None:
-                c.log_start = self._clock()
+                self._take(channel)
+            return
+        if c.trigger_input == "SME":
+            c.log_samples.append(self._value(channel, self._measure(channel)))
+            if len(c.log_samples) >= c.log_points:
+                c.log_running = False
+        elif c.trigger_input == "CME" and c.log_start is None:
+            c.log_start = self._clock()
 
     def error_codes(self) -> list[int]:
         """The codes on the error queue, oldest first, without draining it."""
@@ -323,8 +301,13 @@ class PowerMeterEmulator:
 
     # ----- transport-level entry point ------------------------------------------------------
 
-    def process(self, raw: bytes) -> Reply:
-        """Handle one received line (no terminator) and apply the configured faults."""
+    def process(self, raw: bytes, terminator: bytes = b"\n") -> Reply:
+        """Handle one received line (no terminator) and apply the configured faults.
+
+        The response ends with `terminator`, the one the line came with. `delay_s` is when it
+        is due: one averaging time for ``READ?`` of a channel not measuring continuously, plus
+        any injected delay.
+        """
         with self._lock:
             faults = self.faults
             if faults.reset_on_next_line:
@@ -334,16 +317,17 @@ class PowerMeterEmulator:
                 return Reply(None, drop_connection=True)
             text = raw.rstrip(b"\r").decode("ascii", errors="replace")
             response = self.handle_line(text)
+            delay = self._answer_after_s + faults.answer_delay_s
             if response is None or faults.no_answer:
                 return Reply(None)
             data = response if isinstance(response, bytes) else response.encode("ascii")
             if faults.garbage:
                 data = bytes(self._garbage_rng.choice(b"\x00\x07\x1b#,?;:AZaz09\x80\xfe\xff")
                              for _ in range(self._garbage_rng.randint(4, 24)))
-            return Reply(data + b"\n", delay_s=faults.answer_delay_s)
+            return Reply(data + terminator, delay_s=delay)
 
     def overlong_line(self) -> None:
-        """Record that a client sent more than MAX_LINE_BYTES without a newline."""
+        """Record that a client sent more than MAX_LINE_BYTES without a terminator."""
         with self._lock:
             self._push_error(-223)
 
@@ -352,11 +336,12 @@ class PowerMeterEmulator:
     def handle_line(self, line: str) -> Response | None:
         """Execute one program message (units split by ';'); return the response, if any.
 
-        Text responses are str; a response carrying the logging block is bytes. Errors go to
-        the error queue and never raise.
+        Text responses are str; a response carrying a binary block is bytes. Errors go to the
+        error queue and never raise.
         """
         with self._lock:
             self.lines_handled += 1
+            self._answer_after_s = 0.0
             self._progress.notify_all()
             for ch in range(1, self.channels + 1):
                 self._advance_logging(ch)
@@ -366,7 +351,7 @@ class PowerMeterEmulator:
                     continue
                 try:
                     response = self._execute(unit.strip())
-                except _ScpiError as exc:
+                except ScpiError as exc:
                     self._push_error(exc.code)
                     continue
                 except Exception:  # an emulator bug or a failing power_source must not kill us
@@ -383,6 +368,7 @@ class PowerMeterEmulator:
             return ";".join(r for r in responses if isinstance(r, str))
 
     def _push_error(self, code: int) -> None:
+        self._status.note_error(code)
         if len(self._errors) >= ERROR_QUEUE_SIZE:
             self._errors[-1] = -350
         else:
@@ -390,7 +376,7 @@ class PowerMeterEmulator:
 
     def _execute(self, unit: str) -> Response | None:
         if any(not (" " <= c <= "~" or c == "\t") for c in unit):
-            raise _ScpiError(-101)
+            raise ScpiError(-101)
         header, _, rest = unit.replace("\t", " ").partition(" ")
         rest = rest.strip()
         params = [p.strip() for p in rest.split(",")] if rest else []
@@ -401,65 +387,83 @@ class PowerMeterEmulator:
             return self._common(header.upper(), params, query)
         if header.startswith(":"):
             header = header[1:]
-        tokens: list[tuple[str, int | None]] = []
-        for part in header.upper().split(":"):
-            m = _TOKEN.fullmatch(part)
-            if m is None:
-                raise _ScpiError(-113)
-            tokens.append((m[1], int(m[2]) if m[2] else None))
+        tokens = tokenize_header(header)
         for command in self._commands:
-            matched = _match(command.nodes, tokens)
+            matched = match_header(command.nodes, tokens)
             if matched is not None:
                 break
         else:
-            raise _ScpiError(-113)
+            raise ScpiError(-113)
         if (query and not command.query) or (not query and not command.setting):
-            raise _ScpiError(-113)
+            raise ScpiError(-113)
         channel = 0
         if command.channelled:
             channel = matched[0][1] if matched[0][1] is not None else 1
             if not 1 <= channel <= self.channels:
-                raise _ScpiError(-114)
+                raise ScpiError(-114)
             if any(name == "CHANNEL" and suffix not in (None, 1) for name, suffix in matched):
-                raise _ScpiError(-114)
+                raise ScpiError(-114)
         if query and params:
-            raise _ScpiError(-108)
-        logging_before = command.channelled and self._ch[channel - 1].log_running
+            raise ScpiError(-108)
+        targets = [channel] if command.channelled else range(1, self.channels + 1)
+        logging_before = {ch for ch in targets if self._ch[ch - 1].log_running}
         response = command.handler(channel, params, query)
-        if not query and command.stops_logging and logging_before:
-            self._stop_logging(channel)
+        if not query and command.stops_logging:
+            for ch in logging_before:
+                self._stop_logging(ch)
         return response
 
     def _common(self, header: str, params: list[str], query: bool) -> Response | None:
+        """IEEE 488.2 common commands (*IDN?, *RST, *CLS, *OPC, *ESR?, *STB?, ...)."""
+        if header in ("*ESE", "*SRE") and not query:
+            mask = round(parse_number(one_parameter(params), PLAIN, 0, 255, 0))
+            if header == "*ESE":
+                self._status.ese = mask
+            else:
+                self._status.sre = mask
+            return None
         if params:
-            raise _ScpiError(-108)
-        if header == "*IDN" and query:
-            return f"{MANUFACTURER},{self.model},{self.serial_number},{FIRMWARE}"
-        if header == "*OPC" and query:
-            return "1"
-        if header == "*TST" and query:
-            return "0"
+            raise ScpiError(-108)
+        queries: dict[str, Callable[[], str]] = {
+            "*IDN": lambda: f"{MANUFACTURER},{self.model},{self.serial_number},{FIRMWARE}",
+            "*OPC": lambda: "1",
+            "*TST": lambda: "0",
+            "*OPT": lambda: "0",
+            "*ESR": lambda: nr1(self._status.read_and_clear_esr()),
+            "*ESE": lambda: nr1(self._status.ese),
+            "*SRE": lambda: nr1(self._status.sre),
+            "*STB": lambda: nr1(self._status.status_byte(bool(self._errors))),
+        }
         if query:
-            raise _ScpiError(-113)
+            if header not in queries:
+                raise ScpiError(-113)
+            return queries[header]()
         if header == "*RST":
-            errors = list(self._errors)
-            self.power_cycle()
-            self._errors[:] = errors  # *RST leaves the error queue alone
+            self._preset()  # the error queue and status registers stay
             return None
         if header == "*CLS":
             self._errors.clear()
+            self._status.esr = 0
             return None
-        if header in ("*OPC", "*WAI"):
+        if header == "*OPC":
+            self._status.esr |= ESR_OPC  # every operation completes before the next line
             return None
-        raise _ScpiError(-113)
+        if header == "*WAI":
+            return None
+        raise ScpiError(-113)
 
     def _build_commands(self) -> list[_Command]:
         sense = "SENSe#:[CHANnel#]"
-        table: list[tuple[str, Callable[[int, list[str], bool], Response | None], str, bool]] = [
+        table: list[tuple[str, Handler, str, bool]] = [
             (f"{sense}:POWer:WAVelength", self._wavelength, "qs", True),
             (f"{sense}:POWer:UNIT", self._unit, "qs", True),
             (f"{sense}:POWer:ATIMe", self._averaging, "qs", True),
             (f"{sense}:POWer:RANGe:AUTO", self._auto_range, "qs", True),
+            (f"{sense}:POWer:RANGe:[UPPer]", self._range, "qs", True),
+            (f"{sense}:POWer:GAIN:AUTO", self._auto_gain, "qs", True),
+            (f"{sense}:POWer:REFerence:STATe", self._reference_state, "qs", True),
+            (f"{sense}:POWer:REFerence", self._reference, "qs", True),
+            (f"{sense}:CORRection:COLLect:ZERO", self._zero, "qs", True),
             (f"{sense}:CORRection:[LOSS]:[INPut]:[MAGNitude]", self._correction, "qs", True),
             (f"{sense}:FUNCtion:PARameter:LOGGing", self._log_parameters, "qs", True),
             (f"{sense}:FUNCtion:STATe", self._function_state, "qs", False),
@@ -471,65 +475,26 @@ class PowerMeterEmulator:
             ("TRIGger#:[CHANnel#]:INPut", self._trigger_input, "qs", True),
             ("TRIGger#:[CHANnel#]:OUTPut", self._trigger_output, "qs", True),
         ]
-        commands = [_Command(_compile(p), h, "q" in kind, "s" in kind, stops)
+        commands = [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops)
                     for p, h, kind, stops in table]
-        commands.append(_Command(_compile("SYSTem:ERRor:[NEXT]"), self._system_error, True,
-                                 False, channelled=False))
-        commands.append(_Command(_compile("SYSTem:ERRor:COUNt"), self._error_count, True,
-                                 False, channelled=False))
+        unchannelled: list[tuple[str, Handler, str, bool]] = [
+            ("SENSe#:POWer:WAVelength:ALL", self._wavelength_all, "s", True),
+            ("SENSe#:CORRection:COLLect:ZERO:ALL", self._zero_all, "qs", True),
+            ("FETCh#:[SCALar]:POWer:ALL", self._fetch_all_block, "q", False),
+            ("FETCh#:[SCALar]:POWer:ALL:CSV", self._fetch_all_csv, "q", False),
+            ("READ#:[SCALar]:POWer:ALL", self._read_all_block, "q", False),
+            ("READ#:[SCALar]:POWer:ALL:CSV", self._read_all_csv, "q", False),
+            ("READ#:[SCALar]:POWer:ALL:CONFig", self._all_config, "q", False),
+            ("TRIGger#", self._trigger_node, "s", False),
+            ("TRIGger:CONFiguration", self._trigger_configuration, "qs", False),
+            ("SYSTem:ERRor:[NEXT]", self._system_error, "q", False),
+            ("SYSTem:ERRor:COUNt", self._error_count, "q", False),
+            ("SYSTem:TIME", self._system_time, "qs", False),
+            ("SYSTem:PRESet", self._system_preset, "s", False),
+        ]
+        commands += [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops,
+                              channelled=False) for p, h, kind, stops in unchannelled]
         return commands
-
-    # ----- parameter parsing ---------------------------------------------------------------
-
-    @staticmethod
-    def _one(params: list[str]) -> str:
-        if not params or not params[0]:
-            raise _ScpiError(-109)
-        if len(params) > 1:
-            raise _ScpiError(-108)
-        return params[0]
-
-    @staticmethod
-    def _number(text: str, units: dict[str, float], lo: float, hi: float,
-                default: float) -> float:
-        word = text.strip().upper()
-        if word in ("MIN", "MINIMUM"):
-            return lo
-        if word in ("MAX", "MAXIMUM"):
-            return hi
-        if word in ("DEF", "DEFAULT"):
-            return default
-        m = _NUMBER.fullmatch(word)
-        if m is None:
-            raise _ScpiError(-104)
-        if m[2] not in units:
-            raise _ScpiError(-131)
-        value = float(m[1]) * units[m[2]]
-        if not (math.isfinite(value) and lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9)):
-            raise _ScpiError(-222)
-        return min(max(value, lo), hi)
-
-    @staticmethod
-    def _boolean(text: str) -> bool:
-        word = text.strip().upper()
-        if word == "ON":
-            return True
-        if word == "OFF":
-            return False
-        try:
-            value = float(word)
-        except ValueError:
-            raise _ScpiError(-224) from None
-        if not math.isfinite(value):
-            raise _ScpiError(-224)
-        return round(value) != 0
-
-    @staticmethod
-    def _choice(text: str, choices: dict[str, str]) -> str:
-        value = choices.get(text.strip().upper())
-        if value is None:
-            raise _ScpiError(-224)
-        return value
 
     # ----- measurement model ---------------------------------------------------------------
 
@@ -549,10 +514,32 @@ class PowerMeterEmulator:
         c.last_period = int((self._clock() - self._origin) / c.averaging_s)
         return c.last
 
-    def _format(self, channel: int, sample: _Sample) -> str:
-        if self._ch[channel - 1].unit_watt:
-            return _nr3(sample.watts)
-        return _nr3(TOO_LOW_READING if sample.dbm is None else sample.dbm)
+    def _value(self, channel: int, sample: _Sample) -> float:
+        """A sample in the channel's unit: dB against the reference, W, or dBm."""
+        c = self._ch[channel - 1]
+        if c.reference_relative:
+            return TOO_LOW_READING if sample.dbm is None else sample.dbm - c.reference_dbm
+        if c.unit_watt:
+            return sample.watts
+        return TOO_LOW_READING if sample.dbm is None else sample.dbm
+
+    def _current(self, channel: int) -> _Sample:
+        """FETCh: the last measurement (a new one each averaging period in continuous mode)."""
+        c = self._ch[channel - 1]
+        period = int((self._clock() - self._origin) / c.averaging_s)
+        if c.last is None or (c.continuous and period != c.last_period):
+            self._take(channel)
+        assert c.last is not None
+        return c.last
+
+    def _triggered(self, channel: int) -> _Sample:
+        """READ: like FETCh when measuring continuously, else a new measurement that takes
+        one averaging time (the response is held back that long)."""
+        c = self._ch[channel - 1]
+        if c.continuous:
+            return self._current(channel)
+        self._answer_after_s = max(self._answer_after_s, c.averaging_s)
+        return self._take(channel)
 
     def _advance_logging(self, channel: int) -> None:
         c = self._ch[channel - 1]
@@ -561,7 +548,7 @@ class PowerMeterEmulator:
         elapsed = self._clock() - c.log_start
         due = min(c.log_points, int(elapsed / c.log_averaging_s + 1e-9))
         while len(c.log_samples) < due:
-            c.log_samples.append(self._measure(channel).watts)
+            c.log_samples.append(self._value(channel, self._measure(channel)))
         if len(c.log_samples) >= c.log_points:
             c.log_running = False
 
@@ -570,60 +557,121 @@ class PowerMeterEmulator:
         c.log_running = False
         c.log_function = "NONE"
 
-    # ----- command handlers ----------------------------------------------------------------
+    # ----- per-channel settings ------------------------------------------------------------
 
     def _wavelength(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return _nr3(c.wavelength_m)
-        c.wavelength_m = self._number(self._one(params), _LENGTH_UNITS, *WAVELENGTH_RANGE_M,
+            return nr3(c.wavelength_m)
+        c.wavelength_m = parse_number(one_parameter(params), LENGTH_UNITS, *WAVELENGTH_RANGE_M,
                                       1550e-9)
+        return None
+
+    def _wavelength_all(self, ch: int, params: list[str], query: bool) -> Response | None:
+        metres = parse_number(one_parameter(params), LENGTH_UNITS, *WAVELENGTH_RANGE_M, 1550e-9)
+        for c in self._ch:
+            c.wavelength_m = metres
         return None
 
     def _unit(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return "+1" if c.unit_watt else "+0"
-        word = self._one(params).upper()
-        choices = {"0": False, "+0": False, "DBM": False, "1": True, "+1": True, "W": True,
-                   "WATT": True}
-        if word not in choices:
-            raise _ScpiError(-224)
-        c.unit_watt = choices[word]
+            return boolean(c.unit_watt)
+        choices = {"0": "DBM", "+0": "DBM", "DBM": "DBM", "1": "W", "+1": "W", "W": "W",
+                   "WATT": "W"}
+        c.unit_watt = parse_choice(one_parameter(params), choices) == "W"
         return None
 
     def _averaging(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return _nr3(c.averaging_s)
-        c.averaging_s = self._number(self._one(params), _TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
+            return nr3(c.averaging_s)
+        c.averaging_s = parse_number(one_parameter(params), TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
         c.last_period = None
         return None
 
     def _auto_range(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return "+1" if c.auto_range else "+0"
-        c.auto_range = self._boolean(self._one(params))
+            return boolean(c.auto_range)
+        c.auto_range = parse_boolean(one_parameter(params))
+        return None
+
+    def _range(self, ch: int, params: list[str], query: bool) -> Response | None:
+        """RANG: the manual range in dBm (nearest 10 dB step); setting it ends auto ranging.
+        RANG? is always in dBm; with auto ranging it is the range the last reading needed."""
+        c = self._ch[ch - 1]
+        if query:
+            if c.auto_range and c.last is not None and c.last.dbm is not None:
+                return nr3(float(next((r for r in POWER_RANGES_DBM if c.last.dbm <= r),
+                                      POWER_RANGES_DBM[-1])))
+            return nr3(float(c.range_dbm))
+        dbm = parse_number(one_parameter(params), DBM_UNITS, POWER_RANGES_DBM[0] - 5,
+                           POWER_RANGES_DBM[-1] + 5, 0.0)
+        c.range_dbm = min(POWER_RANGES_DBM, key=lambda r: abs(r - dbm))
+        c.auto_range = False
+        return None
+
+    def _auto_gain(self, ch: int, params: list[str], query: bool) -> Response | None:
+        c = self._ch[ch - 1]
+        if query:
+            return boolean(c.auto_gain)
+        c.auto_gain = parse_boolean(one_parameter(params))
+        return None
+
+    def _reference_state(self, ch: int, params: list[str], query: bool) -> Response | None:
+        c = self._ch[ch - 1]
+        if query:
+            return boolean(c.reference_relative)
+        c.reference_relative = parse_boolean(one_parameter(params))
+        return None
+
+    def _reference(self, ch: int, params: list[str], query: bool) -> Response | None:
+        c = self._ch[ch - 1]
+        if query:
+            return nr3(c.reference_dbm)
+        c.reference_dbm = parse_number(one_parameter(params), DBM_UNITS,
+                                       *REFERENCE_RANGE_DBM, 0.0)
+        return None
+
+    def _zero(self, ch: int, params: list[str], query: bool) -> Response | None:
+        """ZERO: measure the electrical offset (needs a dark input); ZERO? 0 = it worked."""
+        c = self._ch[ch - 1]
+        if query:
+            return nr1(c.zero_result)
+        if params:
+            raise ScpiError(-108)
+        sample = self._measure(ch)
+        c.zero_result = 0 if sample.dbm is None or sample.dbm < ZERO_LIGHT_LIMIT_DBM else 1
+        return None
+
+    def _zero_all(self, ch: int, params: list[str], query: bool) -> Response | None:
+        if query:
+            return nr1(max(c.zero_result for c in self._ch))
+        for n in range(1, self.channels + 1):
+            self._zero(n, params, False)
         return None
 
     def _correction(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return _nr3(c.correction_db)
-        c.correction_db = self._number(self._one(params), _DB_UNITS, *CORRECTION_RANGE_DB, 0.0)
+            return nr3(c.correction_db)
+        c.correction_db = parse_number(one_parameter(params), DB_UNITS, *CORRECTION_RANGE_DB,
+                                       0.0)
         return None
+
+    # ----- logging ------------------------------------------------------------------------
 
     def _log_parameters(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return f"+{c.log_points},{_nr3(c.log_averaging_s)}"
+            return f"{nr1(c.log_points)},{nr3(c.log_averaging_s)}"
         if len(params) < 2 or not all(params):
-            raise _ScpiError(-109)
+            raise ScpiError(-109)
         if len(params) > 2:
-            raise _ScpiError(-108)
-        points = self._number(params[0], {"": 1.0}, *LOGGING_POINTS_RANGE, 100)
-        averaging = self._number(params[1], _TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
+            raise ScpiError(-108)
+        points = parse_number(params[0], PLAIN, *LOGGING_POINTS_RANGE, 100)
+        averaging = parse_number(params[1], TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
         c.log_points, c.log_averaging_s = round(points), averaging
         return None
 
@@ -632,16 +680,16 @@ class PowerMeterEmulator:
         if query:
             return f"{c.log_function},{'PROGRESS' if c.log_running else 'COMPLETE'}"
         if len(params) < 2 or not all(params):
-            raise _ScpiError(-109)
+            raise ScpiError(-109)
         if len(params) > 2:
-            raise _ScpiError(-108)
-        function = self._choice(params[0], {"LOGG": "LOGG", "LOGGING": "LOGG", "NONE": "NONE"})
-        action = self._choice(params[1], {"STAR": "STAR", "START": "STAR", "STOP": "STOP"})
+            raise ScpiError(-108)
+        function = parse_choice(params[0], {"LOGG": "LOGG", "LOGGING": "LOGG", "NONE": "NONE"})
+        action = parse_choice(params[1], {"STAR": "STAR", "START": "STAR", "STOP": "STOP"})
         if action == "STOP":
             self._stop_logging(ch)
             return None
         if function == "NONE":
-            raise _ScpiError(-224)
+            raise ScpiError(-224)
         c.log_function = _LOGGING_FUNCTION
         c.log_running = True
         c.log_samples = []
@@ -651,78 +699,136 @@ class PowerMeterEmulator:
     def _function_result(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if c.log_running:
-            raise _ScpiError(-230)
+            raise ScpiError(-230)
         return ieee_block(struct.pack(f"<{len(c.log_samples)}f", *c.log_samples))
 
+    # ----- readings -----------------------------------------------------------------------
+
     def _fetch(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
-        period = int((self._clock() - self._origin) / c.averaging_s)
-        if c.last is None or (c.continuous and period != c.last_period):
-            self._take(ch)
-        assert c.last is not None
-        return self._format(ch, c.last)
+        return nr3(self._value(ch, self._current(ch)))
 
     def _read(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return self._format(ch, self._take(ch))
+        return nr3(self._value(ch, self._triggered(ch)))
+
+    def _all(self, take: Callable[[int], _Sample], in_watts: bool) -> list[float]:
+        samples = [take(ch) for ch in range(1, self.channels + 1)]
+        if in_watts:
+            return [s.watts for s in samples]
+        return [self._value(ch, s) for ch, s in enumerate(samples, start=1)]
+
+    def _block(self, values: list[float]) -> bytes:
+        return ieee_block(struct.pack(f"<{len(values)}f", *values))
+
+    def _fetch_all_block(self, ch: int, params: list[str], query: bool) -> Response | None:
+        return self._block(self._all(self._current, self.all_block_unit == "watt"))
+
+    def _read_all_block(self, ch: int, params: list[str], query: bool) -> Response | None:
+        return self._block(self._all(self._triggered, self.all_block_unit == "watt"))
+
+    def _fetch_all_csv(self, ch: int, params: list[str], query: bool) -> Response | None:
+        return ",".join(nr3(v) for v in self._all(self._current, False))
+
+    def _read_all_csv(self, ch: int, params: list[str], query: bool) -> Response | None:
+        return ",".join(nr3(v) for v in self._all(self._triggered, False))
+
+    def _all_config(self, ch: int, params: list[str], query: bool) -> Response | None:
+        """Slot and channel of every value of the ALL blocks: uint16 pairs (slot, 1)."""
+        pairs = [v for slot in range(1, self.channels + 1) for v in (slot, 1)]
+        return ieee_block(struct.pack(f"<{len(pairs)}H", *pairs))
 
     def _continuous(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
-            return "+1" if c.continuous else "+0"
-        c.continuous = self._boolean(self._one(params))
+            return boolean(c.continuous)
+        c.continuous = parse_boolean(one_parameter(params))
         if not c.continuous and c.last is None:
             self._take(ch)
         return None
 
     def _initiate(self, ch: int, params: list[str], query: bool) -> Response | None:
         if params:
-            raise _ScpiError(-108)
+            raise ScpiError(-108)
         self._take(ch)
         return None
+
+    # ----- triggering ---------------------------------------------------------------------
 
     def _trigger_input(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
             return c.trigger_input
-        c.trigger_input = self._choice(self._one(params), _TRIGGER_INPUTS)
+        c.trigger_input = parse_choice(one_parameter(params), _TRIGGER_INPUTS)
         return None
 
     def _trigger_output(self, ch: int, params: list[str], query: bool) -> Response | None:
         c = self._ch[ch - 1]
         if query:
             return c.trigger_output
-        c.trigger_output = self._choice(self._one(params), _TRIGGER_OUTPUTS)
+        c.trigger_output = parse_choice(one_parameter(params), _TRIGGER_OUTPUTS)
         return None
+
+    def _trigger_node(self, ch: int, params: list[str], query: bool) -> Response | None:
+        """:TRIG NODEA is a trigger at the input connector; NODEB one at the output connector,
+        which comes back to the input only in loop-back configuration."""
+        node = parse_choice(one_parameter(params), _TRIGGER_NODES)
+        if self._trigger_config == "DIS":
+            return None
+        if node == "A" or self._trigger_config == "LOOP":
+            for n in range(1, self.channels + 1):
+                self._input_trigger(n)
+        return None
+
+    def _trigger_configuration(self, ch: int, params: list[str], query: bool) -> Response | None:
+        if query:
+            return self._trigger_config
+        self._trigger_config = parse_choice(one_parameter(params), _TRIGGER_CONFIGS)
+        return None
+
+    # ----- system -------------------------------------------------------------------------
 
     def _system_error(self, ch: int, params: list[str], query: bool) -> Response | None:
         if not self._errors:
-            return '0,"No error"'
-        code = self._errors.pop(0)
-        return f'{code},"{SCPI_ERRORS[code]}"'
+            return NO_ERROR
+        return format_error(self._errors.pop(0))
 
     def _error_count(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return f"+{len(self._errors)}"
+        return nr1(len(self._errors))
+
+    def _system_time(self, ch: int, params: list[str], query: bool) -> Response | None:
+        now = self._wall_clock() + self._time_offset_s
+        if query:
+            t = time.localtime(now)
+            return f"{nr1(t.tm_hour)},{nr1(t.tm_min)},{nr1(t.tm_sec)}"
+        if len(params) != 3 or not all(params):
+            raise ScpiError(-109 if len(params) < 3 else -108)
+        hour, minute, second = (round(parse_number(p, PLAIN, 0, hi, 0))
+                                for p, hi in zip(params, (23, 59, 59), strict=True))
+        t = time.localtime(now)
+        wanted = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, minute, second,
+                              0, 0, t.tm_isdst))
+        self._time_offset_s += wanted - math.floor(now)
+        return None
+
+    def _system_preset(self, ch: int, params: list[str], query: bool) -> Response | None:
+        if params:
+            raise ScpiError(-108)
+        self._preset()
+        return None
 
 
 def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[socket.socket],
                                                                               None]:
-    """A TcpEmulatorServer handler: LF (or CR-LF) lines in, LF-terminated responses out."""
+    """A TcpEmulatorServer handler: lines ended by LF, CR or CR-LF in; each response ends
+    with the terminator of its line (binary blocks too)."""
 
     def handle(conn: socket.socket) -> None:
-        buf = bytearray()
-        discarding = False  # inside an overlong line: drop bytes up to its newline
+        lines = LineSplitter(MAX_LINE_BYTES, emulator.overlong_line)
         while True:
             chunk = conn.recv(4096)
             if not chunk:
                 return
-            buf += chunk
-            while (end := buf.find(b"\n")) >= 0:
-                raw = bytes(buf[:end])
-                del buf[:end + 1]
-                if discarding:
-                    discarding = False
-                    continue
-                reply = emulator.process(raw)
+            for raw, terminator in lines.feed(chunk):
+                reply = emulator.process(raw, terminator)
                 if reply.drop_connection:
                     return
                 if reply.data is None:
@@ -731,11 +837,6 @@ def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[soc
                     time.sleep(reply.delay_s)
                 conn.sendall(reply.data)
                 emulator.note_sent()
-            if len(buf) > MAX_LINE_BYTES:
-                buf.clear()
-                if not discarding:
-                    emulator.overlong_line()
-                discarding = True
 
     return handle
 
@@ -790,13 +891,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-db", default=0.01, type=_noise_arg,
                         help="standard deviation of the reading noise in dB (default 0.01)")
     parser.add_argument("--serial", default="EMU0000001", help="serial number *IDN? reports")
+    parser.add_argument("--all-unit", default="watt", choices=ALL_BLOCK_UNITS,
+                        help="unit of the :READ/:FETC:POW:ALL? blocks: watt (the programming "
+                        "guide, default) or channel (the unit each channel is set to)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated meter; print its VISA resource string once; stop on SIGINT/SIGTERM."""
     source = None if args.constant_dbm is None else constant_source(args.constant_dbm)
     emulator = PowerMeterEmulator(channels=args.channels, power_source=source, seed=args.seed,
-                                  noise_db=args.noise_db, serial_number=args.serial)
+                                  noise_db=args.noise_db, serial_number=args.serial,
+                                  all_block_unit=args.all_unit)
     server = start_server(powermeter_connection_handler(emulator), args.listen,
                           "powermeter-emulator")
     resource = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"

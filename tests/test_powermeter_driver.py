@@ -298,7 +298,7 @@ def test_frames_are_logged_with_the_device_name(pm: PowerMeter,
 
 # --- protocol tests: exact frames, no emulator -----------------------------------------------
 
-NO_ERROR = (":SYST:ERR?", '0,"No error"')
+NO_ERROR = (":SYST:ERR?", '+0,"No error"')
 
 
 class ScriptedResource:
@@ -356,6 +356,8 @@ def test_protocol_settings_and_readings() -> None:
         (":SENS2:POW:RANG:AUTO 1", None), NO_ERROR,
         (":SENS2:CORR -0.5000DB", None), NO_ERROR,
         (":SENS2:POW:UNIT 0", None), NO_ERROR,
+        (":SENS2:POW:REF:STAT?", "+0"),
+        (":INIT2:CONT OFF", None), NO_ERROR,
         (":READ2:POW?", "-1.23400000E+01"),
         (":FETC2:POW?", "+9.91000000E+37"),
         (":SENS2:POW:WAV?", "+1.55012000E-06"),
@@ -376,6 +378,9 @@ def test_protocol_settings_and_readings() -> None:
 def test_protocol_unknown_unit_is_queried_once() -> None:
     pm, link = scripted([
         (":SENS1:POW:UNIT?", "+0"),
+        (":SENS1:POW:REF:STAT?", "+0"),
+        (":INIT1:CONT OFF", None), NO_ERROR,
+        (":SENS1:POW:ATIM?", "+1.00000000E-01"),
         (":READ1:POW?", "-3.0"),
         (":READ1:POW?", "-3.5"),
     ])
@@ -388,6 +393,8 @@ def test_protocol_logging() -> None:
     values = [1e-3, 2.5e-6, 0.0]
     block = ieee_block(struct.pack("<3f", *values)) + b"\n"
     pm, link = scripted([
+        (":SENS1:POW:REF:STAT?", "+0"),
+        (":SENS1:POW:UNIT?", "+1"),
         (":TRIG1:INP SME", None), NO_ERROR,
         (":SENS1:FUNC:PAR:LOGG 3,0.001S", None), NO_ERROR,
         (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
@@ -399,11 +406,41 @@ def test_protocol_logging() -> None:
     link.assert_all_consumed()
 
 
+def test_protocol_logging_in_dbm_and_relative_is_converted_to_watts() -> None:
+    dbm_block = ieee_block(struct.pack("<2f", -10.0, 9.91e37)) + b"\n"
+    db_block = ieee_block(struct.pack("<1f", 3.0)) + b"\n"
+    pm, link = scripted([
+        (":SENS1:POW:REF:STAT?", "+0"),
+        (":SENS1:POW:UNIT?", "+0"),
+        (":TRIG1:INP IGN", None), NO_ERROR,
+        (":SENS1:FUNC:PAR:LOGG 2,0.001S", None), NO_ERROR,
+        (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
+        (":SENS1:FUNC:STAT?", "LOGGING_STABILITY,COMPLETE"),
+        (":SENS1:FUNC:RES?", dbm_block),
+        (":SENS1:POW:REF:STAT 1", None), NO_ERROR,
+        (":SENS1:POW:REF:STAT?", "+1"),
+        (":TRIG1:INP IGN", None), NO_ERROR,
+        (":SENS1:FUNC:PAR:LOGG 1,0.001S", None), NO_ERROR,
+        (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
+        (":SENS1:FUNC:STAT?", "LOGGING_STABILITY,COMPLETE"),
+        (":SENS1:POW:REF?", "-13.0"),
+        (":SENS1:FUNC:RES?", db_block),
+    ])
+    pm.start_logging(1, 2, 1e-3)
+    np.testing.assert_allclose(pm.logging_result(1), [1e-4, 0.0], rtol=1e-6)
+    pm.set_reference_relative(1, True)
+    pm.start_logging(1, 1, 1e-3)
+    np.testing.assert_allclose(pm.logging_result(1), [1e-4], rtol=1e-6)   # -13 dBm + 3 dB
+    link.assert_all_consumed()
+
+
 @pytest.mark.parametrize("reply", [b"garbage\n", b"#0\n", b"#2x8" + b"\0" * 8 + b"\n",
                                    b"#13abc\n", b"#14abcdX"])
 def test_protocol_bad_block_is_a_protocol_error(reply: bytes) -> None:
     pm, link = scripted([
         (":SENS1:FUNC:STAT?", "NONE,COMPLETE"),
+        (":SENS1:POW:REF:STAT?", "+0"),
+        (":SENS1:POW:UNIT?", "+1"),
         (":SENS1:FUNC:RES?", reply),
     ])
     with pytest.raises(ProtocolError):

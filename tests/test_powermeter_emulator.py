@@ -85,6 +85,11 @@ def value(emu: PowerMeterEmulator, line: str) -> float:
     return float(answer)
 
 
+def fresh(emu: PowerMeterEmulator, ch: int, header: str = "READ{}:POW?") -> float:
+    """READ? on a channel that does not measure continuously: a new measurement each time."""
+    return value(emu, f":INIT{ch}:CONT OFF;:" + header.format(ch))
+
+
 # --- identity, common commands, parser ---------------------------------------------------------
 
 def test_idn_names_model_by_channel_count() -> None:
@@ -180,7 +185,7 @@ def test_error_queue_order_messages_cls_and_overflow(emu: PowerMeterEmulator) ->
     assert emu.handle_line("SYST:ERR:COUN?") == "+2"
     assert emu.handle_line("SYSTem:ERRor:NEXT?") == '-113,"Undefined header"'
     assert emu.handle_line(":syst:err?") == '-222,"Data out of range"'
-    assert emu.handle_line("SYST:ERR?") == '0,"No error"'
+    assert emu.handle_line("SYST:ERR?") == '+0,"No error"'   # Keysight signs the code
     emu.handle_line("FOO")
     emu.handle_line("*CLS")
     assert errors(emu) == []
@@ -203,42 +208,42 @@ def test_rst_restores_defaults_but_keeps_error_queue(emu: PowerMeterEmulator) ->
 
 def test_read_follows_power_source(emu: PowerMeterEmulator, optics: Optics) -> None:
     optics.dbm[1] = -3.0
-    assert value(emu, ":READ1:POW?") == pytest.approx(-3.0)
+    assert fresh(emu, 1) == pytest.approx(-3.0)
     optics.dbm[1] = -12.5   # e.g. the WSS attenuates the channel
-    assert value(emu, ":READ1:POW?") == pytest.approx(-12.5)
+    assert fresh(emu, 1) == pytest.approx(-12.5)
     optics.dbm[2] = -7.0    # light arrives on another port: channel 1 goes dark
     optics.dbm[1] = None
-    assert value(emu, ":READ1:POW?") == TOO_LOW_READING
-    assert value(emu, ":READ2:SCALar:POWer:DC?") == pytest.approx(-7.0)
-    assert value(emu, ":READ3:POW?") > 1e20
+    assert fresh(emu, 1) == TOO_LOW_READING
+    assert fresh(emu, 2, "READ{}:SCALar:POWer:DC?") == pytest.approx(-7.0)
+    assert fresh(emu, 3) > 1e20
 
 
 def test_no_power_source_means_dark_and_floor_means_too_low() -> None:
     assert value(PowerMeterEmulator(), ":READ1:POW?") == TOO_LOW_READING
     emu = PowerMeterEmulator(power_source=lambda ch: -85.0, noise_floor_dbm=-80.0)
-    assert value(emu, ":READ1:POW?") == TOO_LOW_READING
+    assert fresh(emu, 1) == TOO_LOW_READING
     emu = PowerMeterEmulator(power_source=lambda ch: -75.0, noise_floor_dbm=-80.0,
                              noise_db=0.0)
-    assert value(emu, ":READ1:POW?") == pytest.approx(-75.0)
+    assert fresh(emu, 1) == pytest.approx(-75.0)
 
 
 def test_watt_unit_and_correction(emu: PowerMeterEmulator, optics: Optics) -> None:
     optics.dbm[1] = 0.0
     emu.handle_line(":SENS1:POW:UNIT 1")
-    assert value(emu, ":READ1:POW?") == pytest.approx(1e-3)
+    assert fresh(emu, 1) == pytest.approx(1e-3)
     emu.handle_line(":SENS1:POW:UNIT DBM;:SENS1:CORR 1.5DB")
-    assert value(emu, ":READ1:POW?") == pytest.approx(1.5)
+    assert fresh(emu, 1) == pytest.approx(1.5)
     optics.dbm[1] = None
     emu.handle_line(":SENS1:POW:UNIT W")
-    assert abs(value(emu, ":READ1:POW?")) < 1e-9   # floor noise, not the dBm sentinel
+    assert abs(fresh(emu, 1)) < 1e-9   # floor noise, not the dBm sentinel
 
 
 def test_noise_is_seeded_and_small(optics: Optics) -> None:
     optics.dbm[1] = -10.0
     a = PowerMeterEmulator(power_source=optics, seed=7, noise_db=0.05)
     b = PowerMeterEmulator(power_source=optics, seed=7, noise_db=0.05)
-    ra = [value(a, ":READ1:POW?") for _ in range(20)]
-    rb = [value(b, ":READ1:POW?") for _ in range(20)]
+    ra = [fresh(a, 1) for _ in range(20)]
+    rb = [fresh(b, 1) for _ in range(20)]
     assert ra == rb
     assert len(set(ra)) > 1
     assert all(abs(r + 10.0) < 0.5 for r in ra)
@@ -302,8 +307,22 @@ def test_logging_block_format_and_values(emu: PowerMeterEmulator, optics: Optics
     assert emu.handle_line(":SENS1:FUNC:STAT?") == "LOGGING_STABILITY,COMPLETE"
     answer = emu.handle_line(":SENS1:FUNC:RES?")
     assert isinstance(answer, bytes) and answer.startswith(b"#220")
-    w_10, w_20 = struct.unpack("<2f", struct.pack("<2f", 1e-4, 1e-5))
-    assert block_floats(answer) == [w_10, w_10, w_20, w_20, w_20]
+    # the samples are in the unit the channel is set to: dBm here
+    assert block_floats(answer) == [-10.0, -10.0, -20.0, -20.0, -20.0]
+    emu.handle_line(":SENS1:POW:UNIT W;:SENS1:FUNC:STAT LOGG,STAR")
+    clock.t += 0.005
+    w_20 = struct.unpack("<f", struct.pack("<f", 1e-5))[0]
+    assert block_floats(emu.handle_line(":SENS1:FUNC:RES?")) == [w_20] * 5
+    emu.handle_line(":SENS1:POW:UNIT DBM;:SENS1:POW:REF -25DBM;:SENS1:POW:REF:STAT ON;"
+                    ":SENS1:FUNC:STAT LOGG,STAR")
+    clock.t += 0.005
+    assert block_floats(emu.handle_line(":SENS1:FUNC:RES?")) == [5.0] * 5   # dB, relative
+    optics.dbm[1] = None
+    emu.handle_line(":SENS1:POW:REF:STAT OFF;:SENS1:FUNC:STAT LOGG,STAR")
+    clock.t += 0.005
+    too_low = struct.unpack("<f", struct.pack("<f", TOO_LOW_READING))[0]
+    assert block_floats(emu.handle_line(":SENS1:FUNC:RES?")) == [too_low] * 5
+    assert errors(emu) == []
 
 
 def test_block_helpers_round_trip() -> None:
@@ -478,7 +497,7 @@ def test_tcp_lines_and_binary_block(served: tuple[PowerMeterEmulator, tuple[str,
     clock.t += 1
     c.send(b":SENS1:FUNC:RES?\n")
     assert c.exact(3) == b"#18"
-    assert struct.unpack("<2f", c.exact(8)) == pytest.approx([1e-4, 1e-4])
+    assert struct.unpack("<2f", c.exact(8)) == pytest.approx([-10.0, -10.0])   # dBm
     assert c.exact(1) == b"\n"
     c.close()
 
@@ -490,7 +509,7 @@ def test_overlong_line_is_discarded_with_error(
     c.send(b"A" * (3 * MAX_LINE_BYTES))
     c.send(b"\n:SYST:ERR?\n:SYST:ERR?\n")
     assert c.line() == b'-223,"Too much data"'
-    assert c.line() == b'0,"No error"'
+    assert c.line() == b'+0,"No error"'
     c.close()
 
 
@@ -549,7 +568,7 @@ def test_fault_reset_drops_connection_and_restores_power_on_state(
     c = Client(address)
     c.send(b":SENS1:POW:WAV?\n:SYST:ERR?\n")
     assert float(c.line()) == pytest.approx(1550e-9)
-    assert c.line() == b'0,"No error"'
+    assert c.line() == b'+0,"No error"'
     c.close()
 
 
