@@ -59,6 +59,7 @@ from oddl.controller.scheduling import (
     schedule_plan,
 )
 from oddl.controller.sim_models import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
+from oddl.controller.sim_sipring import RULES, SipRingAllocator
 from oddl.errors import OddlError
 
 SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", "optinc")
@@ -78,6 +79,11 @@ PLAN_SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring")
 """Systems that run the collective chosen by `SimConfig.collective`."""
 
 PLACEMENTS = ("packed", "random")
+
+NORMS = ("node", "lambda")
+"""Bandwidth normalisations (docs/simulator.md): per node (default) or per wavelength."""
+
+SIP_RULES = RULES
 
 OPTINC_MAX_INPUTS = 64
 """Largest OptINC device the model builds (oddl.drivers.optinc_model.MAX_INPUTS)."""
@@ -108,7 +114,15 @@ class SimConfig:
     compute_ms: float = _f(-1.0, "compute time per iteration, ms (-1: from the model profile; "
                                  "0: communication only)")
     overlap: float = _f(0.0, "fraction of the backward pass that hides communication, 0..1")
+    bandwidth_norm: str = _f("node", "node: every node sends and receives at most gbps in "
+                                     "total over all its wavelengths/interfaces; lambda: every "
+                                     "wavelength/interface runs at gbps")
+    message_mb: float = _f(-1.0, "all-reduce size in MB (-1: the model's gradient)")
     latency_us: float = _f(1.0, "base latency per step (NIC, propagation), µs")
+    step_overhead_us: float = _f(0.0, "fixed cost per collective step on every system "
+                                      "(synchronisation, kernel launch), µs")
+    ring_hop_latency_us: float = _f(0.05, "optical ring latency per node a lightpath passes "
+                                          "(SiP-Ring, WRHT), µs")
     reduce_gbytes_s: float = _f(500.0, "rate of reducing received bytes, GB/s")
     amortise_iterations: int = _f(0, "iterations per job that share the one-off set-up "
                                      "(WSS partition, patch panel); 0: report it apart")
@@ -126,8 +140,10 @@ class SimConfig:
     seed: int = _f(1, "seed of the random placement")
     sip_delta_us: float = _f(50.0, "SiP-Ring reconfiguration time δ, µs")
     sip_live_factor: float = _f(4.0, "SiP-Ring live period after each reconfiguration, in δ")
-    sip_wavelengths: int = _f(64, "SiP-Ring wavelengths per ring segment")
-    sip_node_wavelengths: int = _f(1, "SiP-Ring wavelengths per node (rate gbps/this each)")
+    sip_wavelengths: int = _f(64, "SiP-Ring wavelengths per ring segment W (a circuit gets "
+                                  "its share of its segments' W)")
+    sip_segment_rule: str = _f("ring", "SiP-Ring segments a circuit crosses: ring (s..d-1 mod "
+                                       "N) or ffsim (the reference code's offset arithmetic)")
     wrht_wavelengths: int = _f(64, "WRHT wavelengths per fibre W (fan-in up to 2W+1)")
     topoopt_degree: int = _f(4, "TopoOpt interfaces per node (even), each at gbps/degree")
     topoopt_setup_s: float = _f(60.0, "TopoOpt patch-panel reconfiguration per job, s")
@@ -147,6 +163,23 @@ class SimConfig:
                 f"unknown model {self.model!r}; known models: {', '.join(sorted(MODELS))}"
             )
         return p
+
+    @property
+    def elements(self) -> int:
+        """Gradient elements all-reduced: the model's, or `message_mb` at `itemsize`."""
+        if self.message_mb >= 0:
+            return max(1, round(self.message_mb * 1e6 / self.itemsize))
+        return self.profile.params
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes all-reduced per iteration."""
+        return self.elements * self.itemsize
+
+    @property
+    def step_s(self) -> float:
+        """Fixed time per collective step on every system: base latency + step overhead."""
+        return (self.latency_us + self.step_overhead_us) * 1e-6
 
     @property
     def compute_s(self) -> float:
@@ -201,7 +234,18 @@ class SimConfig:
             raise SimulationError(
                 f"compute_ms must be >= 0, or -1 for the model profile's; got {self.compute_ms}"
             )
-        non_negative = ("latency_us", "tune_us", "skew_us", "cdr_us",
+        if self.bandwidth_norm not in NORMS:
+            raise SimulationError(
+                f"bandwidth_norm must be one of {', '.join(NORMS)}; got {self.bandwidth_norm!r}")
+        if self.sip_segment_rule not in SIP_RULES:
+            raise SimulationError(f"sip_segment_rule must be one of {', '.join(SIP_RULES)}; "
+                                  f"got {self.sip_segment_rule!r}")
+        if not (math.isfinite(self.message_mb) and (self.message_mb > 0
+                                                    or self.message_mb == -1)):
+            raise SimulationError(
+                f"message_mb must be > 0, or -1 for the model's gradient; got {self.message_mb}")
+        non_negative = ("latency_us", "step_overhead_us", "ring_hop_latency_us",
+                        "tune_us", "skew_us", "cdr_us",
                         "command_us", "wss_ms", "ft_hop_latency_us", "topoopt_setup_s",
                         "optinc_latency_us")
         for name in non_negative:
@@ -215,7 +259,7 @@ class SimConfig:
             if not (math.isfinite(v) and v >= 1.0):
                 raise SimulationError(f"{name} must be >= 1 (1 = non-blocking); got {v}")
         for name in ("ft_hosts_per_tor", "ft_tors_per_pod", "sip_wavelengths",
-                     "sip_node_wavelengths", "wrht_wavelengths"):
+                     "wrht_wavelengths"):
             if getattr(self, name) < 1:
                 raise SimulationError(f"{name} must be >= 1; got {getattr(self, name)}")
         if not 2 <= self.optinc_bits <= 16:
@@ -310,6 +354,7 @@ class Simulation:
                 "name": prof.name,
                 "params": prof.params,
                 "gradient_bytes": prof.gradient_bytes(cfg.itemsize),
+                "message_bytes": cfg.message_bytes,
                 "gmacs": prof.gmacs,
                 "compute_ms": cfg.compute_s * 1e3,
                 "source": prof.source,
@@ -431,8 +476,8 @@ def sweep(config: SimConfig, param: str, values: Sequence[Any],
 def ring_formula_s(config: SimConfig) -> float:
     """Closed-form ring all-reduce: 2(N−1)α + 2(N−1)/N · 8S/B (performance.md)."""
     n = config.nodes
-    s = config.profile.gradient_bytes(config.itemsize)
-    return 2 * (n - 1) * config.latency_s + 2 * (n - 1) / n * 8.0 * s / config.rate_bps
+    s = config.message_bytes
+    return 2 * (n - 1) * config.step_s + 2 * (n - 1) / n * 8.0 * s / config.rate_bps
 
 
 def _check_systems(systems: Iterable[str] | None) -> tuple[str, ...]:
@@ -455,11 +500,16 @@ def _plan(config: SimConfig, collective: str, cache: dict[tuple[Any, ...], Plan]
         params.setdefault("wavelengths", config.wrht_wavelengths)
     elif collective == "totientperms":
         params.setdefault("degree", config.topoopt_degree)
-    key = (collective, config.nodes, config.profile.params, tuple(sorted(params.items())))
+    key = (collective, config.nodes, config.elements, tuple(sorted(params.items())))
     plan = cache.get(key)
     if plan is None:
-        plan = cache[key] = make_plan(collective, config.nodes, config.profile.params, **params)
+        plan = cache[key] = make_plan(collective, config.nodes, config.elements, **params)
     return plan
+
+
+def _busy_steps(plan: Plan) -> int:
+    """Steps of `plan` that move data."""
+    return sum(1 for step in plan.steps if len(step))
 
 
 def _node_bytes(step: Step, n: int, side: str) -> np.ndarray:
@@ -515,8 +565,9 @@ def _run_oddl(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemRe
     timing = config.timing()
     _, sched = oddl_schedule(plan, timing, config.itemsize)
     retune_guards = sum(s.guard_s for s in sched.slots if s.retuned)
+    overhead = _busy_steps(plan) * config.step_overhead_us * 1e-6  # not in the slot margin
     return _finish(
-        config, "oddl", config.collective, sched.makespan_s, retune_guards,
+        config, "oddl", config.collective, sched.makespan_s + overhead, retune_guards,
         _reduce_s(plan, config), setup_s=timing.wss_settle_s,
         slots=len(sched.slots), retunes=sched.reconfigurations,
         guard_ms=sched.guard_total_s * 1e3, efficiency=sched.efficiency,
@@ -534,7 +585,7 @@ def _run_ideal(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemR
     for step in plan.steps:
         if len(step):
             busiest = max(_node_bytes(step, n, "src").max(), _node_bytes(step, n, "dst").max())
-            total += float(busiest) * bits + config.latency_s
+            total += float(busiest) * bits + config.step_s
     return _finish(config, "ideal", config.collective, total, 0.0, _reduce_s(plan, config),
                    steps=plan.n_steps)
 
@@ -580,7 +631,7 @@ def _run_fattree(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
         if xp.any():
             for side in (step.src, step.dst):
                 t = max(t, np.bincount(pod[side[xp]], bits[xp], n_pods).max() / pod_cap)
-        total += float(t) + config.latency_s + switches * hop
+        total += float(t) + config.step_s + switches * hop
     return _finish(config, "fat-tree", config.collective, total, 0.0, _reduce_s(plan, config),
                    steps=plan.n_steps, racks=n_racks, pods=n_pods,
                    steps_by_switches_crossed={1: tiers[0], 3: tiers[1], 5: tiers[2]})
@@ -608,65 +659,162 @@ def _advance(t: float, need: float, delta: float, live: float) -> float:
     return (k + 1 + full) * period + delta + last
 
 
+def _dark_s(t: float, delta: float, live: float) -> float:
+    """Dark (reconfiguring) time in [0, t] of the δ / live cycle."""
+    period = delta + live
+    k = math.floor(t / period)
+    return k * delta + min(t - k * period, delta)
+
+
+SIP_LP_BUDGET = 60_000_000
+"""Σ (pairs × segments) over the SiP-Ring LPs of one simulation (≈ 30 solves at 1024 nodes,
+thousands at 64); beyond it new configurations split each segment equally instead."""
+
+SIP_DRAW_BUDGET = 2_000
+"""SiP-Ring configurations drawn at random per simulation; beyond, the LP's mean f·W."""
+
+SIP_MAX_CONFIGS_PER_STEP = 1_000_000
+"""Reconfigurations one step may wait through before the simulation is refused."""
+
+
+def _lookup(codes: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """values[i] where codes[i] == want[j], else 0 (codes sorted)."""
+    if not len(codes):
+        return np.zeros(len(want))
+    idx = np.minimum(np.searchsorted(codes, want), len(codes) - 1)
+    return np.where(codes[idx] == want, values[idx], 0).astype(float)
+
+
+def _equal_share(codes: np.ndarray, n: int, w: int, rule: str) -> np.ndarray:
+    """Wavelengths (fractional) per circuit when every segment's W is split equally among the
+    circuits crossing it and each circuit gets its scarcest segment's share."""
+    from oddl.controller.sim_sipring import covers
+
+    cover = covers(codes // n, codes % n, n, rule)
+    count = cover.sum(axis=1)
+    share = np.where(count > 0, w / np.maximum(count, 1), np.inf)
+    return np.where(cover, share[:, None], np.inf).min(axis=0)
+
+
+def _window_end(t: float, delta: float, live: float, finished: bool = False) -> float:
+    """End of the live window that `t` is in (or, if dark, the next one); with `finished`,
+    a `t` on a period boundary belongs to the window that just ended."""
+    period = delta + live
+    k = math.floor(t / period)
+    if finished and t - k * period < delta:
+        return k * period
+    return (k + 1) * period
+
+
 def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
+    """SiP-ML's ring with ffsim-opera's allocation (sim_sipring) on a δ / live cycle: the
+    circuits of a configuration stay until the next reconfiguration; a step whose pairs have
+    no wavelengths waits for one, which allocates for the demand still outstanding."""
     plan = _plan(config, config.collective, cache)
-    n, b = plan.n_ranks, config.rate_bps
-    lam_rate = b / config.sip_node_wavelengths
-    seg_cap = config.sip_wavelengths * lam_rate
+    n, w = plan.n_ranks, config.sip_wavelengths
+    lam = config.rate_bps / w if config.bandwidth_norm == "node" else config.rate_bps
     delta = config.sip_delta_us * 1e-6
     live = config.sip_live_factor * delta
-    period = delta + live
-    t = delta  # the first configuration
-    busy = 0.0
-    prev: Step | None = None
-    reconfigs = 1
-    spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    hop = config.ring_hop_latency_us * 1e-6
+    allocator = SipRingAllocator(n, w, config.sip_segment_rule, config.seed)
+    pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
+    cur_codes = np.empty(0, dtype=np.int64)
+    cur_lams = np.empty(0)
+    t, configs, draws, shares, max_hops, random = 0.0, 0, 0, 0, 0, False
+
+    def configure(codes: np.ndarray, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        nonlocal draws, shares
+        if allocator.lp_size < SIP_LP_BUDGET or allocator.cached(codes, demand):
+            got = allocator.allocate(codes, demand, draw=draws < SIP_DRAW_BUDGET)
+            draws += got[2]
+            return got
+        shares += 1
+        return codes, _equal_share(codes, n, w, config.sip_segment_rule), False
+
     for step in plan.steps:
         if not len(step):
             continue
         key = (id(step.src), id(step.dst))
-        span = spans.get(key)
-        if span is None:
-            hops = (step.dst - step.src) % n  # clockwise segments a circuit occupies
-            span = spans[key] = (step.src, step.src + hops)
-        start, end = span
-        bits = step.length * (8.0 * config.itemsize)
-        node = max(np.bincount(step.src, bits, n).max(), np.bincount(step.dst, bits, n).max()) / b
-        diff = np.bincount(start, bits, 2 * n) - np.bincount(end, bits, 2 * n)
-        load = np.cumsum(diff)
-        seg = (load[:n] + load[n:]).max() / seg_cap
-        need = float(max(node, seg)) + config.latency_s
-        if prev is not None and not _same_circuits(prev, step):
-            t = (math.floor(t / period) + 1) * period + delta  # wait for the next reconfiguration
-            reconfigs += 1
-        t = _advance(t, need, delta, live)
-        busy += need
-        prev = step
-    return _finish(config, "sip-ring", config.collective, t, t - busy, _reduce_s(plan, config),
-                   steps=plan.n_steps, circuit_changes=reconfigs,
-                   cycles=math.ceil(t / period), duty=live / period)
-
-
-def _same_circuits(a: Step, b: Step) -> bool:
-    if a.src is b.src and a.dst is b.dst:
-        return True
-    return bool(np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst))
+        hit = pairs.get(key)
+        if hit is None:
+            pair = step.src.astype(np.int64) * n + step.dst
+            codes, inv = np.unique(pair, return_inverse=True)
+            hops = int(((codes % n - codes // n) % n).max())
+            hit = pairs[key] = (codes, inv, hops)
+        codes, inv, hops = hit
+        max_hops = max(max_hops, hops)
+        remaining = np.bincount(inv, weights=step.length * (8.0 * config.itemsize),
+                                minlength=len(codes))
+        if configs == 0:  # the first configuration, for the first step's demand
+            cur_codes, cur_lams, random = configure(codes, remaining)
+            t, configs = delta, 1
+        t = _advance(t, config.step_s + hops * hop, delta, live)
+        for _ in range(SIP_MAX_CONFIGS_PER_STEP):
+            rate = _lookup(cur_codes, cur_lams, codes) * lam
+            act = remaining > 0
+            if (rate[act] > 0).all():
+                t = _advance(t, float((remaining[act] / rate[act]).max()), delta, live)
+                break
+            # some pairs have no circuit: the others run until a reconfiguration can change
+            # that (the next one if this draw was random, else the one after the first of
+            # them finishes), then the ring is configured for what is still outstanding
+            moving = act & (rate > 0)
+            if random or not moving.any():
+                end = _window_end(t, delta, live)
+                used = end - max(t, end - live)
+            else:
+                first = float((remaining[moving] / rate[moving]).min())
+                done = _advance(t, first, delta, live)
+                end = _window_end(done, delta, live, finished=True)
+                used = first + (end - done)
+            remaining = np.maximum(0.0, remaining - rate * used)
+            remaining[remaining < 1e-6] = 0.0
+            act = remaining > 0
+            if not act.any():
+                t = _advance(t, used, delta, live)
+                break
+            t = end + delta
+            cur_codes, cur_lams, random = configure(codes[act], remaining[act])
+            configs += 1
+        else:
+            raise SimulationError(
+                f"SiP-Ring: a step of {config.collective} waited through "
+                f"{SIP_MAX_CONFIGS_PER_STEP} reconfigurations without finishing; raise "
+                "sip_wavelengths or sip_live_factor")
+    return _finish(config, "sip-ring", config.collective, t, _dark_s(t, delta, live),
+                   _reduce_s(plan, config), steps=plan.n_steps, configurations=configs,
+                   lp_solves=allocator.solves, random_draws=draws,
+                   equal_share_configurations=shares, cycles=math.ceil(t / (delta + live)),
+                   duty=live / (delta + live), wavelength_gbps=lam / 1e9,
+                   longest_circuit_segments=max_hops, segment_rule=config.sip_segment_rule)
 
 
 # --------------------------------------------------------------------------- WRHT, TopoOpt
 
 
 def _run_wrht(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
+    """Per step: node normalisation — the busiest node's sent or received bytes at gbps (a
+    root takes its m−1 streams at gbps in total); lambda — the largest stream at gbps (a
+    root receives on all its wavelengths at once)."""
     plan = _plan(config, "wrht", cache)
+    n = plan.n_ranks
     bits = 8.0 * config.itemsize / config.rate_bps
     guard = config.timing().guard_s  # lightpaths change between levels
+    hop = config.ring_hop_latency_us * 1e-6
     total = reconf = 0.0
     fan_in = 0
     for step in plan.steps:
-        if len(step):
-            total += float(step.length.max()) * bits + config.latency_s + guard
-            reconf += guard
-            fan_in = max(fan_in, int(np.bincount(step.dst).max()))
+        if not len(step):
+            continue
+        if config.bandwidth_norm == "node":
+            busiest = max(_node_bytes(step, n, "src").max(), _node_bytes(step, n, "dst").max())
+        else:
+            busiest = step.length.max()
+        fwd = (step.dst - step.src) % n
+        spans = int(np.minimum(fwd, n - fwd).max())
+        total += float(busiest) * bits + config.step_s + spans * hop + guard
+        reconf += guard
+        fan_in = max(fan_in, int(np.bincount(step.dst).max()))
     return _finish(config, "wrht", "wrht", total, reconf, _reduce_s(plan, config),
                    steps=plan.n_steps, wavelengths=config.wrht_wavelengths,
                    largest_group=fan_in + 1)
@@ -676,7 +824,8 @@ def _run_topoopt(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
     d = config.topoopt_degree
     plan = _plan(config, "totientperms", cache, both_directions=True)
     n = plan.n_ranks
-    bits = 8.0 * config.itemsize / (config.rate_bps / d)  # per interface
+    iface = config.rate_bps / d if config.bandwidth_norm == "node" else config.rate_bps
+    bits = 8.0 * config.itemsize / iface
     total = 0.0
     unique: dict[tuple[int, int], bool] = {}
     for step in plan.steps:
@@ -692,13 +841,13 @@ def _run_topoopt(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
             pair = step.src * n + step.dst
             _, inv = np.unique(pair, return_inverse=True)
             biggest = float(np.bincount(inv, weights=step.length).max())
-        total += biggest * bits + config.latency_s
+        total += biggest * bits + config.step_s
     from oddl.controller.scheduling.totient import ring_jumps
 
     return _finish(config, "topoopt", f"totientperms(d={d})", total, 0.0,
                    _reduce_s(plan, config), setup_s=config.topoopt_setup_s,
                    steps=plan.n_steps, rings=len(ring_jumps(n, d, True)),
-                   interface_gbps=config.gbps / d)
+                   interface_gbps=iface / 1e9)
 
 
 # --------------------------------------------------------------------------- OptINC
@@ -735,11 +884,11 @@ def optinc_levels(nodes: int, inputs: int = 0) -> tuple[int, ...]:
 
 def _run_optinc(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
     levels = optinc_levels(config.nodes, config.optinc_inputs)
-    elems = config.profile.params
+    elems = config.elements
     wire_s = elems * config.optinc_bits / config.rate_bps  # one pass of the b-bit levels
     device_s = len(levels) * config.optinc_latency_us * 1e-6
-    scale_s = config.latency_s + device_s  # max|g| to the devices and back, no payload
-    network_s = scale_s + config.latency_s + wire_s + device_s
+    scale_s = config.step_s + device_s  # max|g| to the devices and back, no payload
+    network_s = scale_s + config.step_s + wire_s + device_s
     devices = (config.nodes // levels[0]) + (1 if len(levels) > 1 else 0)
     mzis = (config.nodes // levels[0]) * levels[0] * (levels[0] - 1) // 2
     if len(levels) > 1:

@@ -20,7 +20,7 @@ from oddl.controller.simulator import SimConfig, SimulationError, simulate, swee
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
-FAST = {"reduce_gbytes_s": 1e9, "latency_us": 0.0}  # reductions and latency negligible
+FAST = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0}  # negligible
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -133,16 +133,38 @@ def test_sip_ring_runs_four_deltas_in_five():
     ideal, sip = res.result("ideal"), res.result("sip-ring")
     assert sip.comm_s == pytest.approx(ideal.comm_s * 5 / 4, rel=0.01)
     assert sip.reconfig_s == pytest.approx(sip.comm_s - ideal.comm_s, rel=1e-6)
-    assert sip.detail["circuit_changes"] == 1  # the ring keeps one configuration
+    assert sip.detail["configurations"] == 1  # the ring keeps one configuration
 
 
-def test_sip_ring_wavelength_limit_per_segment():
-    # halving-doubling sends up to N/2 segments far on a unidirectional ring
-    wide = simulate(SimConfig(nodes=64, collective="halving-doubling", sip_wavelengths=64),
-                    ["sip-ring"]).result("sip-ring")
-    narrow = simulate(SimConfig(nodes=64, collective="halving-doubling", sip_wavelengths=4),
-                      ["sip-ring"]).result("sip-ring")
-    assert narrow.comm_s > 3 * wide.comm_s
+def test_sip_ring_circuit_gets_the_wavelengths_of_its_segment():
+    # ring i -> i+1: every segment carries one circuit, which gets all W wavelengths; with
+    # one bandwidth per node (default) that is gbps, with gbps per wavelength W x gbps
+    base = dict(nodes=64, compute_ms=0.0, **FAST)
+    node = simulate(SimConfig(**base), ["ideal", "sip-ring"])
+    lam = simulate(SimConfig(bandwidth_norm="lambda", **base), ["ideal", "sip-ring"])
+    assert node.result("sip-ring").detail["wavelength_gbps"] == pytest.approx(100 / 64)
+    assert lam.result("sip-ring").detail["wavelength_gbps"] == pytest.approx(100)
+    ideal = node.result("ideal").comm_s
+    assert node.result("sip-ring").comm_s == pytest.approx(ideal * 5 / 4, rel=0.01)
+    assert lam.result("sip-ring").comm_s == pytest.approx(ideal * 5 / 4 / 64, rel=0.05)
+
+
+def test_sip_ring_long_circuits_share_their_segments():
+    # halving-doubling sends half the circuits almost all the way round the unidirectional
+    # ring, so they share segments; the ring all-reduce never does
+    ring = simulate(SimConfig(nodes=64, compute_ms=0.0, **FAST), ["sip-ring"]).result("sip-ring")
+    hd = simulate(SimConfig(nodes=64, collective="halving-doubling", compute_ms=0.0, **FAST),
+                  ["sip-ring"]).result("sip-ring")
+    assert hd.detail["longest_circuit_segments"] == 63
+    assert hd.detail["configurations"] > 2 * 6  # steps wait for circuits the LP left out
+    assert hd.comm_s > 10 * ring.comm_s
+
+
+def test_sip_ring_reference_segment_arithmetic_halves_the_ring():
+    base = dict(nodes=64, compute_ms=0.0, **FAST)
+    ring = simulate(SimConfig(**base), ["sip-ring"]).result("sip-ring")
+    ffsim = simulate(SimConfig(sip_segment_rule="ffsim", **base), ["sip-ring"]).result("sip-ring")
+    assert ffsim.comm_s == pytest.approx(2 * ring.comm_s, rel=0.01)
 
 
 def test_advance_skips_the_dark_part_of_each_cycle():
@@ -162,11 +184,17 @@ def test_fat_tree_oversubscription_needs_traffic_across_racks():
 
 
 def test_wrht_takes_two_log_m_steps():
-    r = simulate(SimConfig(nodes=1024, wrht_wavelengths=64, **FAST), ["wrht"]).result("wrht")
+    lam = simulate(SimConfig(nodes=1024, wrht_wavelengths=64, bandwidth_norm="lambda", **FAST),
+                   ["wrht"]).result("wrht")
     # m <= 2W+1 = 129: 1024 nodes in 8 balanced groups of 128, then one group of 8 roots
-    assert r.detail["steps"] == 4 and r.detail["largest_group"] == 128
+    assert lam.detail["steps"] == 4 and lam.detail["largest_group"] == 128
     s = MODELS["vgg19"].gradient_bytes()
-    assert r.comm_s - r.reconfig_s == pytest.approx(4 * 8 * s / 100e9, rel=1e-3)
+    # per wavelength: a root takes its 127 streams at once, each step is one buffer time
+    assert lam.comm_s - lam.reconfig_s == pytest.approx(4 * 8 * s / 100e9, rel=1e-3)
+    # per node: a root takes 127 buffers (then 7) at gbps in total, and sends them back
+    node = simulate(SimConfig(nodes=1024, wrht_wavelengths=64, **FAST), ["wrht"]).result("wrht")
+    assert node.comm_s - node.reconfig_s == pytest.approx(2 * (127 + 7) * 8 * s / 100e9,
+                                                          rel=1e-3)
 
 
 def test_topoopt_splits_the_bandwidth_over_its_rings():
@@ -235,7 +263,7 @@ def test_vgg19_at_1024_nodes_is_fast_and_complete():
         (["--nodes", "1"], "nodes must be >= 2"),
         (["--collective", "tree"], "known: halving-doubling"),
         (["--systems", "oddl,infiniband"], "known: oddl, fat-tree"),
-        (["--nodes", "6"], "--systems oddl,fat-tree"),  # TopoOpt's degree 4 on 6 nodes
+        (["--nodes", "67"], "--systems oddl,fat-tree"),  # OptINC cannot split 67 nodes
         (["--sweep", "colour=1,2"], "PARAM one of"),
         (["--sweep", "gbps=100,0"], "gbps must be a positive"),
         (["--sweep", "nodes=8,x"], "'x' is not a int"),
@@ -256,9 +284,9 @@ def test_argparse_errors_also_exit_2(capsys):
 
 
 def test_sweep_leaves_out_a_system_that_refuses_a_point():
-    sw = sweep(SimConfig(), "nodes", [4, 16])
-    assert "topoopt" in sw.points[0].errors and not sw.points[1].errors
-    assert sw.series("topoopt")[0] is None and sw.series("topoopt")[1] is not None
+    sw = sweep(SimConfig(), "nodes", [67, 16])
+    assert "optinc" in sw.points[0].errors and not sw.points[1].errors
+    assert sw.series("optinc")[0] is None and sw.series("optinc")[1] is not None
 
 
 def test_unknown_parameter_is_refused():
