@@ -468,7 +468,7 @@ def dlrm(batch: int = 2048, dim: int = 64) -> JobModel:
 
 
 MODELS: dict[str, JobModel] = {m.name: m for m in (vgg19(), resnet50(), bert_large(), dlrm())}
-"""Shipped job models by name."""
+"""Shipped job models by name: ours, then the profiles of the authors' experiment scripts."""
 
 
 def get_model(name: str) -> JobModel:
@@ -492,3 +492,8 @@ class Memory:
     def fits(self, model: JobModel, strategy: Strategy) -> bool:
         """Whether one node holds its share of the parameter state."""
         return memory_bytes(model, strategy, self.state_factor) <= self.gb * 1e9
+
+
+from oddl.controller.topoopt_profiles import authors_models  # noqa: E402  (no cycle: see there)
+
+MODELS.update(authors_models())

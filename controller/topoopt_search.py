@@ -53,6 +53,7 @@ from oddl.controller.topoopt_model import (
 )
 from oddl.controller.topoopt_topology import (
     SPLITS,
+    VARIANTS,
     Breakdown,
     CostModel,
     FabricTopology,
@@ -87,9 +88,15 @@ class SearchConfig:
     patience: int = 50
     """Rebuild the topology after this many iterations without a new best."""
     split: str = "proportional"
+    search: str = "authors"
+    """``authors``: `anneal_authors` (their rebuild policy); ``ours``: `anneal`."""
+    rings: str = "authors"
+    matching: str = "authors"
+    routing: str = "authors"
+    """Construction and routing variants (`topoopt_topology.build_topology`)."""
     lookahead: bool = False
-    """Ours, not the authors': a move rejected on the current topology is also tried on the
-    topology built for it (the pair is accepted by the same rule)."""
+    """Ours (``search="ours"`` only): a move rejected on the current topology is also tried
+    on the topology built for it (the pair is accepted by the same rule)."""
     max_mp: int = 0
     """Largest model-parallel degree tried (0: N)."""
     ft_gbps: float = 0.0
@@ -115,6 +122,10 @@ class SearchConfig:
             raise TopoOptError(f"budget must be >= 0 iterations; got {self.budget}")
         if self.split not in SPLITS:
             raise TopoOptError(f"split must be one of {', '.join(SPLITS)}; got {self.split!r}")
+        for name in ("search", "rings", "matching", "routing"):
+            if getattr(self, name) not in VARIANTS:
+                raise TopoOptError(f"{name} must be one of {', '.join(VARIANTS)}; got "
+                                   f"{getattr(self, name)!r}")
         if self.max_mp < 0:
             raise TopoOptError(f"max_mp must be >= 0 (0: N); got {self.max_mp}")
         if self.ft_gbps < 0 or not math.isfinite(self.ft_gbps):
@@ -177,6 +188,8 @@ class SearchStats:
     rejected_memory: int = 0
     topologies_built: int = 0
     topology_cache_hits: int = 0
+    rebuilds: int = 0
+    """Times the search took a topology rebuilt for a strategy (cached or not)."""
     restores: int = 0
     elapsed_s: float = 0.0
     best_at: int = 0
@@ -230,7 +243,9 @@ class SearchResult:
             "config": {"nodes": cfg.nodes, "degree": cfg.degree, "gbps": cfg.gbps,
                        "transceivers": cfg.transceivers, "budget": cfg.budget,
                        "seed": cfg.seed, "alpha": cfg.alpha, "topo_alpha": cfg.topo_alpha,
-                       "split": cfg.split, "lookahead": cfg.lookahead,
+                       "split": cfg.split, "search": cfg.search, "rings": cfg.rings,
+                       "matching": cfg.matching, "routing": cfg.routing,
+                       "lookahead": cfg.lookahead,
                        "max_mp": cfg.max_mp or cfg.nodes,
                        "memory_gb": cfg.memory.gb, "state_factor": cfg.memory.state_factor,
                        "net": asdict(cfg.net), "cost": cfg.cost.as_dict(),
@@ -269,7 +284,9 @@ class _Topologies:
             self._lru.move_to_end(key)
             self.stats.topology_cache_hits += 1
             return topo
-        topo = build_topology(tr, self.cfg.degree, self.cfg.gbps, self.cfg.split)
+        cfg = self.cfg
+        topo = build_topology(tr, cfg.degree, cfg.gbps, cfg.split, cfg.rings, cfg.matching,
+                              cfg.routing)
         self.stats.topologies_built += 1
         self._lru[key] = topo
         if len(self._lru) > self.size:
@@ -352,6 +369,83 @@ def anneal(model: JobModel, cfg: SearchConfig, evaluate_on: Callable[[Strategy, 
     return best, best_ctx, best_t, stats
 
 
+def anneal_authors(model: JobModel, cfg: SearchConfig,
+                   evaluate_on: Callable[[Strategy, Any], float],
+                   rebuild: Callable[[Strategy], Any] | None, context: Any, network: str,
+                   progress: Progress | None = None, stats: SearchStats | None = None
+                   ) -> tuple[Strategy, Any, float, SearchStats]:
+    """The authors' search (``FFModel::optimize`` with ``SpMulMat::optimize``).
+
+    Each iteration: every `restore` iterations back to the best strategy *and the topology
+    it was measured on*; a random move is measured on the current topology. A new best is
+    recorded with that topology, then the topology is rebuilt for the move's traffic; an
+    accepted move (faster, else with probability exp(−α·Δt)) rebuilds it too. Then the
+    topology optimiser's own rule runs on the move's time against its last accepted time
+    (faster, or exp(−α_topo·Δt), or 50 calls without a change): it rebuilds the topology for
+    the *move's* traffic even when the move was rejected — their look-ahead: the next moves
+    are judged on a topology built for a neighbour. A rebuilt topology is not measured before
+    it is taken. Without `rebuild` this is plain annealing (the fat-tree's search).
+    """
+    stats = stats or SearchStats()
+    rng = np.random.default_rng(cfg.seed)
+    options = cfg.degrees
+    t0 = time.perf_counter()
+    cur = initial_strategy(model, cfg)
+    ctx = rebuild(cur) if rebuild else context
+    cur_t = evaluate_on(cur, ctx)
+    best, best_ctx, best_t = cur, ctx, cur_t
+    stats.history.append((0, best_t))
+    restore = min(max(cfg.budget // 100, 1), 1000)
+    l1 = {"cur": cur_t, "best": cur_t, "idle": 0}
+    report = max(cfg.budget // 10, 1)
+    last_report, last_reset = time.perf_counter(), 0
+
+    def topo_step(s: Strategy, t: float, forced: bool) -> None:
+        nonlocal ctx
+        diff = (t - l1["cur"]) * 1e3
+        change = diff < 0 or (diff != 0 and rng.random() < math.exp(-cfg.topo_alpha * diff))
+        if t < l1["best"]:
+            l1["best"], change = t, True
+        if change:
+            l1["cur"] = t
+        else:
+            l1["idle"] += 1
+        if not forced and not change and l1["idle"] < cfg.patience:
+            return
+        l1["idle"] = 0
+        if rebuild:
+            ctx = rebuild(s)
+            stats.rebuilds += 1
+
+    for it in range(1, cfg.budget + 1):
+        stats.iterations = it
+        if it - last_reset >= restore:
+            cur, ctx, cur_t, last_reset = best, best_ctx, best_t, it
+            stats.restores += 1
+        cand = _mutate(cur, options, rng)
+        if not cfg.memory.fits(model, cand):
+            stats.rejected_memory += 1
+            continue
+        t = evaluate_on(cand, ctx)
+        if t < best_t:
+            best, best_ctx, best_t = cand, ctx, t
+            stats.best_at = it
+            stats.history.append((it, best_t))
+            topo_step(cand, t, True)
+        if _accept(t, cur_t, cfg.alpha, rng):
+            cur, cur_t = cand, t
+            stats.accepted += 1
+            topo_step(cand, t, True)
+        topo_step(cand, t, False)
+        now = time.perf_counter()
+        if progress and (it % report == 0 or now - last_report > 1.0 or it == cfg.budget):
+            last_report = now
+            progress(SearchProgress(network, it, cfg.budget, best_t, cur_t, stats.accepted,
+                                    stats.topologies_built, now - t0))
+    stats.elapsed_s = time.perf_counter() - t0
+    return best, best_ctx, best_t, stats
+
+
 def _mutate(s: Strategy, options: tuple[int, ...], rng: np.random.Generator) -> Strategy:
     out = list(s)
     i = int(rng.integers(len(s)))
@@ -396,13 +490,14 @@ def co_optimise(model: JobModel, cfg: SearchConfig, progress: Progress | None = 
     def on_topo(s: Strategy, topo: FabricTopology) -> float:
         return evaluate(model, s, topo, p).iteration_s
 
-    s, topo, _, stats = anneal(model, cfg, on_topo, topos.for_strategy, None, "topoopt",
+    search = anneal_authors if cfg.search == "authors" else anneal
+    s, topo, _, stats = search(model, cfg, on_topo, topos.for_strategy, None, "topoopt",
                                progress, stats)
     best = Outcome("topoopt", s, evaluate(model, s, topo, p), topo, cfg.gbps)
     dp = data_parallel(model)
     if not cfg.memory.fits(model, dp):
         dp = initial_strategy(model, cfg)
-    dp_topo = build_topology(traffic(model, dp, cfg.nodes), cfg.degree, cfg.gbps, "all-dp")
+    dp_topo = _dp_topology(model, cfg, dp)
     dp_out = Outcome("dp-rings", dp, evaluate(model, dp, dp_topo, p), dp_topo, cfg.gbps)
     ft = FatTree(cfg.nodes, cfg.fattree_gbps, p)
     ft_out = _fat_tree_search(model, cfg, ft, progress)
@@ -410,6 +505,12 @@ def co_optimise(model: JobModel, cfg: SearchConfig, progress: Progress | None = 
     eq = FatTree(cfg.nodes, cfg.degree * cfg.gbps, p)
     eq_out = _fat_tree_search(model, cfg, eq, None)
     return SearchResult(model, cfg, best, dp_out, ft_out, ft_dp, eq_out, stats)
+
+
+def _dp_topology(model: JobModel, cfg: SearchConfig, dp: Strategy) -> FabricTopology:
+    """The data-parallel baseline's topology: every interface to rings."""
+    return build_topology(traffic(model, dp, cfg.nodes), cfg.degree, cfg.gbps, "all-dp",
+                          cfg.rings, cfg.matching, cfg.routing)
 
 
 def _fat_tree_search(model: JobModel, cfg: SearchConfig, ft: FatTree,
@@ -430,12 +531,13 @@ def evaluate_strategy(model: JobModel, cfg: SearchConfig, strategy: Strategy) ->
                            f"node; nodes have {cfg.memory.gb:g} GB: shard the largest groups "
                            "further, or raise --memory-gb")
     p = cfg.net
-    topo = build_topology(traffic(model, strategy, cfg.nodes), cfg.degree, cfg.gbps, cfg.split)
+    topo = build_topology(traffic(model, strategy, cfg.nodes), cfg.degree, cfg.gbps, cfg.split,
+                          cfg.rings, cfg.matching, cfg.routing)
     best = Outcome("topoopt", strategy, evaluate(model, strategy, topo, p), topo, cfg.gbps)
     dp = data_parallel(model)
     if not cfg.memory.fits(model, dp):
         dp = initial_strategy(model, cfg)
-    dp_topo = build_topology(traffic(model, dp, cfg.nodes), cfg.degree, cfg.gbps, "all-dp")
+    dp_topo = _dp_topology(model, cfg, dp)
     dp_out = Outcome("dp-rings", dp, evaluate(model, dp, dp_topo, p), dp_topo, cfg.gbps)
     ft = FatTree(cfg.nodes, cfg.fattree_gbps, p)
     eq = FatTree(cfg.nodes, cfg.degree * cfg.gbps, p)

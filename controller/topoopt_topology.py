@@ -44,11 +44,21 @@ from oddl.controller.scheduling.totient import (
     check_degree,
     max_degree,
     select_permutations,
+    totient_picks,
+)
+from oddl.controller.topoopt_authors import (
+    authors_rings,
+    authors_split,
+    coin_path,
+    perfect_matchings,
+    single_path_loads,
 )
 from oddl.controller.topoopt_model import JobModel, Strategy, TopoOptError, Traffic, traffic
 from oddl.errors import PlanError
 
 SPLITS = ("proportional", "all-dp")
+VARIANTS = ("authors", "ours")
+"""Ring allocation, matching and routing: the authors' code (default) or our variant."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +274,12 @@ class FabricTopology:
     jumps: tuple[int, ...]
     """Every circulant jump (i → i+p), the kept full ring included."""
     matchings: tuple[tuple[tuple[int, int], ...], ...]
+    rings: str = "authors"
+    """How a group without its own rings is routed: ``authors`` (the candidate jump with the
+    shortest coin path, both ways) or ``ours`` (stride m by the fewest hops, both ways)."""
+    routing: str = "authors"
+    """Model-parallel routing: ``authors`` (one shortest path per pair) or ``ours`` (split
+    over equal-cost next hops)."""
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -323,7 +339,7 @@ class FabricTopology:
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = _ring_route(self.nodes, m, self.ring_jumps.get(m, ()),
-                                                 self.jumps)
+                                                 self.jumps, self.rings)
         return hit
 
     def block_route(self, m: int) -> tuple[float, int]:
@@ -350,7 +366,8 @@ class FabricTopology:
         same = np.arange(n)[:, None] // m == t[None, :] // m
         demand[same] = 1.0
         demand[t, t] = 0.0
-        part = ecmp_loads(n, src, dst, demand, dist, t)
+        loads = single_path_loads if self.routing == "authors" else ecmp_loads
+        part = loads(n, src, dst, demand, dist, t)
         key = (src % period) * n + (dst - src) % n
         _, orbit, count = np.unique(key, return_inverse=True, return_counts=True)
         total = np.bincount(orbit, part) * (n // period) / count
@@ -365,31 +382,55 @@ class FabricTopology:
                 "ring_jumps": {str(m): list(j) for m, j in sorted(self.ring_jumps.items())},
                 "matchings": [[list(p) for p in r] for r in self.matchings],
                 "interfaces_used": self.interfaces_used, "diameter": self.diameter,
-                "period": self.period}
+                "period": self.period, "rings": self.rings, "routing": self.routing}
 
 
-def build_topology(tr: Traffic, degree: int, gbps: float, split: str = "proportional"
+def build_topology(tr: Traffic, degree: int, gbps: float, split: str = "proportional",
+                   rings: str = "authors", matching: str = "authors", routing: str = "authors"
                    ) -> FabricTopology:
-    """The TopoOpt topology for `tr` with `degree` interfaces of `gbps` each."""
+    """The TopoOpt topology for `tr` with `degree` interfaces of `gbps` each.
+
+    `rings`, `matching`, `routing`: ``authors`` (`topoopt_authors`, the default) or ``ours``
+    (this module's proportional ring shares, maximum-weight matchings that may leave nodes
+    unmatched, equal-cost multipath).
+    """
     n = tr.nodes
     if degree < 2:
         raise TopoOptError(f"degree must be >= 2 (one ring); got {degree}, use 2")
-    d_ar, _ = degree_split(tr, degree, split)
-    own, jumps = allocate_rings(tr, d_ar)
+    for name, v in (("rings", rings), ("matching", matching), ("routing", routing)):
+        if v not in VARIANTS:
+            raise TopoOptError(f"{name} must be one of {', '.join(VARIANTS)}; got {v!r}")
+    if rings == "authors":
+        d_ar, _ = authors_split(tr, degree, split)
+        own = authors_rings(tr, d_ar)
+        jumps = tuple(sorted(j for js in own.values() for j in js))
+    else:
+        d_ar, _ = degree_split(tr, degree, split)
+        own, jumps = allocate_rings(tr, d_ar)
     d_mp = degree - len(jumps)
-    matchings = mp_matchings(n, tr.mp_by_degree(), d_mp)
-    return FabricTopology(n, degree, gbps, d_ar, d_mp, own, jumps, matchings)
+    build = perfect_matchings if matching == "authors" else mp_matchings
+    matchings = build(n, tr.mp_by_degree(), d_mp)
+    return FabricTopology(n, degree, gbps, d_ar, d_mp, own, jumps, matchings, rings, routing)
 
 
-def _ring_route(n: int, m: int, own: tuple[int, ...], jumps: tuple[int, ...]
-                ) -> tuple[dict[int, float], int]:
+def _ring_route(n: int, m: int, own: tuple[int, ...], jumps: tuple[int, ...],
+                rings: str = "authors") -> tuple[dict[int, float], int]:
+    """({jump: bytes per link per byte of S}, hops); a repeated jump counts once per copy."""
     g = n // m
     per = 2.0 * (g - 1) / g
     if g < 2:
         return {}, 0
-    if own:
-        return {p: per / len(own) for p in own}, 1
     coeff: dict[int, float] = {}
+    if own:
+        for p in own:
+            coeff[p] = coeff.get(p, 0.0) + per / len(own)
+        return coeff, 1
+    if rings == "authors":
+        path = coin_path(n, m, jumps)
+        for p in path:  # the path and its reverse, half the bytes each
+            for q in (p, n - p):
+                coeff[q] = coeff.get(q, 0.0) + per / 2
+        return coeff, len(path)
     hops = 0
     for target in {m % n, (n - m) % n}:
         path = _coin_change(n, jumps, target)
@@ -486,16 +527,14 @@ def ecmp_loads(n: int, src: np.ndarray, dst: np.ndarray, demand: np.ndarray,
 
 
 def dp_ring_jumps(n: int, degree: int, both_directions: bool = False) -> tuple[int, ...]:
-    """The ring jumps the co-optimiser builds for a data-parallel job on n nodes (one per
-    pick, p ≤ n−p, unless `both_directions`)."""
-    tr = Traffic(((1, 1.0),), (), n)
+    """The ring jumps the co-optimiser builds for a data-parallel job on n nodes: the
+    authors' picks for one group of all N nodes (with their reverses if `both_directions`)."""
     try:
         check_degree(n, degree)
+        picks = totient_picks(n, degree)
     except PlanError as exc:
         raise TopoOptError(str(exc)) from None
-    own, _ = allocate_rings(tr, degree)
-    jumps = own.get(1, ())
-    return jumps if both_directions else tuple(p for p in jumps if p <= n - p)
+    return tuple(sorted(picks + tuple(n - p for p in picks))) if both_directions else picks
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -554,7 +593,10 @@ def evaluate(model: JobModel, strategy: Strategy, topo: FabricTopology,
         for j, c in coeff.items():
             per_jump[j] = per_jump.get(j, 0.0) + c * s
         lat = max(lat, 2 * (topo.nodes // m - 1) * (alpha + max(hops - 1, 0) * fwd))
-    ar = max(per_jump.values(), default=0.0) * bits + lat
+    copies: dict[int, int] = {}
+    for j in topo.jumps:
+        copies[j] = copies.get(j, 0) + 1
+    ar = max((b / copies.get(j, 1) for j, b in per_jump.items()), default=0.0) * bits + lat
     return _finish("topoopt", model, tr, mp, ar, p)
 
 

@@ -207,7 +207,7 @@ def test_mixed_demand_matchings_repeat_per_component_and_stay_in_blocks() -> Non
                                              (32, (8, 4, 1)), (32, (4, 1, 1))])
 def test_block_routing_by_symmetry_equals_routing_every_destination(
         n: int, strategy: tuple[int, ...]) -> None:
-    topo = build_topology(traffic(TOY, strategy, n), 4, 100.0)
+    topo = build_topology(traffic(TOY, strategy, n), 4, 100.0, routing="ours")
     src, dst = topo.edges
     dist = topo.hops_from(n)
     idx = np.arange(n)
@@ -334,9 +334,15 @@ def test_degree_two_plan_is_one_fixed_ring_and_never_retunes() -> None:
     again = schedule_plan(plan, topo.node_ids, topo, TIMING, 4,
                           initial_channels=sched.final_channels)
     assert again.reconfigurations == 0
-    with pytest.raises(PlanError, match="topoopt: totientperms degree 4 is too large for 4 "
-                       "nodes.* use 2"):
-        topoopt_allreduce(4, 10, degree=4)
+    # the authors' picks for degree 4 on 4 nodes are 1 and 3 = 4 - 1: each neighbour pair
+    # gets two circuits (docs/topoopt.md §2.1); degree 6 cannot be served
+    four = topoopt_allreduce(4, 12, degree=4)
+    assert sorted(set(zip(four.steps[0].src.tolist(), four.steps[0].dst.tolist(),
+                          strict=True))) == sorted({(i, (i + p) % 4) for i in range(4)
+                                                     for p in (1, 3)})
+    with pytest.raises(PlanError, match="topoopt: totientperms degree 6 is too large for 4 "
+                       "nodes.* use 4"):
+        topoopt_allreduce(4, 10, degree=6)
 
 
 def test_a_topoopt_job_is_configured_once_at_admission_and_keeps_it() -> None:

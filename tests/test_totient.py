@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +22,12 @@ from oddl.controller.scheduling import (
     select_permutations,
     totientperms_allreduce,
 )
-from oddl.controller.scheduling.totient import max_degree, ring_jumps
+from oddl.controller.scheduling.totient import (
+    choose_geometric,
+    max_degree,
+    ring_jumps,
+    totient_picks,
+)
 from oddl.errors import PlanError
 
 # --------------------------------------------------------------------------- papers.md §3.1
@@ -96,17 +103,72 @@ def bfs_diameter(n: int, jumps: list[int]) -> int:
     return worst
 
 
+AUTHORS_TABLE = Path(__file__).parent / "data" / "totientperms_authors.txt.gz"
+
+
+def authors_rows() -> list[tuple[int, int, int, tuple[int, ...]]]:
+    """(n, g, degree, picks) rows produced by the authors' own code (see the file's header)."""
+    rows = []
+    with gzip.open(AUTHORS_TABLE, "rt") as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            n, g, d, *picks = map(int, line.split())
+            rows.append((n, g, d, tuple(picks)))
+    return rows
+
+
+def test_picks_equal_the_authors_code_on_every_row_of_the_table() -> None:
+    rows = authors_rows()
+    assert len(rows) > 13000
+    assert {n for n, *_ in rows} >= set(range(2, 513)) | {1024, 4096}
+    wrong = [
+        (n, g, d, picks, ours)
+        for n, g, d, picks in rows
+        if (ours := totient_picks(n, d, g)) != picks
+    ]
+    assert not wrong, f"{len(wrong)} rows differ, first: {wrong[:3]}"
+
+
+@pytest.mark.parametrize(
+    ("n", "degree", "picks"),
+    # rows of the authors' table where a tolerance of 1e-9 in the lower bound (our earlier
+    # version) picks a different jump: c lands within rounding of a candidate from above
+    [(26, 8, (1, 3, 7, 15)), (50, 8, (1, 3, 9, 19)), (101, 8, (1, 4, 11, 32))],
+)
+def test_floating_point_steps_are_the_authors(n: int, degree: int, picks: tuple[int, ...]) -> None:
+    assert totient_picks(n, degree) == picks
+
+
+def test_degree_10_can_repeat_a_node_pair_as_the_authors_code_does() -> None:
+    # n = 11, d = 10: the fifth pick, 7, is the reverse of the fourth, 4
+    assert totient_picks(11, 10) == (1, 2, 3, 4, 7)
+    jumps = select_permutations(11, 10)
+    assert jumps == (1, 2, 3, 4, 4, 7, 7, 8, 9, 10)
+    # ours: skip a candidate whose reverse is taken, so 5 distinct node pairs
+    assert totient_picks(11, 10, distinct=True) == (1, 2, 3, 4, 6)
+    assert len(set(select_permutations(11, 10, distinct=True))) == 10
+    assert circulant_diameter(11, jumps) == 2 and circulant_diameter(11, range(1, 11)) == 1
+
+
+def test_choose_geometric_refuses_more_picks_than_candidates() -> None:
+    with pytest.raises(PlanError, match="cannot pick 5 of 4 candidate jumps; use 1 to 4"):
+        choose_geometric((1, 5, 7, 11), 5)
+
+
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(2, 60), data=st.data())
+@given(n=st.integers(2, 60), data=st.data(), distinct=st.booleans())
 def test_selection_is_symmetric_connected_and_of_the_asked_degree(
-    n: int, data: st.DataObject
+    n: int, data: st.DataObject, distinct: bool
 ) -> None:
-    degree = data.draw(st.sampled_from(range(2, max_degree(n) + 1, 2)))
-    jumps = select_permutations(n, degree)
-    assert set(jumps) == {(n - p) % n or n for p in jumps}
+    degree = data.draw(st.sampled_from(range(2, max_degree(n, distinct) + 1, 2)))
+    jumps = select_permutations(n, degree, distinct)
+    assert sorted(jumps) == sorted((n - p) % n or n for p in jumps)
     assert set(jumps) <= set(candidate_jumps(n, n))
-    assert len(jumps) == min(degree, len(candidate_jumps(n, n)))
-    assert circulant_diameter(n, jumps) == bfs_diameter(n, list(jumps))
+    assert len(jumps) == degree
+    if distinct and n > 2:
+        assert len(set(jumps)) == degree
+    assert circulant_diameter(n, jumps) == bfs_diameter(n, sorted(set(jumps)))
 
 
 def test_circulant_diameter_refuses_a_disconnected_graph() -> None:
@@ -186,12 +248,12 @@ def test_scheduler_splits_each_merged_step_into_one_round_per_ring() -> None:
         (12, 0, "degree must be >= 2 .*got 0, use 2"),
         (
             12,
-            6,
-            "degree 6 is too large for 12 nodes: J\\(12\\) has 4 jumps.*at most 2 distinct "
-            "ring.*at most 4; use 4",
+            10,
+            "degree 10 is too large for 12 nodes: J\\(12\\) has 4 jumps and each of the 4 "
+            "pick.*at most 8; use 8",
         ),
-        (1024, 1026, "at most 512; use 512"),
-        (4, 4, "at most 2; use 2"),
+        (1024, 1026, "at most 1024; use 1024"),
+        (4, 6, "at most 4; use 4"),
         (12, 2.0, "degree must be a whole number"),
     ],
 )
@@ -200,6 +262,12 @@ def test_refusals_name_the_degree_and_the_nearest_valid_one(
 ) -> None:
     with pytest.raises(PlanError, match=message):
         make_plan("totientperms", n, 100, degree=degree)
+
+
+def test_distinct_refuses_a_degree_that_must_repeat_a_pair() -> None:
+    with pytest.raises(PlanError, match="at most 2 distinct ring.*at most 4; use 4"):
+        make_plan("totientperms", 12, 100, degree=6, distinct=True)
+    assert ring_jumps(12, 6) == (1, 5, 7)  # the authors' picks: 7 = 12 - 5, pair repeated
 
 
 def test_single_node_and_empty_buffer_need_no_steps() -> None:

@@ -3,17 +3,21 @@
 - `candidate_jumps` (``SpMulMat::construct_candidate_jumps`` [authors' code]): for an
   all-reduce group of size g | n, the jumps ``J(g) = {(n/g)·k : 1 ≤ k ≤ g, gcd(k, g) = 1}``;
   each gives a ring i → i+p that visits all g members of a group.
-- `select_permutations` (``choose_n_geo`` [authors' code]): degree d gives d/2 picks from
-  J(n), geometrically spaced between min J and max J; each pick p also brings n−p (links are
+- `choose_geometric` (``SpMulMat::choose_n_geo`` with ``bidir = true`` [authors' code],
+  hipersys-team/FlexFlow ``src/runtime/network.cc``): m picks from a candidate list, its
+  floating-point steps reproduced exactly (docs/topoopt.md §2.1). `select_permutations`
+  gives degree d its d/2 picks from J(n) and adds every pick's reverse n−p (links are
   bidirectional).
 - `totientperms_allreduce`: the buffer is split into one part per chosen ring and each part
   is ring all-reduced (reduce-scatter, all-gather) on its ring; the rings run concurrently, so
   their steps are merged step by step. A node has one transmitter on the TT-FR fabric, so the
   scheduler splits every merged step into rounds.
 
-[reconstruction] Kept configurable: whether a pick's reverse ring n−p also carries a part
-(``both_directions``), and what a pick does when no unused candidate ≥ c is left (it takes the
-largest unused one below c; the table rows of papers.md §3.2 never get there).
+The authors' picks exclude only earlier picks, not their reverses, so from degree 10 on (e.g.
+n = 11, d = 10: picks 1, 2, 3, 4, 7 with 7 = 11 − 4) a pick can be the reverse of another:
+the node pair then gets two circuits. That is the default (it is what their simulator
+builds); ``distinct=True`` (ours) skips such candidates instead. Kept configurable too:
+whether a pick's reverse ring n−p also carries a part (``both_directions``).
 """
 
 from __future__ import annotations
@@ -48,29 +52,33 @@ def candidate_jumps(n: int, g: int) -> tuple[int, ...]:
     return tuple(((n // g) * k[np.gcd(k, g) == 1]).tolist())
 
 
-def max_degree(n: int) -> int:
+def max_degree(n: int, distinct: bool = False) -> int:
     """Return the largest degree `select_permutations` serves on n nodes.
 
-    Each pick p also uses n−p, so J(n) yields at most ⌊φ(n)/2⌋ distinct rings (φ(n) for
-    n ≥ 3); on n ≤ 2 the single ring has degree 2.
+    The authors' generator takes up to φ(n) picks (every candidate once, each bringing its
+    reverse), so degree 2·φ(n); with ``distinct`` a pick may not be another's reverse, so at
+    most ⌊φ(n)/2⌋ picks for n ≥ 3. On n ≤ 2 the single ring has degree 2.
     """
     n = _whole(n, "n")
     if n < 1:
         raise PlanError(f"TotientPerms needs at least 1 node; got {n}")
-    return max(2, 2 * (len(candidate_jumps(n, n)) // 2))
+    phi = len(candidate_jumps(n, n))
+    return max(2, 2 * (phi // 2) if distinct else 2 * phi)
 
 
-def check_degree(n: int, degree: int) -> int:
+def check_degree(n: int, degree: int, distinct: bool = False) -> int:
     """Return `degree` if n nodes can serve it, else raise PlanError with the nearest valid one."""
     d = _whole(degree, "degree")
-    top = max_degree(n)
+    top = max_degree(n, distinct)
     if d < 2:
         raise PlanError(f"totientperms degree must be >= 2 (one ring); got {d}, use 2")
     if d > top:
+        phi = len(candidate_jumps(n, n))
+        why = (f"each jump p also uses {n}-p, so there are at most {top // 2} distinct ring(s)"
+               if distinct else f"each of the {top // 2} pick(s) is one of them")
         raise PlanError(
-            f"totientperms degree {d} is too large for {n} nodes: J({n}) has "
-            f"{len(candidate_jumps(n, n))} jumps and each jump p also uses {n}-p, so there "
-            f"are at most {top // 2} distinct ring(s) and the degree is at most {top}; use {top}"
+            f"totientperms degree {d} is too large for {n} nodes: J({n}) has {phi} jumps and "
+            f"{why}, so the degree is at most {top}; use {top}"
         )
     if d % 2:
         near = [x for x in (d - 1, d + 1) if 2 <= x <= top]
@@ -81,38 +89,82 @@ def check_degree(n: int, degree: int) -> int:
     return d
 
 
-def select_permutations(n: int, degree: int) -> tuple[int, ...]:
-    """Return the jump set for `degree` on n nodes, ascending and including every n−p.
+def choose_geometric(
+    cands: tuple[int, ...] | list[int], picks: int, *, reverse_of: int = 0
+) -> tuple[int, ...]:
+    """Return `picks` candidates geometrically spaced over ascending `cands` (ascending).
 
-    Geometric pick over J(n): ``r = (max J / min J)^(1/(d/2))``, ``c = min J``; take the
-    smallest unused candidate ≥ c (used: the picks and their n−p), then ``c ← c·r``.
+    The authors' ``choose_n_geo`` (bidirectional): one pick is ``cands[0]``; otherwise
+    ``ratio = (cands[-1] / cands[0]) ** (1 / picks)`` and ``c = cands[0]`` as doubles; each
+    round takes the first candidate ≥ c (a lower bound, compared exactly), steps past earlier
+    picks, and multiplies c by ratio. With ``reverse_of = n`` (ours, ``distinct``) it also
+    steps past the reverses n−p of earlier picks, and when nothing ≥ c is left takes the
+    largest free candidate below c. Raises PlanError where the authors' code would read past
+    the end of the list (never seen for any n ≤ 4096 we tried, tests/data).
     """
+    if not 1 <= picks <= len(cands):
+        raise PlanError(f"cannot pick {picks} of {len(cands)} candidate jumps; use 1 to {len(cands)}")
+    if picks == 1:
+        return (cands[0],)
+    ratio = (cands[-1] / cands[0]) ** (1.0 / picks)
+    taken: set[int] = set()
+    c = float(cands[0])
+    for _ in range(picks):
+        i = bisect_left(cands, c)
+        while i < len(cands) and (cands[i] in taken or (reverse_of and reverse_of - cands[i] in taken)):
+            i += 1
+        if i < len(cands):
+            p = cands[i]
+        elif reverse_of:
+            free = [x for x in cands if x not in taken and reverse_of - x not in taken]
+            if not free:
+                raise PlanError(f"no free candidate jump left for pick {len(taken) + 1} of {picks}")
+            p = free[-1]
+        else:
+            raise PlanError(
+                f"the authors' geometric pick runs past the last candidate ({cands[-1]}) at pick "
+                f"{len(taken) + 1} of {picks}; use a smaller degree or distinct=True"
+            )
+        taken.add(p)
+        c *= ratio
+    return tuple(sorted(taken))
+
+
+def totient_picks(n: int, degree: int, g: int | None = None, distinct: bool = False) -> tuple[int, ...]:
+    """Return the d/2 picks (one ring each) for an all-reduce group of size g (default n)."""
     n = _whole(n, "n")
     if n < 2:
         raise PlanError(f"select_permutations needs at least 2 nodes; got {n}")
-    d = check_degree(n, degree)
-    cand = candidate_jumps(n, n)
-    picks = d // 2
-    r = (cand[-1] / cand[0]) ** (1.0 / picks)
-    used: set[int] = set()
-    c = float(cand[0])
-    for _ in range(picks):
-        i = bisect_left(cand, c - 1e-9 * c)
-        p = next((x for x in cand[i:] if x not in used), None)
-        if p is None:
-            p = max(x for x in cand if x not in used)
-        used.update((p, n - p))
-        c *= r
-    return tuple(sorted(used))
+    g = n if g is None else _whole(g, "g")
+    if g == n:
+        d = check_degree(n, degree, distinct)
+    else:
+        d = _whole(degree, "degree")
+        if d < 2 or d % 2:
+            raise PlanError(f"a group's ring degree must be even and >= 2; got {d}")
+    return choose_geometric(candidate_jumps(n, g), d // 2, reverse_of=n if distinct else 0)
 
 
-def ring_jumps(n: int, degree: int, both_directions: bool = False) -> tuple[int, ...]:
-    """Return the jumps that carry a part of the all-reduce: one per pick p (p ≤ n−p), or
-    every jump of the set with `both_directions`."""
+def select_permutations(n: int, degree: int, distinct: bool = False) -> tuple[int, ...]:
+    """Return the jump set for `degree` on n nodes: every pick p and its reverse n−p, ascending.
+
+    A jump appears twice where the authors' picks hold both p and n−p (degree ≥ 10; two
+    circuits per node pair), so the tuple always has `degree` entries (n = 2: jump 1 twice).
+    """
+    picks = totient_picks(n, degree, None, distinct)
+    return tuple(sorted(picks + tuple(n - p for p in picks)))
+
+
+def ring_jumps(
+    n: int, degree: int, both_directions: bool = False, distinct: bool = False
+) -> tuple[int, ...]:
+    """Return the jumps that carry a part of the all-reduce: the picks, or every jump of the
+    set (picks and reverses) with `both_directions`."""
     if _whole(n, "n") < 2:
         return ()
-    jumps = select_permutations(n, degree)
-    return jumps if both_directions else tuple(p for p in jumps if p <= n - p)
+    if both_directions:
+        return select_permutations(n, degree, distinct)
+    return totient_picks(n, degree, None, distinct)
 
 
 def circulant_diameter(n: int, jumps: tuple[int, ...] | list[int]) -> int:
@@ -147,18 +199,26 @@ def circulant_diameter(n: int, jumps: tuple[int, ...] | list[int]) -> int:
 
 @register_collective("totientperms")
 def totientperms_allreduce(
-    n_ranks: int, n_elems: int, *, degree: int = 2, both_directions: bool = False
+    n_ranks: int,
+    n_elems: int,
+    *,
+    degree: int = 2,
+    both_directions: bool = False,
+    distinct: bool = False,
 ) -> Plan:
     """TotientPerms all-reduce: one ring all-reduce per chosen jump, on its own part.
 
     2(N−1) merged steps; step k holds, for every ring, that ring's k-th ring step. Ring p
-    visits ranks 0, p, 2p, … (mod N); its part of the buffer is cut into N chunks.
+    visits ranks 0, p, 2p, … (mod N); its part of the buffer is cut into N chunks. A jump the
+    authors' picks repeat (degree ≥ 10) carries two parts.
     """
     n, n_elems = _check_sizes("totientperms", n_ranks, n_elems)
     if not isinstance(both_directions, bool):
         raise PlanError(f"both_directions must be True or False; got {both_directions!r}")
-    check_degree(n, degree)
-    jumps = ring_jumps(n, degree, both_directions)
+    if not isinstance(distinct, bool):
+        raise PlanError(f"distinct must be True or False; got {distinct!r}")
+    check_degree(n, degree, distinct)
+    jumps = ring_jumps(n, degree, both_directions, distinct)
     if n == 1 or n_elems == 0:
         return Plan("totientperms", n, n_elems, ())
     rings = len(jumps)
