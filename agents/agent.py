@@ -50,6 +50,7 @@ from oddl.errors import CollectiveError, ConfigError, OddlError, OperationRefuse
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
+from oddl.protos.schedule_wire import EVERY_SLOT, retunes, schedule_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +70,9 @@ class AgentJob:
     ended: str = ""
     plans: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
     standing: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
-    """Schedules that retune nothing, by bucket (elements, dtype): run again without the
-    controller's barrier (`oddl.agents.standing`)."""
+    """The last schedule of each bucket (elements, dtype): run again without the
+    controller's barrier (`oddl.agents.standing`); one that retunes is announced to the
+    controller, which executes its retunes. Cleared when a collective fails."""
 
 
 @dataclass
@@ -516,8 +518,7 @@ class Agent:
         t0_local = go.t0_ns / 1e9 - self.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
                      seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
-        if not any(c.retune for slot in go.schedule.slots for c in slot.circuits) \
-                and go.schedule.collective != OPTINC:
+        if go.schedule.collective != OPTINC:
             job.standing[(array.size, array.dtype.str)] = go.schedule
         return self._run(job, seq, array, go.schedule, t0_local)
 
@@ -557,7 +558,22 @@ class Agent:
             return None
         job.next_seq += 1
         self.standing_runs += 1
+        if retunes(schedule) and job.rank == 0:
+            self._announce_standing(job, seq, t0, array, schedule)
         return self._run(job, seq, array, schedule, t0 - self.clock.offset_s)
+
+    def _announce_standing(self, job: AgentJob, seq: int, t0: float, array: np.ndarray,
+                           schedule: pb.Schedule) -> None:
+        """Tell the controller the agreed start of a standing collective that retunes, without
+        waiting: its first retune is a slot away, and a refusal or a lost message fails the
+        collective where the agents wait for the retune. Every node computes the same start,
+        so one (rank 0) says it: four copies would cost the controller CPU at the moment the
+        agents need it for their first sends."""
+        req = pb.StartStandingRequest(node_id=self.node_id, job_id=job.id, seq=seq,
+                                      t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
+                                      itemsize=array.dtype.itemsize,
+                                      schedule_sha256=schedule_sha256(schedule))
+        self._send_async(self._stub.StartStanding, req, f"the start of collective {seq}")
 
     def _ready(self, job: AgentJob, array: np.ndarray) -> int:
         """Enter the barrier of the job's next collective; return its sequence number."""
@@ -622,6 +638,7 @@ class Agent:
             return out
         except CollectiveError as exc:
             ok, error = False, str(exc)
+            job.standing.clear()  # the next collective resynchronises at the barrier
             if self._abort_reason:
                 error = (f"{self.node_id}: collective {seq} of job {job.id} ended: "
                          f"{self._abort_reason}")
@@ -652,7 +669,10 @@ class Agent:
     def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
         """Wait for the controller's word that the slot's retuned transmitters are locked."""
         key = (self._current_job, seq, slot)
+        every = (self._current_job, seq, EVERY_SLOT)
         with self._go_cond:
+            if every in self._circuits:
+                key = every
             while key not in self._circuits:
                 remaining = deadline - time.time()
                 if self._cancel.is_set():
@@ -663,15 +683,35 @@ class Agent:
                         f"{slot} of collective {seq} in time; see the controller log and "
                         "`oddl devices log`")
                 self._go_cond.wait(min(remaining, 0.05))
+                if every in self._circuits:
+                    key = every
             error = self._circuits[key]
         if error:
             raise CollectiveError(f"{self.node_id}: slot {slot} of collective {seq}: {error}")
 
     def confirm(self, seq: int, slot: int, src: str) -> None:
-        """Confirm a hand-off arrival to the controller (queued, off the critical path)."""
-        self._reports.put(pb.ConfirmDeliveryRequest(node_id=self.node_id,
-                                                    job_id=self._current_job, seq=seq,
-                                                    slot=slot, src=src))
+        """Confirm a hand-off arrival to the controller at once, without waiting for the
+        reply: the retune it releases is on the collective's critical path, so it does not
+        queue behind the outcome reports."""
+        req = pb.ConfirmDeliveryRequest(node_id=self.node_id, job_id=self._current_job,
+                                        seq=seq, slot=slot, src=src)
+        self._send_async(self._stub.ConfirmDelivery, req,
+                         f"the arrival from {src} (collective {seq}, slot {slot})")
+
+    def _send_async(self, method: Any, req: Any, what: str) -> None:
+        """Send a one-way message to the controller now; log (not raise) a failure, which
+        the collective then meets as a missing grant at its receive timeout."""
+        def done(f: Any) -> None:
+            exc = None if f.cancelled() else f.exception()
+            if exc is not None:
+                logger.warning("%s: could not send %s to the controller: %s", self.node_id,
+                               what, exc.code() if isinstance(exc, grpc.RpcError) else exc)
+
+        try:
+            method.future(req, timeout=RPC_TIMEOUT_S).add_done_callback(done)
+        except (grpc.RpcError, ValueError) as exc:  # ValueError: the channel is closed
+            logger.warning("%s: could not send %s to the controller: %s", self.node_id, what,
+                           exc)
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
         key = (array.size, array.dtype.str)
@@ -701,10 +741,7 @@ class Agent:
             if req is None:
                 return
             try:
-                if isinstance(req, pb.ConfirmDeliveryRequest):
-                    self._stub.ConfirmDelivery(req, timeout=RPC_TIMEOUT_S)
-                else:
-                    self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
+                self._stub.ReportCollective(req, timeout=RPC_TIMEOUT_S)
             except grpc.RpcError as exc:
                 logger.warning("%s: could not report to the controller (seq %d): %s",
                                self.node_id, req.seq, exc.code() if hasattr(exc, "code") else exc)

@@ -283,16 +283,18 @@ def _run_pipelined(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, gate: S
                     f"elements {head.offset}+{head.nbytes // item} ({head.nbytes} B), expected "
                     f"{op.offset}+{op.n} of {buf.dtype}; the peers disagree on the plan or the "
                     "dtype")
+            if op.last and to_confirm and handoffs is not None:
+                # the flow's light has done its work once its last chunk is in: confirm
+                # before reducing it, so the controller's retune starts a reduction earlier
+                slot = slot_of.get((op.step, src, me))
+                if slot is not None and (slot.index, src) in to_confirm:
+                    handoffs.confirm(run.seq, slot.index, src)
             data = np.frombuffer(payload, dtype=buf.dtype)
             if not copy:
                 np.add(target, data, out=target)
             elif not np.may_share_memory(data, target):  # else read into it already
                 target[...] = data
             progress.bump("received")
-            if op.last and to_confirm and handoffs is not None:
-                slot = slot_of.get((op.step, src, me))
-                if slot is not None and (slot.index, src) in to_confirm:
-                    handoffs.confirm(run.seq, slot.index, src)
     except BaseException:
         stop.set()
         progress.wake()

@@ -41,6 +41,7 @@ from oddl.errors import ConfigError, OddlError, OperationRefused, SafetyLimitErr
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
+from oddl.protos.schedule_wire import EVERY_SLOT, schedule_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.agents: dict[str, AgentRecord] = {}
         self._lock = threading.RLock()
         self._executors: dict[str, threading.Thread] = {}
+        self._started: dict[str, int] = {}
+        """Per job, the last collective whose slots were launched (barrier or standing)."""
         self._stop = threading.Event()
         self._confirmed: set[tuple[str, int, int, str]] = set()
         self._confirm_cond = threading.Condition()
@@ -278,15 +281,74 @@ class ControllerService(pb_grpc.ControllerServicer):
         t0_ns = time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
         go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=t0_ns,
                              schedule=schedule_to_proto(sched, job.id))
-        if any(s.retuned for s in sched.slots) or handoffs(_slot_pairs(go.schedule)):
-            t = threading.Thread(target=self._execute_slots, args=(job, barrier.seq, sched, go),
-                                 name=f"slots-{job.id}", daemon=True)
-            self._executors[job.id] = t
-            t.start()
-        job.guard_time_s += sched.guard_total_s
+        self._launch_slots(job, barrier.seq, sched, go)
         self._push(job.nodes, pb.ScheduleEvent(go=go))
         self.jobs.save(job)
         return pb.ReadyCollectiveReply()
+
+    def _launch_slots(self, job: JobRecord, seq: int, sched: Schedule, go: pb.CollectiveGo
+                      ) -> None:
+        """Start executing the collective's retunes and hand-offs (if it has any)."""
+        with self._lock:
+            self._started[job.id] = max(self._started.get(job.id, 0), seq)
+            if any(s.retuned for s in sched.slots) or handoffs(_slot_pairs(go.schedule)):
+                t = threading.Thread(target=self._execute_slots, args=(job, seq, sched, go),
+                                     name=f"slots-{job.id}", daemon=True)
+                self._executors[job.id] = t
+                t.start()
+            job.guard_time_s += sched.guard_total_s
+
+    def StartStanding(self, request, context):  # noqa: N802
+        job = self._standing_job(request, context)
+        if job is None:
+            return pb.StartStandingReply()
+        previous = self._executors.get(job.id)
+        if previous is not None:
+            previous.join(timeout=10)
+        n_elems = request.message_bytes // request.itemsize
+        try:
+            sched = self.jobs.schedule(job, n_elems, request.itemsize, self._node_channels(job))
+        except OddlError as exc:
+            sched, why = None, f"no schedule ({exc})"
+        go = pb.CollectiveGo(job_id=job.id, seq=request.seq, t0_ns=request.t0_ns)
+        if sched is not None:
+            go.schedule.CopyFrom(schedule_to_proto(sched, job.id))
+            why = "the devices no longer match the standing schedule the agents hold"
+        if sched is None or schedule_sha256(go.schedule) != request.schedule_sha256:
+            # the agents run on a schedule this controller would not execute: fail the
+            # collective where they first wait for it, and they return to the barrier
+            logger.warning("job %s collective %d: standing start refused: %s", job.id,
+                           request.seq, why)
+            self.errors["standing start refused"] += 1
+            self._circuits_ready(job, request.seq, EVERY_SLOT,
+                                 f"standing start refused: {why}; the next collective goes "
+                                 "through the controller's barrier")
+            return pb.StartStandingReply()
+        self._launch_slots(job, request.seq, sched, go)
+        self.jobs.save(job)
+        return pb.StartStandingReply()
+
+    def _standing_job(self, request: pb.StartStandingRequest, context: grpc.ServicerContext
+                      ) -> JobRecord | None:
+        """The job of a standing start to execute, or None for a copy already seen."""
+        with self._lock:
+            job = self.jobs.jobs.get(request.job_id)
+            if job is None or not job.running:
+                self._refuse(context, OperationRefused(
+                    f"job {request.job_id} is not running; see `oddl jobs list`"))
+            if request.node_id not in job.nodes:
+                self._refuse(context, OperationRefused(
+                    f"node {request.node_id} is not part of job {job.id}"))
+            if request.itemsize not in (1, 2, 4, 8) or request.message_bytes == 0 \
+                    or request.message_bytes % request.itemsize:
+                self._refuse(context, OperationRefused(
+                    f"a standing start of {request.message_bytes} B in items of "
+                    f"{request.itemsize} B; send the bucket's bytes and its dtype's itemsize"))
+            if request.seq <= self._started.get(job.id, 0):
+                return None  # another agent's copy, or a collective already under way
+            self._started[job.id] = request.seq
+            job.last_seq = max(job.last_seq, request.seq)
+            return job
 
     def _go_optinc(self, job: JobRecord, seq: int, n_elems: int, itemsize: int
                    ) -> pb.ReadyCollectiveReply:

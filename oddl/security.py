@@ -675,6 +675,7 @@ METHOD_RULES: Mapping[str, Rule] = MappingProxyType({
     "ReadyCollective": AGENT_RPC,
     "ReportCollective": AGENT_RPC,
     "ConfirmDelivery": AGENT_RPC,
+    "StartStanding": AGENT_RPC,
     # operators: changes
     "SubmitJob": OPERATOR_RPC,
     "CancelJob": OPERATOR_RPC,

@@ -134,6 +134,28 @@ class ConfirmDeliveryReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class StartStandingRequest(_message.Message):
+    __slots__ = ("node_id", "job_id", "seq", "t0_ns", "message_bytes", "itemsize", "schedule_sha256")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    T0_NS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ITEMSIZE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    job_id: str
+    seq: int
+    t0_ns: int
+    message_bytes: int
+    itemsize: int
+    schedule_sha256: bytes
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., t0_ns: _Optional[int] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ..., schedule_sha256: _Optional[bytes] = ...) -> None: ...
+
+class StartStandingReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class JobAssigned(_message.Message):
     __slots__ = ("job", "rank", "peers", "next_seq")
     class PeersEntry(_message.Message):

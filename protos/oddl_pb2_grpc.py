@@ -69,6 +69,11 @@ class ControllerStub:
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
                 response_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
                 _registered_method=True)
+        self.StartStanding = channel.unary_unary(
+                '/oddl.v1.Controller/StartStanding',
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
+                _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/oddl.v1.Controller/SubmitJob',
                 request_serializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
@@ -171,6 +176,18 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartStanding(self, request, context):
+        """Every node of a job holds the standing schedule of a bucket and the agents agreed among
+        themselves to start collective `seq` at `t0_ns` without the barrier (decision records
+        0007, 0010). If that schedule retunes, each agent says so here: the controller executes
+        the retunes at their slot edges as after a barrier, or, when its devices no longer match
+        the schedule the agents hold, fails the collective through the CircuitsReady of its first
+        retune slot. Duplicates (the other agents' copies) are ignored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitJob(self, request, context):
         """Jobs: admission computes the plan and the job-scale configuration and applies it.
         """
@@ -267,6 +284,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ConfirmDelivery,
                     request_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
                     response_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
+            ),
+            'StartStanding': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartStanding,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
             ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
@@ -503,6 +525,33 @@ class Controller:
             '/oddl.v1.Controller/ConfirmDelivery',
             oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
             oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartStanding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oddl.v1.Controller/StartStanding',
+            oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -350,20 +350,29 @@ def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_pa
 
 
 def test_repeated_collectives_run_without_the_controller_barrier(testbed: RunningTestbed):
-    # a ring retunes nothing: after the first all-reduce of a size the agents agree on the
-    # start among themselves; halving-doubling retunes, so every one goes to the controller
-    for collective, expect_standing in (("ring", 2), ("halving-doubling", 0)):
+    # after the first all-reduce of a size the agents agree on the start among themselves; a
+    # schedule that retunes (halving-doubling) is announced to the controller, which still
+    # performs every retune
+    for collective in ("ring", "halving-doubling"):
         j = testbed.operator.submit(f"standing-{collective}", [], collective, "optical")
         try:
             before = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
+            tunes = int(testbed.operator.status()["reconfigurations"])
             for seed in (31, 32, 33):
                 arrays = _ints(seed, 40_000)
                 exact = np.sum(arrays, axis=0)
                 for out in allreduce_all(testbed.clients, arrays):
                     assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
             after = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
-            assert [a - b for a, b in zip(after, before, strict=True)] == [expect_standing] * 4
+            assert [a - b for a, b in zip(after, before, strict=True)] == [2] * 4
             assert _collectives_done(testbed, j["id"], expect=3) == 3
+            listed = {x["id"]: x for x in testbed.operator.jobs()}
+            retunes = int(listed[j["id"]]["reconfigurations"])
+            if collective == "ring":
+                assert retunes == 0
+            else:  # two retune slots of four transmitters per all-reduce, all by the controller
+                assert retunes == 3 * 8
+                assert int(testbed.operator.status()["reconfigurations"]) - tunes == 3 * 8
         finally:
             testbed.operator.cancel(j["id"])
     # a size the agents have not seen goes through the controller again, and still agrees
@@ -373,5 +382,29 @@ def test_repeated_collectives_run_without_the_controller_barrier(testbed: Runnin
             arrays = _ints(n, n)
             for out in allreduce_all(testbed.clients, arrays):
                 assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    finally:
+        testbed.operator.cancel(j["id"])
+
+
+def test_a_standing_start_the_devices_no_longer_match_is_refused(testbed: RunningTestbed):
+    # an operator retunes a laser by hand between two collectives: the schedule the agents
+    # hold no longer starts from the devices' state, so the controller refuses its start
+    # and the collective fails with the reason; the next one goes through the barrier
+    j = testbed.operator.submit("standing-refused", [], "halving-doubling", "optical")
+    try:
+        for seed in (41, 42):
+            for out in allreduce_all(testbed.clients, _ints(seed, 5000)):
+                assert isinstance(out, np.ndarray)
+        devices = {d["id"]: d for d in testbed.operator.devices()["devices"]}
+        channel = int(devices["laser0"]["channel"])
+        testbed.operator.reconfigure(
+            {"set_channel": {"transmitter": "laser0", "channel": channel % 4 + 1}},
+            dry_run=False)
+        outs = allreduce_all(testbed.clients, _ints(43, 5000))
+        assert all(isinstance(o, CollectiveError) for o in outs), outs
+        assert any("standing start refused" in str(o) for o in outs), outs
+        arrays = _ints(44, 5000)
+        for out in allreduce_all(testbed.clients, arrays):
+            assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
     finally:
         testbed.operator.cancel(j["id"])

@@ -1,0 +1,20 @@
+"""What both ends need to know about the wire form of a schedule (`pb.Schedule`)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from oddl.protos import oddl_pb2 as pb
+
+EVERY_SLOT = 0xFFFFFFFF
+"""`CircuitsReady.slot` for an answer about every slot of the collective (a refusal)."""
+
+
+def schedule_sha256(schedule: pb.Schedule) -> bytes:
+    """SHA-256 of the schedule's deterministic serialisation: equal digests, same schedule."""
+    return hashlib.sha256(schedule.SerializeToString(deterministic=True)).digest()
+
+
+def retunes(schedule: pb.Schedule) -> bool:
+    """Whether any slot of the schedule retunes a transmitter."""
+    return any(c.retune for slot in schedule.slots for c in slot.circuits)
