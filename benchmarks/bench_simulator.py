@@ -2,11 +2,13 @@
 
     python benchmarks/bench_simulator.py [--json] [--repeats R]
 
-Workload: `simulate(SimConfig(model="vgg19", nodes=1024, gbps=100))` with all six systems
-(ODDL through the controller's scheduler, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt), best and
-median of R runs; per system, the time of that system alone; then a sweep of the line rate
-over 10 values at 1024 nodes (every point all six systems), run once. Aims (issue 5): the
-iteration under 5 s on one core, the sweep under 60 s.
+Workload: `simulate(SimConfig(model="vgg19", nodes=1024, gbps=100))` with all seven systems
+(ODDL through the controller's scheduler, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt, OptINC),
+best and median of R runs; per system, the time of that system alone; then a sweep of the
+line rate over 10 values at 1024 nodes (every point all seven systems), run once; then, once,
+SiP-Ring with halving-doubling at 1024 nodes, the case where its wavelength LP is solved many
+times (most configurations). Aims (issues 5 and 14): the iteration under 5 s, the sweep under
+60 s.
 
 Same-run baselines, so numbers compare across noisy machines: the closed-form ring formula
 (`ring_formula_s`, a few arithmetic operations) and the ring's successor permutations built in
@@ -63,12 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     per_system = {s: min(timed(args.repeats, lambda s=s: simulate(cfg, [s]))[0])
                   for s in SYSTEMS}
     sweep_times, sw = timed(1, lambda: sweep(cfg, *SWEEP))
+    hd = cfg.with_values(collective="halving-doubling")
+    lp_times, lp_sim = timed(1, lambda: simulate(hd, ["sip-ring"]))
+    lp_detail = lp_sim.result("sip-ring").detail
 
     it_best, it_median, sweep_s = min(times), statistics.median(times), sweep_times[0]
     summary = {
         "machine": platform.node(), "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "workload": "vgg19, 1024 nodes, 100 Gbit/s, all six systems",
+        "workload": "vgg19, 1024 nodes, 100 Gbit/s, all seven systems",
         "iteration_s": {"best": it_best, "median": it_median, "repeats": args.repeats,
                         "aim": AIM_ITERATION_S, "ok": it_best < AIM_ITERATION_S,
                         "x_baseline": it_best / baseline_s},
@@ -76,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": {"param": SWEEP[0], "points": len(SWEEP[1]), "seconds": sweep_s,
                   "aim": AIM_SWEEP_S, "ok": sweep_s < AIM_SWEEP_S,
                   "x_baseline": sweep_s / baseline_s},
+        "sip_ring_halving_doubling": {
+            "seconds": lp_times[0], "configurations": lp_detail["configurations"],
+            "lp_solves": lp_detail["lp_solves"],
+            "equal_share_configurations": lp_detail["equal_share_configurations"]},
         "baseline": {"ring_permutations_s": baseline_s,
                      "ring_formula_s": min(formula_times)},
         "prediction": {"iteration_ms": {r.system: r.iteration_s * 1e3 for r in sim.results},
@@ -98,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  sweep of {SWEEP[0]} over {len(SWEEP[1])} points: {sweep_s:.2f} s (aim < "
               f"{AIM_SWEEP_S:g} s: {'ok' if sweep_s < AIM_SWEEP_S else 'MISSED'}); "
               f"{sweep_s / baseline_s:.1f}× the baseline")
+        print(f"  SiP-Ring, halving-doubling: {lp_times[0]:.2f} s "
+              f"({lp_detail['configurations']} configurations, {lp_detail['lp_solves']} LP "
+              f"solves, {lp_detail['equal_share_configurations']} equal-share)")
         print(f"  baselines: ring permutations in plain Python {baseline_s * 1e3:.2f} ms; "
               f"closed-form ring formula {min(formula_times) * 1e6:.2f} µs")
         print("  iteration ratio vs ODDL: " + ", ".join(

@@ -1,13 +1,17 @@
-"""`oddl simulate`: predict a training iteration at cluster scale on six networks.
+"""`oddl simulate`: predict a training iteration at cluster scale on seven networks.
 
     oddl simulate --model vgg19 --nodes 1024 --gbps 100
     oddl simulate --model resnet50 --nodes 1024 --gbps 100 --json
     oddl simulate --model vgg19 --sweep nodes=16,64,256,1024 --plot nodes.png
     oddl simulate --model vgg19 --sweep ft-oversub=1,2,3,4 --ft-placement random
+    oddl simulate --compute-ms 0 --sweep bandwidth-norm=node,lambda
+    oddl simulate --systems oddl,wrht --bandwidth-norm lambda --sweep message-mb=0.1,1,10
     oddl simulate --testbed deploy/testbeds/emulated-4node.toml --bytes 256KiB
 
 Systems: ODDL (the controller's TT-FR scheduler), electrical fat-tree, ideal electrical
-switch, SiP-Ring, WRHT and TopoOpt (TotientPerms). Every model parameter is a flag (see
+switch, SiP-Ring, WRHT, TopoOpt (TotientPerms) and OptINC. Every node has the same bandwidth
+(``--bandwidth-norm node``, the default) unless ``--bandwidth-norm lambda`` gives every
+wavelength or interface the line rate. Every model parameter is a flag (see
 ``--help``); the assumptions behind each are in docs/simulator.md. ``--testbed FILE``
 instead predicts one all-reduce on that testbed (line rate and device timing from the file).
 
@@ -41,6 +45,12 @@ ALIASES = {
     "wss": "wss_ms",
     "oversubscription": "ft_oversub",
     "delta": "sip_delta_us",
+    "norm": "bandwidth_norm",
+    "normalisation": "bandwidth_norm",
+    "step-overhead": "step_overhead_us",
+    "hop-latency": "ft_hop_latency_us",
+    "message": "message_mb",
+    "size": "message_mb",
 }
 """Short names accepted by ``--sweep`` besides the parameter names."""
 
@@ -66,7 +76,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``simulate`` command to an argparse subparsers object and return its parser."""
     p = subparsers.add_parser(
         "simulate",
-        help="predict a training iteration on ODDL, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt",
+        help="predict a training iteration on ODDL, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt, "
+             "OptINC",
         description=__doc__.split("\n\n")[0] + " Assumptions: docs/simulator.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -288,6 +299,12 @@ def format_table(sim: Any) -> str:
             lines += ["", f"paper (VGG19, 1024 nodes, 100 Gbit/s): fat-tree {PAPER['fat-tree']}×, "
                       f"SiP-Ring {PAPER['sip-ring']}× slower than ODDL; this model: "
                       + ", ".join(got)]
+    if "wrht" in comm_ratios and "oddl" in comm_ratios:
+        lo, hi = PAPER["wrht"]
+        lines += ["", f"WRHT's communication is {comm_ratios['wrht']:.2f}× ODDL's "
+                  f"{cfg.collective} ({cfg.bandwidth_norm} bandwidth normalisation); WRHT paper: "
+                  f"{1 - hi:.2f}–{1 - lo:.2f}× (−{lo:.2%} to −{hi:.2%}) against an "
+                  "optical-system all-reduce"]
     lines.append("assumptions: docs/simulator.md")
     return "\n".join(lines)
 
@@ -300,7 +317,8 @@ def format_sweep(sw: Any) -> str:
     lines = [f"oddl simulate — sweep of {sw.param}: {head.model}, iteration time in ms "
              f"(× ODDL); other parameters as in the single-point table", ""]
     width = 22
-    lines.append(f"{sw.param:>12}" + "".join(f"{s:>{width}}" for s in sw.systems))
+    first = max(12, len(sw.param))
+    lines.append(f"{sw.param:>{first}}" + "".join(f"{s:>{width}}" for s in sw.systems))
     for p in sw.points:
         ratios = p.simulation.ratios() if p.simulation else {}
         cells = []
@@ -312,7 +330,7 @@ def format_sweep(sw: Any) -> str:
             else:
                 ratio = f" ({ratios[s]:.2f})" if s in ratios else ""
                 cells.append(f"{r.iteration_s * 1e3:.2f}{ratio}".rjust(width))
-        lines.append(f"{p.value!s:>12}" + "".join(cells))
+        lines.append(f"{p.value!s:>{first}}" + "".join(cells))
     notes = [f"{sw.param}={p.value}: {LABELS[s]} not simulated: {e}"
              for p in sw.points for s, e in p.errors.items()]
     if notes:
