@@ -107,6 +107,7 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
             elif dev.kind == "wss":
                 emu = WssEmulator(ports=dev.ports, first_thz=grid.first_thz,
                                   spacing_ghz=grid.spacing_ghz, channels=grid.channels,
+                                  first_channel=1,  # grid numbering, not the factory plan's 0
                                   settle_s=timing.wss_settle_ms / 1e3, serial_number=serial,
                                   seed=cfg.seed * 1000 + i)
                 _inject(emu, dev.faults, dev.id)

@@ -12,6 +12,9 @@ from typing import Protocol, runtime_checkable
 BLOCKED_DB = 99.9
 """WSS attenuation that means 'channel blocked' (flexgrid WSS convention)."""
 
+BLOCKED_PORT = 99
+"""WSS out-port that means 'channel blocked by port' (flexgrid WSS convention)."""
+
 
 @dataclass(frozen=True)
 class DeviceIdentity:
@@ -45,7 +48,7 @@ class Route:
     @property
     def blocked(self) -> bool:
         """True when this route carries no light."""
-        return self.attenuation_db >= BLOCKED_DB or self.port == 0
+        return self.attenuation_db >= BLOCKED_DB or self.port in (0, BLOCKED_PORT)
 
 
 @runtime_checkable

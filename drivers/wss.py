@@ -1,36 +1,21 @@
-"""Driver for a flexgrid wavelength-selective switch speaking the Finisar/II-VI ASCII protocol.
+"""Driver for a Finisar/II-VI flexgrid WSS on its ASCII serial protocol.
 
-Documented facts (testbed research notes, devices.md §3 and §6):
+Wire facts (``oddl.drivers.wss_protocol``, sources in docs/devices/wss.md): 115200 8N1; a
+command line, its echo, zero or more result lines, then ``OK`` or one of ``CER`` (command),
+``AER`` (argument), ``RER`` (range), ``VER`` (validation error); optional checksum framing
+``^text$XXXX`` on every line (``checksum=True``). ``URA`` stages routes, ``RSW`` switches the
+staged array in, ``UCA`` updates and switches at once, ``RRA?`` reads the active array (one or
+more lines, joined), ``CHW`` sets the grid (0 = flexgrid, 50/100 GHz fixed), ``DCC`` defines
+flexgrid channels over 6.25 GHz slices, ``RES`` restarts. Port 99 means blocked by port, 99.9
+dB blocked by attenuation; both are accepted on write and come back on read-back.
 
-- Link 115200 8N1, lines terminated by CR-LF.
-- ``SNO?`` serial number, ``MFD?`` manufacture date, ``RRA?`` read the active array,
-  ``URA ch,port,att;ch,port,att;...`` stage entries, ``RSW`` make the staged array active.
-- Attenuation 99.9 dB means blocked. ``URA`` changes only the staged array; after ``RSW`` the
-  optics settle for a while (~100 ms on LCoS) and the output is undefined meanwhile.
+Settling shows on the wire as the delay of ``OK`` after ``RSW``/``UCA``/``CHW``; ``apply()``
+waits for it with the settle timeout and records the time in ``last_settle_s``.
 
-Reconstruction (not documented; chosen here, mirrored by ``wss_emulator``; check against the
-vendor manual before trusting it on hardware):
-
-- Every reply starts with an echo of the command line. A query (``SNO?``, ``MFD?``, ``RRA?``)
-  then sends one result line. A successful command ends with ``OK``. This matches the public
-  automation script the notes cite (one read for the echo, one for the result, one for ``OK``).
-- A refused command ends with one error line instead of ``OK``: ``ERR <code> <text>``. The
-  parser also accepts ``ERROR``, a missing code and ``:``/``,`` separators. Codes used by the
-  emulator: 1 unknown command, 2 syntax, 3 channel out of range, 4 port out of range,
-  5 attenuation out of range or off the 0.1 dB grid, 6 channel listed twice, 7 device fault.
-- The settle time shows on the wire as the delay of ``RSW``'s ``OK``: the echo comes at once,
-  and ``OK`` only when the new array is optically active. ``apply()`` therefore waits for ``OK``
-  with the settle timeout and records the time it took in ``last_settle_s``.
-- ``RRA?`` lists every channel as ``ch,port,att`` joined by ``;``; port 0 means "no out-port"
-  (blocked, as on the WaveShaper), which is also the power-up state.
-- Attenuations go on the wire with one decimal; values off the 0.1 dB grid are refused before
-  sending rather than rounded, so a read-back always equals what was staged.
-
-Recovery: a timeout or a garbled reply leaves unknown bytes in flight, so the next exchange
-first drains the input (discard what is buffered, then wait for a short quiet period). A reply
-that is later still (say, RSW's ``OK`` after ``apply()`` gave up) shows up before the next echo;
-in the first exchange after a drain, up to 8 printable lines before the echo are dropped and
-logged. Non-ASCII bytes are always a ProtocolError.
+Recovery: a timeout or a garbled or badly framed reply leaves unknown bytes in flight, so the
+next exchange first drains the input (discard what is buffered, then wait for a quiet period).
+A reply later still shows up before the next echo; in the first exchange after a drain, up to
+8 printable lines before the echo are dropped and logged.
 """
 
 from __future__ import annotations
@@ -40,18 +25,29 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 
-from oddl.drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route
+from oddl.drivers.interfaces import DeviceIdentity, Route
 from oddl.drivers.transport import Transport
+from oddl.drivers.wss_protocol import (
+    BLOCKED_DB,
+    BLOCKED_PORT,
+    ERROR_MEANINGS,
+    FACTORY_PLAN,
+    ChecksumError,
+    WssErrorCode,
+    frame,
+    unframe,
+)
 from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ATTENUATION_STEP_DB",
+    "BLOCKED_PORT",
     "ERROR_FIXES",
     "FlexgridWss",
     "InvalidRouteTable",
@@ -69,28 +65,24 @@ ATTENUATION_STEP_DB = 0.1
 """Resolution of the attenuation field on the wire (dB)."""
 
 TERMINATOR = "\r\n"
+_SWITCHING = ("RSW", "UCA", "CHW")  # commands whose OK comes when the optics have settled
 
-CMD_SERIAL = "SNO?"
-CMD_DATE = "MFD?"
-CMD_READ_ACTIVE = "RRA?"
-CMD_STAGE = "URA"
-CMD_SWITCH = "RSW"
-
-ERROR_FIXES: dict[int, str] = {
-    1: "the module does not know this command; check it runs the flexgrid ASCII firmware",
-    2: "the command is malformed; this is a driver/firmware mismatch, report it with the log",
-    3: "use channel numbers the module supports (channels= in the testbed file)",
-    4: "use out-ports that exist on this module (ports= in the testbed file)",
-    5: "keep attenuation within the module's range on the 0.1 dB grid, or 99.9 to block",
-    6: "list each channel once per table",
-    7: "the module reports an internal fault; read RRA? and power-cycle it if it persists",
+ERROR_FIXES: dict[WssErrorCode, str] = {
+    WssErrorCode.CER: "the module does not know this command, or a framed command's checksum "
+                      "was wrong; check the firmware (FWR?) and the checksum setting",
+    WssErrorCode.AER: "an argument is malformed (a driver/firmware mismatch); report it with "
+                      "the debug log",
+    WssErrorCode.RER: "a value is out of range: use channels of the module's channel plan "
+                      "(first channel and count in the testbed file), ports 1..P or 99, and "
+                      "attenuations 0..max or 99.9",
+    WssErrorCode.VER: "the module refused it in its present state (channel listed twice, a "
+                      "flexgrid channel DCC has not defined, overlapping slices, DCC outside "
+                      "flexgrid mode); read RRA? / DCC? / CHW? and fix the request",
 }
-"""What an operator should do about each (reconstructed) error code."""
+"""What an operator should do about each error reply."""
 
 _MAX_STALE_LINES = 8
-"""Printable lines tolerated before the echo in the first exchange after a resync."""
-
-_GENERIC_FIX = "check the command against the module manual and the module's front-panel status"
+_MAX_RESULT_LINES = 512
 
 
 class InvalidRouteTable(SafetyLimitError, ValueError):
@@ -101,10 +93,10 @@ class InvalidRouteTable(SafetyLimitError, ValueError):
 
 
 class WssCommandError(DeviceError):
-    """The WSS answered a command with an error line; the link is still in step."""
+    """The WSS answered a command with an error reply; the link is still in step."""
 
     def __init__(self, message: str, *, device: str = "", command: str = "",
-                 code: int | None = None) -> None:
+                 code: WssErrorCode | None = None) -> None:
         super().__init__(message, device=device)
         self.command = command
         self.code = code
@@ -112,37 +104,51 @@ class WssCommandError(DeviceError):
 
 @dataclass(frozen=True)
 class WssErrorReply:
-    """A parsed error line: numeric code (None when the device gave none) and its text."""
+    """A parsed error reply: its code and what the code means."""
 
-    code: int | None
+    code: WssErrorCode
     text: str
 
 
 @dataclass(frozen=True)
 class WssLimits:
-    """What one WSS module accepts; a table outside these limits is refused before sending."""
+    """What one WSS module accepts; a table outside these limits is refused before sending.
+
+    Channels are ``first_channel .. first_channel + channels - 1`` (the factory fixed grid
+    numbers them from 0: ``WssLimits.factory()``); ports are ``1..ports`` and 99 (blocked).
+    """
 
     channels: int = 48
     ports: int = 4
     max_attenuation_db: float = 25.0
+    first_channel: int = 1
+
+    @classmethod
+    def factory(cls, ports: int = 4, max_attenuation_db: float = 25.0) -> WssLimits:
+        """Limits of a module in its factory 50 GHz plan (channels 0..95)."""
+        return cls(channels=FACTORY_PLAN.channels, ports=ports,
+                   max_attenuation_db=max_attenuation_db,
+                   first_channel=FACTORY_PLAN.first_channel)
 
     def validate(self, table: Mapping[int, Route]) -> None:
         """Raise InvalidRouteTable naming the first entry this module cannot take."""
         if not table:
             raise InvalidRouteTable("empty route table: stage at least one channel")
+        last = self.first_channel + self.channels - 1
         for channel, route in table.items():
             if isinstance(channel, bool) or not isinstance(channel, int):
                 raise InvalidRouteTable(f"channel {channel!r} is not an integer")
-            if not 1 <= channel <= self.channels:
-                raise InvalidRouteTable(
-                    f"channel {channel} is outside 1..{self.channels}; use a channel this WSS has")
+            if not self.first_channel <= channel <= last:
+                raise InvalidRouteTable(f"channel {channel} is outside {self.first_channel}.."
+                                        f"{last}; use a channel of this WSS's plan")
             if not isinstance(route, Route):
                 raise InvalidRouteTable(f"channel {channel}: {route!r} is not a Route")
             port = route.port
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= self.ports:
+            if (isinstance(port, bool) or not isinstance(port, int)
+                    or not (1 <= port <= self.ports or port == BLOCKED_PORT)):
                 raise InvalidRouteTable(
-                    f"channel {channel}: out-port {port!r} is outside 0..{self.ports} "
-                    "(0 = no out-port)")
+                    f"channel {channel}: out-port {port!r} is outside 1..{self.ports}; use "
+                    f"{BLOCKED_PORT} to block by port")
             att = route.attenuation_db
             if isinstance(att, bool) or not isinstance(att, (int, float)) or not math.isfinite(att):
                 raise InvalidRouteTable(f"channel {channel}: attenuation {att!r} is not a number")
@@ -172,54 +178,53 @@ def format_table(table: Mapping[int, Route]) -> str:
                     for ch in sorted(table))
 
 
-def format_ura(table: Mapping[int, Route]) -> str:
-    """Return the ``URA`` command line (without terminator) that stages `table`."""
-    return f"{CMD_STAGE} {format_table(table)}"
+def format_ura(table: Mapping[int, Route], command: str = "URA") -> str:
+    """Return the ``URA`` (or ``UCA``) command line (without terminator) for `table`."""
+    return f"{command} {format_table(table)}"
 
 
 _ENTRY = re.compile(r"([0-9]+),([0-9]+),([0-9]+(?:\.[0-9]+)?)")
 
 
-def parse_rra(line: str, *, device: str = "") -> dict[int, Route]:
-    """Parse an ``RRA?`` result line into {channel: Route}; raise ProtocolError if malformed."""
-    body = line.strip()
-    if body.endswith(";"):
-        body = body[:-1]
-    if not body:
-        raise ProtocolError(f"empty RRA? result {line!r}", device=device)
+def parse_rra(lines: str | Sequence[str], *, device: str = "") -> dict[int, Route]:
+    """Parse the ``RRA?`` result (one line, or several to be joined) into {channel: Route}."""
+    parts = [lines] if isinstance(lines, str) else list(lines)
     table: dict[int, Route] = {}
-    for entry in body.split(";"):
-        m = _ENTRY.fullmatch(entry.strip())
-        if m is None:
-            raise ProtocolError(f"RRA? entry {entry!r} is not 'ch,port,att' in {line!r}",
-                                device=device)
-        channel, port = int(m.group(1)), int(m.group(2))
-        if channel < 1:
-            raise ProtocolError(f"RRA? lists channel {channel} (channels start at 1)",
-                                device=device)
-        if channel in table:
-            raise ProtocolError(f"RRA? lists channel {channel} twice", device=device)
-        table[channel] = Route(port, float(m.group(3)))
+    for line in parts:
+        body = line.strip().removesuffix(";")
+        if not body:
+            raise ProtocolError(f"empty RRA? result line {line!r}", device=device)
+        for entry in body.split(";"):
+            m = _ENTRY.fullmatch(entry.strip())
+            if m is None:
+                raise ProtocolError(f"RRA? entry {entry!r} is not 'ch,port,att' in {line!r}",
+                                    device=device)
+            channel = int(m.group(1))
+            if channel in table:
+                raise ProtocolError(f"RRA? lists channel {channel} twice", device=device)
+            table[channel] = Route(int(m.group(2)), float(m.group(3)))
     return table
 
 
-_ERROR = re.compile(r"ERR(?:OR)?(?![A-Z])[\s:,]*([0-9]+)?[\s:,-]*(.*)", re.IGNORECASE)
-
-
 def parse_error_line(line: str) -> WssErrorReply | None:
-    """Parse an error line (``ERR 3 channel out of range``); None if `line` is not one."""
-    m = _ERROR.fullmatch(line.strip())
-    if m is None:
+    """Parse an error reply (``CER``, ``^RER$FF25`` ...); None if `line` is not one."""
+    try:
+        text, _ = unframe(line.strip())
+    except ChecksumError:
         return None
-    code = int(m.group(1)) if m.group(1) is not None else None
-    return WssErrorReply(code, m.group(2).strip())
+    try:
+        code = WssErrorCode(text.strip().upper())
+    except ValueError:
+        return None
+    return WssErrorReply(code, ERROR_MEANINGS[code])
 
 
 def _describe(command: str) -> str:
-    """Short name of a command for messages: a URA with many entries is summarised."""
-    if command.startswith(CMD_STAGE + " "):
-        n = command.count(";") + 1
-        return f"{CMD_STAGE} ({n} channel{'s' if n != 1 else ''})"
+    """Short name of a command for messages: a long table is summarised."""
+    word, _, args = command.partition(" ")
+    if word in ("URA", "UCA", "DCC") and args:
+        n = args.rstrip(";").count(";") + 1
+        return f"{word} ({n} channel{'s' if n != 1 else ''})"
     return command
 
 
@@ -229,19 +234,24 @@ class FlexgridWss:
     """A flexgrid WSS on an ASCII serial link (any Transport: serial port, socket://, fake).
 
     Implements ``oddl.drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
-    lock, so one driver may be shared between threads. Times are in seconds.
+    lock, so one driver may be shared between threads. Times are in seconds. `checksum`
+    frames every command and requires framed replies; `echo` is whether the module echoes.
     """
 
     def __init__(self, transport: Transport, name: str = "wss", *,
                  settle_timeout: float = 5.0, timeout: float = 1.0,
-                 limits: WssLimits | None = None, resync_quiet: float = 0.05) -> None:
+                 limits: WssLimits | None = None, resync_quiet: float = 0.05,
+                 checksum: bool = False, echo: bool = True) -> None:
         self.name = name
         self.limits = limits or WssLimits()
+        self._fixed_limits = self.limits  # the configured (fixed-grid) limits, for CHW 50/100
         self.settle_timeout = settle_timeout
         self.timeout = timeout
         self.resync_quiet = resync_quiet
+        self.checksum = checksum
+        self.echo = echo
         self.last_settle_s: float | None = None
-        """How long the last ``apply()`` waited for the switch to settle (s)."""
+        """How long the last switching command waited for the optics to settle (s)."""
         self._transport = transport
         self._lock = threading.RLock()
         self._dirty = False
@@ -249,7 +259,6 @@ class FlexgridWss:
         self._closed = False
         self._last_port: dict[int, int] = {}
 
-    # context manager ---------------------------------------------------------------------------
     def __enter__(self) -> FlexgridWss:
         return self
 
@@ -269,8 +278,8 @@ class FlexgridWss:
     def identify(self) -> DeviceIdentity:
         """Read the serial number (SNO?) and manufacture date (MFD?)."""
         with self._lock:
-            serial = self._query(CMD_SERIAL)
-            date = self._query(CMD_DATE)
+            serial = self._query_one("SNO?")
+            date = self._query_one("MFD?")
         return DeviceIdentity(kind="wss", manufacturer="Finisar/II-VI",
                               model="flexgrid WSS (ASCII serial)", serial_number=serial,
                               extra=(("manufacture_date", date),))
@@ -283,48 +292,117 @@ class FlexgridWss:
         """
         self.limits.validate(table)
         with self._lock:
-            self._command(format_ura(table))
+            self._exchange(format_ura(table))
             self._last_port.update({ch: r.port for ch, r in table.items()})
 
     def apply(self, timeout: float | None = None) -> None:
-        """Make the staged array active (RSW) and wait until the switch has settled.
+        """Make the staged array active (RSW) and wait until the switch has settled."""
+        self._switch("RSW", timeout)
 
-        `timeout` (s, default ``settle_timeout``) bounds the wait for the settled ``OK``;
-        DeviceTimeout if it does not come.
-        """
-        wait = self.settle_timeout if timeout is None else timeout
+    def update_and_switch(self, table: Mapping[int, Route], timeout: float | None = None
+                          ) -> None:
+        """Route the channels of `table` at once (UCA) and wait until they have settled."""
+        self.limits.validate(table)
         with self._lock:
-            t0 = time.monotonic()
-            self._command(CMD_SWITCH, final_timeout=wait)
-            self.last_settle_s = time.monotonic() - t0
-        logger.debug("%s: switched and settled in %.1f ms", self.name, self.last_settle_s * 1e3)
+            self._switch(format_ura(table, "UCA"), timeout)
+            self._last_port.update({ch: r.port for ch, r in table.items()})
 
     def read_active(self) -> dict[int, Route]:
-        """Read the active array (RRA?) as {channel: Route}; 99.9 dB means blocked."""
+        """Read the active array (RRA?) as {channel: Route}; 99 / 99.9 dB mean blocked."""
         with self._lock:
-            return parse_rra(self._query(CMD_READ_ACTIVE), device=self.name)
+            lines = self._exchange("RRA?", results=_MAX_RESULT_LINES)
+        return parse_rra(lines, device=self.name) if lines else {}
 
     def block(self, channel: int, timeout: float | None = None) -> None:
-        """Block `channel` (stage it at 99.9 dB, then apply and wait for the settle).
-
-        The out-port is the one this driver last staged for the channel (1 if none), so a block
-        never moves light to another port.
-        """
+        """Block `channel` at 99.9 dB (on its last staged port, or 99), apply and settle."""
         with self._lock:
-            port = self._last_port.get(channel, 1) or 1
+            port = self._last_port.get(channel, BLOCKED_PORT)
             self.stage({channel: Route(port, BLOCKED_DB)})
             self.apply(timeout)
 
+    def channel_width(self) -> int:
+        """Read the grid mode (CHW?): 0 = flexgrid, else the fixed spacing in GHz."""
+        text = self._query_one("CHW?")
+        try:
+            return int(float(text))
+        except ValueError:
+            raise ProtocolError(f"CHW? answered {text!r}, not a number", device=self.name
+                                ) from None
+
+    def set_channel_width(self, ghz: int, timeout: float | None = None) -> None:
+        """Switch the grid (CHW): 0 = flexgrid (then define channels), 50 or 100 GHz fixed.
+
+        Back on a fixed grid the driver's limits are the configured ones again.
+        """
+        with self._lock:
+            self._switch(f"CHW {int(ghz)}", timeout)
+            if ghz:
+                self.limits = self._fixed_limits
+
+    def define_channels(self, plan: Mapping[int, tuple[int, int]]) -> None:
+        """Define flexgrid channels (DCC): {channel: (first slice, last slice)}, slices from 1.
+
+        The module must be in flexgrid mode (``set_channel_width(0)``). The driver's limits
+        then cover the defined channel numbers.
+        """
+        if not plan:
+            raise InvalidRouteTable("empty channel plan: define at least one channel")
+        for ch, (s0, s1) in plan.items():
+            if ch < 1 or s0 < 1 or s1 < s0:
+                raise InvalidRouteTable(f"channel {ch} = slices {s0}:{s1}: channels and "
+                                        "slices start at 1, first <= last")
+        line = "DCC " + ";".join(f"{ch}={s0}:{s1}" for ch, (s0, s1) in sorted(plan.items()))
+        with self._lock:
+            self._exchange(line)
+            lo, hi = min(plan), max(plan)
+            self.limits = replace(self.limits, first_channel=lo, channels=hi - lo + 1)
+
+    def read_channel_plan(self) -> dict[int, tuple[int, int]]:
+        """Read the flexgrid plan (DCC?) as {channel: (first slice, last slice)}."""
+        lines = self._exchange("DCC?", results=1)
+        plan: dict[int, tuple[int, int]] = {}
+        for entry in (lines[0].strip().removesuffix(";").split(";") if lines else []):
+            m = re.fullmatch(r"([0-9]+)=([0-9]+):([0-9]+)", entry.strip())
+            if m is None:
+                raise ProtocolError(f"DCC? entry {entry!r} is not 'ch=first:last'",
+                                    device=self.name)
+            plan[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+        return plan
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Restart the module (RES) and wait until it answers SNO? again."""
+        with self._lock:
+            self._exchange("RES")
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self._query_one("SNO?")
+                    return
+                except (DeviceTimeout, ProtocolError):
+                    if time.monotonic() > deadline:
+                        raise DeviceTimeout(f"RES: the module did not answer again within "
+                                            f"{timeout:g} s; check its power and cabling",
+                                            device=self.name) from None
+
     # wire --------------------------------------------------------------------------------------
-    def _query(self, command: str) -> str:
-        result = self._exchange(command, expect_result=True, final_timeout=self.timeout)
-        return "" if result is None else result
+    def _query_one(self, command: str) -> str:
+        lines = self._exchange(command, results=1)
+        if len(lines) != 1:
+            raise ProtocolError(f"{command}: 'OK' came without a result line", device=self.name)
+        return lines[0]
 
-    def _command(self, command: str, final_timeout: float | None = None) -> None:
-        self._exchange(command, expect_result=False,
-                       final_timeout=self.timeout if final_timeout is None else final_timeout)
+    def _switch(self, command: str, timeout: float | None) -> None:
+        wait = self.settle_timeout if timeout is None else timeout
+        with self._lock:
+            t0 = time.monotonic()
+            self._exchange(command, final_timeout=wait)
+            self.last_settle_s = time.monotonic() - t0
+        logger.debug("%s: %s settled in %.1f ms", self.name, _describe(command),
+                     self.last_settle_s * 1e3)
 
-    def _exchange(self, command: str, *, expect_result: bool, final_timeout: float) -> str | None:
+    def _exchange(self, command: str, *, results: int = 0,
+                  final_timeout: float | None = None) -> list[str]:
+        """Send `command`; return its result lines (at most `results`) once 'OK' came."""
         with self._lock:
             if self._closed:
                 raise DeviceError(f"{_describe(command)}: the driver is closed; open a new one",
@@ -332,44 +410,42 @@ class FlexgridWss:
             if self._dirty:
                 self._resync()
             try:
-                return self._exchange_in_step(command, expect_result, final_timeout)
-            except (DeviceTimeout, ProtocolError):
-                self._dirty = True
-                raise
+                return self._exchange_in_step(command, results, final_timeout or self.timeout)
             except WssCommandError:
                 raise
             except DeviceError:
                 self._dirty = True
                 raise
 
-    def _exchange_in_step(self, command: str, expect_result: bool,
-                          final_timeout: float) -> str | None:
+    def _exchange_in_step(self, command: str, results: int, final_timeout: float) -> list[str]:
         what = _describe(command)
+        sent = frame(command) if self.checksum else command
         stale_allowed = _MAX_STALE_LINES if self._after_resync else 0
         self._after_resync = False
-        self._transport.write((command + TERMINATOR).encode("ascii"))
-        while (echo := self._read_line(what, self.timeout, "echo")) != command and stale_allowed:
-            stale_allowed -= 1  # the tail of a reply that came after the resync drained
-            logger.info("%s: %s: dropped late line %r before the echo", self.name, what, echo)
-        if echo != command:
-            self._raise_if_error(what, echo)
-            raise ProtocolError(f"{what}: expected the echo of the command, got {echo!r}; "
-                                "the link was out of step and is being resynchronised",
-                                device=self.name)
-        result: str | None = None
-        if expect_result:
-            result = self._read_line(what, self.timeout, "result line")
-            self._raise_if_error(what, result)
-            if result == "OK":
-                raise ProtocolError(f"{what}: 'OK' came without a result line", device=self.name)
-        final = self._read_line(what, final_timeout,
-                                "'OK' (switch settled)" if command == CMD_SWITCH else "'OK'")
-        if final == "OK":
-            return result
-        self._raise_if_error(what, final)
-        raise ProtocolError(f"{what}: expected 'OK', got {final!r}", device=self.name)
+        self._transport.write((sent + TERMINATOR).encode("ascii"))
+        if self.echo:
+            while (echo := self._read_raw(what, self.timeout, "echo")) != sent and stale_allowed:
+                stale_allowed -= 1  # the tail of a reply that came after the resync drained
+                logger.info("%s: %s: dropped late line %r before the echo", self.name, what, echo)
+            if echo != sent:
+                self._raise_if_error(what, echo)
+                raise ProtocolError(f"{what}: expected the echo of the command, got {echo!r}; "
+                                    "the link was out of step and is being resynchronised",
+                                    device=self.name)
+        lines: list[str] = []
+        switching = command.split(" ", 1)[0] in _SWITCHING
+        while True:
+            wait = final_timeout if switching else self.timeout
+            expected = "'OK' (switch settled)" if switching else "'OK'"
+            text = self._read_text(what, wait, expected if len(lines) >= results else "reply")
+            if text == "OK":
+                return lines
+            self._raise_if_error(what, text)
+            if len(lines) >= results:
+                raise ProtocolError(f"{what}: expected 'OK', got {text!r}", device=self.name)
+            lines.append(text)
 
-    def _read_line(self, what: str, timeout: float, expected: str) -> str:
+    def _read_raw(self, what: str, timeout: float, expected: str) -> str:
         try:
             raw = self._transport.read_line(timeout, b"\n")
         except DeviceTimeout as exc:
@@ -382,14 +458,25 @@ class FlexgridWss:
                                 device=self.name)
         return body.decode("ascii")
 
+    def _read_text(self, what: str, timeout: float, expected: str) -> str:
+        """Read one reply line and remove (and check) its checksum framing."""
+        line = self._read_raw(what, timeout, expected)
+        try:
+            text, framed = unframe(line)
+        except ChecksumError as exc:
+            raise ProtocolError(f"{what}: {exc}; resynchronising", device=self.name) from None
+        if self.checksum and not framed:
+            raise ProtocolError(f"{what}: reply {line!r} is not framed although checksum "
+                                "framing is on; check the module's settings", device=self.name)
+        return text
+
     def _raise_if_error(self, what: str, line: str) -> None:
         err = parse_error_line(line)
         if err is None:
             return
-        fix = ERROR_FIXES.get(err.code, _GENERIC_FIX) if err.code is not None else _GENERIC_FIX
-        code = f" {err.code}" if err.code is not None else ""
-        raise WssCommandError(f"{what} refused (ERR{code}: {err.text or 'no reason given'}); "
-                              f"{fix}", device=self.name, command=what, code=err.code)
+        raise WssCommandError(f"{what} refused ({err.code.value}, {err.text}); "
+                              f"{ERROR_FIXES[err.code]}", device=self.name, command=what,
+                              code=err.code)
 
     def _resync(self) -> None:
         """Drop whatever is in flight: buffered input, then lines until a quiet period."""
@@ -404,7 +491,7 @@ class FlexgridWss:
             dropped += 1
             logger.debug("%s: resync dropped %r", self.name, line)
         self._dirty = False
-        self._after_resync = True
+        self._after_resync = self.echo
         logger.info("%s: link resynchronised (%d stale line(s) dropped)", self.name, dropped)
 
 

@@ -1,88 +1,81 @@
-"""Emulator of a flexgrid WSS speaking the Finisar/II-VI ASCII protocol (see ``oddl.drivers.wss``).
+"""Emulator of a Finisar/II-VI flexgrid WSS on its ASCII serial protocol (see ``wss_protocol``).
 
 Layers, innermost first:
 
 - ``WssEmulator.handle_line(line)`` / ``handle_timed(line, now)``: the line-level core. It
   returns reply lines (without CR-LF); ``handle_timed`` also gives each line's delay after the
-  command was received. State: a staged array, an active array and a settle deadline, behind
-  one lock.
+  command was received. State: channel plan (fixed grid or ``DCC`` slices), staged and active
+  arrays, settle deadline, start-up state, behind one lock. Commands: ``wss_commands``.
 - ``WssEmulator.route(frequency_thz, now)``: the physical read-out for the optical fabric.
-- ``wss_connection_handler(emulator)``: serves the core over a byte stream (TcpEmulatorServer).
-- ``add_arguments(parser)`` / ``run(args)``: the ``oddl emulate wss`` hooks.
+- ``oddl.drivers.wss_serve``: the byte-stream servers (TCP, pseudo-terminal) and the
+  ``oddl emulate wss`` command line (``add_arguments`` / ``run`` are re-exported here).
 
-Reconstruction (undocumented behaviour, chosen here and mirrored by the driver):
+Every line is echoed first (``echo=False`` turns that off), then come its result lines and
+``OK``, or one of ``CER``/``AER``/``RER``/``VER``. A line in checksum framing (``^...$XXXX``)
+gets its result, ``OK`` and error lines framed too; a framed line with a wrong checksum gets
+``CER`` and is not executed. An empty line gets no answer.
 
-- Replies: echo of the command line, one result line for queries, then ``OK``; a refused
-  command gets the echo and then ``ERR <code> <text>`` instead of ``OK``. Codes: 1 unknown
-  command, 2 syntax (also empty or over-long lines), 3 channel out of range, 4 port out of
-  range, 5 attenuation out of range or off the 0.1 dB grid, 6 channel listed twice, 7 device
-  fault (only by fault injection). The echo replaces non-printable characters with ``?``, so
-  apart from injected garbage the emulator only ever sends printable ASCII.
-- Grammar: ``WORD`` (ASCII, case-insensitive) then, for ``URA`` only, one or more blanks and
-  ``ch,port,att`` entries joined by ``;`` (a trailing ``;`` is allowed, no blanks inside).
-  Blanks are spaces and tabs; leading and trailing blanks are ignored.
-  Integers and attenuations are ASCII decimals; attenuation is ``0..max_attenuation_db`` on the
-  0.1 dB grid, or exactly 99.9 (blocked). Port 0 means "no out-port" (blocked).
-- ``URA`` updates the listed channels of the staged array and is atomic: one bad entry and
-  nothing changes. ``RSW`` copies the staged array to the active one and starts a settle
-  period of ``settle_s``; its echo is sent at once and its ``OK`` when the settle period ends
-  (so the settle time is visible on the wire as the delay of ``OK``). During the settle period
-  ``route()`` returns None (light undefined) and ``RRA?`` already returns the new array. A
-  second ``RSW`` restarts the period. Power-up and reset: every channel ``ch,0,99.9``.
+Factory setting: fixed 50 GHz plan, channels 0..95 from 191.350 THz (``FACTORY_PLAN``), 4
+out-ports, every channel ``c,99,99.9`` (start-up state ``SAB``, all blocked). The plan,
+numbering and ports are constructor arguments (the emulator host sets them from the testbed).
 
-Fault injection (``WssFaults``), checked in this order for each received line:
-a pending reset clears both arrays and the line is lost (no answer); no-answer faults drop the
-line (state unchanged); garbage faults answer with one line of random non-ASCII bytes (state
-unchanged); error faults answer ``ERR 7`` (state unchanged); otherwise the line is executed.
-``late_s`` delays every answer. Random faults draw from ``random.Random(seed)`` only.
+Fault injection (``WssFaults``), checked in this order for each received line: a pending reset
+clears the arrays and the line is lost (no answer); no-answer faults drop the line (state
+unchanged); garbage faults answer with one line of random non-ASCII bytes (state unchanged);
+error faults answer ``VER`` (state unchanged); otherwise the line is executed. ``late_s``
+delays every answer. Random faults draw from ``random.Random(seed)`` only.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import random
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from oddl.drivers.emulator_cli import (
-    listen_arg,
-    milliseconds_arg,
-    positive_int_arg,
-    serve_until_signal,
-    start_server,
-)
 from oddl.drivers.faults import FaultSettings
-from oddl.drivers.interfaces import BLOCKED_DB, Route
+from oddl.drivers.interfaces import Route
+from oddl.drivers.wss_commands import Refused, execute
+from oddl.drivers.wss_protocol import (
+    BLOCKED_DB,
+    BLOCKED_PORT,
+    FACTORY_PLAN,
+    FACTORY_WINDOW_THZ,
+    SLICE_GHZ,
+    ChecksumError,
+    FixedPlan,
+    WssErrorCode,
+    frame,
+    unframe,
+)
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_LINE",
+    "STARTUP_STATES",
     "WssEmulator",
     "WssFaults",
     "add_arguments",
     "main",
     "run",
+    "serve_pty",
     "wss_connection_handler",
 ]
 
 MAX_LINE = 8192
 """Longest command line (characters) the emulator accepts."""
 
-_BLOCKED_TEXT = "99.9"
-_INT = re.compile(r"[0-9]+")
-_ATT = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+STARTUP_STATES = ("SAB", "SFD", "SLS")
+"""Start all blocked, start factory default, start last saved (``SUS``)."""
+
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
-_COMMAND = re.compile(r"([^ \t]+)(?:[ \t]+(.*))?", re.DOTALL)
 
 
 @dataclass
@@ -103,7 +96,7 @@ class WssFaults(FaultSettings):
     garbage: int = 0
     """Answer the next k lines with one line of random non-ASCII bytes."""
     error_next: int = 0
-    """Answer the next k lines with ``ERR 7 device fault`` (not executed)."""
+    """Answer the next k lines with ``VER`` (not executed)."""
     reset_next: bool = False
     """On the next line, reset (both arrays all-blocked); that line gets no answer."""
     drop_probability: float = 0.0
@@ -115,77 +108,116 @@ class WssFaults(FaultSettings):
         self.validate()
 
 
-
-
-class _Refused(Exception):
-    """A command the emulated module refuses: becomes an ERR line."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
-
-
 class WssEmulator:
-    """A 1xK flexgrid WSS: staged and active arrays, settle period, faults. Thread-safe."""
+    """A 1xK flexgrid WSS: channel plan, staged and active arrays, settle period, faults.
 
-    def __init__(self, *, ports: int = 4, first_thz: float = 193.1, spacing_ghz: float = 100.0,
-                 channels: int = 48, settle_s: float = 0.1, serial_number: str = "WSS-EMU-0001",
-                 clock: Callable[[], float] = time.monotonic, seed: int = 0,
-                 manufacture_date: str = "2024-01-01", max_attenuation_db: float = 25.0,
-                 faults: WssFaults | None = None) -> None:
-        if ports < 1 or channels < 1 or spacing_ghz <= 0 or settle_s < 0:
-            raise ConfigError(f"WSS emulator: ports={ports}, channels={channels}, "
-                              f"spacing_ghz={spacing_ghz}, settle_s={settle_s}; expected "
-                              "ports >= 1, channels >= 1, spacing > 0, settle >= 0")
+    Thread-safe. Frequencies in THz, times in seconds, attenuations in dB.
+    """
+
+    def __init__(self, *, ports: int = 4, first_channel: int = FACTORY_PLAN.first_channel,
+                 first_thz: float = FACTORY_PLAN.first_thz,
+                 spacing_ghz: float = FACTORY_PLAN.spacing_ghz,
+                 channels: int = FACTORY_PLAN.channels,
+                 window_thz: tuple[float, float] | None = None, settle_s: float = 0.1,
+                 serial_number: str = "SN000001", manufacture_date: str = "2024-01-01",
+                 firmware: str = "1.0.0", hardware: str = "1.0.0",
+                 max_attenuation_db: float = 25.0, echo: bool = True, rra_per_line: int = 0,
+                 max_flex_channels: int = 96, startup_state: str = "SAB",
+                 restart_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 seed: int = 0, faults: WssFaults | None = None) -> None:
+        if (ports < 1 or ports >= BLOCKED_PORT or channels < 1 or first_channel < 0
+                or spacing_ghz <= 0 or settle_s < 0 or restart_s < 0 or rra_per_line < 0
+                or max_flex_channels < 1):
+            raise ConfigError(
+                f"WSS emulator: ports={ports}, channels={channels}, first_channel="
+                f"{first_channel}, spacing_ghz={spacing_ghz}, settle_s={settle_s}, restart_s="
+                f"{restart_s}, rra_per_line={rra_per_line}, max_flex_channels="
+                f"{max_flex_channels}; expected 1 <= ports < {BLOCKED_PORT}, channels >= 1, "
+                "first_channel >= 0, spacing > 0, times >= 0, rra_per_line >= 0")
         if not 0 <= max_attenuation_db < BLOCKED_DB:
             raise ConfigError(f"WSS emulator: max_attenuation_db={max_attenuation_db}; "
                               f"expected 0 <= max < {BLOCKED_DB}")
+        if startup_state not in STARTUP_STATES:
+            raise ConfigError(f"WSS emulator: startup_state={startup_state!r}; expected one "
+                              f"of {', '.join(STARTUP_STATES)}")
+        self.factory_plan = FixedPlan(first_channel, first_thz, spacing_ghz, channels)
+        if window_thz is None:
+            window_thz = (FACTORY_WINDOW_THZ if self.factory_plan == FACTORY_PLAN
+                          else self.factory_plan.window_thz())
+        lo, hi = window_thz
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise ConfigError(f"WSS emulator: window_thz={window_thz}; expected low < high")
+        self.window_thz = (lo, hi)
+        self.slices = int((hi - lo) * 1000.0 / SLICE_GHZ + 1e-6)
         self.ports = ports
-        self.channels = channels
-        self.first_thz = first_thz
-        self.spacing_ghz = spacing_ghz
         self.settle_s = settle_s
+        self.restart_s = restart_s
         self.serial_number = serial_number
         self.manufacture_date = manufacture_date
+        self.firmware = firmware
+        self.hardware = hardware
         self.max_attenuation_db = max_attenuation_db
+        self.echo = echo
+        self.rra_per_line = rra_per_line
+        self.max_flex_channels = max_flex_channels
+        self.startup_state = startup_state
         self.faults = faults if faults is not None else WssFaults()
         self._clock = clock
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
-        self._staged = self._all_blocked()
-        self._active = self._all_blocked()
-        self._settle_until = -math.inf
+        self.mode_ghz = int(spacing_ghz) if float(spacing_ghz).is_integer() else spacing_ghz
+        """Grid mode: 0 = flexgrid (``DCC`` plan), else the fixed spacing in GHz (``CHW``)."""
+        self.plan = self.factory_plan
+        """The fixed-grid plan in force when ``mode_ghz`` is not 0."""
+        self.flex: dict[int, tuple[int, int]] = {}
+        """Flexgrid plan: channel -> (first slice, last slice), from ``DCC``."""
+        self.staged: dict[int, Route] = self._all_blocked()
+        self.active: dict[int, Route] = self._all_blocked()
+        self.settle_until = -math.inf
+        self.restart_until = -math.inf
         self.on_change: Callable[[], None] | None = None
-        """Called after every command (the emulated fabric recomputes where light goes)."""
+        """Called after every command that changes where light goes (the emulated fabric)."""
 
     # state ---------------------------------------------------------------------------------------
+    def channel_numbers(self) -> list[int]:
+        """The channels of the plan in force, ascending."""
+        if self.mode_ghz == 0:
+            return sorted(self.flex)
+        return list(range(self.plan.first_channel, self.plan.last_channel + 1))
+
     def _all_blocked(self) -> dict[int, Route]:
-        return {ch: Route(0, BLOCKED_DB) for ch in range(1, self.channels + 1)}
+        return {ch: Route(BLOCKED_PORT, BLOCKED_DB) for ch in self.channel_numbers()}
 
     def active_table(self) -> dict[int, Route]:
         """A copy of the active array {channel: Route}."""
         with self._lock:
-            return dict(self._active)
+            return dict(self.active)
 
     def staged_table(self) -> dict[int, Route]:
         """A copy of the staged array {channel: Route}."""
         with self._lock:
-            return dict(self._staged)
+            return dict(self.staged)
 
     def settling(self, now: float | None = None) -> bool:
-        """True while the optics settle after RSW (output undefined)."""
+        """True while the optics settle after RSW or UCA (output undefined)."""
         t = self._clock() if now is None else now
         with self._lock:
-            return t < self._settle_until
+            return t < self.settle_until
 
     def reset(self) -> None:
-        """Power-cycle: both arrays all-blocked, no settle period pending."""
+        """Power-cycle: come up in the start-up state (``SUS``), no settle pending."""
         with self._lock:
-            self._staged = self._all_blocked()
-            self._active = self._all_blocked()
-            self._settle_until = -math.inf
-        logger.info("WSS emulator %s: reset, all channels blocked", self.serial_number)
+            if self.startup_state == "SFD":
+                self.mode_ghz, self.plan, self.flex = self._factory_mode(), self.factory_plan, {}
+            if self.startup_state != "SLS":
+                self.active = self._all_blocked()
+            self.staged = dict(self.active)
+            self.settle_until = -math.inf
+        logger.info("WSS emulator %s: reset (%s)", self.serial_number, self.startup_state)
+
+    def _factory_mode(self) -> float:
+        s = self.factory_plan.spacing_ghz
+        return int(s) if float(s).is_integer() else s
 
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
@@ -197,33 +229,50 @@ class WssEmulator:
             merged.update(changes)
             self.faults = WssFaults.from_mapping(merged)
 
+    def slice_range_thz(self, first: int, last: int) -> tuple[float, float]:
+        """Low and high edge (THz) of flexgrid slices first..last."""
+        lo = self.window_thz[0]
+        return lo + (first - 1) * SLICE_GHZ / 1000.0, lo + last * SLICE_GHZ / 1000.0
+
     def channel_at(self, frequency_thz: float) -> int | None:
-        """The channel whose passband [centre - spacing/2, centre + spacing/2) holds the frequency."""
+        """The channel whose passband holds the frequency (None outside every channel)."""
         if not math.isfinite(frequency_thz):
             return None
-        offset = (frequency_thz - self.first_thz) * 1000.0 / self.spacing_ghz
-        channel = math.floor(offset + 0.5) + 1
-        return channel if 1 <= channel <= self.channels else None
+        with self._lock:
+            if self.mode_ghz == 0:
+                for ch, (s0, s1) in self.flex.items():
+                    lo, hi = self.slice_range_thz(s0, s1)
+                    if lo <= frequency_thz < hi:
+                        return ch
+                return None
+            p = self.plan
+            offset = (frequency_thz - p.first_thz) * 1000.0 / p.spacing_ghz
+            channel = math.floor(offset + 0.5) + p.first_channel
+            return channel if p.contains(channel) else None
 
     def centre_thz(self, channel: int) -> float:
-        """Centre frequency (THz) of `channel`."""
-        return self.first_thz + (channel - 1) * self.spacing_ghz / 1000.0
+        """Centre frequency (THz) of `channel` in the plan in force."""
+        with self._lock:
+            if self.mode_ghz == 0:
+                lo, hi = self.slice_range_thz(*self.flex[channel])
+                return (lo + hi) / 2
+            return self.plan.centre_thz(channel)
 
     def route(self, frequency_thz: float, now: float | None = None) -> Route | None:
         """Out-port and attenuation for light at `frequency_thz` through the common in-port.
 
-        None when the channel is blocked, the frequency is in no channel's passband, or the
-        switch is settling after RSW at time `now` (default: the emulator clock).
+        None when the channel is blocked (port 99 or 99.9 dB), the frequency is in no
+        channel's passband, or the switch is settling at time `now` (default: the clock).
         """
-        channel = self.channel_at(frequency_thz)
-        if channel is None:
-            return None
         t = self._clock() if now is None else now
         with self._lock:
-            if t < self._settle_until:
+            channel = self.channel_at(frequency_thz)
+            if channel is None or t < self.settle_until:
                 return None
-            r = self._active[channel]
-        return None if r.blocked else r
+            r = self.active.get(channel)
+        if r is None or r.port == BLOCKED_PORT or r.blocked:
+            return None
+        return r
 
     # line core -----------------------------------------------------------------------------------
     def handle_line(self, line: str) -> list[str]:
@@ -242,14 +291,14 @@ class WssEmulator:
                 self.on_change()
 
     def _light_state(self) -> tuple[Any, ...]:
-        """What the routed light depends on (RSW and reset replace the active array)."""
+        """What the routed light depends on (plan, active array, settle)."""
         with self._lock:
-            return (self._active, self._settle_until)
+            return (self.mode_ghz, self.plan, dict(self.flex), self.active, self.settle_until)
 
     def transitions(self, now: float) -> list[float]:
         """Future instants at which the light changes by itself (the end of a settle)."""
         with self._lock:
-            return [self._settle_until] if self._settle_until > now else []
+            return [self.settle_until] if self.settle_until > now else []
 
     def _handle_timed(self, line: str, now: float | None = None) -> list[tuple[float, str]]:
         t = self._clock() if now is None else now
@@ -261,6 +310,9 @@ class WssEmulator:
                 self.reset()
                 logger.debug("WSS emulator: %r lost in reset", line)
                 return []
+            if t < self.restart_until:
+                logger.debug("WSS emulator: %r lost while restarting", line)
+                return []
             if f.no_answer_always or f.no_answer > 0 or self._roll(f.drop_probability):
                 if f.no_answer > 0:
                     f.no_answer -= 1
@@ -270,16 +322,27 @@ class WssEmulator:
                 if f.garbage > 0:
                     f.garbage -= 1
                 return [(f.late_s, self._garbage())]
-            echo = _PRINTABLE.sub("?", line)
+            if not line.strip(" \t"):
+                return []
+            echo = [(f.late_s, _PRINTABLE.sub("?", line[:MAX_LINE]))] if self.echo else []
+            try:
+                text, framed = unframe(line.strip(" \t"))
+            except ChecksumError as exc:
+                logger.debug("WSS emulator: %s", exc)
+                return echo + [(f.late_s, frame(WssErrorCode.CER.value))]
+            out = (lambda s: frame(s)) if framed else (lambda s: s)
             if f.error_next > 0:
                 f.error_next -= 1
-                return [(f.late_s, echo), (f.late_s, "ERR 7 device fault (injected)")]
+                return echo + [(f.late_s, out(WssErrorCode.VER.value))]
             try:
-                lines = self._execute(line, t)
-            except _Refused as exc:
-                logger.debug("WSS emulator: %r refused: %d %s", line, exc.code, exc.text)
-                return [(f.late_s, echo), (f.late_s, f"ERR {exc.code} {exc.text}")]
-            return [(f.late_s, echo)] + [(f.late_s + d, text) for d, text in lines]
+                if len(line) > MAX_LINE or "\r" in text or "\n" in text:
+                    raise Refused(WssErrorCode.AER, "over-long line or a line break inside it")
+                lines = execute(self, text, t)
+            except Refused as exc:
+                logger.debug("WSS emulator: %r refused: %s %s", line[:80], exc.code.value,
+                             exc.reason)
+                return echo + [(f.late_s, out(exc.code.value))]
+            return echo + [(f.late_s + d, out(s)) for d, s in lines]
 
     def _roll(self, probability: float) -> bool:
         return probability > 0 and self._rng.random() < probability
@@ -292,148 +355,15 @@ class WssEmulator:
         self._rng.shuffle(chars)
         return "".join(chars)
 
-    def _execute(self, line: str, now: float) -> list[tuple[float, str]]:
-        """Run a command; return (delay, line) for the result and OK lines (echo excluded)."""
-        if len(line) > MAX_LINE:
-            raise _Refused(2, f"line longer than {MAX_LINE} characters")
-        if "\r" in line or "\n" in line:
-            raise _Refused(2, "line break inside the command")
-        text = line.strip(" \t")
-        if not text:
-            raise _Refused(2, "empty command")
-        m = _COMMAND.fullmatch(text)
-        assert m is not None  # text is non-empty and starts with a non-blank
-        word, args = m.group(1), (m.group(2) or "")
-        word = word.upper() if word.isascii() else word
-        if word not in ("SNO?", "MFD?", "RRA?", "URA", "RSW"):
-            raise _Refused(1, f"unknown command {_PRINTABLE.sub('?', word[:20])}")
-        if word != "URA" and args:
-            raise _Refused(2, f"{word} takes no parameters")
-        if word == "SNO?":
-            return [(0.0, self.serial_number), (0.0, "OK")]
-        if word == "MFD?":
-            return [(0.0, self.manufacture_date), (0.0, "OK")]
-        if word == "RRA?":
-            return [(0.0, self._format_active()), (0.0, "OK")]
-        if word == "URA":
-            self._staged.update(self._parse_ura(args))
-            return [(0.0, "OK")]
-        # RSW
-        self._active = dict(self._staged)
-        self._settle_until = now + self.settle_s
-        logger.debug("WSS emulator: switching, settled at %.6f", self._settle_until)
-        return [(self.settle_s, "OK")]
 
-    def _format_active(self) -> str:
-        return ";".join(f"{ch},{r.port},{r.attenuation_db:.1f}"
-                        for ch, r in sorted(self._active.items()))
-
-    def _parse_ura(self, args: str) -> dict[int, Route]:
-        """Parse and check every entry; raise _Refused on the first bad one (atomic)."""
-        if not args:
-            raise _Refused(2, "URA needs ch,port,att entries")
-        body = args[:-1] if args.endswith(";") else args
-        updates: dict[int, Route] = {}
-        for entry in body.split(";"):
-            parts = entry.split(",")
-            shown = _PRINTABLE.sub("?", entry[:40])
-            if (len(parts) != 3 or not _INT.fullmatch(parts[0]) or not _INT.fullmatch(parts[1])
-                    or not _ATT.fullmatch(parts[2])):
-                raise _Refused(2, f"bad entry '{shown}', expected ch,port,att")
-            channel, port = int(parts[0]), int(parts[1])
-            if not 1 <= channel <= self.channels:
-                raise _Refused(3, f"channel {channel} out of range 1-{self.channels}")
-            if not 0 <= port <= self.ports:
-                raise _Refused(4, f"port {port} out of range 0-{self.ports}")
-            updates_att = self._parse_attenuation(parts[2])
-            if channel in updates:
-                raise _Refused(6, f"channel {channel} listed twice")
-            updates[channel] = Route(port, updates_att)
-        return updates
-
-    def _parse_attenuation(self, text: str) -> float:
-        try:
-            value = Decimal(text)
-        except InvalidOperation:  # pragma: no cover - the regex admits only decimals
-            raise _Refused(2, f"bad attenuation '{text[:20]}'") from None
-        if value == Decimal(_BLOCKED_TEXT):
-            return BLOCKED_DB
-        if value > Decimal(str(self.max_attenuation_db)):
-            raise _Refused(5, f"attenuation {text[:20]} out of range 0-"
-                              f"{self.max_attenuation_db:.1f} or {_BLOCKED_TEXT}")
-        if text.partition(".")[2][1:].strip("0"):
-            raise _Refused(5, f"attenuation {text[:20]} not on the 0.1 dB grid")
-        return float(value)
-
-
-# --- byte stream ----------------------------------------------------------------------------------
-
-def wss_connection_handler(emulator: WssEmulator) -> Callable[[socket.socket], None]:
-    """A TcpEmulatorServer handler: LF or CR-LF lines in, CR-LF lines out, timing honoured."""
-
-    def handle(conn: socket.socket) -> None:
-        conn.settimeout(None)
-        buf = bytearray()
-        while True:
-            data = conn.recv(4096)
-            if not data:
-                return
-            buf += data
-            while (i := buf.find(b"\n")) >= 0:
-                raw = bytes(buf[:i])
-                del buf[:i + 1]
-                if not _answer(conn, emulator, raw.decode("latin-1")):
-                    return
-            if len(buf) > MAX_LINE:
-                buf.clear()  # an endless line: answer as over-long, keep the connection
-                if not _answer(conn, emulator, "?" * (MAX_LINE + 1)):
-                    return
-
-    return handle
-
-
-def _answer(conn: socket.socket, emulator: WssEmulator, line: str) -> bool:
-    """Send the replies to one line at their due times; False when the connection is gone."""
-    received = time.monotonic()
-    for delay, text in emulator.handle_timed(line):
-        due = received + delay
-        while (wait := due - time.monotonic()) > 0:
-            if conn.fileno() == -1:
-                return False
-            time.sleep(min(wait, 0.05))
-        conn.sendall(text.encode("latin-1", "replace") + b"\r\n")
-    return True
-
-
-# --- command line ---------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``oddl emulate wss`` options to `parser`."""
-    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg,
-                        metavar="HOST:PORT", help="address to serve on (port 0: any free port)")
-    parser.add_argument("--ports", default=4, type=positive_int_arg,
-                        help="number of out-ports (default 4)")
-    parser.add_argument("--settle-ms", default=100.0, type=milliseconds_arg,
-                        help="settle time after RSW in ms (default 100)")
-    parser.add_argument("--serial", default="WSS-EMU-0001", help="serial number SNO? reports")
-    parser.add_argument("--seed", default=0, type=int, help="seed for injected random faults")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Serve one emulated WSS; print its ``socket://`` URL once; stop on SIGINT/SIGTERM."""
-    emulator = WssEmulator(ports=args.ports, settle_s=args.settle_ms / 1000.0,
-                           serial_number=args.serial, seed=args.seed)
-    server = start_server(wss_connection_handler(emulator), args.listen, "wss-emulator")
-    logger.info("WSS emulator %s serving on %s", args.serial, server.url)
-    return serve_until_signal(server, lambda s: s.url)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m oddl.drivers.wss_emulator [options]``."""
-    parser = argparse.ArgumentParser(prog="wss_emulator", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
+# The servers and the command line live in wss_serve; these names stay importable from here.
+from oddl.drivers.wss_serve import (  # noqa: E402
+    add_arguments,
+    main,
+    run,
+    serve_pty,
+    wss_connection_handler,
+)
 
 if __name__ == "__main__":
     raise SystemExit(main())

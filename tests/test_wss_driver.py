@@ -12,9 +12,13 @@ import pytest
 from oddl.drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
 from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.drivers.transport import SerialTransport
-from oddl.drivers.wss import FlexgridWss, WssCommandError, WssLimits
+from oddl.drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
 from oddl.drivers.wss_emulator import WssEmulator, WssFaults, wss_connection_handler
+from oddl.drivers.wss_protocol import WssErrorCode
 from oddl.errors import DeviceTimeout, ProtocolError
+
+LAB = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
+BLOCKED = Route(99, BLOCKED_DB)
 
 SETTLE_S = 0.005
 REPLY_TIMEOUT = 0.2
@@ -36,7 +40,7 @@ def open_driver(url: str, **kw: object) -> FlexgridWss:
 @pytest.fixture(scope="module")
 def shared_rig() -> Iterator[Rig]:
     """One emulator, server and driver for the module (pyserial's socket close sleeps 0.3 s)."""
-    emu = WssEmulator(settle_s=SETTLE_S, serial_number="WSS-T-0007")
+    emu = WssEmulator(settle_s=SETTLE_S, serial_number="WSS-T-0007", **LAB)  # type: ignore[arg-type]
     server = TcpEmulatorServer(wss_connection_handler(emu), name="wss-emu")
     wss = open_driver(server.url)
     try:
@@ -51,6 +55,9 @@ def rig(shared_rig: Rig) -> Rig:
     """The shared rig with the emulator power-cycled and every fault cleared."""
     shared_rig.emu.faults = WssFaults()
     shared_rig.emu.settle_s = SETTLE_S
+    shared_rig.emu.restart_s = 0.0
+    shared_rig.emu.rra_per_line = 0
+    shared_rig.emu.startup_state = "SAB"
     shared_rig.emu.reset()
     return shared_rig
 
@@ -93,10 +100,10 @@ def test_device_refusal_names_device_command_and_fix(rig: Rig) -> None:
     try:
         with pytest.raises(WssCommandError) as info:
             wide.stage({60: Route(1, 0.0)})  # the driver allows it, the module does not
-        assert info.value.code == 3
+        assert info.value.code == WssErrorCode.RER
         text = str(info.value)
-        assert text.startswith("wss-1: URA (1 channel) refused (ERR 3: channel 60 out of range")
-        assert "channels= in the testbed file" in text
+        assert text.startswith("wss-1: URA (1 channel) refused (RER, range error)")
+        assert "first channel and count in the testbed file" in text
         assert wide.identify().serial_number == "WSS-T-0007"
     finally:
         wide.close()
@@ -105,7 +112,7 @@ def test_device_refusal_names_device_command_and_fix(rig: Rig) -> None:
 def test_injected_error_line_then_recovers(rig: Rig) -> None:
     rig.wss.stage({1: Route(1, 0.0)})
     rig.emu.faults.error_next = 1
-    with pytest.raises(WssCommandError, match="ERR 7"):
+    with pytest.raises(WssCommandError, match="VER"):
         rig.wss.apply()
     assert rig.emu.route(rig.emu.centre_thz(1)) is None  # the RSW was not executed
     rig.wss.apply()
@@ -158,7 +165,7 @@ def test_reset_loses_the_command_and_read_back_shows_it(rig: Rig) -> None:
     rig.emu.faults.reset_next = True
     with pytest.raises(DeviceTimeout):
         rig.wss.identify()
-    assert all(r == Route(0, BLOCKED_DB) for r in rig.wss.read_active().values())
+    assert all(r == BLOCKED for r in rig.wss.read_active().values())
 
 
 def test_apply_timeout_shorter_than_settle(rig: Rig) -> None:
@@ -208,3 +215,91 @@ def test_close_leaves_optical_state(rig: Rig) -> None:
         wss.apply()
     assert rig.emu.active_table()[4] == Route(2, 0.0)
     assert rig.emu.route(rig.emu.centre_thz(4)) == Route(2, 0.0)
+
+
+# --- port 99, multi-line RRA?, UCA, flexgrid, RES, checksum framing --------------------------------
+
+def test_port_99_written_read_back_and_restored(rig: Rig) -> None:
+    before = rig.wss.read_active()
+    assert before[3] == BLOCKED  # power-up: blocked by port and attenuation
+    rig.wss.stage({3: Route(2, 0.0), 4: Route(99, 0.0)})
+    rig.wss.apply()
+    after = rig.wss.read_active()
+    assert after[3] == Route(2, 0.0) and after[4] == Route(99, 0.0)
+    assert rig.emu.route(rig.emu.centre_thz(4)) is None  # port 99 carries no light
+    rig.wss.stage({ch: before[ch] for ch in (3, 4)})  # what a roll-back does
+    rig.wss.apply()
+    assert rig.wss.read_active() == before
+
+
+def test_multi_line_rra_is_joined(rig: Rig) -> None:
+    rig.emu.rra_per_line = 5
+    rig.wss.stage({1: Route(1, 0.0), 48: Route(4, 2.0)})
+    rig.wss.apply()
+    active = rig.wss.read_active()
+    assert len(active) == 48 and active[48] == Route(4, 2.0)
+    assert active == rig.emu.active_table()
+
+
+def test_uca_switches_without_rsw(rig: Rig) -> None:
+    rig.wss.stage({7: Route(1, 0.0)})  # staged, not applied
+    rig.wss.update_and_switch({8: Route(3, 1.0)})
+    assert rig.wss.last_settle_s is not None and rig.wss.last_settle_s >= SETTLE_S
+    active = rig.wss.read_active()
+    assert active[8] == Route(3, 1.0) and active[7] == BLOCKED
+
+
+def test_flexgrid_plan_through_the_driver(rig: Rig) -> None:
+    rig.wss.set_channel_width(0)
+    assert rig.wss.channel_width() == 0
+    assert rig.wss.read_active() == {}
+    rig.wss.define_channels({1: (9, 16), 3: (17, 32)})
+    assert rig.wss.read_channel_plan() == {1: (9, 16), 3: (17, 32)}
+    rig.wss.update_and_switch({1: Route(2, 0.0), 3: Route(3, 0.0)})
+    lo, hi = rig.emu.slice_range_thz(17, 32)  # 100 GHz of spectrum for channel 3
+    assert rig.emu.route((lo + hi) / 2) == Route(3, 0.0)
+    with pytest.raises(WssCommandError) as info:
+        rig.wss.update_and_switch({2: Route(1, 0.0)})  # within the numbers, not defined
+    assert info.value.code == WssErrorCode.VER
+    with pytest.raises(InvalidRouteTable):
+        rig.wss.stage({4: Route(1, 0.0)})  # beyond the defined numbers: refused unsent
+    rig.wss.set_channel_width(100)
+    assert rig.wss.channel_width() == 100 and len(rig.wss.read_active()) == 48
+    rig.wss.stage({48: Route(1, 0.0)})  # the configured limits hold again
+
+
+def test_restart_waits_for_the_module(rig: Rig) -> None:
+    rig.wss.stage({1: Route(1, 0.0)})
+    rig.wss.apply()
+    rig.emu.restart_s = 0.3
+    rig.wss.restart(timeout=5.0)
+    assert rig.wss.read_active()[1] == BLOCKED  # start-up state SAB: all blocked
+
+
+def test_restart_in_last_saved_state_keeps_the_routes(rig: Rig) -> None:
+    rig.wss.stage({1: Route(1, 0.0)})
+    rig.wss.apply()
+    rig.emu.startup_state = "SLS"
+    rig.wss.restart(timeout=5.0)
+    assert rig.wss.read_active()[1] == Route(1, 0.0)
+
+
+def test_checksum_framing_end_to_end(rig: Rig) -> None:
+    with open_driver(rig.server.url, checksum=True) as framed:
+        assert framed.identify().serial_number == "WSS-T-0007"
+        framed.stage({2: Route(2, 0.5)})
+        framed.apply()
+        assert framed.read_active()[2] == Route(2, 0.5)
+        with pytest.raises(WssCommandError, match="RER"):
+            framed.set_channel_width(25)
+
+
+def test_factory_module_with_factory_limits() -> None:
+    emu = WssEmulator(settle_s=SETTLE_S)
+    with TcpEmulatorServer(wss_connection_handler(emu), name="wss-factory") as server, \
+            open_driver(server.url, limits=WssLimits.factory()) as wss:
+        active = wss.read_active()
+        assert sorted(active) == list(range(96)) and active[0] == BLOCKED
+        wss.stage({0: Route(1, 0.0), 95: Route(4, 0.0)})
+        wss.apply()
+        assert emu.route(191.35) == Route(1, 0.0) and emu.route(196.10) == Route(4, 0.0)

@@ -6,6 +6,7 @@ import pytest
 
 from oddl.drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
 from oddl.drivers.wss import (
+    ERROR_FIXES,
     FlexgridWss,
     InvalidRouteTable,
     WssCommandError,
@@ -16,6 +17,14 @@ from oddl.drivers.wss import (
     format_ura,
     parse_error_line,
     parse_rra,
+)
+from oddl.drivers.wss_protocol import (
+    ERROR_MEANINGS,
+    ChecksumError,
+    WssErrorCode,
+    checksum,
+    frame,
+    unframe,
 )
 from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 
@@ -89,21 +98,29 @@ def test_format_ura_sorted_by_channel() -> None:
 
 
 def test_parse_rra_round_trips_format_table() -> None:
-    table = {1: Route(0, BLOCKED_DB), 2: Route(4, 0.0), 3: Route(2, 17.3)}
+    table = {0: Route(99, BLOCKED_DB), 2: Route(4, 0.0), 3: Route(2, 17.3), 4: Route(99, 0.0)}
     assert parse_rra(format_table(table)) == table
 
 
 @pytest.mark.parametrize("line, expected", [
     ("1,2,0.0", {1: Route(2, 0.0)}),
     ("1,2,0.0;", {1: Route(2, 0.0)}),
-    (" 1,2,0 ; 5,0,99.9 ", {1: Route(2, 0.0), 5: Route(0, BLOCKED_DB)}),
+    ("0,99,99.9", {0: Route(99, BLOCKED_DB)}),
+    (" 1,2,0 ; 5,99,99.9 ", {1: Route(2, 0.0), 5: Route(99, BLOCKED_DB)}),
 ])
 def test_parse_rra_accepts(line: str, expected: dict[int, Route]) -> None:
     assert parse_rra(line) == expected
 
 
+def test_parse_rra_joins_several_lines() -> None:
+    assert parse_rra(["0,1,0.0;1,2,0.5;", "2,99,99.9"]) == {
+        0: Route(1, 0.0), 1: Route(2, 0.5), 2: Route(99, BLOCKED_DB)}
+    with pytest.raises(ProtocolError, match="twice"):
+        parse_rra(["0,1,0.0", "0,2,0.0"])
+
+
 @pytest.mark.parametrize("line", [
-    "", ";", "1,2", "1,2,0.0,7", "a,2,0.0", "1,2,-1.0", "1,2,0.0;;2,1,0.0", "0,1,0.0",
+    "", ";", "1,2", "1,2,0.0,7", "a,2,0.0", "1,2,-1.0", "1,2,0.0;;2,1,0.0",
     "1,2,0.0;1,3,0.0", "1,2,nan", "1;2;3", "OK",
 ])
 def test_parse_rra_rejects_with_protocol_error(line: str) -> None:
@@ -111,21 +128,38 @@ def test_parse_rra_rejects_with_protocol_error(line: str) -> None:
         parse_rra(line, device="wss-a")
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("ERR 3 channel 97 out of range 1-48", WssErrorReply(3, "channel 97 out of range 1-48")),
-    ("ERR 7", WssErrorReply(7, "")),
-    ("ERROR: 12, busy", WssErrorReply(12, "busy")),
-    ("err 2 syntax", WssErrorReply(2, "syntax")),
-    ("ERR", WssErrorReply(None, "")),
-    ("ERR bad thing", WssErrorReply(None, "bad thing")),
+@pytest.mark.parametrize("line, code", [
+    ("CER", WssErrorCode.CER), ("AER", WssErrorCode.AER), ("RER", WssErrorCode.RER),
+    ("VER", WssErrorCode.VER), ("ver ", WssErrorCode.VER), ("^RER$FF17", WssErrorCode.RER),
 ])
-def test_parse_error_line(line: str, expected: WssErrorReply) -> None:
-    assert parse_error_line(line) == expected
+def test_parse_error_line(line: str, code: WssErrorCode) -> None:
+    assert parse_error_line(line) == WssErrorReply(code, ERROR_MEANINGS[code])
 
 
-@pytest.mark.parametrize("line", ["OK", "URA 1,1,0.0", "ERRATA 3", "WSS-EMU-0001", ""])
+@pytest.mark.parametrize("line", ["OK", "URA 1,1,0.0", "CERT", "ERR 3 x", "SN000001", "",
+                                  "^RER$0000", "^OK$FF66"])
 def test_parse_error_line_none_for_other_lines(line: str) -> None:
     assert parse_error_line(line) is None
+
+
+# --- checksum framing -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, framed", [
+    ("OK", "^OK$FF66"),          # the reply the manual and the FUTEBOL client show
+    ("CHW 0", "^CHW 0$FECE"),    # the FUTEBOL client's own example
+    ("CER", "^CER$FF26"),
+])
+def test_checksum_framing(text: str, framed: str) -> None:
+    assert checksum(text) == int(framed[-4:], 16)
+    assert frame(text) == framed
+    assert unframe(framed) == (text, True)
+    assert unframe(text) == (text, False)
+
+
+@pytest.mark.parametrize("line", ["^OK$FF67", "^OK", "^OK$GG66", "^OK$FF6"])
+def test_unframe_rejects_bad_frames(line: str) -> None:
+    with pytest.raises(ChecksumError):
+        unframe(line)
 
 
 # --- validation (nothing sent) --------------------------------------------------------------------
@@ -137,6 +171,8 @@ def test_parse_error_line_none_for_other_lines(line: str) -> None:
     ({True: Route(1, 0.0)}, "not an integer"),
     ({1: Route(5, 0.0)}, "out-port 5"),
     ({1: Route(-1, 0.0)}, "out-port -1"),
+    ({1: Route(0, 0.0)}, "out-port 0 is outside 1..4; use 99"),
+    ({1: Route(98, 0.0)}, "out-port 98"),
     ({1: Route(1, -0.5)}, "attenuation -0.5"),
     ({1: Route(1, 25.1)}, "attenuation 25.1"),
     ({1: Route(1, 50.0)}, "attenuation 50.0"),
@@ -156,6 +192,20 @@ def test_limits_are_configurable() -> None:
     wss, link = make([ok(b"URA 96,8,30.0")],
                      limits=WssLimits(channels=96, ports=8, max_attenuation_db=30.0))
     wss.stage({96: Route(8, 30.0)})
+    link.assert_all_consumed()
+
+
+def test_factory_limits_number_channels_from_0() -> None:
+    wss, link = make([ok(b"URA 0,1,0.0;95,99,99.9")], limits=WssLimits.factory())
+    wss.stage({0: Route(1, 0.0), 95: Route(99, BLOCKED_DB)})
+    with pytest.raises(InvalidRouteTable, match="channel 96 is outside 0..95"):
+        wss.stage({96: Route(1, 0.0)})
+    link.assert_all_consumed()
+
+
+def test_port_99_is_accepted_with_any_attenuation() -> None:
+    wss, link = make([ok(b"URA 3,99,0.0;4,99,99.9")])
+    wss.stage({3: Route(99, 0.0), 4: Route(99, BLOCKED_DB)})
     link.assert_all_consumed()
 
 
@@ -188,8 +238,85 @@ def test_apply_sends_rsw_and_waits_for_ok() -> None:
 
 
 def test_read_active_parses_rra() -> None:
-    wss, link = make([ok(b"RRA?", b"1,2,0.0;2,0,99.9;3,4,7.5")])
-    assert wss.read_active() == {1: Route(2, 0.0), 2: Route(0, BLOCKED_DB), 3: Route(4, 7.5)}
+    wss, link = make([ok(b"RRA?", b"1,2,0.0;2,99,99.9;3,4,7.5")])
+    assert wss.read_active() == {1: Route(2, 0.0), 2: Route(99, BLOCKED_DB), 3: Route(4, 7.5)}
+    link.assert_all_consumed()
+
+
+def test_read_active_joins_a_multi_line_rra() -> None:
+    wss, link = make([ok(b"RRA?", b"0,1,0.0;1,2,0.0", b"2,99,99.9;3,4,7.5", b"4,99,0.0")])
+    assert wss.read_active() == {0: Route(1, 0.0), 1: Route(2, 0.0), 2: Route(99, BLOCKED_DB),
+                                 3: Route(4, 7.5), 4: Route(99, 0.0)}
+    link.assert_all_consumed()
+
+
+def test_read_active_of_an_empty_plan() -> None:
+    wss, link = make([ok(b"RRA?")])
+    assert wss.read_active() == {}
+    link.assert_all_consumed()
+
+
+def test_uca_routes_and_switches_in_one_command() -> None:
+    wss, link = make([ok(b"UCA 1,1,0.0;2,99,99.9")])
+    wss.update_and_switch({2: Route(99, BLOCKED_DB), 1: Route(1, 0.0)}, timeout=2.0)
+    assert wss.last_settle_s is not None
+    link.assert_all_consumed()
+
+
+def test_flexgrid_commands_exact_bytes() -> None:
+    wss, link = make([ok(b"CHW 0"), ok(b"DCC 1=67:74;2=155:162"), ok(b"CHW?", b"0"),
+                      ok(b"DCC?", b"1=67:74;2=155:162"), ok(b"UCA 1,1,0.0;2,1,0.0")])
+    wss.set_channel_width(0)
+    wss.define_channels({2: (155, 162), 1: (67, 74)})
+    assert wss.channel_width() == 0
+    assert wss.read_channel_plan() == {1: (67, 74), 2: (155, 162)}
+    wss.update_and_switch({1: Route(1, 0.0), 2: Route(1, 0.0)})
+    link.assert_all_consumed()
+
+
+@pytest.mark.parametrize("plan", [{}, {0: (1, 2)}, {1: (0, 2)}, {1: (5, 4)}])
+def test_define_channels_refuses_bad_plans_before_sending(plan: dict) -> None:
+    wss, link = make([])
+    with pytest.raises(InvalidRouteTable):
+        wss.define_channels(plan)
+    link.assert_all_consumed()
+
+
+def test_restart_sends_res_and_waits_for_the_module() -> None:
+    wss, link = make([ok(b"RES"), (b"SNO?\r\n", b""), ok(b"SNO?", b"SN1")])
+    wss.restart(timeout=5.0)
+    assert link.resets == 1  # the unanswered SNO? was drained before the next try
+    link.assert_all_consumed()
+
+
+def test_checksum_mode_frames_commands_and_checks_replies() -> None:
+    f = lambda t: frame(t).encode()  # noqa: E731
+    wss, link = make([
+        (f("RRA?") + b"\r\n", f("RRA?") + b"\r\n" + f("1,2,0.0") + b"\r\n" + f("OK") + b"\r\n"),
+        (f("RSW") + b"\r\n", f("RSW") + b"\r\n^OK$FF66\r\n"),
+    ], checksum=True)
+    assert wss.read_active() == {1: Route(2, 0.0)}
+    wss.apply()
+    link.assert_all_consumed()
+
+
+def test_checksum_mode_refuses_a_bad_or_missing_frame() -> None:
+    f = lambda t: frame(t).encode()  # noqa: E731
+    wss, link = make([
+        (f("RSW") + b"\r\n", f("RSW") + b"\r\n^OK$FF67\r\n"),
+        (f("RSW") + b"\r\n", f("RSW") + b"\r\nOK\r\n"),
+    ], checksum=True)
+    with pytest.raises(ProtocolError, match="checksum"):
+        wss.apply()
+    with pytest.raises(ProtocolError, match="not framed"):
+        wss.apply()
+    link.assert_all_consumed()
+
+
+def test_module_without_echo() -> None:
+    wss, link = make([(b"SNO?\r\n", b"SN7\r\nOK\r\n"), (b"MFD?\r\n", b"2020\r\nOK\r\n")],
+                     echo=False)
+    assert wss.identify().serial_number == "SN7"
     link.assert_all_consumed()
 
 
@@ -200,41 +327,59 @@ def test_block_keeps_the_last_staged_port() -> None:
     link.assert_all_consumed()
 
 
-def test_block_of_unknown_channel_uses_port_1() -> None:
-    wss, link = make([ok(b"URA 9,1,99.9"), ok(b"RSW")])
+def test_block_of_unknown_channel_uses_port_99() -> None:
+    wss, link = make([ok(b"URA 9,99,99.9"), ok(b"RSW")])
     wss.block(9)
     link.assert_all_consumed()
 
 
 # --- errors and recovery --------------------------------------------------------------------------
 
-def test_error_line_raises_command_error_naming_device_command_and_fix() -> None:
+def test_error_reply_raises_command_error_naming_device_command_and_fix() -> None:
     wss, link = make([
-        (b"URA 5,1,0.0\r\n", b"URA 5,1,0.0\r\nERR 4 port 1 out of range 0-0\r\n"),
+        (b"URA 5,1,0.0\r\n", b"URA 5,1,0.0\r\nRER\r\n"),
         ok(b"SNO?", b"X"),
         ok(b"MFD?", b"Y"),
     ])
     with pytest.raises(WssCommandError) as info:
         wss.stage({5: Route(1, 0.0)})
     err = info.value
-    assert err.code == 4 and err.device == "wss-a" and err.command == "URA (1 channel)"
-    assert "wss-a" in str(err) and "URA" in str(err) and "out-ports that exist" in str(err)
+    assert err.code == WssErrorCode.RER and err.device == "wss-a"
+    assert err.command == "URA (1 channel)"
+    assert "wss-a" in str(err) and "range error" in str(err) and "ports 1..P or 99" in str(err)
     assert wss.identify().serial_number == "X"  # still in step: no resync needed
     assert link.resets == 0
     link.assert_all_consumed()
 
 
-def test_error_line_without_echo_is_still_an_error() -> None:
-    wss, link = make([(b"RSW\r\n", b"ERR 7 device fault\r\n")])
-    with pytest.raises(WssCommandError, match="internal fault"):
+@pytest.mark.parametrize("code", list(WssErrorCode))
+def test_every_error_reply_has_its_fix(code: WssErrorCode) -> None:
+    wss, link = make([(b"RSW\r\n", b"RSW\r\n" + code.value.encode() + b"\r\n")])
+    with pytest.raises(WssCommandError) as info:
+        wss.apply()
+    assert info.value.code == code and ERROR_FIXES[code] in str(info.value)
+    link.assert_all_consumed()
+
+
+def test_error_reply_without_echo_is_still_an_error() -> None:
+    wss, link = make([(b"RSW\r\n", b"VER\r\n")])
+    with pytest.raises(WssCommandError, match="validation error"):
         wss.apply()
     link.assert_all_consumed()
 
 
 def test_error_instead_of_result_line() -> None:
-    wss, link = make([(b"RRA?\r\n", b"RRA?\r\nERROR\r\n")])
-    with pytest.raises(WssCommandError, match="no reason given"):
+    wss, link = make([(b"RRA?\r\n", b"RRA?\r\nCER\r\n")])
+    with pytest.raises(WssCommandError, match="command error"):
         wss.read_active()
+    link.assert_all_consumed()
+
+
+def test_framed_error_reply() -> None:
+    wss, link = make([(frame("CHW 7").encode() + b"\r\n",
+                       frame("CHW 7").encode() + b"\r\n^RER$FF17\r\n")], checksum=True)
+    with pytest.raises(WssCommandError, match="range error"):
+        wss.set_channel_width(7)
     link.assert_all_consumed()
 
 
