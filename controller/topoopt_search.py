@@ -122,6 +122,9 @@ class SearchConfig:
             raise TopoOptError(f"budget must be >= 0 iterations; got {self.budget}")
         if self.split not in SPLITS:
             raise TopoOptError(f"split must be one of {', '.join(SPLITS)}; got {self.split!r}")
+        if self.lookahead and self.search != "ours":
+            raise TopoOptError("lookahead belongs to our search: add --search ours "
+                               "(search='ours'); the authors' search has its own look-ahead")
         for name in ("search", "rings", "matching", "routing"):
             if getattr(self, name) not in VARIANTS:
                 raise TopoOptError(f"{name} must be one of {', '.join(VARIANTS)}; got "

@@ -4,6 +4,8 @@
     oddl topoopt --model vgg19 --nodes 16 --degree 4 --gbps 100 --budget 1000 --seed 2 --json
     oddl topoopt --model-file my-model.toml --nodes 64 --degree 4 --gbps 25
     oddl topoopt --model vgg19 --nodes 128 --strategy fc6=4,fc7=4     # evaluate, no search
+    oddl topoopt --model dlrm-topoopt --nodes 128 --degree 4 --sweep-bandwidth paper
+    oddl topoopt --model dlrm --search ours --rings ours --matching ours --routing ours
     oddl topoopt --list-models
 
 Reports the chosen strategy (a model-parallel degree per layer group), the topology (ring
@@ -77,8 +79,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="largest model-parallel degree tried [0: N]")
     search.add_argument("--split", choices=("proportional", "all-dp"), default="proportional",
                         help="degree split between all-reduce and model-parallel links")
+    search.add_argument("--search", choices=("authors", "ours"), default="authors",
+                        help="search semantics: the authors' rebuild policy or ours [authors]")
+    search.add_argument("--rings", choices=("authors", "ours"), default="authors",
+                        help="ring allocation among all-reduce groups [authors]")
+    search.add_argument("--matching", choices=("authors", "ours"), default="authors",
+                        help="model-parallel links: perfect matchings on the complete graph "
+                        "(authors) or maximum-weight matchings on the demand (ours) [authors]")
+    search.add_argument("--routing", choices=("authors", "ours"), default="authors",
+                        help="model-parallel routing: one shortest path per pair (authors) or "
+                        "split over equal-cost next hops (ours) [authors]")
     search.add_argument("--lookahead", action="store_true",
-                        help="also try rejected moves on their own topology (ours, slower)")
+                        help="with --search ours: also try rejected moves on their own "
+                        "topology (slower)")
+    search.add_argument("--sweep-bandwidth", metavar="B,B,...",
+                        help="run the co-optimisation at each interface rate (Gbit/s, or "
+                        "'paper' for 10,25,40,100,200) and tabulate it against the fat-trees")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
@@ -121,10 +137,14 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
             raise OddlError(f"--latency-us must be >= 0; got {args.latency_us}")
         cfg = SearchConfig(nodes=args.nodes, degree=args.degree, gbps=args.gbps,
                            transceivers=args.transceivers, budget=args.budget, seed=args.seed,
-                           split=args.split, lookahead=args.lookahead, max_mp=args.max_mp,
+                           split=args.split, search=args.search, rings=args.rings,
+                           matching=args.matching, routing=args.routing,
+                           lookahead=args.lookahead, max_mp=args.max_mp,
                            ft_gbps=args.ft_gbps, memory=Memory(gb=args.memory_gb),
                            net=NetParams(latency_us=args.latency_us, overlap=args.overlap))
         cfg.validate()
+        if args.sweep_bandwidth:
+            return _sweep(args, model, cfg, progress)
         if args.strategy:
             result = evaluate_strategy(model, cfg, parse_strategy(model, args.strategy,
                                                                   args.nodes))
@@ -135,6 +155,24 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(json.dumps(result.as_dict(), default=_json_default) if args.json
           else format_result(result, searched=not args.strategy))
+    return EXIT_OK
+
+
+def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int:
+    from oddl.controller.topoopt_sweep import (
+        format_sweep,
+        parse_rates,
+        sweep_as_dict,
+        sweep_bandwidth,
+    )
+
+    if args.strategy:
+        raise OddlError("--sweep-bandwidth searches at every rate; drop --strategy")
+    rates = parse_rates(args.sweep_bandwidth)
+    note = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    results = sweep_bandwidth(model, cfg, rates, note)
+    print(json.dumps(sweep_as_dict(results), default=_json_default) if args.json
+          else format_sweep(results))
     return EXIT_OK
 
 
@@ -154,11 +192,11 @@ def _list_models(as_json: bool) -> int:
     if as_json:
         print(json.dumps({"models": [m.as_dict() for m in MODELS.values()]}))
         return EXIT_OK
-    print(f"{'model':11} {'parameters':>14} {'groups':>6} {'batch':>6} {'compute ms':>11}")
+    print(f"{'model':14} {'parameters':>15} {'groups':>6} {'batch':>6} {'compute ms':>11}")
     for m in MODELS.values():
-        print(f"{m.name:11} {m.params:>14,} {len(m.groups):>6} {m.batch:>6} "
+        print(f"{m.name:14} {m.params:>15,} {len(m.groups):>6} {m.batch:>6} "
               f"{m.compute_s * 1e3:>11.2f}")
-        print(f"{'':11} groups: {', '.join(g.name for g in m.groups)}")
+        print(f"{'':14} groups: {', '.join(g.name for g in m.groups)}")
     print("sources and assumptions: docs/topoopt.md")
     return EXIT_OK
 
@@ -183,11 +221,12 @@ def format_result(r: Any, searched: bool = True) -> str:
         f"{m.batch} per node; {cfg.nodes} nodes, degree {cfg.degree} × {cfg.gbps:g} Gbit/s",
     ]
     if searched:
-        how = f"seed {cfg.seed}" + (", lookahead" if cfg.lookahead else "")
+        how = (f"seed {cfg.seed}, {cfg.search} search"
+               + (", lookahead" if cfg.lookahead else ""))
         lines.append(
             f"search: {st.iterations} iterations ({how}) in {st.elapsed_s:.1f} s; "
-            f"{st.topologies_built} topologies built, {st.accepted} moves accepted, best found "
-            f"at iteration {st.best_at}")
+            f"{st.topologies_built} topologies built, {st.rebuilds} rebuilds, {st.accepted} "
+            f"moves accepted, best found at iteration {st.best_at}")
     else:
         lines.append("strategy given (no search)")
     lines += ["", f"strategy: {describe(m, best.strategy)}",

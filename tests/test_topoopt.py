@@ -270,7 +270,8 @@ def test_search_is_reproducible_and_reports_progress() -> None:
 
 
 def test_lookahead_search_runs_and_json_shape() -> None:
-    cfg = SearchConfig(nodes=8, degree=4, gbps=100.0, budget=60, seed=1, lookahead=True)
+    cfg = SearchConfig(nodes=8, degree=4, gbps=100.0, budget=60, seed=1, lookahead=True,
+                       search="ours")
     r = co_optimise(TOY, cfg)
     d = json.loads(json.dumps(r.as_dict()))
     assert d["config"]["lookahead"] is True and d["paper_up_to"] == 3.4
