@@ -602,8 +602,9 @@ class PowerMeterEmulator:
         RANG? is always in dBm; with auto ranging it is the range the last reading needed."""
         c = self._ch[ch - 1]
         if query:
-            if c.auto_range and c.last is not None and c.last.dbm is not None:
-                return nr3(float(next((r for r in POWER_RANGES_DBM if c.last.dbm <= r),
+            level = self._current(ch).dbm if c.auto_range else None
+            if level is not None:
+                return nr3(float(next((r for r in POWER_RANGES_DBM if level <= r),
                                       POWER_RANGES_DBM[-1])))
             return nr3(float(c.range_dbm))
         dbm = parse_number(one_parameter(params), DBM_UNITS, POWER_RANGES_DBM[0] - 5,
