@@ -15,7 +15,11 @@ Behaviour taken from the MSA: frame layout and BIP-4 checksum; statuses OK/XE/AE
 error codes; strings served through AEA (the read returns AEA and the byte count, EAR returns
 two bytes per read, reading past the end is XE with ERE); FCF/GRID writes with the output on are
 XE with CIE; a request with a bad checksum is not executed and is answered with the CE flag; a
-request with the LstRsp bit gets the previous reply again without executing anything.
+request with the LstRsp bit gets the previous reply again without executing anything. Frames
+are found by counting bytes only (no inter-byte timeout): a lost byte shifts the frames until
+the host sends single NOP bytes. After power-up and MR, for ``startup_s``, every command but a
+NOP read is XE with CII (NOP's MRDY reads 0). Currents (0x57) and Temps (0x58) are AEA words.
+See docs/devices/itla.md for each rule, its source and where published clients disagree.
 
 Reconstruction (chosen here where the MSA text was not at hand; the driver does not depend on
 the details beyond what it checks):
@@ -48,6 +52,9 @@ the details beyond what it checks):
   and resets, CEL after a bad checksum, XEL after any XE; writing 1 to a latched bit clears it.
 - OOP reads the power set-point when light is out, otherwise -40.00 dBm (``DARK_DBM``). LF1-3
   always read the target frequency of the current channel (plus FTF).
+- LstResp (0x13) reads the data word of the reply sent before it, echoing register 0x13, and
+  leaves that reply as the last response. Temps: [chip 35.00 degC, case 25.00 degC];
+  Currents: [TEC 150.0 mA, diode 0 without light, else 30 mA + 4 mA per mW].
 
 Fault injection (``ItlaFaults``), checked in this order for each received frame:
 a pending reset (``reset_next``) restores the power-on state and the frame is lost; no-answer
@@ -56,7 +63,9 @@ replace the reply with four random bytes with a wrong checksum (the real reply s
 response", so LstRsp recovers it), truncation faults send only the first two bytes, and error
 faults (``error_next_write``) turn the next valid writes into XE/EXF. ``late_s`` delays every
 reply; ``late_next`` delays only the next k replies by ``late_next_s``. ``stuck_pending`` keeps
-pending operations from ever finishing. Random draws come from ``random.Random(seed)`` only.
+pending operations from ever finishing. ``lose_byte`` drops the second byte of the next k
+chunks received from the host (before framing). Random draws come from ``random.Random(seed)``
+only.
 """
 
 from __future__ import annotations
