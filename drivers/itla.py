@@ -928,14 +928,16 @@ class ItlaDriver:
         return elapsed
 
     def _wait_settled(self, status: Status, deadline: float, what: str) -> None:
-        """After a tuning or enable write answered `status`: poll NOP until nothing is pending,
-        then read StatusW once: DIS means the output is off (fine unless the write answered CP,
+        """After a tuning or enable write answered `status`: poll NOP (from one poll interval
+        after a CP reply) until nothing is pending, then read StatusW once: DIS means the output is off (fine unless the write answered CP,
         i.e. light was being tuned), WFREQ means not yet on frequency (poll again).
         """
         if status != Status.CP:
             statusw = self.read_register("StatusW")
             if statusw & DIS_BIT:
                 return  # output off: the module stored the setting, there is nothing to lock
+        else:
+            self._sleep(self.poll_interval_s)  # CP: the operation has only just started
         while True:
             self._wait_pending_until(deadline, what)
             statusw = self.read_register("StatusW")

@@ -314,9 +314,9 @@ def test_configure_grid_then_tune_measures_time_to_lock() -> None:
     ])
     drv.configure_grid(193.15, 50.0)
     assert drv.channel_frequency_thz(7) == pytest.approx(193.45)
-    assert drv.set_channel(7) == pytest.approx(0.01)
-    assert list(drv.tune_history) == [pytest.approx(0.01)]
-    assert drv.last_time_to_lock_s == pytest.approx(0.01)
+    assert drv.set_channel(7) == pytest.approx(0.02)  # two poll intervals: after CP, NOP
+    assert list(drv.tune_history) == [pytest.approx(0.02)]
+    assert drv.last_time_to_lock_s == pytest.approx(0.02)
     with pytest.raises(SafetyLimitError, match="outside the laser's range"):
         drv.set_channel(200)
     with pytest.raises(SafetyLimitError):
@@ -463,7 +463,7 @@ def test_timeouts_come_from_the_configuration() -> None:
     pending = ("00 00 00 00", "13 00 02 00")
     drv, link = make_driver([*LIMITS, *GRID_100,
                              (_req("Channel", 2, True), _rep("Channel", 2, Status.CP)),
-                             pending, pending, pending], poll=1.0)
+                             pending, pending], poll=1.0)  # polled at 1 s and 2 s
     drv.timeouts.lock_s = 2.0
     with pytest.raises(DeviceTimeout, match="tuning to channel 2 still pending"):
         drv.set_channel(2)
