@@ -344,6 +344,30 @@ def _duration(s: float) -> str:
     return f"{s:g} s" if s >= 1 else f"{s * 1e3:g} ms"
 
 
+def _log_if_wide(ax: Any) -> None:
+    """Log y axis when the plotted values span more than a factor of 100."""
+    ys = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
+    if ys and max(ys) / min(ys) > 100:
+        ax.set_yscale("log")
+
+
+def _paper_marks(ax: Any, systems: Sequence[str]) -> None:
+    """The papers' figures on the ratio axis: ODDL's 1.6× (fat-tree) and 1.7× (SiP-Ring);
+    WRHT's 0.19–0.24× (communication against an optical-system all-reduce)."""
+    from oddl.controller.simulator import PAPER
+
+    for s, colour in (("fat-tree", "tab:red"), ("sip-ring", "tab:purple")):
+        if s in systems:
+            ax.axhline(PAPER[s], color=colour, lw=0.8, ls=":",
+                       label=f"ODDL paper: {s} {PAPER[s]}×")
+    if "wrht" in systems:
+        lo, hi = PAPER["wrht"]
+        ax.axhspan(1 - hi, 1 - lo, color="tab:green", alpha=0.15,
+                   label="WRHT paper: −75.6…−80.8 % (communication)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def plot(result: Any, path: str) -> None:
     """Draw a sweep (iteration time and ratio to ODDL) or one simulation (stacked bars)."""
     import matplotlib
@@ -372,10 +396,16 @@ def plot(result: Any, path: str) -> None:
                     ax2.plot([p[0] for p in rs], [p[1] for p in rs], label=LABELS[s], **style)
         if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:
             ax.set_xscale("log")
+        _log_if_wide(ax)
+        _log_if_wide(ax2)
+        _paper_marks(ax2, result.systems)
         if not numeric:
             ax2.set_xticks(xs, [str(v) for v in result.values])
         ax.set_ylabel("iteration time (ms)")
-        ax.set_title(f"{result.points[0].simulation.config.model}: sweep of {result.param}")
+        head = result.points[0].simulation.config
+        what = f"{head.message_mb:g} MB" if head.message_mb > 0 else head.model
+        ax.set_title(f"{what}, {head.nodes} nodes: sweep of {result.param}"
+                     + (" (communication only)" if head.compute_ms == 0 else ""))
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         ax2.set_ylabel("× ODDL")
