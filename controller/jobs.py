@@ -51,7 +51,7 @@ MAX_ELEMENTS = 1 << 36
 
 def known_collectives() -> list[str]:
     """Every collective a job can name: the registered plans and ``optinc``."""
-    return sorted([*COLLECTIVES, OPTINC])
+    return sorted({*COLLECTIVES, OPTINC})
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,11 @@ and an answer from the device to every node (T, the 1×N splitter):
   gradient is refused to every node at once — nothing was averaged, no gradient data was sent.
 - **step 1, levels**: header ``bits``, ``elems``, ``scale``, ``dtype``; payload the b-bit
   offset-binary levels (uint8 up to 8 bits, else uint16), node i on input i (its rank). When
-  all N have arrived the device runs P → MZI mesh → readout (`OptincNetwork.forward`: the
-  trained phases with their DAC resolution and one phase-noise realisation per pass) on all
-  elements at once and answers the Q(mean) levels with the same header.
+  all N have arrived the device runs its optics (`OptincNetwork.forward`: the levels as digits
+  on M transceivers, the optical preprocessing P, two layers of U·Σ blocks with thresholders
+  between them, PAM receivers — the trained phases with their DAC resolution and one
+  phase-noise realisation per pass) on all elements at once and answers the decided levels
+  with the same header.
 
 Refusals — a bucket larger than ``max_elements``, levels of another bit width than the phases,
 another number of nodes than inputs, mismatched lengths or scales between the nodes, levels out
@@ -54,8 +56,10 @@ SCALE_STEP = 0
 """Round 1: every node announces max|x|; the device answers the maximum."""
 LEVELS_STEP = 1
 """Round 2: every node sends its levels; the device answers the quantised mean."""
-STARTUP_NOISE_RAD = 0.02
-"""Phase noise phases trained at start-up are trained for (as `oddl optinc train`)."""
+STARTUP_NOISE_RAD = 0.0005
+"""Phase noise that phases made at start-up are trained for (`oddl optinc train`'s default)."""
+STARTUP_PHASE_BITS = 16
+"""DAC resolution of phases made at start-up: 8-bit levels need ~14 bits (docs/optinc.md)."""
 STALE_S = 120.0
 """A pass that has not completed after this long is forgotten (a node failed)."""
 
@@ -343,17 +347,20 @@ class OptincDevice:
 
 
 def startup_phases(inputs: int, bits: int, seed: int) -> om.OptincNetwork:
-    """Phases for a device whose testbed entry names no file, in well under a second.
+    """Phases for a device whose testbed entry names no file.
 
-    Starts from the analytic phases (`OptincNetwork.designed`) and fine-tunes them
-    hardware-aware (8-bit DAC, 0.02 rad phase noise, fixed seed) for 200 steps; `oddl optinc
-    train` learns from random phases instead (~10 s for N = 4, 8 bits).
+    The phase file shipped for (N, b) if there is one (N = 4, 8 bits); otherwise the designed
+    network (`OptincNetwork.designed`) fine-tuned hardware-aware for a few steps (16-bit DAC,
+    0.0005 rad phase noise, fixed seed): a second or two for small b.
     """
-    net = om.OptincNetwork.designed(inputs, bits, noise_rad=STARTUP_NOISE_RAD, phase_bits=8,
-                                    seed=seed)
-    result = om.train(net, steps=200, lr=0.01, seed=seed, batch=1024, restarts=1,
-                      eval_elements=1 << 14)
-    net.metadata = {"training": {**result.as_dict(), "start": "designed"}}
+    net = om.shipped_phases(inputs, bits, seed=seed)
+    if net is not None:
+        net.metadata = {**net.metadata, "start": "shipped"}
+        return net
+    net = om.OptincNetwork(inputs, bits, noise_rad=STARTUP_NOISE_RAD,
+                           phase_bits=STARTUP_PHASE_BITS, seed=seed)
+    result = om.train(net, steps=40, lr=0.0005, seed=seed, start="designed", realisations=2)
+    net.metadata = {"training": result.as_dict(), "start": "designed"}
     return net
 
 

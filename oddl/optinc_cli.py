@@ -1,4 +1,4 @@
-"""`oddl optinc train|eval`: train OptINC MZI phases and report how exactly they average.
+"""`oddl optinc train|eval`: train OptINC's optical network and report how exactly it averages.
 
 ``register(subparsers)`` adds the ``optinc`` command to the main parser (each sub-command sets
 ``func``: args → exit code); ``main(argv)`` runs ``oddl optinc <argv>`` on its own (for tests).
@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,9 @@ from oddl.drivers import optinc_model as om
 from oddl.errors import OddlError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-SWEEP_NOISE = (0.0, 0.01, 0.02, 0.05)
-SWEEP_PHASE_BITS: tuple[int | None, ...] = (4, 6, 8, 10, 12, None)
+SWEEP_NOISE = (0.0, 0.0005, 0.002, 0.02)
+SWEEP_PHASE_BITS: tuple[int | None, ...] = (8, 10, 12, 14, 16, None)
+SWEEP_SAMPLES = 4096
 
 
 def _phase_bits(text: str) -> int | str | None:
@@ -90,7 +92,7 @@ class _Progress:
     def __call__(self, step: int, total: int, loss: float) -> None:
         if self.quiet:
             return
-        line = f"train: step {step}/{total}  loss {loss:.3g} level²"
+        line = f"train: step {step}/{total}  loss {loss:.3g} digit²"
         if self.tty:
             end = "\n" if step >= total else ""
             print(f"\r{line}", end=end, file=self.stream, flush=True)
@@ -103,32 +105,40 @@ class _Progress:
 # ---- train --------------------------------------------------------------------------------
 
 
+def _network(args: argparse.Namespace) -> om.OptincNetwork:
+    return om.OptincNetwork(args.nodes, args.bits, args.transceivers, blocks=args.blocks,
+                            phase_bits=args.phase_bits, noise_rad=args.noise_rad,
+                            seed=args.seed)
+
+
+def _hardware_line(hw: dict[str, Any]) -> str:
+    return (f"N={hw['n_inputs']}, {hw['bits']}-bit on M={hw['transceivers']} transceivers "
+            f"({hw['digit_bits']} bit/symbol), {hw['blocks']} U·Σ blocks of "
+            f"{hw['block_size']}×{hw['block_size']} per layer: {hw['mzi_count']} MZIs + "
+            f"{hw['attenuator_count']} attenuators (U·Σ·V† would need {hw['svd_mzi_count']} "
+            f"MZIs), {hw['hidden']} thresholders, training set {hw['training_set']:,} digit sums")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train phases for an N-input, b-bit device and write the phase file."""
-    net = om.OptincNetwork(args.nodes, args.bits, args.mode, preprocessing=args.preprocessing,
-                           detection=args.detection, phase_bits=args.phase_bits,
-                           noise_rad=args.noise_rad, loss_db_per_mzi=args.loss_db,
-                           seed=args.seed)
+    net = _network(args)
     result = om.train(net, steps=args.steps, lr=args.lr, noise_rad=args.noise_rad,
-                      seed=args.seed, restarts=args.restarts,
+                      seed=args.seed, start=args.start,
                       progress=_Progress(sys.stderr, args.quiet))
     stats = result.as_dict()
-    om.save_phases(args.out, net, {"training": stats, "created_by": "oddl optinc train",
-                                   "created_unix": int(time.time()), "seed": args.seed,
-                                   "lr": args.lr})
+    net.metadata = {"training": stats, "created_by": "oddl optinc train",
+                    "created_unix": int(time.time()), "seed": args.seed, "lr": args.lr}
+    om.save_phases(args.out, net)
     summary = {"out": args.out, **net.hardware(), "training": stats}
     if args.json:
         print(json.dumps(summary))
         return EXIT_OK
-    hw = net.hardware()
-    print(f"{args.out}: N={net.n_inputs}, {net.bits}-bit, {net.mode}, P={net.preprocessing}, "
-          f"{hw['mzi_count']} MZIs + {hw['attenuator_count']} attenuators, "
-          f"{_phases_label(net.phase_bits)}")
+    print(f"{args.out}: {_hardware_line(net.hardware())}; {_phases_label(net.phase_bits)}")
     noisy = ("" if result.exact_fraction_noisy is None else
              f"; with {net.noise_rad:g} rad noise {100 * result.exact_fraction_noisy:.2f} %")
-    print(f"exact: {100 * result.exact_fraction:.2f} % of {result.eval_elements} elements "
-          f"without noise{noisy}; {result.steps} steps in {result.seconds:.1f} s, "
-          f"final loss {result.final_loss:.3g} level²")
+    print(f"exact: {100 * result.exact_fraction_before:.2f} % before ({args.start} phases) → "
+          f"{100 * result.exact_fraction:.2f} % after training, without noise{noisy}; "
+          f"{result.steps} steps in {result.seconds:.1f} s")
     return EXIT_OK
 
 
@@ -136,75 +146,195 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def evaluate(net: om.OptincNetwork, *, noise_rad: float, phase_bits: int | None, samples: int,
-             realisations: int, seed: int) -> dict[str, Any]:
-    """Return the evaluation report of ``net`` as a JSON-ready dict."""
+             realisations: int, seed: int, sweep: bool = True) -> dict[str, Any]:
+    """Return the evaluation report of ``net`` as a JSON-ready dict.
+
+    ``exact_fraction`` is over the whole training set weighted by its probability (the exact
+    figure for uniform random levels); the error histogram is over ``samples`` random elements.
+    """
     rng = np.random.default_rng(seed)
+    reps = realisations if noise_rad > 0 else 1
+    exact = net.set_exact_fraction(noise_rad=noise_rad, phase_bits=phase_bits,
+                                   realisations=reps, rng=rng)
     x = om.sample_inputs(net.n_inputs, net.bits, samples, rng)
     want = om.exact_mean(x)
-    reps = realisations if noise_rad > 0 else 1
     hist: dict[int, int] = {}
-    hits = 0
     for _ in range(reps):
         diff = net.forward(x, noise_rad=noise_rad, phase_bits=phase_bits, rng=rng) - want
-        hits += int(np.sum(diff == 0))
         values, counts = np.unique(diff, return_counts=True)
         for v, c in zip(values.tolist(), counts.tolist(), strict=True):
             hist[v] = hist.get(v, 0) + c
-    total = reps * len(x)
-    sweep = []
-    for bits in SWEEP_PHASE_BITS:
-        row: dict[str, Any] = {"phase_bits": bits}
-        for sigma in SWEEP_NOISE:
-            row[f"{sigma:g}"] = net.exact_fraction(x, noise_rad=sigma, phase_bits=bits,
-                                                   realisations=realisations, rng=rng)
-        sweep.append(row)
-    space = (1 << net.bits) ** net.n_inputs
+    rows = []
+    if sweep:
+        probe = x[: min(len(x), SWEEP_SAMPLES)]
+        for bits in SWEEP_PHASE_BITS:
+            row: dict[str, Any] = {"phase_bits": bits}
+            for sigma in SWEEP_NOISE:
+                row[f"{sigma:g}"] = net.exact_fraction(probe, noise_rad=sigma, phase_bits=bits,
+                                                       realisations=realisations, rng=rng)
+            rows.append(row)
+    random_net = om.OptincNetwork(net.n_inputs, net.bits, net.transceivers, blocks=net.blocks,
+                                  phase_bits=phase_bits, seed=seed)
+    baselines: dict[str, Any] = {"random_phases": random_net.set_exact_fraction(noise_rad=0.0)}
+    if net.blocks >= (1 << net.bits) - 1:
+        designed = om.OptincNetwork.designed(net.n_inputs, net.bits, net.transceivers,
+                                             blocks=net.blocks, phase_bits=phase_bits)
+        baselines["designed_untrained"] = designed.set_exact_fraction(
+            noise_rad=noise_rad, realisations=reps, rng=np.random.default_rng(seed))
     return {
         **net.hardware(),
-        "eval": {"noise_rad": noise_rad, "phase_bits": phase_bits, "elements": len(x),
-                 "whole_input_space": len(x) == space, "realisations": reps,
-                 "exact_fraction": hits / total if total else 1.0,
+        "eval": {"noise_rad": noise_rad, "phase_bits": phase_bits, "realisations": reps,
+                 "exact_fraction": exact, "elements": len(x),
                  "error_histogram": {str(k): v for k, v in sorted(hist.items())}},
-        "sweep": {"noise_rad": list(SWEEP_NOISE), "rows": sweep},
+        "baselines": baselines,
+        "sweep": {"noise_rad": list(SWEEP_NOISE), "elements": min(len(x), SWEEP_SAMPLES),
+                  "rows": rows},
         "training": net.metadata.get("training"),
     }
 
 
-def _print_report(report: dict[str, Any], path: str) -> None:
+def _print_report(report: dict[str, Any], source: str) -> None:
     ev = report["eval"]
-    print(f"{path}: N={report['n_inputs']}, {report['bits']}-bit, {report['mode']}, "
-          f"P={report['preprocessing']}, {report['detection']} detection")
-    print(f"hardware: {report['mzi_count']} MZIs + {report['attenuator_count']} attenuators "
-          f"({report['phase_shifter_count']} phase shifters), depth {report['depth']}, "
-          f"splitter T {report['splitter_loss_db']:.1f} dB")
-    scope = "all" if ev["whole_input_space"] else "a sample of"
-    print(f"exact: {100 * ev['exact_fraction']:.3f} % of {scope} {ev['elements']} elements "
-          f"at {ev['noise_rad']:g} rad noise, {_phases_label(ev['phase_bits'])} "
-          f"({ev['realisations']} noise realisation{'s' if ev['realisations'] != 1 else ''})")
+    print(f"{source}: {_hardware_line(report)}")
+    print(f"exact: {100 * ev['exact_fraction']:.3f} % of uniform random elements (whole "
+          f"training set, weighted) at {ev['noise_rad']:g} rad noise, "
+          f"{_phases_label(ev['phase_bits'])} ({ev['realisations']} noise "
+          f"realisation{'s' if ev['realisations'] != 1 else ''})")
+    b = report["baselines"]
+    line = f"  untrained, random phases: {100 * b['random_phases']:.3f} %"
+    if "designed_untrained" in b:
+        line += (f"; designed phases before hardware-aware training: "
+                 f"{100 * b['designed_untrained']:.3f} %")
+    print(line)
     total = sum(ev["error_histogram"].values())
-    print("error (output − exact, levels):")
+    print(f"error (output − exact, levels) over {ev['elements']} random elements:")
     for k, v in ev["error_histogram"].items():
         print(f"  {int(k):+4d}  {v:>10d}  {100 * v / total:8.3f} %")
-    noise = report["sweep"]["noise_rad"]
-    print("exact fraction by phase resolution (rows) and phase noise in rad (columns):")
-    print("  bits  " + "".join(f"{s:>9g}" for s in noise))
-    for row in report["sweep"]["rows"]:
-        cells = "".join(f"{100 * row[f'{s:g}']:8.2f}%" for s in noise)
-        print(f"  {_bits_label(row['phase_bits']):>4}  {cells}")
+    if report["sweep"]["rows"]:
+        noise = report["sweep"]["noise_rad"]
+        print(f"exact fraction by phase DAC bits (rows) and phase noise in rad (columns), "
+              f"{report['sweep']['elements']} elements:")
+        print("  bits  " + "".join(f"{s:>9g}" for s in noise))
+        for row in report["sweep"]["rows"]:
+            cells = "".join(f"{100 * row[f'{s:g}']:8.2f}%" for s in noise)
+            print(f"  {_bits_label(row['phase_bits']):>4}  {cells}")
+
+
+def _network_to_evaluate(args: argparse.Namespace) -> tuple[om.OptincNetwork, str]:
+    """The phase file given, else the one shipped for (N, b), else phases trained now."""
+    if args.phases:
+        return om.load_phases(args.phases), args.phases
+    path = om.shipped_path(args.nodes, args.bits)
+    if path is not None:
+        return om.load_phases(path, args.nodes, args.bits), f"shipped {Path(path).name}"
+    net = om.OptincNetwork(args.nodes, args.bits, noise_rad=0.0005, phase_bits=16,
+                           seed=args.seed)
+    if not args.json:
+        print(f"no phase file for N={args.nodes}, {args.bits}-bit: training the designed "
+              "network hardware-aware (16-bit DAC, 0.0005 rad)", file=sys.stderr)
+    result = om.train(net, steps=60, lr=0.0005, seed=args.seed, start="designed",
+                      realisations=2)
+    net.metadata = {"training": result.as_dict()}
+    return net, "trained now"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Evaluate a phase file: exact fraction, error histogram, MZI count, noise/DAC sweep."""
-    net = om.load_phases(args.phases)
+    """Evaluate phases: exact fraction, error histogram, hardware, DAC/noise sweep."""
+    net, source = _network_to_evaluate(args)
     noise = net.noise_rad if args.noise_rad is None else args.noise_rad
     bits = net.phase_bits if args.phase_bits == "file" else args.phase_bits
     report = evaluate(net, noise_rad=noise, phase_bits=bits, samples=args.samples,
-                      realisations=args.realisations, seed=args.seed)
+                      realisations=args.realisations, seed=args.seed, sweep=not args.no_sweep)
+    report["source"] = source
     if args.json:
         print(json.dumps(report))
     else:
-        _print_report(report, args.phases)
+        _print_report(report, source)
     return EXIT_OK
+
+
+# ---- oddl plan optinc ---------------------------------------------------------------------
+
+PLAN_PARAMS = ("inputs", "bits", "transceivers", "latency_us")
+
+
+def plan_report(args: argparse.Namespace) -> int:
+    """``oddl plan optinc``: the cascade, its devices and optics, bytes and one-pass time.
+
+    Parameters (``--param KEY=VALUE``): ``inputs`` (N1 of the level-1 devices; 0 picks),
+    ``bits`` (default 8), ``transceivers`` (M, default b/2), ``latency_us`` (per level, 1).
+    """
+    from oddl.controller.scheduling import make_plan, optinc_layout
+    from oddl.errors import PlanError
+
+    params = dict(args.param)
+    unknown = sorted(set(params) - set(PLAN_PARAMS))
+    try:
+        if unknown or args.wavelengths is not None or args.degree is not None:
+            raise PlanError(f"optinc takes the parameters {', '.join(PLAN_PARAMS)} (as --param "
+                            f"KEY=VALUE), not {unknown or ['--wavelengths/--degree']}")
+        bits = int(params.get("bits", 8))
+        m = int(params.get("transceivers") or om.default_transceivers(bits))
+        if args.itemsize < 1 or not args.gbps > 0:
+            raise PlanError("--itemsize must be >= 1 and --gbps positive")
+        n_elems = args.bytes // args.itemsize
+        plan = make_plan("optinc", args.nodes, n_elems, inputs=int(params.get("inputs", 0)))
+        lay = optinc_layout(args.nodes, n_elems, args.itemsize, args.gbps * 1e9, bits=bits,
+                            transceivers=m, inputs=int(params.get("inputs", 0)),
+                            latency_s=float(params.get("latency_us", 1.0)) * 1e-6)
+        per_device = [om.OptincNetwork(n, bits, m, seed=0).hardware() for n in lay.levels]
+    except (PlanError, om.OptincError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    two = len(lay.levels) == 2
+
+    def role(rank: int) -> str:
+        if rank < args.nodes:
+            return "servers"
+        if not two:
+            return "device"
+        return "level-2 device" if rank == plan.n_ranks - 1 else "level-1 devices"
+
+    steps = [{"step": i, "phase": st.phase, "op": str(st.op), "transfers": len(st),
+              "bytes_each": lay.level_bytes,
+              "from": role(int(st.src[0])), "to": role(int(st.dst[0]))}
+             for i, st in enumerate(plan.steps)]
+    out = {"collective": "optinc", **lay.as_dict(), "bytes": args.bytes,
+           "itemsize": args.itemsize, "line_rate_gbps": args.gbps, "plan_ranks": plan.n_ranks,
+           "steps": steps,
+           "device_optics": [{"inputs": n, "mzi_count": hw["mzi_count"],
+                              "attenuator_count": hw["attenuator_count"],
+                              "thresholders": hw["hidden"],
+                              "splitter_loss_db": round(om.splitter_loss_db(n), 2)}
+                             for n, hw in zip(lay.levels, per_device, strict=True)],
+           "mzi_total": sum(hw["mzi_count"] * count for hw, count in
+                            zip(per_device, _devices_per_level(lay.levels), strict=True))}
+    if args.json:
+        print(json.dumps(out))
+        return EXIT_OK
+    shape = (f"one {lay.levels[0]}-input device" if len(lay.levels) == 1 else
+             f"two levels: {lay.levels[1]} devices of {lay.levels[0]} inputs, then one of "
+             f"{lay.levels[1]} inputs")
+    print(f"optinc all-reduce on {args.nodes} nodes: {shape} ({lay.devices} device"
+          f"{'s' if lay.devices != 1 else ''}), {bits}-bit levels on {m} transceivers per server")
+    print(f"  buffer {args.bytes / 1e6:.2f} MB ({n_elems:,} x {args.itemsize} B); each server "
+          f"sends {lay.level_bytes / 1e6:.2f} MB of levels once and receives the result once")
+    print(f"  one pass {lay.one_pass_s * 1e3:.3f} ms at {args.gbps:g} Gbit/s per transceiver "
+          f"(ring all-reduce of the floats: {lay.ring_s * 1e3:.3f} ms)")
+    for level, (n, d) in enumerate(zip(lay.levels, out["device_optics"], strict=True)):
+        where = f"level-{level + 1} " if two else ""
+        print(f"  {where}{n}-input device: {d['mzi_count']} MZIs + {d['attenuator_count']} attenuators, "
+              f"{d['thresholders']} thresholders, splitter T {d['splitter_loss_db']:.2f} dB")
+    print(f"  MZIs in all devices: {out['mzi_total']:,}")
+    print(f"{'step':<6}{'phase':<14}{'op':<8}{'transfers':>10}  from -> to")
+    for st in steps:
+        print(f"{st['step']:<6}{st['phase']:<14}{st['op'].upper():<8}{st['transfers']:>10}  "
+              f"{st['from']} -> {st['to']}")
+    return EXIT_OK
+
+
+def _devices_per_level(levels: tuple[int, ...]) -> list[int]:
+    return [1] if len(levels) == 1 else [levels[1], 1]
 
 
 # ---- wiring -------------------------------------------------------------------------------
@@ -212,7 +342,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``optinc train`` and ``optinc eval`` to the main parser's sub-parsers."""
-    top = subparsers.add_parser("optinc", help="OptINC: train and evaluate MZI phases")
+    top = subparsers.add_parser("optinc", help="OptINC: train and evaluate the optical network")
     sub = top.add_subparsers(dest="optinc_cmd", metavar="{train,eval}")
     sub.required = True
 
@@ -221,35 +351,41 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                     help="inputs N (servers per device)")
     tr.add_argument("--bits", type=_ranged_int(1, om.MAX_BITS), required=True,
                     help="level bit width b")
-    tr.add_argument("--mode", choices=om.MODES, default="unitary+diagonal")
-    tr.add_argument("--preprocessing", choices=om.PREPROCESSING, default="dft-mean",
-                    help="fixed preprocessing P (reconstruction; default dft-mean)")
-    tr.add_argument("--detection", choices=om.DETECTION, default="intensity")
-    tr.add_argument("--phase-bits", type=_phase_bits, default=8,
+    tr.add_argument("--transceivers", type=_positive_int, default=None,
+                    help="transceivers per server M, dividing b (default: PAM4, b/2)")
+    tr.add_argument("--blocks", type=_positive_int, default=None,
+                    help="U·Σ blocks per layer R (default 2**b − 1; fewer = under-sized)")
+    tr.add_argument("--start", choices=("designed", "random"), default="designed",
+                    help="starting phases (default: the designed network)")
+    tr.add_argument("--phase-bits", type=_phase_bits, default=16,
                     help="phase DAC resolution in bits; 0 or 'full' for full precision")
-    tr.add_argument("--noise-rad", type=_nonneg_float, default=0.02,
-                    help="phase noise during training, rad (default 0.02)")
-    tr.add_argument("--loss-db", type=_nonneg_float, default=0.0,
-                    help="insertion loss per MZI, dB")
-    tr.add_argument("--steps", type=_positive_int, default=1500)
-    tr.add_argument("--lr", type=float, default=0.05)
-    tr.add_argument("--restarts", type=_positive_int, default=3)
+    tr.add_argument("--noise-rad", type=_nonneg_float, default=0.0005,
+                    help="phase noise during training, rad (default 0.0005)")
+    tr.add_argument("--steps", type=_positive_int, default=300)
+    tr.add_argument("--lr", type=float, default=0.001)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--out", required=True, help="phase file to write (JSON)")
     tr.add_argument("--json", action="store_true", help="print the summary as JSON")
     tr.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     tr.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", help="report how exactly a phase file averages")
-    ev.add_argument("--phases", required=True, help="phase file written by 'optinc train'")
+    ev = sub.add_parser("eval", help="report how exactly phases average and quantise")
+    ev.add_argument("--phases", default=None,
+                    help="phase file from 'optinc train' (default: the file shipped for "
+                         "--nodes/--bits, or phases trained now)")
+    ev.add_argument("--nodes", type=_ranged_int(2, om.MAX_INPUTS), default=4,
+                    help="N when no --phases is given (default 4)")
+    ev.add_argument("--bits", type=_ranged_int(1, om.MAX_BITS), default=8,
+                    help="b when no --phases is given (default 8)")
     ev.add_argument("--noise-rad", type=_nonneg_float, default=None,
                     help="phase noise, rad (default: the value trained for)")
     ev.add_argument("--phase-bits", type=_phase_bits, default="file",
                     help="phase DAC bits, 0/full for full precision (default: the file's)")
-    ev.add_argument("--samples", type=_positive_int, default=1 << 16,
-                    help="elements (the whole input space if it is smaller)")
-    ev.add_argument("--realisations", type=_positive_int, default=8,
+    ev.add_argument("--samples", type=_positive_int, default=1 << 14,
+                    help="random elements for the error histogram (default 16384)")
+    ev.add_argument("--realisations", type=_positive_int, default=2,
                     help="noise realisations per figure")
+    ev.add_argument("--no-sweep", action="store_true", help="skip the DAC × noise sweep")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=cmd_eval)

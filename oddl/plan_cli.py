@@ -160,6 +160,9 @@ def build(args: argparse.Namespace, collective: str) -> Built:
     """Make the plan and the schedule the arguments ask for (PlanError/ScheduleError if not)."""
     from oddl.controller.scheduling import TimingModel, Topology, make_plan, schedule_plan
 
+    if collective == "optinc":
+        raise PlanError("optinc has no TT-FR slot schedule (its OptINC devices are not "
+                        "tunable-laser nodes); `oddl plan optinc --nodes N` lays it out")
     params: dict[str, Any] = dict(args.param)
     if args.wavelengths is not None:
         params["wavelengths"] = args.wavelengths
@@ -447,6 +450,10 @@ def format_text(d: dict[str, Any]) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print a collective's plan and schedule (text, or one JSON object with --json)."""
+    if args.collective == "optinc":  # devices, not TT-FR slots: its own report
+        from oddl.optinc_cli import plan_report
+
+        return plan_report(args)
     try:
         built = build(args, args.collective)
         d = describe(built, args.detail)

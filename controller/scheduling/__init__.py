@@ -22,6 +22,7 @@ from oddl.controller.scheduling.collectives import (
     validate_plan,
 )
 from oddl.controller.scheduling.handoff import Handoff, confirmations_for, handoffs
+from oddl.controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
 from oddl.controller.scheduling.param_server import parameter_server_allreduce
 from oddl.controller.scheduling.scheduler import (
     NodeEvent,
@@ -83,6 +84,9 @@ __all__ = [
     "handoffs",
     "link_budget",
     "make_plan",
+    "optinc_allreduce",
+    "optinc_cascade",
+    "optinc_layout",
     "parameter_server_allreduce",
     "register_collective",
     "ring_allreduce",
