@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from types import TracebackType
 
@@ -513,9 +513,10 @@ class ItlaDriver:
                  poll_interval_s: float = 0.01, timeouts: ItlaTimeouts | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.timeouts = timeouts if timeouts is not None else ItlaTimeouts()
+        self.timeouts = replace(timeouts) if timeouts is not None else ItlaTimeouts()
+        """This driver's own copy: changing it changes no other driver."""
         if timeout_s is not None:
-            self.timeouts.reply_s = timeout_s
+            self.timeouts = replace(self.timeouts, reply_s=timeout_s)
         self.name = name
         self.retries = retries
         self.poll_interval_s = poll_interval_s

@@ -468,3 +468,18 @@ def test_timeouts_come_from_the_configuration() -> None:
     with pytest.raises(DeviceTimeout, match="tuning to channel 2 still pending"):
         drv.set_channel(2)
     link.assert_all_consumed()
+
+
+def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
+    from oddl.drivers.itla import ItlaTimeouts
+
+    with pytest.raises(ValueError, match="enable_s=0"):
+        ItlaTimeouts(enable_s=0)
+    with pytest.raises(ValueError, match="lock_s=nan"):
+        ItlaTimeouts(lock_s=float("nan"))
+    shared = ItlaTimeouts(lock_s=12.0)
+    a = ItlaDriver(ScriptedLink([]), timeouts=shared, timeout_s=0.5)
+    b = ItlaDriver(ScriptedLink([]), timeouts=shared)
+    a.timeouts.lock_s = 1.0
+    assert (a.timeout_s, a.timeouts.lock_s) == (0.5, 1.0)
+    assert (b.timeout_s, b.timeouts.lock_s, shared.lock_s) == (0.25, 12.0, 12.0)
