@@ -8,9 +8,12 @@ Layers, innermost first:
   register; bytes 2-3 are the data, big-endian.
 - Register table: ``REGISTERS`` / ``register(name_or_addr)`` with access, sign and units.
 - ``ItlaDriver``: one request/reply exchange at a time under a lock; XE is turned into an
-  ``ItlaExecutionError`` carrying the NOP error code; corrupt replies are retried with the LstRsp
-  bit (the module resends its last reply instead of executing the command again); no reply is a
-  ``DeviceTimeout``. It implements ``oddl.drivers.interfaces.TunableTransceiver``.
+  ``ItlaExecutionError`` carrying the NOP error code (CII, "initialising", is retried for
+  ``ItlaTimeouts.startup_s``); corrupt replies are retried with the LstRsp bit (the module
+  resends its last reply instead of executing the command again); silence or a shifted frame
+  boundary is recovered by single NOP bytes (``resync()``); a module that answers none of them
+  is a ``DeviceTimeout``. Timeouts come from ``ItlaTimeouts``. It implements
+  ``oddl.drivers.interfaces.TunableTransceiver``. Rules and sources: docs/devices/itla.md.
 
 Frequencies are in THz (registers: THz, 0.1 GHz, MHz parts), powers in dBm (registers:
 dBm x 100), times in seconds.
@@ -474,10 +477,11 @@ class _Silent(Exception):
 class ItlaTimeouts:
     """How long the driver waits, in seconds; set them from the device's configuration.
 
-    ``reply_s`` bounds one request/reply exchange (the MSA's host timeout; vendors use
-    0.25 s); ``lock_s`` a channel or fine-tune change with the output on; ``enable_s`` the
-    output enable (cold modules take tens of seconds); ``startup_s`` how long commands refused
-    with CII (module initialising after power-up or reset) are retried.
+    ``reply_s`` bounds one request/reply exchange (Pure Photonics' code waits 0.25 s);
+    ``lock_s`` a channel or fine-tune change with the output on; ``enable_s`` the output enable
+    (seconds on real modules: take it from the datasheet); ``startup_s`` how long commands
+    refused with CII (module initialising after power-up or reset) are retried. The defaults
+    are generous bounds, not device figures.
     """
 
     reply_s: float = 0.25
