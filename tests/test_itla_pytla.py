@@ -13,6 +13,9 @@ pytla and the MSA text disagree (DIS in ``is_disabled()``).
 from __future__ import annotations
 
 import importlib.resources
+import os
+import signal
+import subprocess
 import sys
 import time
 import types
@@ -156,3 +159,52 @@ def test_status_bits_dis_and_latches(laser: Any) -> None:
     assert FatalError.DIS not in laser.get_error_fatal()
     laser.disable()
     assert FatalError.DIS in laser.get_error_fatal()
+
+
+def _wait_ready(laser: Any, limit_s: float = 60.0) -> int:
+    """Retry a command the way a pytla user would: on XE, read NOP for the reason, and wait
+    while it is CII. Returns how many CII refusals were seen."""
+    seen = 0
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            laser.get_power_setting()
+            return seen
+        except ExecutionError:
+            with pytest.raises(CIIError):
+                laser.nop()
+            seen += 1
+            assert time.monotonic() < deadline, "the module never finished initialising"
+            time.sleep(0.05)
+
+
+def test_pytla_against_oddl_emulate_itla_pty_with_bench_timings() -> None:
+    """`oddl emulate itla --pty` as a lab user starts it, with slow start-up and enable."""
+    args = [sys.executable, "-m", "oddl.drivers.itla_emulator", "--pty", "--serial", "SLOW-1",
+            "--startup-ms", "1500", "--enable-ms", "300", "--time-to-lock-ms", "100"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        path = proc.stdout.readline().strip()
+        laser = itla.ITLA(path, 9600, version="1.2", timeout=2.0, sleep_time=0.01)
+        laser.connect()
+        try:
+            _wait_ready(laser)
+            assert laser.get_serialnumber().rstrip("\0") == "SLOW-1"
+            laser.hard_reset()
+            assert _wait_ready(laser) >= 1  # refused with CII right after the reset
+            t0 = time.monotonic()
+            _enable(laser)
+            assert time.monotonic() - t0 >= 0.3  # CP for at least the configured enable time
+            assert FatalError.DIS not in laser.get_error_fatal()
+        finally:
+            laser._device.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
