@@ -1,4 +1,4 @@
-"""OptINC numerical model: MZI/Clements physics, training, phase files, validation, cascade."""
+"""OptINC model: MZI/Clements physics, U·Σ blocks, levels and digits, phase files, cascade."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from oddl.drivers import optinc_mesh as mesh
 from oddl.drivers import optinc_model as om
 from oddl.drivers.optinc_model import ClementsMesh, OptincError, OptincNetwork
 
@@ -82,47 +83,54 @@ def test_mesh_refuses_wrong_phase_count():
         ClementsMesh(4, np.zeros(12))
 
 
-# ---- network structure --------------------------------------------------------------------
+# ---- U·Σ blocks ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 8])
-def test_mzi_count_unitary_diagonal_is_half_of_svd(n):
-    ud = OptincNetwork(n, 4, "unitary+diagonal")
-    svd = OptincNetwork(n, 4, "svd")
-    assert ud.mzi_count == n * (n - 1) // 2
-    assert svd.mzi_count == 2 * ud.mzi_count
-    assert ud.attenuator_count == svd.attenuator_count == n
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_block_is_unitary_times_diagonal_with_half_the_mzis(k):
+    rng = np.random.default_rng(k)
+    p = rng.uniform(0, 2 * math.pi, (3, mesh.block_param_count(k)))
+    w, u, sigma, _ = mesh.block_matrices(p, k)
+    for b in range(3):
+        np.testing.assert_allclose(u[b].conj().T @ u[b], np.eye(k), atol=1e-12)
+        np.testing.assert_allclose(w[b], u[b] @ np.diag(sigma[b]), atol=1e-12)
+        # U·Σ has orthogonal columns: W^H W is diagonal (the V† of a full U·Σ·V† is missing)
+        gram = w[b].conj().T @ w[b]
+        np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0, atol=1e-12)
+    assert np.all((sigma >= -1e-15) & (sigma <= 1 + 1e-15))
 
 
-def test_n4_hardware_figures():
-    hw = OptincNetwork(4, 4).hardware()
-    assert hw["mzi_count"] == 6 and hw["attenuator_count"] == 4
-    assert hw["splitter_loss_db"] == pytest.approx(6.021, abs=1e-3)
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_block_gradients_match_finite_differences(k):
+    rng = np.random.default_rng(10 + k)
+    p = rng.uniform(0, 2 * math.pi, (2, mesh.block_param_count(k)))
+    g = rng.normal(size=(2, k, k)) + 1j * rng.normal(size=(2, k, k))
+
+    def loss(q):
+        return float(np.sum(np.real(np.conj(g) * mesh.block_matrices(q, k)[0])))
+
+    grad = mesh.block_gradients(p, k, g)
+    h = 1e-6
+    for b in range(2):
+        for j in range(p.shape[1]):
+            a, c = p.copy(), p.copy()
+            a[b, j] += h
+            c[b, j] -= h
+            assert abs((loss(a) - loss(c)) / (2 * h) - grad[b, j]) < 1e-6
 
 
-def test_cascade_mzi_counts():
-    assert om.cascade_mzi_count(4) == 5 * 6  # 4 level-1 devices + 1 level-2 device
-    assert om.cascade_mzi_count(4, mode="svd") == 5 * 12
-    assert om.cascade_mzi_count(4, levels=1) == 6
-    assert om.cascade_mzi_count(2, levels=3) == 7 * 1
-    with pytest.raises(OptincError):
-        om.cascade_mzi_count(1)
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_designed_block_realises_any_row_of_norm_at_most_one(k):
+    rng = np.random.default_rng(k)
+    row = rng.normal(size=k) + 1j * rng.normal(size=k)
+    row *= 0.8 / np.linalg.norm(row)
+    w = mesh.block_matrices(mesh.designed_block(row, k)[None], k)[0][0]
+    np.testing.assert_allclose(w[0], row, atol=1e-12)
+    with pytest.raises(OptincError, match=r"\|row\| ≤ 1"):
+        mesh.designed_block(row * 2, k)
 
 
-def test_network_refuses_bad_configuration():
-    with pytest.raises(OptincError, match="mode"):
-        OptincNetwork(4, 4, "reck")
-    with pytest.raises(OptincError, match="n_inputs"):
-        OptincNetwork(1, 4)
-    with pytest.raises(OptincError, match="bits"):
-        OptincNetwork(4, 0)
-    with pytest.raises(OptincError, match="preprocessing"):
-        OptincNetwork(4, 4, preprocessing="fft")
-    with pytest.raises(OptincError, match="noise_rad"):
-        OptincNetwork(4, 4, noise_rad=-0.1)
-
-
-# ---- exactness, quantisation, noise -------------------------------------------------------
+# ---- levels and digits --------------------------------------------------------------------
 
 
 def test_exact_mean_rounds_half_up():
@@ -131,87 +139,15 @@ def test_exact_mean_rounds_half_up():
     np.testing.assert_array_equal(om.exact_mean(np.array([[0, 0, 1], [0, 1, 1]])), [0, 1])
 
 
-@pytest.mark.parametrize("pre", om.PREPROCESSING)
-@pytest.mark.parametrize("mode", om.MODES)
-@pytest.mark.parametrize("detection", om.DETECTION)
-def test_designed_network_is_exact_on_all_inputs(pre, mode, detection):
-    net = OptincNetwork.designed(4, 4, mode, preprocessing=pre, detection=detection,
-                                 phase_bits=None)
-    x = om.all_inputs(4, 4)
-    assert net.exact_fraction(x) == 1.0
-    np.testing.assert_array_equal(net.forward(x), om.exact_mean(x))
-
-
-def test_designed_dft_mean_is_exact_at_8_bits_with_noise_and_loss():
-    net = OptincNetwork.designed(4, 8, phase_bits=8, loss_db_per_mzi=0.3, noise_rad=0.02)
-    x = om.sample_inputs(4, 8, 20000, np.random.default_rng(3))
-    assert net.exact_fraction(x, realisations=4, rng=np.random.default_rng(4)) == 1.0
-
-
-def test_phase_quantisation_grid_and_degradation():
-    np.testing.assert_allclose(om.quantise_phase([0.1, 2 * math.pi - 0.01, -0.6], 3),
-                               [0.0, 0.0, 2 * math.pi - math.pi / 4])
-    np.testing.assert_allclose(om.quantise_phase([7.0], None), [7.0 - 2 * math.pi])
-    net = OptincNetwork.designed(4, 4, preprocessing="identity", phase_bits=None)
-    x = om.all_inputs(4, 4)
-    assert net.exact_fraction(x) == 1.0
-    assert net.exact_fraction(x, phase_bits=3) < 0.9
-
-
-def test_strong_noise_degrades_and_is_seeded():
-    net = OptincNetwork.designed(4, 4, preprocessing="identity", phase_bits=None)
-    x = om.all_inputs(4, 4)
-    weak = net.exact_fraction(x, noise_rad=0.005, realisations=4, rng=np.random.default_rng(0))
-    strong = net.exact_fraction(x, noise_rad=0.2, realisations=4, rng=np.random.default_rng(0))
-    assert weak > 0.99 and strong < 0.7
-    a = net.forward(x, noise_rad=0.1, rng=np.random.default_rng(7))
-    b = net.forward(x, noise_rad=0.1, rng=np.random.default_rng(7))
-    np.testing.assert_array_equal(a, b)
-
-
-def test_gradient_matches_finite_differences():
-    rng = np.random.default_rng(5)
-    for mode, det in [("svd", "intensity"), ("unitary+diagonal", "coherent")]:
-        net = OptincNetwork(4, 4, mode, preprocessing="identity", detection=det,
-                            loss_db_per_mzi=0.2, seed=2)
-        a = rng.integers(0, 16, size=(64, 4)).astype(float)
-        t = a.mean(axis=1)
-        p = net.params.copy()
-        _, grad, ggain = net._loss_and_grad(p, a, t, 1.2)
-        h = 1e-6
-        for i in range(0, len(p), 3):
-            up, dn = p.copy(), p.copy()
-            up[i] += h
-            dn[i] -= h
-            num = (net._loss_and_grad(up, a, t, 1.2)[0] - net._loss_and_grad(dn, a, t, 1.2)[0])
-            assert num / (2 * h) == pytest.approx(grad[i], abs=1e-6)
-        num_g = net._loss_and_grad(p, a, t, 1.2 + h)[0] - net._loss_and_grad(p, a, t, 1.2 - h)[0]
-        assert num_g / (2 * h) == pytest.approx(ggain, abs=1e-6)
-
-
-def test_training_full_precision_no_noise_is_exact_on_all_inputs():
-    net = OptincNetwork(4, 4, phase_bits=None, seed=1)
-    x = om.all_inputs(4, 4)
-    assert net.exact_fraction(x) < 0.5  # random phases
-    seen: list[tuple[int, int]] = []
-    result = om.train(net, steps=600, restarts=1, noise_rad=0.0, seed=3,
-                      progress=lambda step, total, loss: seen.append((step, total)))
-    assert result.exact_fraction == 1.0 and result.eval_elements == 65536
-    assert net.exact_fraction(x) == 1.0
-    assert seen[-1] == (600, 600)
-
-
-def test_hardware_aware_training_8bit_phases_with_noise():
-    net = OptincNetwork(4, 4, phase_bits=8, seed=2)
-    result = om.train(net, steps=800, noise_rad=0.02, seed=4)
-    assert result.exact_fraction == 1.0
-    assert result.exact_fraction_noisy is not None and result.exact_fraction_noisy >= 0.999
-    x = om.all_inputs(4, 4)
-    assert net.exact_fraction(x, noise_rad=0.02, realisations=4,
-                              rng=np.random.default_rng(8)) >= 0.999
-
-
-# ---- input validation ---------------------------------------------------------------------
+def test_levels_travel_as_digits_on_m_transceivers():
+    x = np.array([0, 1, 17, 200, 255])
+    d = om.to_digits(x, 8, 4)
+    assert d.shape == (5, 4) and d.max() == 3
+    np.testing.assert_array_equal(d[2], [1, 0, 1, 0])  # 17 = 1 + 0·4 + 1·16, PAM4 digits
+    np.testing.assert_array_equal(om.from_digits(d, 8), x)
+    np.testing.assert_array_equal(om.from_digits(om.to_digits(x, 8, 8), 8), x)
+    with pytest.raises(OptincError, match="must divide the level bits"):
+        om.to_digits(x, 8, 3)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -225,13 +161,13 @@ def test_hardware_aware_training_8bit_phases_with_noise():
     (np.array([["a", "b", "c", "d"]]), "numeric"),
 ])
 def test_bad_inputs_are_refused(bad, message):
-    net = OptincNetwork.designed(4, 4)
+    net = OptincNetwork.designed(4, 4, phase_bits=None)
     with pytest.raises(OptincError, match=message):
         net.forward(bad)
 
 
 def test_valid_float_and_small_int_inputs_are_accepted():
-    net = OptincNetwork.designed(4, 4)
+    net = OptincNetwork.designed(4, 4, phase_bits=None)
     x = np.array([[1, 2, 3, 4], [15, 15, 15, 15]])
     np.testing.assert_array_equal(net.forward(x.astype(np.float32)), [3, 15])
     np.testing.assert_array_equal(net.forward(x.astype(np.uint8)), [3, 15])
@@ -253,16 +189,17 @@ def test_encode_decode_signed_values():
 
 
 def test_phase_file_round_trip(tmp_path):
-    net = OptincNetwork(4, 4, "svd", noise_rad=0.02, loss_db_per_mzi=0.1, seed=9)
+    net = OptincNetwork(4, 4, noise_rad=0.02, phase_bits=10, seed=9)
     path = tmp_path / "p.json"
     om.save_phases(path, net, {"training": {"steps": 3}})
     doc = json.loads(path.read_text())
-    assert doc["format"] == om.PHASE_FILE_FORMAT and doc["version"] == 1
-    assert doc["mzi_count"] == 12 and doc["mode"] == "svd" and doc["phase_bits"] == 8
+    assert doc["format"] == om.PHASE_FILE_FORMAT and doc["version"] == 2
+    assert (doc["transceivers"], doc["blocks"], doc["block_size"]) == (2, 15, 3)
+    assert doc["mzi_count"] == 2 * 15 * 3 and doc["phase_bits"] == 10
     back = om.load_phases(path, 4, 4)
-    np.testing.assert_array_equal(back.params, net.params)
+    np.testing.assert_allclose(back.params, net.params, atol=1e-8)
     assert back.metadata == {"training": {"steps": 3}}
-    assert (back.mode, back.noise_rad, back.loss_db_per_mzi) == ("svd", 0.02, 0.1)
+    assert (back.noise_rad, back.phase_bits, back.transceivers) == (0.02, 10, 2)
     x = om.all_inputs(4, 4)
     np.testing.assert_array_equal(back.forward(x, noise_rad=0.0), net.forward(x, noise_rad=0.0))
     assert om.load_phases(path, phase_bits=None).phase_bits is None
@@ -289,20 +226,29 @@ def test_malformed_phase_files_are_refused(tmp_path):
         om.load_phases(path)
     om.save_phases(path, OptincNetwork(4, 4), {})
     doc = json.loads(path.read_text())
-    path.write_text(json.dumps({**doc, "version": 99}))
-    with pytest.raises(OptincError, match="version 99"):
+    path.write_text(json.dumps({**doc, "version": 1}))
+    with pytest.raises(OptincError, match="version 1.*train new phases"):
         om.load_phases(path)
-    doc["meshes"][0]["theta"] = doc["meshes"][0]["theta"][:-1]
+    doc["params"] = doc["params"][:-1]
     path.write_text(json.dumps(doc))
-    with pytest.raises(OptincError, match="needs 20 phases"):
+    with pytest.raises(OptincError, match="needs 360 phases, got 359"):
         om.load_phases(path)
+
+
+def test_shipped_phase_file_is_exact_without_noise():
+    net = om.shipped_phases(4, 8)
+    assert net is not None and net.phase_bits == 16 and net.transceivers == 4
+    assert net.metadata["training"]["exact_fraction"] == 1.0
+    x = om.sample_inputs(4, 8, 20_000, np.random.default_rng(0))
+    assert net.exact_fraction(x, noise_rad=0.0) == 1.0
+    assert om.shipped_phases(4, 4) is None
 
 
 # ---- cascade ------------------------------------------------------------------------------
 
 
-def test_cascade_of_ideal_devices_equals_double_rounding():
-    net = OptincNetwork.designed(4, 4)
+def test_cascade_of_exact_devices_equals_double_rounding():
+    net = OptincNetwork.designed(4, 4, phase_bits=None)
     x = np.random.default_rng(6).integers(0, 16, size=(5000, 16))
     res = om.cascade_forward(x, net, net)
     assert res.device_fraction == 1.0
@@ -311,10 +257,22 @@ def test_cascade_of_ideal_devices_equals_double_rounding():
     assert np.all(np.abs(res.levels - res.exact) <= 1)
 
 
-def test_cascade_refuses_mismatched_levels():
+def test_uneven_cascade_and_mismatch_refusal():
+    l1 = OptincNetwork.designed(4, 4, phase_bits=None)
+    l2 = OptincNetwork.designed(2, 4, phase_bits=None)
+    x = np.random.default_rng(7).integers(0, 16, size=(2000, 8))
+    assert om.cascade_forward(x, l1, l2).device_fraction == 1.0
     with pytest.raises(OptincError, match="disagree"):
         om.cascade_forward(np.zeros((1, 16), dtype=int), OptincNetwork(4, 4),
                            OptincNetwork(4, 8))
     with pytest.raises(OptincError, match="16 inputs"):
         om.cascade_forward(np.zeros((1, 15), dtype=int), OptincNetwork(4, 4),
                            OptincNetwork(4, 4))
+
+
+def test_cascade_mzi_counts():
+    per = OptincNetwork(4, 4).mzi_count
+    assert om.cascade_mzi_count(4, bits=4) == 5 * per  # 4 level-1 devices + 1 level-2 device
+    assert om.cascade_mzi_count(4, levels=1, bits=4) == per
+    with pytest.raises(OptincError):
+        om.cascade_mzi_count(1)
