@@ -26,6 +26,7 @@ from oddl.config import DeviceConfig, TestbedConfig
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import (
     BLOCKED_DB,
+    BLOCKED_PORT,
     Route,
     TransceiverState,
     TunableTransceiver,
@@ -227,9 +228,9 @@ class DeviceManager:
                 if not lo <= ch <= hi:
                     raise SafetyLimitError(f"{wss_id}: channel {ch} is outside channels_allowed "
                                            f"[{lo}, {hi}]; change the route or the testbed file")
-                if not 0 <= route.port <= dev.ports:
+                if not (1 <= route.port <= dev.ports or route.port == BLOCKED_PORT):
                     raise SafetyLimitError(f"{wss_id}: port {route.port} does not exist "
-                                           f"(1..{dev.ports})")
+                                           f"(1..{dev.ports}, or {BLOCKED_PORT} to block)")
                 if route.attenuation_db != BLOCKED_DB and not alo <= route.attenuation_db <= ahi:
                     raise SafetyLimitError(f"{wss_id}: attenuation {route.attenuation_db} dB on "
                                            f"channel {ch} is outside [{alo}, {ahi}] dB "
