@@ -192,10 +192,11 @@ def test_driver_over_a_pty(pty_wss: tuple[WssEmulator, str]) -> None:
     assert emu.route(191.35) == Route(1, 0.0)
 
 
-def test_emulate_wss_pty_command() -> None:
+@pytest.mark.parametrize("entry", [["oddl.cli", "emulate", "wss"], ["oddl.drivers.wss_emulator"]],
+                         ids=["oddl-emulate-wss", "module"])
+def test_emulate_wss_pty_command(entry: list[str]) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # the stand-alone entry runs the same add_arguments/run that `oddl emulate wss` registers
-    proc = subprocess.Popen([sys.executable, "-m", "oddl.drivers.wss_emulator", "--pty",
+    proc = subprocess.Popen([sys.executable, "-m", *entry, "--pty",
                              "--serial", "SN000777", "--settle-ms", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
