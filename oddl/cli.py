@@ -407,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     dlog.add_argument("--device", help="only this device")
     dlog.add_argument("--limit", type=int, default=50)
     dev.set_defaults(func=cmd_devices)
+    from oddl import probe_cli
+
+    probe_cli.register(dsub)
     from oddl import certs_cli, optinc_cli, plan_cli, simulate_cli, testbed_cli, topoopt_cli
 
     ssub = plan_cli.register(sub)
