@@ -110,6 +110,9 @@ class SimConfig:
                                "two-level cascade N1 x N2 = nodes)")
     optinc_bits: int = _f(8, "OptINC level bit width b (b bits per gradient element on the "
                              "wire)")
+    optinc_transceivers: int = _f(4, "OptINC transceivers per server M (a level's b bits as M "
+                                     "digits of b/M bits; gbps/M each per node, gbps each per "
+                                     "wavelength)")
     optinc_latency_us: float = _f(0.1, "OptINC device latency per cascade level (P, MZI mesh, "
                                        "detection, splitter), µs")
 
@@ -223,6 +226,11 @@ class SimConfig:
                 raise SimulationError(f"{name} must be >= 1; got {getattr(self, name)}")
         if not 2 <= self.optinc_bits <= 16:
             raise SimulationError(f"optinc_bits must be in 2..16; got {self.optinc_bits}")
+        m = self.optinc_transceivers
+        if not 1 <= m <= self.optinc_bits or self.optinc_bits % m:
+            raise SimulationError(
+                f"optinc_transceivers must divide optinc_bits ({self.optinc_bits}); got {m}, "
+                "e.g. 1, 2, 4 or 8 for 8 bits")
         if self.optinc_inputs != 0 and not 2 <= self.optinc_inputs <= OPTINC_MAX_INPUTS:
             raise SimulationError(f"optinc_inputs must be 0 (auto) or in 2..{OPTINC_MAX_INPUTS}; "
                                   f"got {self.optinc_inputs}")

@@ -272,7 +272,9 @@ def optinc_levels(nodes: int, inputs: int = 0) -> tuple[int, ...]:
 def _run_optinc(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
     levels = optinc_levels(config.nodes, config.optinc_inputs)
     elems = config.elements
-    wire_s = elems * config.optinc_bits / config.rate_bps  # one pass of the b-bit levels
+    m = config.optinc_transceivers  # b/M-bit digits on M transceivers at once
+    per_server = config.rate_bps * (m if config.bandwidth_norm == "lambda" else 1)
+    wire_s = elems * config.optinc_bits / per_server  # one pass of the b-bit levels
     device_s = len(levels) * config.optinc_latency_us * 1e-6
     scale_s = config.step_s + device_s  # max|g| to the devices and back, no payload
     network_s = scale_s + config.step_s + wire_s + device_s
@@ -283,7 +285,7 @@ def _run_optinc(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> System
     label = "optinc" if len(levels) == 1 else f"optinc({levels[0]}x{levels[1]})"
     return _finish(config, "optinc", label, network_s, 0.0, 0.0,
                    levels=len(levels), inputs=list(levels), devices=devices,
-                   mzis_unitary_diagonal=mzis, bits=config.optinc_bits,
+                   mzis_unitary_diagonal=mzis, bits=config.optinc_bits, transceivers=m,
                    wire_bytes=elems * config.optinc_bits / 8, one_pass_ms=wire_s * 1e3,
                    scale_agreement_us=scale_s * 1e6,
                    quantisation=f"{config.optinc_bits}-bit levels, per-tensor scale"

@@ -115,7 +115,11 @@ def test_per_wavelength_normalisation_multiplies_the_multi_wavelength_systems():
     lam = simulate(SimConfig(bandwidth_norm="lambda", **base), ["ideal", "topoopt", "wrht",
                                                                  "optinc"])
     assert lam.result("ideal").comm_s == pytest.approx(node.result("ideal").comm_s)
-    assert lam.result("optinc").comm_s == pytest.approx(node.result("optinc").comm_s)
+    # OptINC's M = 4 transceivers: gbps/4 each per node, gbps each per wavelength
+    wire = MODELS["vgg19"].params * 8 / 100e9
+    assert node.result("optinc").comm_s - lam.result("optinc").comm_s == pytest.approx(
+        wire * 3 / 4, rel=1e-6)
+    assert lam.result("optinc").detail["transceivers"] == 4
     assert lam.result("topoopt").comm_s == pytest.approx(node.result("topoopt").comm_s / 4,
                                                           rel=1e-3)
     assert lam.result("wrht").comm_s < node.result("wrht").comm_s / 10
@@ -128,6 +132,11 @@ def test_wrht_root_takes_its_members_at_the_node_rate():
     s = MODELS["vgg19"].gradient_bytes()
     assert r.detail["largest_group"] == 16
     assert r.comm_s == pytest.approx(2 * 15 * 8 * s / 100e9, rel=1e-3)
+
+
+def test_optinc_transceivers_must_divide_the_bits():
+    with pytest.raises(SimulationError, match="optinc_transceivers must divide optinc_bits"):
+        SimConfig(optinc_bits=6, optinc_transceivers=4).validate()
 
 
 def test_unknown_normalisation_is_refused():
