@@ -243,10 +243,16 @@ class FlexgridWss:
         return plan
 
     def restart(self, timeout: float = 30.0) -> None:
-        """Restart the module (RES) and wait until it answers SNO? again."""
+        """Restart the module (RES) and wait until it answers SNO? again.
+
+        A module that restarts before its ``OK`` is out is fine: the missing reply is drained.
+        """
         with self._lock:
-            self._exchange("RES")
             deadline = time.monotonic() + timeout
+            try:
+                self._exchange("RES")
+            except DeviceTimeout:
+                logger.info("%s: no OK to RES; waiting for the module to come back", self.name)
             while True:
                 try:
                     self._query_one("SNO?")

@@ -56,7 +56,7 @@ class Refused(Exception):
 
 def execute(emu: WssEmulator, text: str, now: float) -> Lines:
     """Run one command line on `emu` at `now`; return the lines after the echo."""
-    m = _COMMAND.fullmatch(text)
+    m = _COMMAND.fullmatch(text.strip(" \t"))
     if m is None:
         raise Refused(WssErrorCode.CER, "no command word")
     word, args = m.group(1), (m.group(2) or "").strip(" \t")

@@ -161,6 +161,10 @@ def test_framed_commands_get_framed_replies(emu: WssEmulator) -> None:
     assert emu.staged_table()[1] == Route(1, 0.0)  # the badly framed command did nothing
 
 
+def test_blanks_inside_a_frame_are_ignored(emu: WssEmulator) -> None:
+    assert emu.handle_line(frame(" SNO? "))[1:] == [frame("SN000001"), "^OK$FF66"]
+
+
 def test_without_echo(emu: WssEmulator) -> None:
     emu.echo = False
     assert emu.handle_line("SNO?") == ["SN000001", "OK"]

@@ -289,6 +289,12 @@ def test_restart_sends_res_and_waits_for_the_module() -> None:
     link.assert_all_consumed()
 
 
+def test_restart_without_ok_still_waits_for_the_module() -> None:
+    wss, link = make([(b"RES\r\n", b"RES\r\n"), ok(b"SNO?", b"SN1")])
+    wss.restart(timeout=5.0)
+    link.assert_all_consumed()
+
+
 def test_checksum_mode_frames_commands_and_checks_replies() -> None:
     f = lambda t: frame(t).encode()  # noqa: E731
     wss, link = make([
