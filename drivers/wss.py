@@ -289,7 +289,8 @@ class FlexgridWss:
             if self._dirty:
                 self._resync()
             try:
-                return self._exchange_in_step(command, results, final_timeout or self.timeout)
+                return self._exchange_in_step(
+                    command, results, self.timeout if final_timeout is None else final_timeout)
             except WssCommandError:
                 raise
             except DeviceError:
