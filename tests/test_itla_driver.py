@@ -310,3 +310,22 @@ def test_cli_serves_until_sigterm(mode: str) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_the_driver_waits_out_the_start_up_window(
+        wire: tuple[_CurrentEmulator, TcpEmulatorServer, SerialTransport]) -> None:
+    t0 = time.monotonic()
+    wire[0].emu = emu = ItlaEmulator(serial_number="EMU-0042", startup_s=0.3)
+    drv = ItlaDriver(wire[2], name="laser0", timeout_s=0.5, poll_interval_s=0.01)
+    assert drv.read_register("Channel") == 1   # CII answers retried until the module is ready
+    assert time.monotonic() - t0 >= 0.3
+    t1 = time.monotonic()
+    drv.write_register("ResEna", 0x01)          # module reset: the window opens again
+    assert drv.identify().serial_number == "EMU-0042"
+    assert time.monotonic() - t1 >= 0.3
+    assert "MRL" in drv.status().latched and emu.snapshot()["output_enabled"] is False
+    emu.startup_s = 30.0                       # a module that takes long to start ...
+    drv.timeouts.startup_s = 0.05              # ... and a driver configured not to wait
+    drv.write_register("ResEna", 0x01)
+    with pytest.raises(ItlaExecutionError, match="CII"):
+        drv.read_register("Channel")
