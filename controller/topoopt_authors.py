@@ -146,11 +146,14 @@ def perfect_matchings(n: int, demand: Sequence[tuple[int, float]], rounds: int
     if rounds <= 0 or not demand or n < 2:
         return ()
     size = reduce(math.lcm, (m for m, _ in demand))
-    if size % 2:
-        size = n
-    if len(demand) == 1 and demand[0][0] % 2 == 0:
+    if len(demand) == 1 and size % 2 == 0:
         local = _round_robin(size, rounds)
+    elif len(demand) == 1 and n % (2 * size) == 0:
+        size *= 2  # two odd blocks: each matched inside, their spare nodes to each other
+        local = _odd_pair(size // 2, rounds)
     else:
+        if size % 2:
+            size = n
         w = np.zeros((size, size))
         idx = np.arange(size)
         for m, v in demand:
@@ -169,6 +172,22 @@ def _round_robin(size: int, rounds: int) -> list[list[tuple[int, int]]]:
         pairs = [(r, size - 1)] + [((r + i) % (size - 1), (r - i) % (size - 1))
                                    for i in range(1, size // 2)]
         out.append(sorted((min(label[a], label[b]), max(label[a], label[b])) for a, b in pairs))
+    return out
+
+
+def _odd_pair(m: int, rounds: int) -> list[list[tuple[int, int]]]:
+    """Rounds on two odd blocks of m: the round-robin of each block (a dummy gives one node a
+    bye), the two byes matched to each other (a zero-demand pair): optimal and perfect."""
+    label = np.random.default_rng(TIE_SEED).permutation(m).tolist()
+    k = m + 1
+    out = []
+    for r in range(rounds):
+        r %= k - 1
+        pairs = [(r, k - 1)] + [((r + i) % (k - 1), (r - i) % (k - 1)) for i in range(1, k // 2)]
+        inner = [(label[a], label[b]) for a, b in pairs if a < m and b < m]
+        bye = next(label[a if b == m else b] for a, b in pairs if m in (a, b))
+        both = [tuple(sorted((a + base, b + base))) for base in (0, m) for a, b in inner]
+        out.append(sorted(both + [(bye, bye + m)]))
     return out
 
 

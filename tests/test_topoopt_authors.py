@@ -70,8 +70,13 @@ def test_odd_blocks_are_matched_perfectly_with_zero_demand_pairs() -> None:
         assert sorted(x for p in pairs for x in p) == list(range(n))  # every node matched
         assert any(a // 3 != b // 3 for a, b in pairs)  # across blocks: zero demand
         assert sum(a // 3 == b // 3 for a, b in pairs) == 4  # one pair inside each block
+    assert len({p for pairs in rounds for p in pairs}) == 12  # the second round adds new pairs
     ours = mp_matchings(n, [(3, 5.0)], 1)[0]
     assert len(ours) == 4  # ours leaves a node of every block unmatched
+    # odd blocks on more nodes take the two-block shortcut; still perfect and optimal
+    for pairs in perfect_matchings(30, [(5, 1.0)], 4):
+        assert sorted(x for p in pairs for x in p) == list(range(30))
+        assert sum(a // 5 == b // 5 for a, b in pairs) == 12
 
 
 def test_mixed_demand_matching_is_a_minimum_cost_perfect_matching() -> None:
