@@ -788,16 +788,17 @@ class ItlaDriver:
                 return
             raise
 
-    def read_string(self, name_or_addr: str | int, max_len: int = 256) -> str:
-        """Read a string register through AEA: read it, then EAR two bytes at a time."""
+    def read_aea(self, name_or_addr: str | int, max_len: int = 256) -> bytes:
+        """Read an AEA register (strings, Currents, Temps): read it, then EAR two bytes at a
+        time until the announced length (or XE/ERE from a module that stops early)."""
         reg = register(name_or_addr)
         with self._locked():
             reply = self._exchange(reg)
             if reply.status == Status.OK:
-                return ""  # a module without AEA data for this register
+                return b""  # a module without AEA data for this register
             if reply.status != Status.AEA:
                 raise ProtocolError(f"{reg.name} answered {reply.status.name}, not AEA; it is "
-                                    "not a string register on this module", device=self.name)
+                                    "not an AEA register on this module", device=self.name)
             length = min(reply.data, max_len)
             buf = bytearray()
             while len(buf) < length:
@@ -806,7 +807,31 @@ class ItlaDriver:
                     self._transact(_NOP, 0, False)
                     break
                 buf += word.data.to_bytes(2, "big")
-        return bytes(buf[:length]).split(b"\0", 1)[0].decode("ascii", "replace").strip()
+        return bytes(buf[:length])
+
+    def read_string(self, name_or_addr: str | int, max_len: int = 256) -> str:
+        """Read a string register through AEA (NUL-terminated ASCII)."""
+        raw = self.read_aea(name_or_addr, max_len)
+        return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
+
+    def _aea_words(self, name: str) -> tuple[int, ...]:
+        raw = self.read_aea(name)
+        return tuple(int.from_bytes(raw[i:i + 2], "big", signed=True)
+                     for i in range(0, len(raw) - 1, 2))
+
+    def temperatures_c(self) -> tuple[float, ...]:
+        """Temps (0x58, AEA): module temperatures in degC, in the module's technology order
+        (technology 1: laser chip, case)."""
+        return tuple(w / 100 for w in self._aea_words("Temps"))
+
+    def currents_ma(self) -> tuple[float, ...]:
+        """Currents (0x57, AEA): module currents in mA, in the module's technology order
+        (technology 1: TEC, laser diode)."""
+        return tuple(w / 10 for w in self._aea_words("Currents"))
+
+    def last_response(self) -> int:
+        """LstResp (0x13): the data word of the reply the module sent before this one."""
+        return self.read_register("LstResp")
 
     # -- identity and limits --
 

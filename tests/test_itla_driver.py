@@ -329,3 +329,12 @@ def test_the_driver_waits_out_the_start_up_window(
     drv.write_register("ResEna", 0x01)
     with pytest.raises(ItlaExecutionError, match="CII"):
         drv.read_register("Channel")
+
+
+def test_monitors_and_last_response(drv: ItlaDriver, emu: ItlaEmulator) -> None:
+    assert drv.temperatures_c() == (35.0, 25.0)
+    assert drv.currents_ma() == (150.0, 0.0)
+    drv.enable_output()
+    assert drv.currents_ma() == (150.0, pytest.approx(70.0))  # 30 mA + 4 mA/mW x 10 mW
+    assert drv.read_register("OPSH") == 1350
+    assert drv.last_response() == 1350

@@ -483,3 +483,11 @@ def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
     a.timeouts.lock_s = 1.0
     assert (a.timeout_s, a.timeouts.lock_s) == (0.5, 1.0)
     assert (b.timeout_s, b.timeouts.lock_s, shared.lock_s) == (0.25, 12.0, 12.0)
+
+
+def test_temps_are_signed_hundredths_through_aea() -> None:
+    ear = _req("EAR")
+    drv, link = make_driver([(_req("Temps"), _rep("Temps", 4, Status.AEA)),
+                             (ear, _rep("EAR", 0xFF38)), (ear, _rep("EAR", 0x09C4))])
+    assert drv.temperatures_c() == (-2.0, 25.0)
+    link.assert_all_consumed()
