@@ -407,6 +407,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                                                  "previous flow did not arrive")
                             return
                         self._confirm_cond.wait(min(remaining, 0.05))
+                confirmed = time.time()
                 errors: list[str] = []
                 if retunes:
                     try:
@@ -416,7 +417,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                     except OddlError as exc:
                         errors = [str(exc)]
                     job.reconfigurations += len(retunes)
-                late = time.time() - (t0 + slot.data_start_s - sched.start_s)
+                granted = time.time()
+                late = granted - (t0 + slot.data_start_s - sched.start_s)
                 self._circuits_ready(job, seq, slot.index,
                                      f"retune failed: {'; '.join(errors)}" if errors else "")
                 if errors:
@@ -426,6 +428,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                     return
                 if self.metrics is not None:
                     self.metrics.overrun.observe(max(late, 0.0))
+                    edge = t0 + slot.start_s - sched.start_s
+                    self.metrics.guard_phase.labels("confirmed").observe(max(confirmed - edge, 0))
+                    self.metrics.guard_phase.labels("granted").observe(max(granted - edge, 0))
                 if late > 0:
                     logger.warning("job %s slot %d: circuits ready %.2f ms after the guard; "
                                    "raise [timing] command_ms or laser_tune_ms", job.id,

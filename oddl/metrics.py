@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 GATE_BUCKETS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2)
 COMMAND_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0)
+GUARD_BUCKETS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 7e-3, 8e-3, 1e-2, 1.5e-2, 2e-2, 5e-2, 0.1,
+                 1.0)
 
 
 class _StateCollector(Collector):
@@ -47,6 +49,12 @@ class Metrics:
                                  "Device operation round trip (tune to lock, read back, apply)",
                                  ["device", "op"], buckets=COMMAND_BUCKETS,
                                  registry=self.registry)
+        self.guard_phase = Histogram(f"{prefix}_retune_slot_seconds",
+                                     "From a retune slot's guard start until its hand-offs "
+                                     "were confirmed (phase=confirmed) and its circuits "
+                                     "granted (phase=granted); the guard should cover granted",
+                                     ["phase"], buckets=GUARD_BUCKETS,
+                                     registry=self.registry)
         self.address = ""
         self._server: Any = None
 

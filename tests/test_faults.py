@@ -184,12 +184,15 @@ def test_garbage_on_every_listening_port(bench: Bench):
     assert all(p.alive() for p in bench.group.procs)
     from oddl.errors import OperationRefused
 
+    # a frame that resets a module leaves it answering "initialising" (ITLA) or restarting
+    # (WSS) for a while, as a real one does: the controller's device watch brings it back
+    _wait(lambda: all(d["reachable"] for d in bench.operator.devices()["devices"]), 60,
+          "every device answering again")
     try:
         bench.operator.submit("after-device-garbage", [], "ring", "optical")
     except OperationRefused as exc:
         assert "rolled back" in str(exc)
         bench.operator.submit("after-repair", [], "ring", "optical")
-    assert all(d["reachable"] for d in bench.operator.devices()["devices"])
     assert bench.allreduce(8) == [True] * 4
 
 
