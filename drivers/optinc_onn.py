@@ -349,7 +349,10 @@ class OptincNetwork:
         sums = self.digit_sums(xv)
         base = self.shape.sum_levels ** np.arange(self.transceivers, dtype=np.int64)
         sigma = self.noise_rad if noise_rad is None else noise_rad
-        if sigma == 0 and self.shape.sum_levels ** self.transceivers <= 1 << 20:
+        space = self.shape.sum_levels ** self.transceivers
+        if space <= 1 << 20 and (sigma == 0 or len(xv) >= space):
+            # a table of every tuple: kept while the phases stay (no noise), else rebuilt for
+            # this pass's noise realisation, which is cheaper than sorting a large batch
             return self._decided_levels(sums, eff, cacheable=True)
         keys, inverse = np.unique(sums @ base, return_inverse=True)
         tuples = (keys[:, None] // base) % self.shape.sum_levels
