@@ -824,12 +824,19 @@ def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[soc
 
     def handle(conn: socket.socket) -> None:
         lines = LineSplitter(MAX_LINE_BYTES, emulator.overlong_line)
+        answered_with_cr = False  # the last line ended in CR and got an answer
         while True:
             chunk = conn.recv(4096)
             if not chunk:
                 return
             for raw, terminator in lines.feed(chunk):
+                if raw is None:  # the LF of a CR-LF split across two reads
+                    if answered_with_cr:
+                        conn.sendall(b"\n")
+                    answered_with_cr = False
+                    continue
                 reply = emulator.process(raw, terminator)
+                answered_with_cr = False
                 if reply.drop_connection:
                     return
                 if reply.data is None:
@@ -838,6 +845,7 @@ def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[soc
                     time.sleep(reply.delay_s)
                 conn.sendall(reply.data)
                 emulator.note_sent()
+                answered_with_cr = terminator == b"\r"
 
     return handle
 

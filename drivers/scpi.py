@@ -225,9 +225,11 @@ class LineSplitter:
 
     `feed` returns (line, terminator) pairs; the terminator is the one the client used, so a
     reply can end the same way (a client that writes CR usually reads up to CR). A CR at the
-    end of a chunk ends its line at once; an LF arriving next is the rest of that CR-LF, not an
-    empty line. More than `max_bytes` without a terminator calls `on_overlong` once and drops
-    bytes up to the next terminator.
+    end of a chunk ends its line at once (a CR client waits for its answer); when the next
+    chunk starts with LF, that LF is the rest of a CR-LF and comes out as ``(None, b"\n")``:
+    the answer to the previous line, sent ending in CR, must be finished with LF. More than
+    `max_bytes` without a terminator calls `on_overlong` once and drops bytes up to the next
+    terminator.
     """
 
     def __init__(self, max_bytes: int, on_overlong: Callable[[], None]) -> None:
@@ -237,13 +239,15 @@ class LineSplitter:
         self._after_cr = False
         self._discarding = False
 
-    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+    def feed(self, chunk: bytes) -> list[tuple[bytes | None, bytes]]:
         """Add received bytes; return the complete lines with their terminators."""
-        out: list[tuple[bytes, bytes]] = []
+        out: list[tuple[bytes | None, bytes]] = []
         data = memoryview(chunk)
-        if self._after_cr and data[:1] == b"\n":
-            data = data[1:]
-        self._after_cr = False
+        if self._after_cr:
+            self._after_cr = False
+            if data[:1] == b"\n":
+                data = data[1:]
+                out.append((None, b"\n"))
         self._buf += data
         while True:
             cut = _first_terminator(self._buf)

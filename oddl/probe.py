@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -94,16 +95,21 @@ def list_visa_resources(backend: str = "@py",
     """
     found: list[str] = []
     problem: list[str] = []
+    limits: list[str] = []  # what pyvisa-py warned it could not scan
 
     def scan() -> None:
         import pyvisa
 
         try:
-            rm = pyvisa.ResourceManager(backend)
-            try:
-                found.extend(r for r in rm.list_resources() if not r.startswith("ASRL"))
-            finally:
-                rm.close()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                rm = pyvisa.ResourceManager(backend)
+                try:
+                    found.extend(r for r in rm.list_resources() if not r.startswith("ASRL"))
+                finally:
+                    rm.close()
+            limits.extend(str(w.message).split(".")[0] for w in caught
+                          if issubclass(w.category, UserWarning))
         except Exception as exc:  # pyvisa-py raises plain exceptions for missing back-ends
             problem.append(f"VISA scan failed: {exc}")
 
@@ -112,10 +118,12 @@ def list_visa_resources(backend: str = "@py",
     thread.join(timeout_s)
     if thread.is_alive():
         return [], f"VISA scan gave no answer within {timeout_s:g} s; resources not listed"
-    note = problem[0] if problem else ""
-    if not note:
-        note = ("pyvisa-py lists only resources it can discover; a TCPIP SOCKET meter is "
-                "probed at the address the testbed file gives")
+    if problem:
+        return sorted(found), problem[0]
+    note = ("pyvisa-py lists only resources it can discover (a TCPIP SOCKET meter is probed "
+            "at the address the testbed file gives)")
+    if limits:
+        note += "; " + "; ".join(sorted(set(limits)))
     return sorted(found), note
 
 

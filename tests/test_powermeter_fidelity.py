@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oddl.drivers.powermeter import PowerMeter
 from oddl.drivers.powermeter_emulator import (
@@ -58,7 +60,8 @@ def test_line_splitter_takes_lf_cr_and_crlf_across_chunks() -> None:
     overlong: list[int] = []
     lines = LineSplitter(16, lambda: overlong.append(1))
     assert lines.feed(b"A\nB\r") == [(b"A", b"\n"), (b"B", b"\r")]
-    assert lines.feed(b"\nC\r\nD") == [(b"C", b"\r\n")]      # LF after a CR: not a new line
+    # the LF after that CR is not a new line: it finishes B's CR-LF
+    assert lines.feed(b"\nC\r\nD") == [(None, b"\n"), (b"C", b"\r\n")]
     assert lines.feed(b"\r") == [(b"D", b"\r")]
     assert lines.feed(b"E\n") == [(b"E", b"\n")]
     assert lines.feed(b"x" * 20) == [] and overlong == [1]
@@ -277,3 +280,45 @@ def test_wavelength_all_sets_every_channel_and_stops_logging(emu: PowerMeterEmul
     assert ask(emu, ":SENS3:FUNC:STAT?") == "NONE,COMPLETE"
     emu.handle_line(":SENS:POW:WAV:ALL 2000NM")
     assert emu.error_codes() == [-222]
+
+
+@given(st.lists(st.tuples(st.text(alphabet="ABC:?;*1 ", max_size=12),
+                          st.sampled_from([b"\n", b"\r", b"\r\n"])), max_size=8),
+       st.lists(st.integers(min_value=1, max_value=7), max_size=10))
+def test_line_splitter_result_does_not_depend_on_chunking(
+        lines: list[tuple[str, bytes]], cuts: list[int]) -> None:
+    stream = b"".join(text.encode() + end for text, end in lines)
+    whole = LineSplitter(1 << 16, lambda: None).feed(stream)
+    ambiguous = any(end == b"\r" and nxt == ("", b"\n")   # CR then an empty LF line is CR-LF
+                    for (_, end), nxt in zip(lines, lines[1:], strict=False))
+    if not ambiguous:
+        assert whole == [(text.encode(), end) for text, end in lines]
+    pieces, at = [], 0
+    for cut in cuts:
+        pieces.append(stream[at:at + cut])
+        at += cut
+    pieces.append(stream[at:])
+    splitter = LineSplitter(1 << 16, lambda: None)
+    merged: list[tuple[bytes, bytes]] = []
+    for piece in pieces:
+        for line, end in splitter.feed(piece):
+            if line is None:   # a late LF completes the CR of the line before
+                assert merged[-1][1] == b"\r"
+                merged[-1] = (merged[-1][0], b"\r\n")
+            else:
+                merged.append((line, end))
+    assert merged == whole
+
+
+def test_crlf_split_across_reads_still_gets_a_crlf_answer(served: tuple[str, int]) -> None:
+    with socket.create_connection(served, timeout=10) as sock:
+        sock.sendall(b"*OPC?\r")
+        got = b""
+        while not got.endswith(b"\r"):
+            got += sock.recv(64)
+        sock.sendall(b"\n:SENS1:POW:WAV 1310NM\r")       # a setting: no answer, no stray LF
+        time.sleep(0.2)
+        sock.sendall(b"\n*OPC?\r\n")
+        while got.count(b"1") < 2 or not got.endswith(b"\r\n"):
+            got += sock.recv(64)
+    assert got == b"1\r\n1\r\n"
