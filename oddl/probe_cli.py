@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from typing import Any
 
@@ -42,7 +43,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ConfigError("oddl devices probe needs the testbed file: pass --config FILE "
                           "(or set ODDL_CONFIG)")
     cfg = load_testbed(path)
-    report = probe(cfg, scan=not args.no_scan)
+    drivers_log = logging.getLogger("oddl.drivers")
+    saved = drivers_log.level
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        # a probe expects silent ports and wrong protocols; the report says what they mean
+        drivers_log.setLevel(logging.ERROR)
+    try:
+        report = probe(cfg, scan=not args.no_scan)
+    finally:
+        drivers_log.setLevel(saved)
     if getattr(args, "json", False):
         print(json.dumps(report.to_json(), indent=2))
     else:
