@@ -277,6 +277,10 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
         change: dict[str, Any] = {"set_channel": {"transmitter": args.transmitter,
                                                   "channel": args.channel}}
     else:
+        if args.port is None:
+            print("oddl reconfigure --wss needs --port: the out-port for the channel, or 99 to "
+                  "block it", file=sys.stderr)
+            return EXIT_USAGE
         change = {"set_route": {"wss": args.wss, "channel": args.channel, "port": args.port,
                                 "attenuation_db": args.attenuation}}
     preview = client.reconfigure(change, dry_run=True)
@@ -447,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--transmitter", help="transmitter device id (with --channel)")
     what.add_argument("--wss", help="WSS device id (with --channel --port [--attenuation])")
     rc.add_argument("--channel", type=int, required=True)
-    rc.add_argument("--port", type=int, default=0)
+    rc.add_argument("--port", type=int, default=None,
+                    help="the WSS out-port for the channel (99 blocks it)")
     rc.add_argument("--attenuation", type=float, default=0.0)
     rc.add_argument("--dry-run", action="store_true")
     rc.add_argument("--yes", action="store_true", help="apply without asking")

@@ -87,6 +87,8 @@ def test_reconfigure_dry_run_confirmation_and_refusal(testbed):
                    env=env)
     assert applied.returncode == 0
     assert applied.stdout.strip() == "applied and verified: wss0: channel 6 → port 2 at 0.0 dB"
+    no_port = oddl("reconfigure", "--wss", "wss0", "--channel", "6", "--yes", env=env)
+    assert no_port.returncode == 2 and "needs --port" in no_port.stderr and "99" in no_port.stderr
     refused = oddl("reconfigure", "--transmitter", "laser0", "--channel", "40", "--yes", env=env)
     assert refused.returncode == 4
     assert "laser0: channel 40 is not allowed" in refused.stderr
