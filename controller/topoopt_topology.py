@@ -1,19 +1,19 @@
 """TopoOpt's topology from traffic, routing over it, and the iteration-time model.
 
-Construction (papers.md §3.2, the rest of the construction [authors' code], our choices marked):
+`build_topology` builds with the authors' pieces by default (`topoopt_authors`: degree split,
+ring allocation, coin-change rings, perfect matchings, single-path routing) or with ours
+(``rings="ours"``, ``matching="ours"``, ``routing="ours"``), which this module holds:
 
-1. **Degree split.** d interfaces per node, d_ar for all-reduce rings and d_mp = d − d_ar for
-   model-parallel links, ``d_ar ≈ d · T_ar/(T_ar + T_mp)`` by bytes per node, rounded to an
-   even number in [2, d] (the proportional rule present but commented out in the authors'
-   code, which gives all interfaces to all-reduce; ``split="all-dp"`` does that).
+1. **Degree split.** d_ar ≈ d · T_ar/(T_ar + T_mp) by bytes per node, rounded to an even
+   number in [2, d] (``split="all-dp"``: every interface to rings).
 2. **All-reduce rings.** A full N-ring is always kept. Per all-reduce group size g = N/m,
    picks (a jump p and its reverse N−p) are shared out in proportion to the group's ring
-   traffic 2(g−1)/g·S, by largest remainder [ours: the authors' code divides the other way,
-   papers.md calls that a quirk]. The picks of g = N come from `select_permutations`; those
-   of g < N by the same geometric rule over J(g) = `candidate_jumps(N, g)`. A group without
-   picks is routed over the chosen jumps by the fewest hops (coin change), half each way.
+   traffic 2(g−1)/g·S, by largest remainder. The picks of g = N come from
+   `select_permutations(..., distinct=True)`; those of g < N by the same geometric rule over
+   J(g) = `candidate_jumps(N, g)`. A group without picks is routed over the chosen jumps by
+   the fewest hops to stride ±m (coin change), half each way.
 3. **Model-parallel links.** d_mp rounds of maximum-weight matching (networkx) on the
-   model-parallel demand; after each round a matched pair's weight is scaled by
+   model-parallel demand only; after each round a matched pair's weight is scaled by
    conn/(conn+1). The demand of blocks of m consecutive nodes splits into identical
    components of lcm(m…) nodes: one is matched and the result translated to the others; a
    component that is a single uniform clique is matched by the round-robin 1-factorisation,
@@ -88,7 +88,7 @@ def degree_split(tr: Traffic, degree: int, split: str = "proportional") -> tuple
     if split not in SPLITS:
         raise TopoOptError(f"unknown degree split {split!r}; use one of {', '.join(SPLITS)}")
     ar, mp = tr.ar_bytes_per_node, tr.mp_bytes_per_node
-    top = min(degree, max_degree(tr.nodes))
+    top = min(degree, max_degree(tr.nodes, distinct=True))
     if split == "all-dp" or mp <= 0:
         return top - top % 2, degree - (top - top % 2)
     raw = degree * ar / (ar + mp)
@@ -129,7 +129,7 @@ def allocate_rings(tr: Traffic, d_ar: int) -> tuple[dict[int, tuple[int, ...]], 
     has_full = any(m == 1 for m, _ in classes)
     ring = select_permutations(n, 2)
     budget = d_ar - (0 if has_full else len(ring))
-    caps = [max_degree(n) // 2 if m == 1 else math.ceil(len(candidate_jumps(n, n // m)) / 2)
+    caps = [max_degree(n, distinct=True) // 2 if m == 1 else math.ceil(len(candidate_jumps(n, n // m)) / 2)
             for m, _ in classes]
     weights = [_ring_bytes(n, m, s) for m, s in classes]
     picks_left = min(max(0, budget // 2), sum(caps))
@@ -156,7 +156,7 @@ def allocate_rings(tr: Traffic, d_ar: int) -> tuple[dict[int, tuple[int, ...]], 
         jumps: list[int] = []
         while k > 0:
             if m == 1:
-                jumps = list(select_permutations(n, min(2 * k, max_degree(n))))
+                jumps = list(select_permutations(n, min(2 * k, max_degree(n, True)), True))
             else:
                 jumps = _geometric(candidate_jumps(n, n // m), k, n, set(used))
             if interfaces + len(jumps) <= d_ar:

@@ -383,7 +383,7 @@ def test_cli_text_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
     assert "\nstrategy: emb-big=16,emb-small=16" in out
     assert "ring jumps (i → i+p):" in out
     assert "fat-tree, similar cost (130.4 Gbit/s)" in out
-    assert "(paper: up to 3.4× vs a similar-cost fat-tree" in out
+    assert "(paper: up to 3.4×, 3× for DLRM, vs a similar-cost fat-tree" in out
     assert "topoopt: topoopt: iteration 100/100, best" in err
 
 
