@@ -25,8 +25,10 @@ Traffic of a strategy (`traffic`), per iteration:
 Assumptions (docs/topoopt.md): perfect partitioning, so a node's compute time does not depend
 on the strategy; weak scaling (every node processes `batch` samples); a group's internal
 activations stay local, only its boundary crosses the network `exchanges` times per pass.
-Shipped profiles are computed from the architectures; the parameter counts and MACs of VGG19
-and ResNet50 equal torchvision's (and `oddl.controller.sim_models`).
+Our shipped profiles are computed from the architectures; the parameter counts and MACs of
+VGG19 and ResNet50 equal torchvision's (and `oddl.controller.sim_models`). The profiles of the
+authors' experiments (``dlrm-topoopt``, ``vgg16-topoopt``, ``bert-topoopt``) come from
+`oddl.controller.topoopt_profiles` and are registered in `MODELS` at the end of this module.
 """
 
 from __future__ import annotations
