@@ -125,17 +125,23 @@ def train(network: OptincNetwork, steps: int = 400, lr: float = 0.01,
     hist: list[tuple[int, float]] = []
     loss = float("nan")
     every = max(1, steps // 20)
-    # keep the phases that decide best (hard thresholders, DAC, no noise), checked on the whole
-    # set (or on 4096 tuples drawn by probability when it is larger) every `check` steps
+    # keep the phases that decide best (hard thresholders, DAC, the training noise), checked on
+    # the whole set (or on 4096 tuples drawn by probability when it is larger) every `check` steps
     check = max(1, steps // (40 if len(tuples) <= 4096 else 8))
     probe = (np.arange(len(tuples)) if len(tuples) <= 4096 else
              np.unique(rng.choice(len(tuples), size=4096, p=prob)))
     probe_w = prob[probe] / prob[probe].sum()
 
     def decides(params: Float) -> float:
-        eff = network.effective_params(noise_rad=0.0, params=params)
-        ok = np.all(network.decide(tuples[probe], eff) == target[probe], axis=1)
-        return float(np.sum(probe_w[ok]))
+        # with noise in the loop: the mean over fixed noise draws (the same for every check)
+        draws = [np.random.default_rng(seed + 100 + j) for j in range(3)] if sigma > 0 else [None]
+        total = 0.0
+        for gen in draws:
+            eff = network.effective_params(noise_rad=sigma if gen else 0.0, rng=gen,
+                                           params=params)
+            ok = np.all(network.decide(tuples[probe], eff) == target[probe], axis=1)
+            total += float(np.sum(probe_w[ok]))
+        return total / len(draws)
 
     best, best_frac = p.copy(), decides(p)
     for i in range(steps):
