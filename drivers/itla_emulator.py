@@ -125,7 +125,7 @@ __all__ = [
 DARK_DBM = -40.0
 """What OOP reports when no light is out (output off, tuning, after a reset)."""
 IDLE_POLL_S = 0.5
-"""How often the byte-stream servers wake up to check for a stop (framing never times out)."""
+"""How long the TCP handler blocks in one recv before it loops (framing never times out)."""
 
 PENDING_ENABLE = 0x01
 PENDING_TUNE = 0x02
