@@ -515,6 +515,7 @@ class ItlaDriver:
     def __init__(self, transport: Transport, name: str = "itla", *,
                  timeout_s: float | None = None, retries: int = 2,
                  poll_interval_s: float = 0.01, timeouts: ItlaTimeouts | None = None,
+                 recover_link: bool = True,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.timeouts = replace(timeouts) if timeouts is not None else ItlaTimeouts()
@@ -523,6 +524,9 @@ class ItlaDriver:
             self.timeouts = replace(self.timeouts, reply_s=timeout_s)
         self.name = name
         self.retries = retries
+        self.recover_link = recover_link
+        """False: no resynchronisation, silence is a DeviceTimeout at once (for probing a
+        port at several baud rates, where nothing is framed anyway)."""
         self.poll_interval_s = poll_interval_s
         self.tune_history: deque[float] = deque(maxlen=10_000)
         """Measured time-to-lock of each set_channel, seconds (newest last)."""
@@ -597,6 +601,11 @@ class ItlaDriver:
             except _Silent as exc:
                 problems.append(str(exc))
                 logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, exc)
+                if not self.recover_link:
+                    raise DeviceTimeout(
+                        f"no reply to {op} within {self.timeout_s * 1000:.0f} ms; check the "
+                        "cable, the baud rate and that the laser (or its emulator) is powered "
+                        "and running", device=self.name) from None
                 if not self.resync():
                     raise DeviceTimeout(
                         f"no reply to {op} within {self.timeout_s * 1000:.0f} ms, nor to "
@@ -619,15 +628,17 @@ class ItlaDriver:
                 resend = request
             elif problem.startswith("CE"):
                 # CE again: most likely a byte was lost and the module's frames are shifted.
-                self.resync()
-                if write and (done := self._already_written(reg, data)) is not None:
-                    return done
+                if self.recover_link:
+                    self.resync()
+                    if write and (done := self._already_written(reg, data)) is not None:
+                        return done
                 resend = request
             else:
                 # The module answered but the reply was damaged: ask for that answer again
                 # (LstRsp), so a write is never executed twice.
                 resend = encode_request(reg.address, data, write, last_response=True)
-        self.resync()  # leave the link framed for the next command
+        if self.recover_link:
+            self.resync()  # leave the link framed for the next command
         raise ProtocolError(
             f"{len(problems)} exchanges for {op} failed ({'; '.join(problems)}); check the "
             "baud rate, cable and grounding; a write may or may not have been executed, so "

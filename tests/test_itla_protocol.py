@@ -491,3 +491,17 @@ def test_temps_are_signed_hundredths_through_aea() -> None:
                              (ear, _rep("EAR", 0xFF38)), (ear, _rep("EAR", 0x09C4))])
     assert drv.temperatures_c() == (-2.0, 25.0)
     link.assert_all_consumed()
+
+
+def test_without_link_recovery_silence_fails_at_once() -> None:
+    """For probing a port at several baud rates: no NOP bytes, no second try."""
+    link = ScriptedLink([(_req("NOP"), None)])
+    drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
+    with pytest.raises(DeviceTimeout, match="probe: no reply to read NOP within"):
+        drv.nop()
+    link.assert_all_consumed()
+    link = ScriptedLink([(_req("NOP"), "00 00 00 05")])   # garbage at a wrong baud rate
+    drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
+    with pytest.raises(ProtocolError, match="bad checksum"):
+        drv.nop()
+    link.assert_all_consumed()
