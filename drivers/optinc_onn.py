@@ -318,21 +318,13 @@ class OptincNetwork:
             out[lo : lo + CHUNK] = np.clip(np.floor(r + 0.5), 0, self.shape.digit_top)
         return out
 
-    def _decided_levels(self, tuples: NDArray[np.int64], eff: Float,
-                        cacheable: bool) -> NDArray[np.int64]:
-        """Levels decided for digit-sum tuples; without noise, from a table of every tuple
-        (built once per set of phases and DAC resolution)."""
-        c = self.shape.digit_bits
-        weights = 1 << (c * np.arange(self.transceivers))
-        if not cacheable or self.shape.sum_levels ** self.transceivers > 1 << 20:
-            return np.sum(self.decide(tuples, eff) * weights, axis=1)
-        key = (eff.tobytes(), self.shape)
-        if self._table is None or self._table[0] != key:
-            every, _ = self.training_set()
-            self._table = (key, np.sum(self.decide(every, eff) * weights, axis=1))
-        # training_set() lists the tuples in C order: the first position is the slowest
-        base = self.shape.sum_levels ** np.arange(self.transceivers - 1, -1, -1, dtype=np.int64)
-        return self._table[1][tuples @ base]
+    def _levels_of_keys(self, keys: NDArray[np.int64], eff: Float) -> NDArray[np.int64]:
+        """Decided levels for digit-sum tuples given by key ``Σ_m S_m·L_s**m``."""
+        s = self.shape
+        base = s.sum_levels ** np.arange(self.transceivers, dtype=np.int64)
+        tuples = (keys[:, None] // base) % s.sum_levels
+        weights = 1 << (s.digit_bits * np.arange(self.transceivers))
+        return np.sum(self.decide(tuples, eff) * weights, axis=1)
 
     def forward(self, x: ArrayLike, *, noise_rad: float | None = None,
                 phase_bits: Any = "network",
@@ -346,17 +338,34 @@ class OptincNetwork:
         if len(xv) == 0:
             return np.zeros(0, dtype=np.int64)
         eff = self.effective_params(noise_rad=noise_rad, phase_bits=phase_bits, rng=rng)
-        sums = self.digit_sums(xv)
-        base = self.shape.sum_levels ** np.arange(self.transceivers, dtype=np.int64)
+        keys = self.tuple_keys(xv)
         sigma = self.noise_rad if noise_rad is None else noise_rad
         space = self.shape.sum_levels ** self.transceivers
-        if space <= 1 << 20 and (sigma == 0 or len(xv) >= space):
-            # a table of every tuple: kept while the phases stay (no noise), else rebuilt for
-            # this pass's noise realisation, which is cheaper than sorting a large batch
-            return self._decided_levels(sums, eff, cacheable=True)
-        keys, inverse = np.unique(sums @ base, return_inverse=True)
-        tuples = (keys[:, None] // base) % self.shape.sum_levels
-        return self._decided_levels(tuples, eff, cacheable=False)[inverse.reshape(-1)]
+        if space <= 1 << 20 and sigma == 0:
+            # a table of every tuple, kept while the phases and the DAC stay the same
+            tag = (eff.tobytes(), self.shape)
+            if self._table is None or self._table[0] != tag:
+                self._table = (tag, self._levels_of_keys(np.arange(space, dtype=np.int64), eff))
+            return self._table[1][keys]
+        if space <= 1 << 22:
+            # only the tuples this batch holds (found with a count, not a sort)
+            present = np.flatnonzero(np.bincount(keys, minlength=space))
+            table = np.zeros(space, dtype=np.int64)
+            table[present] = self._levels_of_keys(present, eff)
+            return table[keys]
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return self._levels_of_keys(uniq, eff)[inverse.reshape(-1)]
+
+    def tuple_keys(self, x: NDArray[np.integer]) -> NDArray[np.int64]:
+        """Key ``Σ_m S_m·L_s**m`` of each element's digit sums, as Σ_i key(x_i) (a lookup per
+        server: the key of one level is its digits in base L_s)."""
+        s = self.shape
+        base = s.sum_levels ** np.arange(self.transceivers, dtype=np.int64)
+        per_level = to_digits(np.arange(1 << self.bits), self.bits, self.transceivers) @ base
+        keys = per_level[x[:, 0]]
+        for i in range(1, self.n_inputs):
+            keys += per_level[x[:, i]]
+        return keys
 
     def exact_fraction(self, x: ArrayLike, *, realisations: int = 1,
                        noise_rad: float | None = None, phase_bits: Any = "network",
