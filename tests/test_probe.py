@@ -90,6 +90,10 @@ def bench() -> Iterator[dict[str, str]]:
         stops.append(gated.close)
         wss = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-1")))
         stops.append(wss.close)
+        wss_tcp = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-2")))
+        stops.append(wss_tcp.close)
+        wss_at_57600 = BaudGatedPty(wss_tcp.address, 57600)
+        stops.append(wss_at_57600.close)
         meter = TcpEmulatorServer(powermeter_connection_handler(
             PowerMeterEmulator(serial_number="MY-PM-1")))
         stops.append(meter.close)
@@ -104,6 +108,7 @@ def bench() -> Iterator[dict[str, str]]:
         meter_host, meter_port = meter.address
         yield {
             "itla": itla_path, "itla_at_115200": gated.path, "wss": wss.url,
+            "wss_at_57600": wss_at_57600.path,
             "dead_port": os.ttyname(dead_slave),
             "meter": f"TCPIP0::{meter_host}::{meter_port}::SOCKET",
             "silent_meter": f"TCPIP0::127.0.0.1::{silent.getsockname()[1]}::SOCKET",
@@ -156,6 +161,17 @@ def test_wrong_port_wrong_baud_and_silence_are_named(bench: dict[str, str]) -> N
     assert (wss0.status, wss0.found_kind) == (WRONG_PORT, "itla")
     assert "ITLA-A" in wss0.message
     assert by_id["pm0"].status == NO_ANSWER
+
+
+def test_a_wss_on_a_serial_port_at_another_baud_rate(bench: dict[str, str]) -> None:
+    cfg = _testbed({"wss0": bench["wss_at_57600"]})          # the file says 115200
+    report = probe(cfg, scan=False)
+    wss0 = {d.device: d for d in report.devices}["wss0"]
+    assert (wss0.status, wss0.found_baud) == (WRONG_BAUD, 57600)
+    assert wss0.identity is not None and wss0.identity["serial_number"] == "WSS-2"
+    assert "set baud = 57600 for wss0" in wss0.message
+    good = _testbed({"wss0": bench["wss_at_57600"]}, wss0={"baud": 57600})
+    assert {d.device: d.status for d in probe(good, scan=False).devices}["wss0"] == OK
 
 
 def test_another_unit_and_a_missing_meter(bench: dict[str, str]) -> None:
