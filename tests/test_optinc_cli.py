@@ -141,3 +141,23 @@ def test_schedule_plot_refuses_optinc_with_the_command_to_use(tmp_path, capsys):
     rc = plan_cli.main(["schedule", "plot", "--collective", "optinc", "--nodes", "4",
                         "--out", str(tmp_path / "x.png")])
     assert rc == 2 and "`oddl plan optinc --nodes N` lays it out" in capsys.readouterr().err
+
+
+def test_optinc_is_a_registered_collective_whose_plan_sums_on_every_rank():
+    import numpy as np
+
+    from oddl.controller.jobs import known_collectives
+    from oddl.controller.scheduling import COLLECTIVES, execute_plan, make_plan, validate_plan
+
+    assert "optinc" in COLLECTIVES and known_collectives().count("optinc") == 1
+    for nodes, inputs, ranks in ((4, 0, 5), (16, 4, 21), (12, 4, 16)):
+        plan = make_plan("optinc", nodes, 7, inputs=inputs)
+        validate_plan(plan)
+        assert plan.n_ranks == ranks
+        rng = np.random.default_rng(nodes)
+        bufs = [rng.standard_normal(7) if r < nodes else np.zeros(7) for r in range(ranks)]
+        total = np.sum(bufs[:nodes], axis=0)
+        for out in execute_plan(plan, bufs):
+            np.testing.assert_allclose(out, total)
+        sent = plan.bytes_sent(1)
+        assert list(sent[:nodes]) == [7] * nodes  # every server sends its buffer once
