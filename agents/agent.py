@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,7 +50,7 @@ from oddl.errors import CollectiveError, ConfigError, OddlError, OperationRefuse
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.protos.schedule_wire import EVERY_SLOT, retunes, schedule_sha256
+from oddl.protos.schedule_wire import EVERY_SLOT, first_data_start, retunes, schedule_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,10 @@ class Agent:
         self.api_bytes = 0
         self.shared_bytes = 0
         self.standing_runs = 0
+        self._called_at = 0.0
+        self.start_overheads: deque[float] = deque(maxlen=2000)
+        """Per gated collective, its first slot's start minus the all-reduce call's arrival:
+        the control overhead (barrier or ready exchange, and the launch or standing margin)."""
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
@@ -482,6 +486,7 @@ class Agent:
 
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """All-reduce one array (sum) with the job's collective and return the result."""
+        self._called_at = time.time()
         req = localapi.parse_allreduce(header)
         try:
             if req.shm is not None:  # the bucket is in shared memory: run in place
@@ -615,6 +620,9 @@ class Agent:
             slots=tuple(_slot_spec(s) for s in schedule.slots), t0_local=t0_local,
             network=job.network, receive_timeout_s=_receive_timeout(self.cfg, schedule),
             line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+        if t0_local > 0:
+            self.start_overheads.append(t0_local + first_data_start(schedule)
+                                        - self._called_at)
         ok, error = True, ""
         self._current_job = job.id
         self._abort_reason = ""
@@ -807,7 +815,8 @@ class Agent:
                 "worst_late_s": self.phy.worst_late_s if self.phy else 0.0,
                 "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},
                 "gate_errors": self.gate.errors()[-2000:],
-                "overruns": self.gate.overruns()[-2000:]}
+                "overruns": self.gate.overruns()[-2000:],
+                "start_overheads": list(self.start_overheads)}
 
 
 def _stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth | None:

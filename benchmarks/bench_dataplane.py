@@ -6,7 +6,9 @@ For each size: gloo (torch.distributed, 4 ranks on loopback, float32) and oddl's
 - the emulated optical testbed (link = "fabric"), ideal and optical network;
 each the median of R all-reduces, with ratios to gloo and to the line-rate bound
 2(N−1)/N · S · 8 / rate of the testbed, time per byte at the largest size over the smallest
-≥ 16 MB, slot overruns and the bytes that crossed the local API socket (shared memory: 0).
+≥ 16 MB, slot overruns, the control overhead of the optical collectives (first slot's start
+minus the call's arrival at the agent; the ideal network has none: it starts at once) and the
+bytes that crossed the local API socket (shared memory: 0).
 
 It also measures the floor of slot gating on this machine: a bare sleep-then-spin loop at
 1 ms edges, in the same run as the agents' gate error.
@@ -139,7 +141,8 @@ def _testbed_file(tmp: Path, mode: str, base: Path) -> Path:
 def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str],
                networks: list[str], base: Path) -> dict[str, Any]:
     """Start the emulated testbed with `mode` links and time every (collective, network)."""
-    out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "gate_errors": []}
+    out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "control": {},
+                           "gate_errors": []}
     with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
         tb = launch_emulated(group, _testbed_file(Path(tmp), mode, base), Path(tmp))
         out["line_rate_gbps"] = tb.cfg.fabric.line_rate_gbps
@@ -195,6 +198,11 @@ def _measure(clients: list[AgentClient], arrays: list[np.ndarray], key: str, rep
         else:
             times.append(took)
     out["times"][key] = times
+    # the control overhead of the gated collectives: their first slot's start minus the
+    # all-reduce call's arrival at the agent (barrier or ready exchange, and the margin)
+    control = [x for c in clients for x in c.status()["start_overheads"][-repeats:]]
+    if control and "/optical/" in key:
+        out["control"][key] = float(np.median(control))
     out["overruns"][key] = sum(len(c.status()["overruns"]) for c in clients) - before
     out["late"][key] = _late(clients) - late0
 
@@ -255,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                    "ms": med * 1e3, "line_rate_bound_ms": bound * 1e3,
                    "x_line_rate": med / bound, "overruns": res["overruns"][key],
                    "late_chunks": res["late"][key]}
+            if key in res["control"]:
+                row["control_overhead_ms"] = res["control"][key] * 1e3
             if gloo is not None and size_i in gloo:
                 row["gloo_ms"] = float(np.median(gloo[size_i])) * 1e3
                 row["x_gloo"] = med / float(np.median(gloo[size_i]))
@@ -297,12 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"all-reduce on {N} nodes, float32, median of {args.repeats}; x gloo = oddl / gloo "
           "in this run; x wire = oddl / line-rate bound")
     print(f"{'mode':<7} {'collective':<17} {'network':<17} {'MB':>7} {'ms':>8} {'gloo ms':>8} "
-          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5}")
+          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5} "
+          f"{'control ms':>10}")
     for r in rows:
         print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<17} {r['bytes'] / 2**20:>7.3f} "
               f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
               f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
-              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5}")
+              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5} "
+              f"{r.get('control_overhead_ms', float('nan')):>10.2f}")
     for k, v in per_byte.items():
         print(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
     f = summary["spin_floor_quiet"]

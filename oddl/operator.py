@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 from oddl.errors import ControllerUnavailable, OperationRefused
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
@@ -161,7 +162,9 @@ def format_devices(state: dict[str, Any]) -> str:
                     f"{float(d['power_dbm']):.2f} dBm {'on' if d['output_enabled'] else 'off'}"
                     f"{', locked' if d['locked'] else ', NOT locked'}")
         elif d["kind"] == "wss":
-            routes = [r for r in d.get("routes", []) if int(r["port"])]
+            routes = [r for r in d.get("routes", [])
+                      if int(r["port"]) not in (0, BLOCKED_PORT)
+                      and float(r["attenuation_db"]) < BLOCKED_DB]
             desc = " ".join(f"{int(r['channel'])}→{int(r['port'])}"
                             + (f"({float(r['attenuation_db']):.1f}dB)"
                                if float(r["attenuation_db"]) else "") for r in routes) or "all blocked"

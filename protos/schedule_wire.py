@@ -18,3 +18,8 @@ def schedule_sha256(schedule: pb.Schedule) -> bytes:
 def retunes(schedule: pb.Schedule) -> bool:
     """Whether any slot of the schedule retunes a transmitter."""
     return any(c.retune for slot in schedule.slots for c in slot.circuits)
+
+
+def first_data_start(schedule: pb.Schedule) -> float:
+    """Seconds from the schedule's start (`t0`) to its first slot's data window."""
+    return min((slot.data_start_ns for slot in schedule.slots), default=0) / 1e9
