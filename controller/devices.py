@@ -76,11 +76,13 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
     from oddl.drivers.transport import SerialTransport
 
     if dev.kind == "itla":
-        from oddl.drivers.itla import ItlaDriver
+        from oddl.drivers.itla import ItlaDriver, ItlaTimeouts
 
+        timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
+                                enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
         return ItlaDriver(SerialTransport(dev.resource, name=dev.id, baudrate=dev.baud or 9600,
                                           timeout=dev.timeout_s), name=dev.id,
-                          timeout_s=dev.timeout_s, poll_interval_s=0.001)
+                          timeouts=timeouts, poll_interval_s=0.001)
     if dev.kind == "wss":
         from oddl.drivers.wss import FlexgridWss, WssLimits
 

@@ -154,6 +154,12 @@ class DeviceConfig:
     channels_allowed: tuple[int, int] = (0, 0)
     serial: str = ""
     faults: Mapping[str, Any] = field(default_factory=dict)
+    lock_timeout_s: float = 5.0
+    """ITLA: how long a tune may take to lock (the module's datasheet; seconds on real ones)."""
+    enable_timeout_s: float = 30.0
+    """ITLA: how long enabling the output may take."""
+    startup_timeout_s: float = 10.0
+    """ITLA: how long commands refused as "initialising" (CII) after a reset are retried."""
 
     @property
     def emulated(self) -> bool:
@@ -355,7 +361,8 @@ def _asdict(obj: Any) -> dict[str, Any]:
 
 _COMMON_DEVICE_KEYS = {"id", "kind", "resource", "baud", "timeout_s", "serial", "faults"}
 _DEVICE_KEYS_BY_KIND = {
-    "itla": _COMMON_DEVICE_KEYS | {"power_dbm", "power_range_dbm"},
+    "itla": _COMMON_DEVICE_KEYS | {"power_dbm", "power_range_dbm", "lock_timeout_s",
+                                   "enable_timeout_s", "startup_timeout_s"},
     "wss": _COMMON_DEVICE_KEYS | {"ports", "attenuation_range_db", "channels_allowed"},
     "powermeter": _COMMON_DEVICE_KEYS | {"channels"},
 }
@@ -521,6 +528,9 @@ class _Parser:
                 "attenuation_range_db": (self.pair(float), (0.0, 25.0)),
                 "channels_allowed": (self.pair(int), (1, grid.channels)),
                 "channels": (self.integer(1, 16), 4),
+                "lock_timeout_s": (self.num(positive=True), 5.0),
+                "enable_timeout_s": (self.num(positive=True), 30.0),
+                "startup_timeout_s": (self.num(positive=True), 10.0),
             }
             spec = {k: v for k, v in spec.items() if k in _DEVICE_KEYS_BY_KIND[kind]}
             values = self.table(entry, key, spec)
