@@ -1,6 +1,6 @@
-"""`oddl devices probe` against the emulators: ITLA on pseudo-terminals (one behind a gate that
-passes bytes only at the right baud rate, as a UART would), the WSS over socket:// (its
-pseudo-terminal mode is another change) and the power meter over a TCPIP SOCKET."""
+"""`oddl devices probe` against the emulators: ITLA and WSS on pseudo-terminals (and behind a
+gate that passes bytes only at one baud rate, as a UART would), the WSS over socket:// and the
+power meter over a TCPIP SOCKET."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler, se
 from oddl.drivers.powermeter_emulator import PowerMeterEmulator, powermeter_connection_handler
 from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
+from oddl.drivers.wss_emulator import serve_pty as serve_wss_pty
 from oddl.probe import (
     CANNOT_OPEN,
     MISMATCH,
@@ -90,6 +91,8 @@ def bench() -> Iterator[dict[str, str]]:
         stops.append(gated.close)
         wss = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-1")))
         stops.append(wss.close)
+        wss_pty, stop = serve_wss_pty(WssEmulator(serial_number="WSS-P"))
+        stops.append(stop)
         wss_tcp = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-2")))
         stops.append(wss_tcp.close)
         wss_at_57600 = BaudGatedPty(wss_tcp.address, 57600)
@@ -108,7 +111,7 @@ def bench() -> Iterator[dict[str, str]]:
         meter_host, meter_port = meter.address
         yield {
             "itla": itla_path, "itla_at_115200": gated.path, "wss": wss.url,
-            "wss_at_57600": wss_at_57600.path,
+            "wss_at_57600": wss_at_57600.path, "wss_pty": wss_pty,
             "dead_port": os.ttyname(dead_slave),
             "meter": f"TCPIP0::{meter_host}::{meter_port}::SOCKET",
             "silent_meter": f"TCPIP0::127.0.0.1::{silent.getsockname()[1]}::SOCKET",
@@ -172,6 +175,16 @@ def test_a_wss_on_a_serial_port_at_another_baud_rate(bench: dict[str, str]) -> N
     assert "set baud = 57600 for wss0" in wss0.message
     good = _testbed({"wss0": bench["wss_at_57600"]}, wss0={"baud": 57600})
     assert {d.device: d.status for d in probe(good, scan=False).devices}["wss0"] == OK
+
+
+def test_a_wss_on_its_pseudo_terminal_and_a_laser_pointed_at_it(
+        bench: dict[str, str]) -> None:
+    cfg = _testbed({"wss0": bench["wss_pty"], "laser0": bench["wss_pty"]})
+    by_id = {d.device: d for d in probe(cfg, scan=False).devices}
+    assert by_id["wss0"].status == OK and by_id["wss0"].identity["serial_number"] == "WSS-P"
+    laser0 = by_id["laser0"]
+    assert (laser0.status, laser0.found_kind) == (WRONG_PORT, "wss")
+    assert "WSS-P" in laser0.message
 
 
 def test_another_unit_and_a_missing_meter(bench: dict[str, str]) -> None:
