@@ -79,7 +79,6 @@ import select
 import socket
 import threading
 import time
-import tty
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -106,6 +105,7 @@ from oddl.drivers.itla import (
     encode_reply,
     split_mhz,
 )
+from oddl.drivers.ptyserve import Pty
 from oddl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -715,16 +715,8 @@ def serve_pty(emulator: ItlaEmulator) -> tuple[str, Callable[[], None]]:
     Open the path with any serial-port software (pyserial: ``serial.Serial(path)``); the baud
     rate is ignored. The stop function ends the server thread and closes the terminal.
     """
-    master, slave = os.openpty()
-    tty.setraw(slave)
-    path = os.ttyname(slave)
-    stop = threading.Event()
-
-    def send(reply: bytes) -> None:
-        view = memoryview(reply)
-        while view:
-            written = os.write(master, view)
-            view = view[written:]
+    pty = Pty()
+    master, path, stop, send = pty.master, pty.path, pty.stop, pty.send
 
     frames = _FrameServer(emulator, send)
 
@@ -742,20 +734,7 @@ def serve_pty(emulator: ItlaEmulator) -> tuple[str, Callable[[], None]]:
             if data:
                 frames.feed(data, stop)
 
-    thread = threading.Thread(target=loop, name=f"itla-pty-{emulator.serial_number}",
-                              daemon=True)
-    thread.start()
-    closed = threading.Lock()
-
-    def stop_serving() -> None:
-        stop.set()
-        thread.join(timeout=2)
-        if closed.acquire(blocking=False):
-            for fd in (master, slave):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+    stop_serving = pty.start(loop, name=f"itla-pty-{emulator.serial_number}")
 
     logger.info("ITLA emulator %s serving on %s", emulator.serial_number, path)
     return path, stop_serving

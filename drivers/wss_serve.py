@@ -11,9 +11,7 @@ import logging
 import os
 import select
 import socket
-import threading
 import time
-import tty
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,6 +23,7 @@ from oddl.drivers.emulator_cli import (
     start_server,
     stop_on_signal,
 )
+from oddl.drivers.ptyserve import Pty
 
 if TYPE_CHECKING:
     from oddl.drivers.wss_emulator import WssEmulator
@@ -103,16 +102,8 @@ def serve_pty(emulator: WssEmulator) -> tuple[str, Callable[[], None]]:
     ``ASRL<path>::INSTR``); the baud rate is ignored. The stop function ends the server thread
     and closes the terminal.
     """
-    master, slave = os.openpty()
-    tty.setraw(slave)
-    path = os.ttyname(slave)
-    stop = threading.Event()
-
-    def send(reply: bytes) -> None:
-        view = memoryview(reply)
-        while view:
-            written = os.write(master, view)
-            view = view[written:]
+    pty = Pty()
+    master, path, stop, send = pty.master, pty.path, pty.stop, pty.send
 
     def loop() -> None:
         lines = LineSplitter()
@@ -133,20 +124,7 @@ def serve_pty(emulator: WssEmulator) -> tuple[str, Callable[[], None]]:
                 except OSError:
                     logger.debug("WSS emulator pty: reply to %r lost", line[:40])
 
-    thread = threading.Thread(target=loop, name=f"wss-pty-{emulator.serial_number}",
-                              daemon=True)
-    thread.start()
-    closed = threading.Lock()
-
-    def stop_serving() -> None:
-        stop.set()
-        thread.join(timeout=2)
-        if closed.acquire(blocking=False):
-            for fd in (master, slave):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+    stop_serving = pty.start(loop, name=f"wss-pty-{emulator.serial_number}")
 
     logger.info("WSS emulator %s serving on %s", emulator.serial_number, path)
     return path, stop_serving

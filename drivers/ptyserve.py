@@ -1,0 +1,45 @@
+"""A pseudo-terminal for a device emulator, so serial-only clients open it as a port."""
+
+from __future__ import annotations
+
+import os
+import threading
+import tty
+from collections.abc import Callable
+
+
+class Pty:
+    """A raw pseudo-terminal pair: clients open `path` (the slave side) with any serial-port
+    software, the emulator reads and writes `master`; the baud rate is ignored."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)
+        self.path = os.ttyname(self.slave)
+        self.stop = threading.Event()
+        self._closed = threading.Lock()
+
+    def send(self, reply: bytes) -> None:
+        """Write all of `reply` to the client."""
+        view = memoryview(reply)
+        while view:
+            written = os.write(self.master, view)
+            view = view[written:]
+
+    def start(self, loop: Callable[[], None], name: str) -> Callable[[], None]:
+        """Run `loop` (which returns once `stop` is set) on a daemon thread; return the
+        function that stops it and closes the terminal (safe to call twice)."""
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+
+        def stop_serving() -> None:
+            self.stop.set()
+            thread.join(timeout=2)
+            if self._closed.acquire(blocking=False):
+                for fd in (self.master, self.slave):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+
+        return stop_serving
