@@ -43,14 +43,15 @@ logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
 OPTINC = "optinc"
-"""The in-network collective on an OptINC device (not in the plan registry: no rank-to-rank
-transfers)."""
+"""The in-network collective on an OptINC device. Its registered plan has the devices as extra
+ranks (`oddl.controller.scheduling.optinc`); jobs run it with `optinc_schedule`, not the TT-FR
+scheduler."""
 MAX_ELEMENTS = 1 << 36
 """Largest all-reduce (elements) a job accepts: 256 GiB of float32."""
 
 
 def known_collectives() -> list[str]:
-    """Every collective a job can name: the registered plans and ``optinc``."""
+    """Every collective a job can name: the registered plans (``optinc`` among them)."""
     return sorted({*COLLECTIVES, OPTINC})
 
 
