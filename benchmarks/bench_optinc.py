@@ -14,7 +14,7 @@ layer, 1275 thresholders), each the best of R repeats with ``time.perf_counter``
   thresholders, layer 2, receivers — one element at a time, through the same matrices.
 
 All give identical levels where they overlap (checked). Training: hardware-aware fine-tuning
-of the designed N = 4, 4-bit network on a 9-bit DAC (600 steps) and training N = 2, 2-bit from
+of the designed N = 4, 4-bit network on an 8-bit DAC (600 steps) and training N = 2, 2-bit from
 random phases (600 steps). ``--figures`` adds the exact fraction of the designed networks
 against DAC resolution and phase noise (the table in docs/optinc.md).
 """
@@ -109,11 +109,11 @@ def throughput(repeats: int, elements: int, naive: int) -> dict[str, Any]:
 
 
 def training() -> dict[str, Any]:
-    net = om.OptincNetwork(4, 4, 2, phase_bits=9)
+    net = om.OptincNetwork(4, 4, 2, phase_bits=8)
     hw = ot.train(net, steps=600, lr=0.001, start="designed", seed=1, margin=0.1)
     small = om.OptincNetwork(2, 2, phase_bits=None, seed=0)
     rnd = ot.train(small, steps=600, lr=0.03, start="random", seed=0)
-    return {"n4_b4_dac9_designed": hw.as_dict(), "n2_b2_random": rnd.as_dict()}
+    return {"n4_b4_dac8_designed": hw.as_dict(), "n2_b2_random": rnd.as_dict()}
 
 
 def figures() -> dict[str, Any]:
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  naive Python loop          {t['naive']['elements_per_s']:8.0f} elements/s  "
           f"identical: {t['identical']}")
     tr = report["training"]
-    a, b = tr["n4_b4_dac9_designed"], tr["n2_b2_random"]
-    print(f"training N=4 4-bit, 9-bit DAC, from designed: {100 * a['exact_fraction_before']:.2f}"
+    a, b = tr["n4_b4_dac8_designed"], tr["n2_b2_random"]
+    print(f"training N=4 4-bit, 8-bit DAC, from designed: {100 * a['exact_fraction_before']:.2f}"
           f" % → {100 * a['exact_fraction']:.2f} % in {a['seconds']:.2f} s")
     print(f"training N=2 2-bit from random phases: {100 * b['exact_fraction_before']:.2f} % → "
           f"{100 * b['exact_fraction']:.2f} % in {b['seconds']:.2f} s")

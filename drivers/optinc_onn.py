@@ -74,6 +74,8 @@ Float = NDArray[np.float64]
 
 BIAS_SCALE = 0.6
 """Threshold of the thresholders times √R (the bias a unit at the top threshold needs ≈ 0)."""
+BIAS_SWING = 1.8
+"""Designed network: the common gain relative to the largest that keeps every bias ≥ 0."""
 CHUNK = 4096  # digit-sum tuples per vectorised block
 
 
@@ -424,9 +426,13 @@ class OptincNetwork:
         # midway between the achievable means (multiples of 1/N) around each rounding point
         theta = np.arange(1, s.thresholds + 1) - 0.5 - (0.5 / n if n % 2 == 0 else 0.0)
         z = BIAS_SCALE
-        g = min(z * top / (theta[-1] * math.sqrt(n)) * 0.98,
+        # z_t·√R = g·Σ 2^{cm} s_m + b_t = g·√N·A/top + b_t fires when it exceeds z (= BIAS_SCALE)
+        # at A = θ_t. Biases run from +z down to −0.8·z (opposite phase): |z_t| stays below z
+        # under the threshold, and the common gain g is 1.8× what non-negative biases allow, so
+        # a phase error moves a threshold less. (More swing helps at small noise and hurts at
+        # larger noise, where |b_t| near z fires spuriously; docs/optinc.md has the figures.)
+        g = min(BIAS_SWING * z * top / (theta[-1] * math.sqrt(n)),
                 math.sqrt(1 - z * z) / float(np.linalg.norm(weights)))
-        # |z_t|·√R = g·Σ 2^{cm} s_m + b_t = g·√N·A/top + b_t; fires at A = θ_t
         bias = z - g * math.sqrt(n) * theta / top
         per = block_param_count(s.k)
         p1 = np.zeros((s.blocks, per))

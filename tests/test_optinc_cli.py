@@ -25,7 +25,7 @@ def test_register_adds_train_and_eval_with_func():
 
 def test_train_then_eval(tmp_path, capsys):
     out = tmp_path / "phases.json"
-    rc = optinc_cli.main(["train", "--nodes", "4", "--bits", "4", "--phase-bits", "9",
+    rc = optinc_cli.main(["train", "--nodes", "4", "--bits", "4", "--phase-bits", "8",
                           "--noise-rad", "0", "--steps", "600", "--seed", "1", "--out",
                           str(out)])
     captured = capsys.readouterr()
@@ -34,16 +34,16 @@ def test_train_then_eval(tmp_path, capsys):
         captured.out
     before, after = re.search(r"exact: ([\d.]+) % before \(designed phases\) → ([\d.]+) % after",
                               captured.out).groups()
-    assert float(before) < 100.0 and float(after) == 100.0
+    assert float(before) < 98.0 and float(after) > 99.9
     assert "train: step 600/600" in captured.err
     net = om.load_phases(out, 4, 4)
-    assert net.metadata["training"]["steps"] == 600 and net.phase_bits == 9
+    assert net.metadata["training"]["steps"] == 600 and net.phase_bits == 8
 
     rc = optinc_cli.main(["eval", "--phases", str(out), "--noise-rad", "0.005"])
     text = capsys.readouterr().out
     assert rc == 0
     assert re.search(r"exact: \d+\.\d{3} % of uniform random elements \(whole training set, "
-                     r"weighted\) at 0\.005 rad noise, 9-bit phases \(2 noise realisations\)",
+                     r"weighted\) at 0\.005 rad noise, 8-bit phases \(2 noise realisations\)",
                      text)
     assert re.search(r"untrained, random phases: \d\.\d{3} %; designed phases before", text)
     assert "error (output − exact, levels) over 16384 random elements:" in text
