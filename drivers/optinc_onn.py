@@ -64,8 +64,6 @@ from oddl.drivers.optinc_mesh import (
     TWO_PI,
     block_matrices,
     block_param_count,
-    designed_block,
-    from_unitary,
     quantise_phase,
 )
 
@@ -74,8 +72,6 @@ Float = NDArray[np.float64]
 
 BIAS_SCALE = 0.6
 """Threshold of the thresholders times √R (the bias a unit at the top threshold needs ≈ 0)."""
-BIAS_SWING = 1.8
-"""Designed network: the common gain relative to the largest that keeps every bias ≥ 0."""
 CHUNK = 4096  # digit-sum tuples per vectorised block
 
 
@@ -413,57 +409,13 @@ class OptincNetwork:
     @classmethod
     def designed(cls, n_inputs: int, bits: int, transceivers: int | None = None,
                  **kwargs: Any) -> OptincNetwork:
-        """The textbook exact network (before hardware-aware training): block t of layer 1
-        fires thresholder t when the mean reaches t − 1/2 (a common weight on the digit sums,
-        the bias sets the threshold); block t of layer 2 adds the digit increments of level t.
-        """
+        """The textbook exact network before hardware-aware training
+        (`oddl.drivers.optinc_design.designed_params`)."""
+        from oddl.drivers.optinc_design import designed_params
+
         net = cls(n_inputs, bits, transceivers, **kwargs)
-        s = net.shape
-        if s.blocks < s.thresholds:
-            raise OptincError(f"the designed network needs {s.thresholds} blocks, got {s.blocks}")
-        n, top = net.n_inputs, s.digit_top
-        weights = np.array([2.0 ** (s.digit_bits * m) for m in range(s.transceivers)])
-        # midway between the achievable means (multiples of 1/N) around each rounding point
-        theta = np.arange(1, s.thresholds + 1) - 0.5 - (0.5 / n if n % 2 == 0 else 0.0)
-        z = BIAS_SCALE
-        # z_t·√R = g·Σ 2^{cm} s_m + b_t = g·√N·A/top + b_t fires when it exceeds z (= BIAS_SCALE)
-        # at A = θ_t. Biases run from +z down to −0.8·z (opposite phase): |z_t| stays below z
-        # under the threshold, and the common gain g is 1.8× what non-negative biases allow, so
-        # a phase error moves a threshold less. (More swing helps at small noise and hurts at
-        # larger noise, where |b_t| near z fires spuriously; docs/optinc.md has the figures.)
-        g = min(BIAS_SWING * z * top / (theta[-1] * math.sqrt(n)),
-                math.sqrt(1 - z * z) / float(np.linalg.norm(weights)))
-        bias = z - g * math.sqrt(n) * theta / top
-        per = block_param_count(s.k)
-        p1 = np.zeros((s.blocks, per))
-        p2 = np.zeros((s.blocks, per))
-        levels = np.arange(s.thresholds + 1)
-        dig = to_digits(levels, s.bits, s.transceivers)
-        steps = (dig[1:] - dig[:-1]).astype(np.float64)  # (thresholds, M) digit increments
-        norm = math.sqrt(top ** 2 * (s.transceivers - 1) + 1)
-        for t in range(s.blocks):
-            if t < s.thresholds:
-                p1[t] = designed_block(np.append(g * weights, bias[t]), s.k)
-                p2[t] = _designed_column(steps[t] / norm, s.k)
-            else:
-                p1[t] = designed_block(np.zeros(s.k), s.k)
-                p2[t] = _designed_column(np.zeros(s.transceivers), s.k)
-        net.params = np.concatenate([p1.reshape(-1), p2.reshape(-1)])
+        net.params = designed_params(net.shape)
         return net
-
-
-def _designed_column(col: NDArray[np.float64], k: int) -> Float:
-    """Phases of a U·Σ block whose column 0 is ``col`` (padded) and whose other columns are off."""
-    full = np.zeros(k)
-    full[: len(col)] = col
-    # U·Σ column 0 = U[:, 0]·σ_0: the transpose problem of a row (U^T is unitary as well)
-    p = designed_block(full, k)  # row 0 of U' = col/|col| with Σ = |col|·I
-    u_row = block_matrices(p[None], k)[1][0]
-    mesh = from_unitary(u_row.T, atol=1e-8)
-    norm = float(np.linalg.norm(full))
-    alpha = np.zeros(k)
-    alpha[0] = 2.0 * math.asin(min(1.0, norm))
-    return np.concatenate([mesh.phases, alpha])
 
 
 def check_phase_bits(bits: Any) -> int | None:
