@@ -7,8 +7,8 @@ point, so the rounding is half-up. Block t of layer 2 adds, to each output digit
 that digit takes from level t − 1 to level t. The other rows of each block stay unused: U·Σ has
 orthogonal columns, so one block cannot give several units the same weights.
 
-Biases run from +z_th down to (1 − ``BIAS_SWING``)·z_th = −0.8·z_th (opposite phase to the data): |z|
-stays below z_th under the threshold, and the common gain is ``BIAS_SWING`` × what
+Biases run from +z_th down to (1 − ``BIAS_SWING``)·z_th = −0.8·z_th (opposite phase to the
+data): |z| stays below z_th under the threshold, and the common gain is ``BIAS_SWING`` × what
 non-negative biases allow, so a phase error moves a threshold less. More swing helps at small
 phase noise and hurts at larger noise, where biases near −z_th fire spuriously
 (docs/optinc.md has the figures).
