@@ -31,7 +31,7 @@ from oddl.drivers.itla import ItlaDriver
 from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler
 from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.drivers.transport import SerialTransport
-from oddl.drivers.wss import FlexgridWss
+from oddl.drivers.wss import FlexgridWss, WssLimits
 from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
 
 
@@ -71,9 +71,13 @@ def _echo_baseline(repeats: int) -> list[float]:
 def _round_trips(repeats: int) -> dict[str, dict[str, float]]:
     base = _echo_baseline(repeats)
     itla_srv = TcpEmulatorServer(itla_connection_handler(ItlaEmulator()))
-    wss_srv = TcpEmulatorServer(wss_connection_handler(WssEmulator(settle_s=0.001)))
+    # the testbed's 48-channel plan numbered from 1, as the emulator host serves it
+    wss_srv = TcpEmulatorServer(wss_connection_handler(
+        WssEmulator(settle_s=0.001, first_channel=1, channels=48, spacing_ghz=100.0,
+                    first_thz=193.1)))
     laser = ItlaDriver(SerialTransport(itla_srv.url, timeout=0.5))
-    wss = FlexgridWss(SerialTransport(wss_srv.url, timeout=0.5, baudrate=115200))
+    wss = FlexgridWss(SerialTransport(wss_srv.url, timeout=0.5, baudrate=115200),
+                      limits=WssLimits(channels=48, ports=4))
     try:
         itla_t, wss_t = [], []
         for _ in range(repeats):

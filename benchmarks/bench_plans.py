@@ -73,6 +73,12 @@ def measure(
     topo = Topology.single_wss(n)
     nodes = topo.node_ids
     plan_s, plan = best_of(repeats, lambda: make_plan(name, n, VGG19_PARAMS, **params))
+    if plan.n_ranks != n:
+        # in-network devices are ranks of the plan (optinc): the testbed gives such a plan
+        # its own two-slot schedule, not the TT-FR scheduler's
+        return {**row, "steps": plan.n_steps, "plan_ms": plan_s * 1e3, "total_ms": plan_s * 1e3,
+                "baseline_ms": baseline_s * 1e3, "ratio_to_baseline": plan_s / baseline_s,
+                "within_aim": plan_s * 1e3 <= AIM_MS, "devices": plan.n_ranks - n}
     sched_s, sched = best_of(repeats, lambda: schedule_plan(plan, nodes, topo, TIMING, ITEMSIZE))
     total_s = plan_s + sched_s
     return {
@@ -117,6 +123,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"{name:<26}{r['n_nodes']:>5}  refused: {reason}")
             continue
         flag = "" if r["within_aim"] or r["n_nodes"] < 1024 else " !"
+        if "devices" in r:
+            lines.append(f"{name:<26}{r['n_nodes']:>5}{r['steps']:>7}  plan {r['plan_ms']:.3f} ms "
+                         f"with {r['devices']} in-network devices (own schedule){flag}")
+            continue
         lines.append(
             f"{name:<26}{r['n_nodes']:>5}{r['steps']:>7}{r['slots']:>7}{r['retunes']:>10}"
             f"{r['plan_ms']:>9.3f}{r['schedule_ms']:>11.3f}{r['total_ms']:>11.3f}"
