@@ -50,7 +50,13 @@ from oddl.errors import CollectiveError, ConfigError, OddlError, OperationRefuse
 from oddl.metrics import Metrics, counter, gauge
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.protos.schedule_wire import EVERY_SLOT, first_data_start, retunes, schedule_sha256
+from oddl.protos.schedule_wire import (
+    EVERY_SLOT,
+    ends_where_it_starts,
+    first_data_start,
+    retunes,
+    schedule_sha256,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -523,7 +529,10 @@ class Agent:
         t0_local = go.t0_ns / 1e9 - self.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
                      seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
-        if go.schedule.collective != OPTINC:
+        if go.schedule.collective != OPTINC and (not retunes(go.schedule)
+                                                 or ends_where_it_starts(go.schedule)):
+            # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
+            # server) goes through the barrier every time: the controller lays it out anew
             job.standing[(array.size, array.dtype.str)] = go.schedule
         return self._run(job, seq, array, go.schedule, t0_local)
 

@@ -23,3 +23,18 @@ def retunes(schedule: pb.Schedule) -> bool:
 def first_data_start(schedule: pb.Schedule) -> float:
     """Seconds from the schedule's start (`t0`) to its first slot's data window."""
     return min((slot.data_start_ns for slot in schedule.slots), default=0) / 1e9
+
+
+def ends_where_it_starts(schedule: pb.Schedule) -> bool:
+    """Whether running the schedule leaves every transmitter on the channel it starts on, so
+    the same schedule can run again at once: each transmitter's first circuit needs no retune
+    (it is already there) and its last circuit is on that same channel."""
+    first: dict[str, tuple[int, bool]] = {}
+    last: dict[str, int] = {}
+    for slot in sorted(schedule.slots, key=lambda s: s.start_ns):
+        for c in slot.circuits:
+            if not c.transmitter:
+                continue
+            first.setdefault(c.transmitter, (c.channel, c.retune))
+            last[c.transmitter] = c.channel
+    return all(not retuned and last[tx] == ch for tx, (ch, retuned) in first.items())

@@ -353,8 +353,10 @@ def test_repeated_collectives_run_without_the_controller_barrier(testbed: Runnin
     # after the first all-reduce of a size the agents agree on the start among themselves; a
     # schedule that retunes (halving-doubling) is announced to the controller, which still
     # performs every retune
-    for collective in ("ring", "halving-doubling"):
-        j = testbed.operator.submit(f"standing-{collective}", [], collective, "optical")
+    # a schedule that leaves lasers elsewhere than it starts (WRHT) goes to the barrier each time
+    for collective, params, standing in (("ring", None, 2), ("halving-doubling", None, 2),
+                                         ("wrht", {"wavelengths": "2"}, 0)):
+        j = testbed.operator.submit(f"standing-{collective}", [], collective, "optical", params)
         try:
             before = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
             tunes = int(testbed.operator.status()["reconfigurations"])
@@ -364,12 +366,14 @@ def test_repeated_collectives_run_without_the_controller_barrier(testbed: Runnin
                 for out in allreduce_all(testbed.clients, arrays):
                     assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
             after = [c.status()["collectives_on_standing_schedules"] for c in testbed.clients]
-            assert [a - b for a, b in zip(after, before, strict=True)] == [2] * 4
+            assert [a - b for a, b in zip(after, before, strict=True)] == [standing] * 4
             assert _collectives_done(testbed, j["id"], expect=3) == 3
             listed = {x["id"]: x for x in testbed.operator.jobs()}
             retunes = int(listed[j["id"]]["reconfigurations"])
             if collective == "ring":
                 assert retunes == 0
+            elif collective == "wrht":
+                assert retunes > 0
             else:  # two retune slots of four transmitters per all-reduce, all by the controller
                 assert retunes == 3 * 8
                 assert int(testbed.operator.status()["reconfigurations"]) - tunes == 3 * 8

@@ -94,3 +94,28 @@ def test_gate_releases_at_the_edge():
     assert all(e >= 0 for e in errs)  # never early
     p50, p99, worst = gate.percentiles()
     assert p50 <= p99 <= worst
+
+
+def _wire_schedule(slots: list[list[tuple[str, int, bool]]]):
+    """A wire schedule whose slot k has circuits (transmitter, channel, retune)."""
+    from oddl.protos import oddl_pb2 as pb
+
+    out = pb.Schedule(job_id="j", collective="c")
+    for k, circuits in enumerate(slots):
+        slot = out.slots.add(index=k, start_ns=k * 1000, data_start_ns=k * 1000 + 100)
+        for tx, ch, retune in circuits:
+            slot.circuits.add(transmitter=tx, channel=ch, retune=retune)
+    return out
+
+
+def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot():
+    from oddl.protos.schedule_wire import ends_where_it_starts
+
+    # halving-doubling's shape: away and back again
+    assert ends_where_it_starts(_wire_schedule([[("a", 2, False), ("b", 1, False)],
+                                                [("a", 3, True), ("b", 4, True)],
+                                                [("a", 2, True), ("b", 1, True)]]))
+    # a tree's shape: the lasers end on other channels than they start on
+    assert not ends_where_it_starts(_wire_schedule([[("a", 2, False)], [("a", 3, True)]]))
+    # a first circuit that needs a retune: where the laser starts is not known
+    assert not ends_where_it_starts(_wire_schedule([[("a", 2, True)], [("a", 2, False)]]))
