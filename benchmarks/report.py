@@ -94,17 +94,25 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{r['iteration_s']['best']:.2f} s (aim < 5 s) / "
                     f"{r['sweep']['seconds']:.1f} s (aim < 60 s)",
                     "", "`python benchmarks/bench_simulator.py`"))
-    if (r := _get(results, "optinc")) is not None:
-        text = ", ".join(f"{x['bits']}-bit {x['forward_eps']:.2g} el/s (×{x['forward_ratio']:.0f})"
-                         for x in r["rows"])
-        out.append(("OptINC MZI model forward pass, N = 4", text, "plain Python loop",
-                    "`python benchmarks/bench_optinc.py`"))
+    if (r := _get(results, "optinc")) is not None and "throughput" in r:
+        t = r["throughput"]
+        net, quiet, noisy = t["network"], t["forward_no_noise"], t["forward_noise"]
+        out.append((f"OptINC device model, N = {net['n_inputs']}, {net['bits']}-bit "
+                    f"({net['mzi_count']:,} MZIs, {net['hidden']:,} thresholders)",
+                    f"no noise {quiet['elements_per_s']:.2g} el/s, exact "
+                    f"{quiet['exact_fraction']:.1%}; {noisy['noise_rad']:g} rad phase noise "
+                    f"{noisy['elements_per_s']:.2g} el/s, exact {noisy['exact_fraction']:.1%}",
+                    f"plain Python loop, identical results: {t['naive']['elements_per_s']:.0f} "
+                    "el/s", "`python benchmarks/bench_optinc.py`"))
     if (r := _get(results, "topoopt")) is not None:
         ds = r["default_search"]
-        out.append((f"TopoOpt search, 128-node DLRM, budget {ds['budget']}",
+        equal_bw = (f", ×{ds['fat_tree_equal_bw_ms'] / ds['iteration_ms']:.2f} vs an "
+                    "equal-bandwidth one" if "fat_tree_equal_bw_ms" in ds else "")
+        out.append((f"TopoOpt search, {ds.get('nodes', 128)}-node {ds.get('model', 'DLRM')}, "
+                    f"budget {ds['budget']}",
                     f"{ds['search_seconds']:.1f} s (aim < 60 s); ×{ds['speedup_vs_fat_tree']:.2f} "
-                    f"vs similar-cost fat-tree, ×{ds['speedup_vs_dp_rings']:.0f} vs DP on rings",
-                    "", "`python benchmarks/bench_topoopt.py`"))
+                    f"vs similar-cost fat-tree{equal_bw}, ×{ds['speedup_vs_dp_rings']:.1f} vs DP "
+                    "on rings", "", "`python benchmarks/bench_topoopt.py`"))
     return out
 
 
