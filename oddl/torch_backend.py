@@ -1,0 +1,514 @@
+"""A `torch.distributed` backend named ``oddl``: every collective crosses the optical circuits.
+
+    import oddl.torch_backend  # registers the backend
+    dist.init_process_group("oddl")  # under torchrun; ODDL_LOCAL_API names the agent
+
+Each collective is carried by the local agent's all-reduce (sum) of the job, so its bytes go
+over the circuits the controller schedules:
+
+- all_reduce SUM directly, AVG as the sum divided by the world size (floating point only);
+- broadcast: the root contributes its tensor, every other rank zeros (the sum is the root's
+  tensor, bit for bit, except that -0.0 arrives as +0.0);
+- all_gather / all_gather_into_tensor: a zeroed world-sized buffer in which each rank fills
+  its own slot; reduce_scatter / reduce_scatter_tensor: all-reduce, keep this rank's part;
+- barrier: a one-element all-reduce; all_to_all: an all-reduce of the world × world block
+  matrix (correct, but world× the bytes of a point-to-point exchange), preceded by a small
+  all-reduce of the split sizes when they are not all equal.
+
+MIN, MAX, PRODUCT and the other reductions are not sums; the optics cannot carry them and the
+call fails with `UnsupportedCollective` naming the option, unless ``ODDL_TORCH_FALLBACK=gloo``
+routes them to a gloo group created beside this one (counted apart in `counters()`).
+
+Environment (set by the launcher): ``ODDL_LOCAL_API`` the agent's address, or a
+comma-separated list indexed by rank (several ranks on one host, as in the emulated testbed);
+``ODDL_JOB`` the job id (optional when the node takes part in one job only);
+``ODDL_TORCH_FALLBACK`` (``gloo`` or unset). At group creation a one-vector all-reduce checks
+that the ranks are distinct and that the job has exactly world-size nodes (a rank's node is
+irrelevant to a sum, so any rank-to-node order is correct).
+
+Calls run on one FIFO worker thread per process (shared by every oddl group), so collectives
+reach the agent in the order the training script issued them, which c10d requires to be the
+same on every rank; `async_op=True` returns work whose wait() and get_future() behave as
+gloo's. Only importable where torch is installed (the extra `oddl[torch]`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from oddl.agents.client import AgentClient
+from oddl.errors import CollectiveError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BACKEND", "OddlProcessGroup", "UnsupportedCollective", "counters",
+           "reset_counters"]
+
+BACKEND = "oddl"
+ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
+_SUMS = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.AVG: "AVG"}
+
+
+class UnsupportedCollective(CollectiveError):
+    """A collective (or reduction) the optical all-reduce cannot carry, with no fallback."""
+
+
+# ---- counters -----------------------------------------------------------------------------
+
+_counter_lock = threading.Lock()
+_counters: dict[str, dict[str, int]] = {}
+
+
+def _count(kind: str, optical: int = 0, fallback: int = 0) -> None:
+    with _counter_lock:
+        c = _counters.setdefault(kind, {"calls": 0, "optical_bytes": 0, "fallback_calls": 0,
+                                        "fallback_bytes": 0})
+        c["calls"] += 1
+        c["optical_bytes"] += optical
+        c["fallback_bytes"] += fallback
+        c["fallback_calls"] += bool(fallback)
+
+
+def counters() -> dict[str, Any]:
+    """This process's counters per collective kind, and totals: calls, bytes handed to the
+    agent (over the optical circuits), calls and bytes that went to the gloo fallback."""
+    with _counter_lock:
+        kinds = {k: dict(v) for k, v in _counters.items()}
+    total = {f: sum(v[f] for v in kinds.values())
+             for f in ("calls", "optical_bytes", "fallback_calls", "fallback_bytes")}
+    return {"kinds": kinds, "total": total}
+
+
+def reset_counters() -> None:
+    """Zero the counters (e.g. at the start of an iteration)."""
+    with _counter_lock:
+        _counters.clear()
+
+
+# ---- the channel to the agent: one client and one FIFO thread per process ---------------
+
+class _Channel:
+    """The process's AgentClient and the single thread that uses it (not thread-safe)."""
+
+    def __init__(self, api: str, job: str | None, timeout_s: float):
+        self.api, self.job = api, job
+        self.client = AgentClient(api, timeout_s=timeout_s)
+        self.failed = ""
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="oddl-pg")
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        """Sum `array` across the job's nodes, in place (worker thread only)."""
+        out = self.client.allreduce(array, job=self.job, out=array)
+        if out.shape != array.shape or out.dtype != array.dtype:
+            raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "
+                                  f"{array.dtype}{list(array.shape)}")
+        return out
+
+    def submit(self, what: str, fn: Callable[[], Any]) -> torch.futures.Future:
+        """Run `fn` on the worker thread; its result (or error) completes the future."""
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def run() -> None:
+            if self.failed:
+                fut.set_exception(CollectiveError(
+                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
+                    "collective sequence is broken, restart the training processes"))
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the caller through the future
+                if not isinstance(exc, UnsupportedCollective):
+                    self.failed = self.failed or f"{what}: {exc}"
+                logger.error("oddl %s failed: %s", what, exc)
+                fut.set_exception(exc)
+
+        if self._executor is None:
+            raise CollectiveError(f"{what}: the oddl backend was shut down")
+        self._executor.submit(run)
+        return fut
+
+    def close(self) -> None:
+        """Finish queued calls (unless one failed), stop the thread, close the client."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
+            self._executor = None
+            self.client.close()
+
+
+_channel: _Channel | None = None
+_channel_lock = threading.Lock()
+
+
+def _channel_for(rank: int, timeout_s: float) -> _Channel:
+    """The process's channel, opened from the environment on first use."""
+    global _channel
+    with _channel_lock:
+        if _channel is None:
+            raw = os.environ.get(ENV_API, "").strip()
+            if not raw:
+                raise ConfigError(f"the oddl backend needs {ENV_API}=<the local agent API "
+                                  f"address> (printed by `oddl agent serve`; a comma-separated "
+                                  f"list indexed by rank for several ranks on one host), and "
+                                  f"{ENV_JOB}=<job id> when the node is in more than one job")
+            apis = [a.strip() for a in raw.split(",")]
+            if len(apis) > 1 and rank >= len(apis):
+                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is rank {rank}; "
+                                  "give one address per rank, in rank order")
+            api = apis[rank] if len(apis) > 1 else apis[0]
+            _channel = _Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
+            atexit.register(_close_channel)
+        return _channel
+
+
+def _close_channel() -> None:
+    global _channel
+    with _channel_lock:
+        if _channel is not None:
+            _channel.close()
+            _channel = None
+
+
+# ---- tensors <-> numpy ---------------------------------------------------------------------
+
+def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
+    if t.device.type != "cpu":
+        raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
+                                    f"{t.device}; register it for cpu and move tensors there")
+    if t.dtype in (torch.bfloat16, torch.bool) or t.is_complex() or t.dtype.is_floating_point \
+            and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
+                                    f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+    return t.detach().contiguous().numpy()
+
+
+def _flat_sum(channel: _Channel, tensors: list[torch.Tensor], what: str) -> np.ndarray:
+    """Sum the concatenation of `tensors` (one dtype) across the job; returns the flat sum."""
+    arrays = [_as_numpy(t, what).reshape(-1) for t in tensors]
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) != 1:
+        raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
+    buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
+    return channel.sum_(buf)
+
+
+def _reduce_name(opts: Any) -> str:
+    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+    for known, name in _SUMS.items():
+        if op == known:
+            return name
+    return str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+
+
+# ---- the process group ---------------------------------------------------------------------
+
+class OddlProcessGroup(dist.ProcessGroup):
+    """torch.distributed's view of the optical testbed (see the module docstring)."""
+
+    def __init__(self, rank: int, world: int, channel: _Channel, fallback: Any = None):
+        super().__init__(rank, world)
+        self._rank, self._world = rank, world
+        self._channel = channel
+        self._fallback = fallback
+
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return BACKEND
+
+    # -- plumbing --
+    def _work(self, kind: str, fn: Callable[[], Any]) -> Any:
+        return _create_work_from_future(self._channel.submit(kind, fn))
+
+    def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
+        if self._fallback is None:
+            raise UnsupportedCollective(
+                f"{kind}: {reason}; the optical testbed only sums. Set {ENV_FALLBACK}=gloo to "
+                "route such calls to a gloo group beside the oddl one (they are counted), or "
+                "rewrite the call as a sum")
+        return self._fallback
+
+    def _sum_kind(self, kind: str, opts: Any) -> str | None:
+        name = _reduce_name(opts)
+        if name in ("SUM", "AVG"):
+            return name
+        self._fallback_or_refuse(f"{kind}({name})", f"reduction {name} is not a sum")
+        return None
+
+    def _via_fallback(self, kind: str, tensors: list[torch.Tensor],
+                      call: Callable[[Any], Any]) -> Any:
+        fb = self._fallback
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+
+        def run() -> list[torch.Tensor]:
+            call(fb).wait()
+            _count(kind, fallback=nbytes)
+            return tensors
+        return self._work(kind, run)
+
+    # -- collectives --
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts = opts or dist.AllreduceOptions()
+        name = self._sum_kind("all_reduce", opts)
+        if name is None:
+            return self._via_fallback(f"all_reduce({_reduce_name(opts)})", tensors,
+                                      lambda fb: fb.allreduce(tensors, opts))
+        world = self._world
+
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                if name == "AVG" and not t.is_floating_point():
+                    raise UnsupportedCollective(f"all_reduce(AVG) of {t.dtype}: average "
+                                                "floating-point tensors (or SUM the integers)")
+                a = _as_numpy(t, "all_reduce")
+                if t.is_contiguous():
+                    self._channel.sum_(a)  # in place, in the tensor's own memory
+                else:  # `a` is a contiguous copy
+                    t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
+                if name == "AVG":
+                    t.div_(world)
+                _count(f"all_reduce({name})", optical=a.nbytes)
+            return tensors
+        return self._work("all_reduce", run)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        root = (opts or dist.BroadcastOptions()).rootRank
+
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                a = _as_numpy(t, "broadcast").copy()
+                if self._rank != root:
+                    a[...] = 0
+                t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
+                _count("broadcast", optical=a.nbytes)
+            return tensors
+        return self._work("broadcast", run)
+
+    def _gather_into(self, flat_in: torch.Tensor, what: str) -> np.ndarray:
+        """The world-sized sum in which slot r holds rank r's `flat_in`."""
+        a = _as_numpy(flat_in, what).reshape(-1)
+        buf = np.zeros(a.size * self._world, dtype=a.dtype)
+        buf[self._rank * a.size:(self._rank + 1) * a.size] = a
+        _count(what, optical=buf.nbytes)
+        return self._channel.sum_(buf)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                  opts: Any = None) -> Any:
+        def run() -> list[list[torch.Tensor]]:
+            for outs, t in zip(outputs, inputs, strict=True):
+                if len(outs) != self._world:
+                    raise UnsupportedCollective(f"all_gather: {len(outs)} outputs for a world "
+                                                f"of {self._world}")
+                total = self._gather_into(t, "all_gather").reshape(self._world, -1)
+                for r, o in enumerate(outs):
+                    o.copy_(torch.from_numpy(total[r]).view_as(o))
+            return outputs
+        return self._work("all_gather", run)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                        opts: Any = None) -> Any:
+        def run() -> list[torch.Tensor]:
+            if output.numel() != input.numel() * self._world:
+                raise UnsupportedCollective(f"all_gather_into_tensor: output has "
+                                            f"{output.numel()} elements, not world × "
+                                            f"{input.numel()}")
+            total = self._gather_into(input, "all_gather_into_tensor")
+            output.copy_(torch.from_numpy(total).view_as(output))
+            return [output]
+        return self._work("all_gather_into_tensor", run)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+        name = self._sum_kind("reduce_scatter", opts)
+        if name is None:
+            return self._via_fallback(f"reduce_scatter({_reduce_name(opts)})", outputs,
+                                      lambda fb: fb.reduce_scatter(outputs, inputs, opts))
+
+        def run() -> list[torch.Tensor]:
+            for out, parts in zip(outputs, inputs, strict=True):
+                total = _flat_sum(self._channel, parts, "reduce_scatter")
+                _count(f"reduce_scatter({name})", optical=total.nbytes)
+                mine = total.reshape(self._world, -1)[self._rank]
+                self._store_reduced(out, mine, name)
+            return outputs
+        return self._work("reduce_scatter", run)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                             opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+        name = self._sum_kind("reduce_scatter_tensor", opts)
+        if name is None:
+            return self._via_fallback(f"reduce_scatter_tensor({_reduce_name(opts)})", [output],
+                                      lambda fb: fb._reduce_scatter_base(output, input, opts))
+
+        def run() -> list[torch.Tensor]:
+            if input.numel() != output.numel() * self._world:
+                raise UnsupportedCollective(f"reduce_scatter_tensor: input has {input.numel()} "
+                                            f"elements, not world × {output.numel()}")
+            total = _flat_sum(self._channel, [input], "reduce_scatter_tensor")
+            _count(f"reduce_scatter_tensor({name})", optical=total.nbytes)
+            self._store_reduced(output, total.reshape(self._world, -1)[self._rank], name)
+            return [output]
+        return self._work("reduce_scatter_tensor", run)
+
+    def _store_reduced(self, out: torch.Tensor, part: np.ndarray, name: str) -> None:
+        value = torch.from_numpy(part).view_as(out)
+        if name == "AVG":
+            if not out.is_floating_point():
+                raise UnsupportedCollective(f"reduce_scatter(AVG) of {out.dtype}: average "
+                                            "floating-point tensors")
+            value = value / self._world
+        out.copy_(value)
+
+    def barrier(self, opts: Any = None) -> Any:
+        def run() -> list[torch.Tensor]:
+            one = np.ones(1, dtype=np.int32)
+            got = int(self._channel.sum_(one)[0])
+            if got != self._world:
+                raise CollectiveError(f"barrier: {got} nodes answered, the world is "
+                                      f"{self._world}")
+            _count("barrier", optical=one.nbytes)
+            return []
+        return self._work("barrier", run)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                      output_split_sizes: list[int], input_split_sizes: list[int],
+                      opts: Any = None) -> Any:
+        world = self._world
+
+        def splits(t: torch.Tensor, sizes: list[int], what: str) -> list[torch.Tensor]:
+            if not sizes:
+                if t.shape[0] % world:
+                    raise UnsupportedCollective(f"all_to_all_single: {what} has {t.shape[0]} "
+                                                f"rows, not a multiple of the world {world}")
+                sizes = [t.shape[0] // world] * world
+            return list(torch.split(t, list(sizes), dim=0))
+
+        def run() -> list[torch.Tensor]:
+            self._exchange(splits(output, output_split_sizes, "output"),
+                           splits(input, input_split_sizes, "input"), "all_to_all_single")
+            return [output]
+        return self._work("all_to_all_single", run)
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                 opts: Any = None) -> Any:
+        def run() -> list[torch.Tensor]:
+            self._exchange(list(outputs), list(inputs), "all_to_all")
+            return outputs
+        return self._work("all_to_all", run)
+
+    def _exchange(self, outs: list[torch.Tensor], ins: list[torch.Tensor], what: str) -> None:
+        """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
+        what rank i sends to rank j, each block sized to the largest (agreed by a first small
+        all-reduce of the sizes)."""
+        world, me = self._world, self._rank
+        if len(outs) != world or len(ins) != world:
+            raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
+                                        f"for a world of {world}")
+        dtypes = {t.dtype for t in (*outs, *ins)}
+        if len(dtypes) != 1:
+            raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
+        sizes = np.zeros((world, world), dtype=np.int64)
+        sizes[me] = [t.numel() for t in ins]
+        self._channel.sum_(sizes)
+        for i in range(world):
+            if sizes[i, me] != outs[i].numel():
+                raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
+                                      f"{me}, which expects {outs[i].numel()}")
+        cap = int(sizes.max())
+        first = _as_numpy(ins[0], what)
+        blocks = np.zeros((world, world, cap), dtype=first.dtype)
+        for j, t in enumerate(ins):
+            blocks[me, j, :t.numel()] = _as_numpy(t, what).reshape(-1)
+        self._channel.sum_(blocks.reshape(-1))
+        for i, o in enumerate(outs):
+            o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
+        _count(what, optical=blocks.nbytes + sizes.nbytes)
+
+
+    # torch 2.13 calls these names; older releases the underscored ones above
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        """Each tensor is summed in turn (one agent call each), in the list's order."""
+        return self.allreduce(tensors, opts)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
+                                    inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1] if works else self.barrier()
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
+                                        inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        works = [self._reduce_scatter_base(o, i, opts)
+                 for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1] if works else self.barrier()
+
+
+# ---- creation and registration -------------------------------------------------------------
+
+def _handshake(channel: _Channel, rank: int, world: int) -> None:
+    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
+    v = np.zeros(world + 1, dtype=np.int64)
+    v[rank], v[world] = 1, 1
+    try:
+        channel.sum_(v)
+    except CollectiveError as exc:
+        raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
+                              f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "
+                              f"exactly the {world} nodes of this world?") from exc
+    if int(v[world]) != world or (v[:world] != 1).any():
+        missing = [r for r in range(world) if v[r] == 0]
+        doubled = [r for r in range(world) if v[r] > 1]
+        raise ConfigError(f"the job has {int(v[world])} nodes for a world of {world}"
+                          f"{'; no rank ' + str(missing) if missing else ''}"
+                          f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
+                          "one rank per node of the job, each with its own agent")
+
+
+def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
+    """The creator torch.distributed calls for ``init_process_group("oddl")``."""
+    rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
+    ranks = list(dist_opts.global_ranks_in_group or [])
+    if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
+        raise UnsupportedCollective(f"an oddl group of ranks {ranks}: the agent's job spans the "
+                                    "whole world; create subgroups with backend='gloo'")
+    timeout = dist_opts.timeout
+    timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
+                 else 1800.0)
+    channel = _channel_for(rank, timeout_s)
+    done = channel.submit("handshake", lambda: _handshake(channel, rank, world))
+    done.wait()
+    fallback = None
+    mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
+    if mode == "gloo":
+        fallback = dist.ProcessGroupGloo(dist.PrefixStore("oddl-fallback", dist_opts.store),
+                                         rank, world, datetime.timedelta(seconds=timeout_s))
+    elif mode:
+        raise ConfigError(f"{ENV_FALLBACK}={mode!r}: use 'gloo' or leave it unset")
+    logger.info("oddl backend: rank %d of %d via agent %s (job %s), fallback %s", rank, world,
+                channel.api, channel.job or "its only job", mode or "none")
+    return OddlProcessGroup(rank, world, channel, fallback)
+
+
+def register() -> None:
+    """Register the backend (done on import; repeating it is harmless)."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu"])
+
+
+register()

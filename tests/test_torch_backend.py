@@ -1,0 +1,157 @@
+"""The `oddl` torch.distributed backend against the emulated testbed (extra `oddl[torch]`).
+
+Four rank processes (tests/torch_backend_worker.py, torchrun's environment) join
+`init_process_group("oddl")`, each through its own node's agent, run a scenario and print
+their results; the checks here compute the expected values from the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from oddl.operator import OperatorClient  # noqa: E402
+from oddl.procs import ProcessGroup  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
+WORKER = Path(__file__).resolve().parent / "torch_backend_worker.py"
+WORLD = 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def apis(tmp_path_factory) -> Iterator[list[str]]:
+    """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
+    from oddl.launch import launch_emulated
+
+    tmp = tmp_path_factory.mktemp("torch-backend")
+    group = ProcessGroup(tmp)
+    operator = None
+    try:
+        launched = launch_emulated(group, EMULATED, tmp)
+        operator = OperatorClient(launched.controller)
+        nodes = [n.id for n in launched.cfg.nodes]
+        job = operator.submit("torch-backend", nodes, "ring", "optical")
+        yield [launched.agents[n]["local_api"] for n in nodes]
+        operator.cancel(job["id"])
+    finally:
+        if operator is not None:
+            operator.close()
+        group.stop_all()
+
+
+def run_world(apis: list[str], scenario: str, timeout: float = 150) -> list[dict[str, Any]]:
+    """Start the four ranks as torchrun would; their JSON results in rank order."""
+    port = _free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "ODDL_LOCAL_API": ",".join(apis)}
+        env.pop("ODDL_TORCH_FALLBACK", None)
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), scenario], env=env,
+                                      cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return results
+
+
+def _inputs(rank: int, n: int) -> np.ndarray:
+    return np.random.default_rng(100 + rank).integers(-1000, 1000, n)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
+    res = run_world(apis, "collectives")
+    allin = {n: np.stack([_inputs(r, n) for r in range(WORLD)]) for n in (5, 6 * WORLD, 7, 9,
+                                                                            10, 12, 50, 100,
+                                                                            333, 1000)}
+    for r, got in enumerate(res):
+        assert got["rank"] == r
+        assert got["sum_int64"] == allin[1000].sum(0).tolist()
+        f = (allin[333].astype(np.float32) / 8).astype(np.float64)
+        assert np.array_equal(got["avg_float32"], f.sum(0) / WORLD)
+        nc = allin[12].sum(0).reshape(3, 4).T
+        assert got["sum_noncontiguous"] == nc.tolist()
+        assert got["broadcast_from_2"] == allin[50][2].astype(float).tolist()
+        assert got["all_gather"] == allin[7].tolist()
+        assert got["all_gather_into_tensor"] == allin[5].reshape(-1).astype(float).tolist()
+        assert got["reduce_scatter"] == allin[6 * WORLD].sum(0)[6 * r:6 * r + 6].tolist()
+        assert got["reduce_scatter_tensor"] == allin[6 * WORLD].sum(0)[6 * r:6 * r + 6].astype(
+            float).tolist()
+        assert got["all_to_all_single"] == [100 * i + 3 * r + k for i in range(WORLD)
+                                            for k in range(3)]
+        assert got["all_to_all_uneven"] == [[1000 * i + r] * (r + 1) for i in range(WORLD)]
+        assert got["async_wait"] == [True, True, True]
+        assert got["async_sums"] == [(allin[100] + k).sum(0).tolist() for k in range(3)]
+        assert got["future_value"] == allin[10].sum(0).tolist() and got["future_done"]
+        # MAX: a clear error naming the option, the tensor untouched, nothing counted ...
+        assert "UnsupportedCollective" in got["max_error"]
+        assert "MAX" in got["max_error"] and "ODDL_TORCH_FALLBACK=gloo" in got["max_error"]
+        assert got["max_left_unchanged"]
+        before = got["counters_before_fallback"]
+        assert before["total"]["fallback_calls"] == 0
+        # ... and exact over the gloo fallback, counted as such
+        assert got["max_fallback"] == allin[9].astype(np.float32).max(0).astype(float).tolist()
+        kinds = got["counters"]["kinds"]
+        assert kinds["all_reduce(MAX)"] == {"calls": 1, "optical_bytes": 0, "fallback_calls": 1,
+                                            "fallback_bytes": 9 * 4}
+        assert kinds["all_reduce(SUM)"]["optical_bytes"] >= 1000 * 8
+        assert kinds["all_gather"]["optical_bytes"] == WORLD * 7 * 4
+        assert kinds["barrier"]["calls"] >= 1
+        # all_to_all costs world × world blocks (plus the sizes) per rank
+        assert kinds["all_to_all_single"]["optical_bytes"] == (WORLD * WORLD * 3 * 8
+                                                              + WORLD * WORLD * 8)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_ddp_and_fully_shard_train_as_gloo_does(apis: list[str]):
+    pytest.importorskip("sklearn")
+    from oddl.train_demo import ACCURACY_TOLERANCE
+
+    res = run_world(apis, "training", timeout=280)
+    for kind in ("ddp", "fsdp"):
+        oddl = [r[f"{kind}_oddl"] for r in res]
+        gloo = [r[f"{kind}_gloo"] for r in res]
+        # it learned, over the optics, and gloo's run from the same seed agrees
+        assert oddl[0]["losses"][1] < oddl[0]["losses"][0]
+        assert oddl[0]["accuracy"] > 0.8
+        assert abs(oddl[0]["accuracy"] - gloo[0]["accuracy"]) <= ACCURACY_TOLERANCE
+        assert np.allclose(oddl[0]["losses"], gloo[0]["losses"], rtol=1e-3)
+        total = oddl[0]["counters"]["total"]
+        assert total["optical_bytes"] > 0 and total["fallback_calls"] == 0
+        assert gloo[0]["counters"]["total"]["calls"] == 0  # gloo's run used no oddl call
+    digests = {r["ddp_oddl"]["digest"] for r in res}
+    assert len(digests) == 1  # the DDP replicas agree bit for bit
+    kinds = res[0]["fsdp_oddl"]["counters"]["kinds"]
+    assert any(k.startswith("reduce_scatter_tensor") for k in kinds), kinds
+    assert "all_gather_into_tensor" in kinds

@@ -1,0 +1,173 @@
+"""One rank of the oddl torch backend tests: `python tests/torch_backend_worker.py SCENARIO`.
+
+Started four times by tests/test_torch_backend.py with torchrun's environment (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and ODDL_LOCAL_API; joins `init_process_group("oddl")`,
+runs the scenario and prints one JSON line of results (tensors as lists) for the test to check
+against values it computes itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import oddl.torch_backend as ob
+
+
+def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank `rank`'s test tensor: integers (exact in every dtype used)."""
+    g = np.random.default_rng(100 + rank)
+    return torch.from_numpy(g.integers(-1000, 1000, n)).to(dtype)
+
+
+def collectives(rank: int, world: int) -> dict[str, Any]:
+    """Every collective the backend carries, plus MAX without and with the fallback."""
+    out: dict[str, Any] = {}
+    t = inputs(rank, 1000, torch.int64)
+    dist.all_reduce(t)
+    out["sum_int64"] = t.tolist()
+    f = inputs(rank, 333, torch.float32) / 8
+    dist.all_reduce(f, op=dist.ReduceOp.AVG)
+    out["avg_float32"] = f.tolist()
+    nc = inputs(rank, 12, torch.float64).reshape(3, 4).t()  # not contiguous
+    dist.all_reduce(nc)
+    out["sum_noncontiguous"] = nc.tolist()
+    b = inputs(rank, 50, torch.float32)
+    dist.broadcast(b, src=2)
+    out["broadcast_from_2"] = b.tolist()
+    gathered = [torch.empty(7, dtype=torch.int32) for _ in range(world)]
+    dist.all_gather(gathered, inputs(rank, 7, torch.int32))
+    out["all_gather"] = [g.tolist() for g in gathered]
+    into = torch.empty(world * 5, dtype=torch.float64)
+    dist.all_gather_into_tensor(into, inputs(rank, 5, torch.float64))
+    out["all_gather_into_tensor"] = into.tolist()
+    rs = torch.empty(6, dtype=torch.int64)
+    dist.reduce_scatter(rs, list(inputs(rank, 6 * world, torch.int64).chunk(world)))
+    out["reduce_scatter"] = rs.tolist()
+    rst = torch.empty(6, dtype=torch.float32)
+    dist.reduce_scatter_tensor(rst, inputs(rank, 6 * world, torch.float32))
+    out["reduce_scatter_tensor"] = rst.tolist()
+    dist.barrier()
+    a2a = torch.empty(world * 3, dtype=torch.int64)
+    dist.all_to_all_single(a2a, torch.arange(world * 3, dtype=torch.int64) + 100 * rank)
+    out["all_to_all_single"] = a2a.tolist()
+    # uneven: rank r sends j+1 elements to rank j, valued 1000·r + j
+    ins = [torch.full((j + 1,), 1000 * rank + j, dtype=torch.int64) for j in range(world)]
+    outs = [torch.empty(rank + 1, dtype=torch.int64) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    out["all_to_all_uneven"] = [o.tolist() for o in outs]
+    # async: three calls in flight, then wait; and a future
+    xs = [inputs(rank, 100, torch.int64) + k for k in range(3)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    out["async_wait"] = [w.wait() for w in works]
+    out["async_sums"] = [x.tolist() for x in xs]
+    y = inputs(rank, 10, torch.int64)
+    fut = dist.all_reduce(y, async_op=True).get_future()
+    out["future_value"] = fut.wait()[0].tolist()
+    out["future_done"] = fut.done()
+    # MAX: refused by the optical group ...
+    m = inputs(rank, 9, torch.float32)
+    try:
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        out["max_error"] = ""
+    except Exception as exc:  # reported to the test
+        out["max_error"] = f"{type(exc).__name__}: {exc}"
+    out["max_left_unchanged"] = m.tolist() == inputs(rank, 9, torch.float32).tolist()
+    out["counters_before_fallback"] = ob.counters()
+    # ... and carried by gloo in a group made with the fallback on, and counted
+    os.environ[ob.ENV_FALLBACK] = "gloo"
+    group = dist.new_group(backend="oddl")
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+    out["max_fallback"] = m.tolist()
+    out["counters"] = ob.counters()
+    return out
+
+
+def _digits() -> dict[str, np.ndarray]:
+    from oddl.train_worker import load_digits_split
+
+    return load_digits_split()
+
+
+def _train(model: torch.nn.Module, wrapped: torch.nn.Module, data: dict[str, np.ndarray],
+           rank: int, world: int, epochs: int, seed: int) -> dict[str, Any]:
+    """Train `wrapped` (the DDP or FSDP view of `model`) on this rank's share of digits."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    ds = TensorDataset(torch.from_numpy(data["x_train"]), torch.from_numpy(data["y_train"]))
+    sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    loader = DataLoader(ds, batch_size=32, sampler=sampler)
+    opt = torch.optim.Adam(wrapped.parameters(), lr=0.01)
+    losses = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        total = 0.0
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(wrapped(x), y)
+            loss.backward()
+            opt.step()
+            total += float(loss) * len(y)
+        losses.append(total / len(sampler))
+    x_te, y_te = torch.from_numpy(data["x_test"]), torch.from_numpy(data["y_test"])
+    with torch.no_grad():
+        acc = float((wrapped(x_te).argmax(1) == y_te).float().mean())
+    return {"losses": losses, "accuracy": acc}
+
+
+def training(rank: int, world: int) -> dict[str, Any]:
+    """DDP (no hook) and fully_shard, each over oddl and over gloo from the same seed."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    from oddl.train_worker import build_model, param_digest
+
+    data = _digits()
+    gloo = dist.new_group(backend="gloo")
+    seed, epochs = 7, 2
+    out: dict[str, Any] = {}
+    for name, group in (("oddl", None), ("gloo", gloo)):
+        torch.manual_seed(seed)
+        model = build_model()
+        ob.reset_counters()
+        ddp = DistributedDataParallel(model, process_group=group)
+        out[f"ddp_{name}"] = {**_train(model, ddp, data, rank, world, epochs, seed),
+                              "digest": param_digest(model), "counters": ob.counters()}
+    for name, group in (("oddl", dist.group.WORLD), ("gloo", gloo)):
+        torch.manual_seed(seed)
+        model = build_model()
+        ob.reset_counters()
+        mesh = DeviceMesh.from_group(group, "cpu")
+        for layer in model:
+            if any(p.requires_grad for p in layer.parameters(recurse=False)):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        result = _train(model, model, data, rank, world, epochs, seed)
+        out[f"fsdp_{name}"] = {**result, "counters": ob.counters()}
+    return out
+
+
+def main() -> int:
+    scenario = sys.argv[1]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=60))
+    try:
+        result = {"collectives": collectives, "training": training}[scenario](rank, world)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    print(json.dumps({"rank": rank, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
