@@ -114,6 +114,24 @@ def test_kill_the_controller_and_resume(bench: Bench):
     (bench.tmp / "timings.json").write_text(json.dumps({"reconnect_s": reconnect}))
 
 
+def test_a_dead_controller_fails_a_retuning_standing_collective_with_the_reason(bench: Bench):
+    # halving-doubling repeats on a standing schedule whose retunes the controller performs
+    # (decision record 0010): with the controller dead, the collective cannot get its
+    # retunes and fails at every node with that reason (never a wrong result, never a hang);
+    # once the controller is back the next collective goes through the barrier and is exact
+    bench.operator.submit("hd-standing", [], "halving-doubling", "optical")
+    assert bench.allreduce(11) == [True] * 4  # the barrier
+    assert bench.allreduce(12) == [True] * 4  # standing, announced to the controller
+    os.kill(bench.proc("controller").proc.pid, signal.SIGKILL)
+    outs = bench.allreduce(13)
+    assert all(isinstance(o, CollectiveError) for o in outs), outs
+    assert any("controller" in str(o) for o in outs), outs
+    bench.restart_controller()
+    _wait(lambda: all(a["alive"] for a in bench.operator.status()["agents"]), 30,
+          "agents reconnecting")
+    _wait(lambda: bench.allreduce(14) == [True] * 4, 60, "exact results again")
+
+
 def test_kill_the_emulators_then_the_controller_keeps_serving_and_restores(bench: Bench):
     bench.operator.submit("emu", [], "ring", "optical")
     os.kill(bench.proc("emulators").proc.pid, signal.SIGKILL)
