@@ -218,14 +218,23 @@ def _reduce_name(opts: Any) -> str:
 class OddlProcessGroup(dist.ProcessGroup):
     """torch.distributed's view of the optical testbed (see the module docstring)."""
 
-    def __init__(self, rank: int, world: int, channel: _Channel, fallback: Any = None):
+    def __init__(self, rank: int, world: int, channel: _Channel, fallback: Any = None,
+                 name: str = ""):
         super().__init__(rank, world)
         self._rank, self._world = rank, world
         self._channel = channel
         self._fallback = fallback
+        self._name = name
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return BACKEND
+
+    def getGroupName(self) -> str:  # noqa: N802
+        """c10d names only its own backends; DeviceMesh (fully_shard) looks groups up by it."""
+        return self._name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return f"oddl:{self._name}"
 
     # -- plumbing --
     def _work(self, kind: str, fn: Callable[[], Any]) -> Any:
@@ -502,7 +511,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
         raise ConfigError(f"{ENV_FALLBACK}={mode!r}: use 'gloo' or leave it unset")
     logger.info("oddl backend: rank %d of %d via agent %s (job %s), fallback %s", rank, world,
                 channel.api, channel.job or "its only job", mode or "none")
-    return OddlProcessGroup(rank, world, channel, fallback)
+    return OddlProcessGroup(rank, world, channel, fallback, str(dist_opts.group_id or ""))
 
 
 def register() -> None:

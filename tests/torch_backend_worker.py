@@ -114,7 +114,7 @@ def _train(model: torch.nn.Module, wrapped: torch.nn.Module, data: dict[str, np.
             loss = torch.nn.functional.cross_entropy(wrapped(x), y)
             loss.backward()
             opt.step()
-            total += float(loss) * len(y)
+            total += float(loss.detach()) * len(y)
         losses.append(total / len(sampler))
     x_te, y_te = torch.from_numpy(data["x_test"]), torch.from_numpy(data["y_test"])
     with torch.no_grad():
