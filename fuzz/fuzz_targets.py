@@ -343,7 +343,8 @@ def all_targets() -> dict[str, Target]:
                                                    bytes.fromhex("31310514")]),
         Target("wss-emulator", _wss_emulator, seeds=[b"SNO?\nRRA?\nURA 1,1,0.0;2,2,3.5\nRSW\n",
                                                      b"URA 3,99,99.9\nRSW\nRRA?"]),
-        Target("wss-replies", _wss_replies, seeds=[b"1,1,0.0;2,2,3.5", b"ERR 2 bad"]),
+        Target("wss-replies", _wss_replies, seeds=[b"1,1,0.0;2,2,3.5", b"RER", b"^OK$FF66",
+                                                   b"1,99,99.9;2,2,3.5"]),
         Target("scpi-emulator", _scpi_emulator, seeds=[
             b"*IDN?\n:SENS1:POW:UNIT 0\n:READ1:POW?\n:SYST:ERR?",
             b":SENS:FUNC:PAR:LOGG 100,0.001\n:SENS:FUNC:STAT LOGG,STAR\n:SENS:FUNC:RES?"]),
