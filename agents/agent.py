@@ -163,9 +163,10 @@ class Agent:
         self.shared_bytes = 0
         self.standing_runs = 0
         self._called_at = 0.0
-        self.start_overheads: deque[float] = deque(maxlen=2000)
-        """Per gated collective, its first slot's start minus the all-reduce call's arrival:
-        the control overhead (barrier or ready exchange, and the launch or standing margin)."""
+        self.starts: deque[tuple[str, int, float, float]] = deque(maxlen=2000)
+        """Per gated collective (job, seq, the all-reduce call's arrival, its first slot's
+        start), local clock: the control overhead is the first slot's start minus the last
+        node's arrival (the barrier or ready exchange, and the launch or standing margin)."""
         ctx = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
@@ -630,8 +631,8 @@ class Agent:
             network=job.network, receive_timeout_s=_receive_timeout(self.cfg, schedule),
             line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
         if t0_local > 0:
-            self.start_overheads.append(t0_local + first_data_start(schedule)
-                                        - self._called_at)
+            self.starts.append((job.id, seq, self._called_at,
+                                t0_local + first_data_start(schedule)))
         ok, error = True, ""
         self._current_job = job.id
         self._abort_reason = ""
@@ -825,7 +826,7 @@ class Agent:
                 "lost_on_wire": dict(self.phy.lost_by_reason) if self.phy else {},
                 "gate_errors": self.gate.errors()[-2000:],
                 "overruns": self.gate.overruns()[-2000:],
-                "start_overheads": list(self.start_overheads)}
+                "collective_starts": [list(x) for x in self.starts]}
 
 
 def _stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth | None:

@@ -7,7 +7,7 @@ For each size: gloo (torch.distributed, 4 ranks on loopback, float32) and oddl's
 each the median of R all-reduces, with ratios to gloo and to the line-rate bound
 2(N−1)/N · S · 8 / rate of the testbed, time per byte at the largest size over the smallest
 ≥ 16 MB, slot overruns, the control overhead of the optical collectives (first slot's start
-minus the call's arrival at the agent; the ideal network has none: it starts at once) and the
+minus the last node's call at its agent; the ideal network has none: it starts at once) and the
 bytes that crossed the local API socket (shared memory: 0).
 
 It also measures the floor of slot gating on this machine: a bare sleep-then-spin loop at
@@ -199,10 +199,18 @@ def _measure(clients: list[AgentClient], arrays: list[np.ndarray], key: str, rep
             times.append(took)
     out["times"][key] = times
     # the control overhead of the gated collectives: their first slot's start minus the
-    # all-reduce call's arrival at the agent (barrier or ready exchange, and the margin)
-    control = [x for c in clients for x in c.status()["start_overheads"][-repeats:]]
-    if control and "/optical/" in key:
-        out["control"][key] = float(np.median(control))
+    # last node's all-reduce call at its agent (barrier or ready exchange, and the margin);
+    # the agents share this machine's clock
+    if "/optical/" in key:
+        starts: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for c in clients:
+            for job, seq, called, first in c.status()["collective_starts"]:
+                starts.setdefault((job, seq), []).append((called, first))
+        last = sorted(starts)[-repeats:]
+        control = [float(np.median([f for _, f in starts[k]]) - max(c for c, _ in starts[k]))
+                   for k in last if len(starts[k]) == len(clients)]
+        if control:
+            out["control"][key] = float(np.median(control))
     out["overruns"][key] = sum(len(c.status()["overruns"]) for c in clients) - before
     out["late"][key] = _late(clients) - late0
 

@@ -162,7 +162,7 @@ def _dataplane_rows(r: dict[str, Any] | None) -> list[tuple[str, str, str, str]]
         xs = [x for x in pick("fabric", coll, "optical") if "control_overhead_ms" in x]
         if xs:
             out.append((f"{coll}, emulated fabric: control overhead per collective (first slot "
-                        "− call), median",
+                        "− the last node's call), median",
                         ", ".join(f"{_mb(x)} {x['control_overhead_ms']:.1f} ms" for x in xs)
                         + " (aim ≤ 3 ms; the ideal network has none)",
                         "ideal network: starts at the call", DATAPLANE))
