@@ -106,6 +106,9 @@ class _Channel:
         self.api, self.job = api, job
         self.client = AgentClient(api, timeout_s=timeout_s)
         self.failed = ""
+        self._use = threading.Lock()  # held while a call uses the client
+        self._state = threading.Lock()
+        self._pending = 0  # calls submitted and not yet finished
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="oddl-pg")
 
@@ -117,11 +120,24 @@ class _Channel:
                                   f"{array.dtype}{list(array.shape)}")
         return out
 
-    def submit(self, what: str, fn: Callable[[], Any]) -> torch.futures.Future:
-        """Run `fn` on the worker thread; its result (or error) completes the future."""
+    def submit(self, what: str, fn: Callable[[], Any],
+               inline: bool = False) -> torch.futures.Future:
+        """Run `fn` on the worker thread; its result (or error) completes the future.
+
+        `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
+        queued, run it on the caller's thread instead, saving the hand-over to the worker;
+        the order stays first-in first-out either way."""
         fut: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
+            with self._use:
+                try:
+                    guarded()
+                finally:
+                    with self._state:
+                        self._pending -= 1
+
+        def guarded() -> None:
             if self.failed:
                 fut.set_exception(CollectiveError(
                     f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
@@ -137,7 +153,13 @@ class _Channel:
 
         if self._executor is None:
             raise CollectiveError(f"{what}: the oddl backend was shut down")
-        self._executor.submit(run)
+        with self._state:
+            idle = self._pending == 0
+            self._pending += 1
+        if inline and idle:
+            run()
+        else:
+            self._executor.submit(run)
         return fut
 
     def close(self) -> None:
@@ -237,8 +259,9 @@ class OddlProcessGroup(dist.ProcessGroup):
         return f"oddl:{self._name}"
 
     # -- plumbing --
-    def _work(self, kind: str, fn: Callable[[], Any]) -> Any:
-        return _create_work_from_future(self._channel.submit(kind, fn))
+    def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
+        inline = opts is not None and not getattr(opts, "asyncOp", True)
+        return _create_work_from_future(self._channel.submit(kind, fn, inline))
 
     def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
         if self._fallback is None:
@@ -256,7 +279,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         return None
 
     def _via_fallback(self, kind: str, tensors: list[torch.Tensor],
-                      call: Callable[[Any], Any]) -> Any:
+                      call: Callable[[Any], Any], opts: Any = None) -> Any:
         fb = self._fallback
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
 
@@ -264,7 +287,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             call(fb).wait()
             _count(kind, fallback=nbytes)
             return tensors
-        return self._work(kind, run)
+        return self._work(kind, run, opts)
 
     # -- collectives --
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -272,7 +295,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._sum_kind("all_reduce", opts)
         if name is None:
             return self._via_fallback(f"all_reduce({_reduce_name(opts)})", tensors,
-                                      lambda fb: fb.allreduce(tensors, opts))
+                                      lambda fb: fb.allreduce(tensors, opts), opts)
         world = self._world
 
         def run() -> list[torch.Tensor]:
@@ -289,7 +312,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                     t.div_(world)
                 _count(f"all_reduce({name})", optical=a.nbytes)
             return tensors
-        return self._work("all_reduce", run)
+        return self._work("all_reduce", run, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         root = (opts or dist.BroadcastOptions()).rootRank
@@ -302,7 +325,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                 t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
                 _count("broadcast", optical=a.nbytes)
             return tensors
-        return self._work("broadcast", run)
+        return self._work("broadcast", run, opts)
 
     def _gather_into(self, flat_in: torch.Tensor, what: str) -> np.ndarray:
         """The world-sized sum in which slot r holds rank r's `flat_in`."""
@@ -323,7 +346,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                 for r, o in enumerate(outs):
                     o.copy_(torch.from_numpy(total[r]).view_as(o))
             return outputs
-        return self._work("all_gather", run)
+        return self._work("all_gather", run, opts)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                         opts: Any = None) -> Any:
@@ -335,7 +358,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             total = self._gather_into(input, "all_gather_into_tensor")
             output.copy_(torch.from_numpy(total).view_as(output))
             return [output]
-        return self._work("all_gather_into_tensor", run)
+        return self._work("all_gather_into_tensor", run, opts)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any = None) -> Any:
@@ -343,7 +366,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._sum_kind("reduce_scatter", opts)
         if name is None:
             return self._via_fallback(f"reduce_scatter({_reduce_name(opts)})", outputs,
-                                      lambda fb: fb.reduce_scatter(outputs, inputs, opts))
+                                      lambda fb: fb.reduce_scatter(outputs, inputs, opts), opts)
 
         def run() -> list[torch.Tensor]:
             for out, parts in zip(outputs, inputs, strict=True):
@@ -352,7 +375,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                 mine = total.reshape(self._world, -1)[self._rank]
                 self._store_reduced(out, mine, name)
             return outputs
-        return self._work("reduce_scatter", run)
+        return self._work("reduce_scatter", run, opts)
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                              opts: Any = None) -> Any:
@@ -360,7 +383,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._sum_kind("reduce_scatter_tensor", opts)
         if name is None:
             return self._via_fallback(f"reduce_scatter_tensor({_reduce_name(opts)})", [output],
-                                      lambda fb: fb._reduce_scatter_base(output, input, opts))
+                                      lambda fb: fb._reduce_scatter_base(output, input, opts), opts)
 
         def run() -> list[torch.Tensor]:
             if input.numel() != output.numel() * self._world:
@@ -370,7 +393,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             _count(f"reduce_scatter_tensor({name})", optical=total.nbytes)
             self._store_reduced(output, total.reshape(self._world, -1)[self._rank], name)
             return [output]
-        return self._work("reduce_scatter_tensor", run)
+        return self._work("reduce_scatter_tensor", run, opts)
 
     def _store_reduced(self, out: torch.Tensor, part: np.ndarray, name: str) -> None:
         value = torch.from_numpy(part).view_as(out)
@@ -390,7 +413,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                                       f"{self._world}")
             _count("barrier", optical=one.nbytes)
             return []
-        return self._work("barrier", run)
+        return self._work("barrier", run, opts)
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                       output_split_sizes: list[int], input_split_sizes: list[int],
@@ -409,14 +432,14 @@ class OddlProcessGroup(dist.ProcessGroup):
             self._exchange(splits(output, output_split_sizes, "output"),
                            splits(input, input_split_sizes, "input"), "all_to_all_single")
             return [output]
-        return self._work("all_to_all_single", run)
+        return self._work("all_to_all_single", run, opts)
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: Any = None) -> Any:
         def run() -> list[torch.Tensor]:
             self._exchange(list(outputs), list(inputs), "all_to_all")
             return outputs
-        return self._work("all_to_all", run)
+        return self._work("all_to_all", run, opts)
 
     def _exchange(self, outs: list[torch.Tensor], ins: list[torch.Tensor], what: str) -> None:
         """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
