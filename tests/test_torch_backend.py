@@ -30,6 +30,53 @@ WORKER = Path(__file__).resolve().parent / "torch_backend_worker.py"
 WORLD = 4
 
 
+# ---- without a testbed ----------------------------------------------------------------------
+
+
+class _FakeChannel:
+    """Answers each sum as `factor` identical ranks would (or as a job of another size)."""
+
+    def __init__(self, factor: int):
+        self.factor = factor
+        self.job = None
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        array *= self.factor
+        return array
+
+
+def test_a_missing_agent_address_names_the_variable(monkeypatch):
+    import oddl.torch_backend as ob
+    from oddl.errors import ConfigError
+
+    monkeypatch.delenv("ODDL_LOCAL_API", raising=False)
+    monkeypatch.setattr(ob, "_channel", None)
+    with pytest.raises(ConfigError, match="ODDL_LOCAL_API=<the local agent API address>"):
+        ob._channel_for(0, 10.0)
+    monkeypatch.setenv("ODDL_LOCAL_API", "tcp://127.0.0.1:1,tcp://127.0.0.1:2")
+    with pytest.raises(ConfigError, match="lists 2 agents but this is rank 3"):
+        ob._channel_for(3, 10.0)
+
+
+def test_the_handshake_catches_a_job_of_another_size():
+    import oddl.torch_backend as ob
+    from oddl.errors import ConfigError
+
+    # four ranks that are really the same rank (or a job of four nodes for a world of 2)
+    with pytest.raises(ConfigError, match="the job has 4 nodes for a world of 2; no rank "
+                                          r"\[1\]; ranks given twice \[0\]"):
+        ob._handshake(_FakeChannel(4), 0, 2)  # type: ignore[arg-type]
+    ob._handshake(_FakeChannel(1), 0, 1)  # a world of one: the sum is the input
+
+
+def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
+    import oddl.torch_backend as ob
+
+    with pytest.raises(ob.UnsupportedCollective, match="not torch.bfloat16; cast to float32"):
+        ob._as_numpy(torch.ones(3, dtype=torch.bfloat16), "all_reduce")
+    assert ob._as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
