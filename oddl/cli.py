@@ -381,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "digits with PyTorch DDP through the agents, then over gloo as baseline "
                       "(needs the torch extra: pip install '.[torch]')")
     demo.add_argument("--epochs", type=int, default=5, help="epochs with --train")
+    demo.add_argument("--backend", choices=["hook", "oddl"], default="hook",
+                      help="with --train: hook (DDP over gloo with the optical comm hook) or "
+                      "oddl (DDP with no hook over the oddl torch.distributed backend)")
     demo.set_defaults(func=cmd_demo)
 
     def with_controller(sp: argparse.ArgumentParser, default: Any = None) -> argparse.ArgumentParser:

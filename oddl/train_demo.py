@@ -133,6 +133,15 @@ def _phase_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "replicas_equal": len({r["param_digest"] for r in results}) == 1,
         "test_accuracy_equal_on_all_ranks": len({r["final_test_accuracy"] for r in results}) == 1,
     }
+    if all(r.get("step_s") for r in results):
+        # a step ends when its slowest rank ends
+        steps = [max(r["step_s"][i] for r in results) for i in range(len(results[0]["step_s"]))]
+        out["step_s_median"] = median(steps)
+    if results[0].get("backend"):
+        per_step = results[0]["backend"]  # rank 0's; every rank sends the same bytes
+        out["backend_per_iteration"] = {
+            key: {"median": median(v), "min": min(v), "max": max(v), "total": sum(v)}
+            for key, v in per_step.items() if v}
     hooks = [r["hook"] for r in results if r.get("hook")]
     if hooks:
         h0 = hooks[0]
@@ -222,7 +231,7 @@ def _run_workers(workers: list[_Worker], run_dir: Path, args: list[str], apis: l
                 f"test accuracy {event['test_accuracy']:.4f}, {event['epoch_s']:.2f} s")
         elif kind == "result":
             results.setdefault(event["network"], []).append(event)
-            if len(results[event["network"]]) == WORLD and event["network"] == "optical":
+            if len(results[event["network"]]) == WORLD and event["network"] != "gloo":
                 say("training the gloo baseline from the same seed")
         elif kind == "failed":
             what = "the optical all-reduce differed from the exact reduction" if event.get(
@@ -235,12 +244,18 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
                    json_out: bool = False, *, seed: int = 7, bucket_cap_mb: float = 0.1,
                    verify: bool = True, sync_hook: bool = False,
                    accuracy_tolerance: float | None = None,
-                   worker_module: str = "oddl.train_worker") -> dict[str, Any]:
+                   worker_module: str = "oddl.train_worker",
+                   backend: str = "hook") -> dict[str, Any]:
     """Start everything, train over the optical testbed and over gloo, stop everything.
 
     Returns the summary (`ok` False on any failure); prints progress unless `json_out`.
     `worker_module` is the module each training process runs (`python -m`; tests swap it).
+    `backend`: ``hook`` (DDP over gloo with the optical comm hook, network "optical") or
+    ``oddl`` (DDP with no hook over the oddl torch.distributed backend, network "oddl").
     """
+    if backend not in ("hook", "oddl"):
+        raise OddlError(f"unknown --backend {backend!r}; use hook or oddl")
+    first = "optical" if backend == "hook" else "oddl"
     if accuracy_tolerance is None:
         accuracy_tolerance = (OPTINC_ACCURACY_TOLERANCE if collective == "optinc"
                               else ACCURACY_TOLERANCE)
@@ -280,7 +295,7 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
             if sync_hook:
                 worker_args.append("--sync-hook")
             results, problems = _run_workers(
-                workers, run_dir, worker_args, [apis[n.id] for n in cfg.nodes], "optical,gloo",
+                workers, run_dir, worker_args, [apis[n.id] for n in cfg.nodes], f"{first},gloo",
                 deadline_s=120.0 + 60.0 * epochs, say=say, worker_module=worker_module)
             for w in reversed(workers):  # before the job ends: no worker waits on an agent
                 w.stop()
@@ -300,22 +315,23 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
     summary: dict[str, Any] = {
         "testbed": cfg.name, "collective": collective, "nodes": WORLD, "epochs": epochs,
         "dataset": {"name": "sklearn digits 8x8", **sizes}, "seed": seed,
-        "bucket_cap_mb": bucket_cap_mb, "hook": "synchronous" if sync_hook else "worker thread",
+        "bucket_cap_mb": bucket_cap_mb, "backend": backend,
+        "hook": ("synchronous" if sync_hook else "worker thread") if backend == "hook" else "none",
         "line_rate_gbps": cfg.fabric.line_rate_gbps,
     }
-    for network in ("optical", "gloo"):
+    for network in (first, "gloo"):
         if len(results.get(network, [])) == WORLD:
             summary[network] = _phase_summary(results[network])
         elif not problems:
             problems.append(f"no complete result from the {network} run")
-    opt, base = summary.get("optical"), summary.get("gloo")
+    opt, base = summary.get(first), summary.get("gloo")
     if opt:
         if not opt["replicas_equal"]:
             problems.append("optical run: the model replicas differ between ranks")
         if opt.get("mismatches"):
             problems.append(f"optical run: {opt['mismatches']} bucket(s) differed from the exact "
                             "reduction")
-        if verify and opt.get("verified_buckets", 0) != opt.get("buckets", -1):
+        if verify and backend == "hook" and opt.get("verified_buckets", 0) != opt.get("buckets", -1):
             problems.append(f"optical run: only {opt.get('verified_buckets')} of "
                             f"{opt.get('buckets')} buckets were verified")
     if base and not base["replicas_equal"]:
@@ -326,6 +342,8 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
         summary["accuracy_match"] = diff <= accuracy_tolerance
         summary["epoch_time_ratio_optical_over_gloo"] = (
             opt["epoch_s_median"] / base["epoch_s_median"] if base["epoch_s_median"] else None)
+        summary["iteration_time_ratio_over_gloo"] = (
+            opt["step_s_median"] / base["step_s_median"] if base["step_s_median"] else None)
         if diff > accuracy_tolerance:
             problems.append(f"final test accuracy optical {opt['final_test_accuracy']:.4f} vs gloo "
                             f"{base['final_test_accuracy']:.4f}: differs by more than "
@@ -338,8 +356,10 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
         "guard_time_ms": float(job_info.get("guard_time_s", 0.0)) * 1e3,
         "slot_gate_error": _percentiles(gate_errors),
         "fabric": fabric,
-        "all_results_exact": bool(opt) and not opt.get("mismatches") and not any(
-            "exact reduction" in p for p in problems),
+        # the backend path is not checked bucket by bucket (tests/test_torch_backend.py checks
+        # every collective's exactness); None says so
+        "all_results_exact": None if backend == "oddl" else bool(opt) and not opt.get(
+            "mismatches") and not any("exact reduction" in p for p in problems),
         "ok": not problems, "problems": problems[:20], "run_dir": str(run_dir),
     })
     return summary
@@ -351,8 +371,10 @@ def format_train_summary(s: dict[str, Any]) -> str:
                  f"({s['dataset']['train']} train / {s['dataset']['test']} test), {s['nodes']} "
                  f"workers, {s['epochs']} epochs, {s['collective']} all-reduce at "
                  f"{s['line_rate_gbps']:g} Gbit/s", ""]
-    o, g = s.get("optical"), s.get("gloo")
-    if o and g:
+    o, g = s.get("optical") or s.get("oddl"), s.get("gloo")
+    if o and g and s.get("backend") == "oddl":
+        lines += _format_backend(s, o, g)
+    elif o and g:
         lines.append(f"{'epoch':>6}{'optical loss':>14}{'acc':>8}{'s':>8}"
                      f"{'gloo loss':>14}{'acc':>8}{'s':>8}")
         for e in range(len(o["losses"])):
@@ -384,12 +406,47 @@ def format_train_summary(s: dict[str, Any]) -> str:
             f"reconfigurations: {s['reconfigurations']}, guard time spent "
             f"{s['guard_time_ms']:.2f} ms",
         ]
-    lines.append(f"every all-reduce equal to the exact reduction: "
-                 f"{'yes' if s['all_results_exact'] else 'NO'}")
+    if s["all_results_exact"] is not None:
+        lines.append(f"every all-reduce equal to the exact reduction: "
+                     f"{'yes' if s['all_results_exact'] else 'NO'}")
     if s["problems"]:
         lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
     lines.append(f"logs: {s['run_dir']}")
     return "\n".join(lines)
+
+
+def _format_backend(s: dict[str, Any], o: dict[str, Any], g: dict[str, Any]) -> list[str]:
+    """The table of a `--backend oddl` run: accuracy, iteration time, bytes per iteration."""
+    lines = [f"{'epoch':>6}{'oddl loss':>14}{'acc':>8}{'s':>8}{'gloo loss':>14}{'acc':>8}{'s':>8}"]
+    for e in range(len(o["losses"])):
+        lines.append(f"{e + 1:>6}{o['losses'][e]:>14.4f}{o['test_accuracy'][e]:>8.4f}"
+                     f"{o['epoch_s'][e]:>8.2f}{g['losses'][e]:>14.4f}"
+                     f"{g['test_accuracy'][e]:>8.4f}{g['epoch_s'][e]:>8.2f}")
+    per = o.get("backend_per_iteration", {})
+    opt_b, fb_b = per.get("optical_bytes", {}), per.get("fallback_bytes", {})
+    ratio = s.get("iteration_time_ratio_over_gloo")
+    lines += [
+        "",
+        f"{'':30}{'oddl backend':>16}{'gloo':>12}",
+        f"{'final test accuracy':30}{o['final_test_accuracy']:>16.4f}"
+        f"{g['final_test_accuracy']:>12.4f}",
+        f"{'time per iteration (median)':30}{o.get('step_s_median', 0) * 1e3:>13.1f} ms"
+        f"{g.get('step_s_median', 0) * 1e3:>9.1f} ms",
+        f"{'replicas equal on all ranks':30}{'yes' if o['replicas_equal'] else 'NO':>16}"
+        f"{'yes' if g['replicas_equal'] else 'NO':>12}",
+        "",
+        f"accuracy difference {s['accuracy_difference']:.4f} (tolerance "
+        f"{s['accuracy_tolerance']:.2f}): {'match' if s['accuracy_match'] else 'NO MATCH'}",
+        f"iteration-time ratio oddl/gloo: {ratio:.2f}" if ratio else "iteration-time ratio: n/a",
+        f"per iteration and rank: {opt_b.get('median', 0) / 1e3:.1f} kB over the optical "
+        f"circuits (min {opt_b.get('min', 0) / 1e3:.1f}, max {opt_b.get('max', 0) / 1e3:.1f}), "
+        f"{fb_b.get('median', 0) / 1e3:.1f} kB over the gloo fallback (total "
+        f"{fb_b.get('total', 0)} B); DDP with no hook, every collective of its group through "
+        "the agents",
+        f"reconfigurations: {s['reconfigurations']}, guard time spent "
+        f"{s['guard_time_ms']:.2f} ms",
+    ]
+    return lines
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -400,7 +457,8 @@ def run_train(args: argparse.Namespace) -> int:
                else Path("runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     summary = run_train_demo(config, run_dir, args.epochs, args.collective, args.json,
                              sync_hook=getattr(args, "sync_hook", False),
-                             bucket_cap_mb=getattr(args, "bucket_cap_mb", 0.1))
+                             bucket_cap_mb=getattr(args, "bucket_cap_mb", 0.1),
+                             backend=getattr(args, "backend", None) or "hook")
     print(json.dumps(summary) if args.json else format_train_summary(summary))
     return 0 if summary["ok"] else 1
 
@@ -416,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sync-hook", action="store_true",
                    help="call the agent on the backward pass's thread (for comparison)")
     p.add_argument("--bucket-cap-mb", type=float, default=0.1, help="DDP bucket size")
+    p.add_argument("--backend", choices=["hook", "oddl"], default="hook",
+                   help="hook: DDP over gloo with the optical comm hook; oddl: DDP with no "
+                   "hook over the oddl torch.distributed backend")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:

@@ -5,6 +5,8 @@ DistributedDataParallel over gloo, once per network named in `--networks`:
 
 - `optical`: the gradient buckets go through the local oddl agent (the optical comm hook,
   `oddl.agents.torch_hook`), each checked against the exact reduction over gloo (`--verify`);
+- `oddl`: DDP with no hook over the `oddl` torch.distributed backend (oddl.torch_backend):
+  every collective of the group goes through the local agent; bytes per iteration counted;
 - `gloo`: DDP's own all-reduce over gloo, the baseline.
 
 Both runs start from the same seed (same initial weights, same data order). The process talks
@@ -30,7 +32,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-NETWORKS = ("optical", "gloo")
+NETWORKS = ("optical", "oddl", "gloo")
 
 
 class PhaseFailed(Exception):
@@ -88,7 +90,13 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
     rank, world = args.rank, args.world
     torch.manual_seed(args.seed)
     model = build_model()
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    group, backend = None, None
+    if network == "oddl":  # the backend: no hook, DDP's own calls go through the agent
+        os.environ["ODDL_LOCAL_API"] = args.agent
+        import oddl.torch_backend as backend
+
+        group = dist.new_group(backend="oddl")
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb, process_group=group)
     state = None
     if network == "optical":
         from oddl.agents.torch_hook import register
@@ -104,6 +112,9 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
     loss_fn = torch.nn.CrossEntropyLoss()
     epochs: list[dict[str, Any]] = []
     steps = 0
+    step_s: list[float] = []
+    per_step: dict[str, list[int]] = {"optical_bytes": [], "fallback_bytes": [],
+                                      "fallback_calls": []}
     try:
         for epoch in range(args.epochs):
             sampler.set_epoch(epoch)
@@ -111,11 +122,19 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
             total, correct, loss_sum = 0, 0, 0.0
             t0 = time.perf_counter()
             for x, y in loader:
+                if backend is not None:
+                    backend.reset_counters()
+                t_step = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
                 out = ddp(x)
                 loss = loss_fn(out, y)
                 loss.backward()
                 optimizer.step()
+                step_s.append(time.perf_counter() - t_step)
+                if backend is not None:
+                    sent = backend.counters()["total"]
+                    for key, values in per_step.items():
+                        values.append(sent[key])
                 steps += 1
                 loss_sum += float(loss) * len(y)
                 correct += int((out.argmax(1) == y).sum())
@@ -142,7 +161,8 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
             state.close()
     return {"network": network, "rank": rank, "epochs": epochs, "steps": steps,
             "final_test_accuracy": epochs[-1]["test_accuracy"] if epochs else 0.0,
-            "param_digest": param_digest(model), "hook": hook}
+            "param_digest": param_digest(model), "hook": hook, "step_s": step_s,
+            "backend": per_step if backend is not None else None}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
         for network in args.networks.split(","):
             if network not in NETWORKS:
                 raise ValueError(f"unknown network {network!r}; use {', '.join(NETWORKS)}")
-            if network == "optical" and not args.agent:
-                raise ValueError("--networks optical needs --agent ADDRESS (the local agent API)")
+            if network in ("optical", "oddl") and not args.agent:
+                raise ValueError(f"--networks {network} needs --agent ADDRESS (the local agent "
+                                 "API)")
             emit("result", **train(network, args, data))
     except PhaseFailed as exc:
         logger.exception("rank %d: training over %s failed", args.rank, exc.network)
