@@ -34,13 +34,10 @@ gloo's. Only importable where torch is installed (the extra `oddl[torch]`).
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import logging
 import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -48,185 +45,28 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from oddl.agents.client import AgentClient
 from oddl.errors import CollectiveError, ConfigError
+from oddl.torch_channel import (
+    ENV_API,
+    ENV_FALLBACK,
+    ENV_JOB,
+    Channel,
+    UnsupportedCollective,
+    as_numpy,
+    channel_for,
+    count,
+    counters,
+    flat_sum,
+    reset_counters,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACKEND", "OddlProcessGroup", "UnsupportedCollective", "counters",
-           "reset_counters"]
+__all__ = ["BACKEND", "ENV_API", "ENV_FALLBACK", "ENV_JOB", "OddlProcessGroup",
+           "UnsupportedCollective", "counters", "create", "register", "reset_counters"]
 
 BACKEND = "oddl"
-ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
 _SUMS = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.AVG: "AVG"}
-
-
-class UnsupportedCollective(CollectiveError):
-    """A collective (or reduction) the optical all-reduce cannot carry, with no fallback."""
-
-
-# ---- counters -----------------------------------------------------------------------------
-
-_counter_lock = threading.Lock()
-_counters: dict[str, dict[str, int]] = {}
-
-
-def _count(kind: str, optical: int = 0, fallback: int = 0) -> None:
-    with _counter_lock:
-        c = _counters.setdefault(kind, {"calls": 0, "optical_bytes": 0, "fallback_calls": 0,
-                                        "fallback_bytes": 0})
-        c["calls"] += 1
-        c["optical_bytes"] += optical
-        c["fallback_bytes"] += fallback
-        c["fallback_calls"] += bool(fallback)
-
-
-def counters() -> dict[str, Any]:
-    """This process's counters per collective kind, and totals: calls, bytes handed to the
-    agent (over the optical circuits), calls and bytes that went to the gloo fallback."""
-    with _counter_lock:
-        kinds = {k: dict(v) for k, v in _counters.items()}
-    total = {f: sum(v[f] for v in kinds.values())
-             for f in ("calls", "optical_bytes", "fallback_calls", "fallback_bytes")}
-    return {"kinds": kinds, "total": total}
-
-
-def reset_counters() -> None:
-    """Zero the counters (e.g. at the start of an iteration)."""
-    with _counter_lock:
-        _counters.clear()
-
-
-# ---- the channel to the agent: one client and one FIFO thread per process ---------------
-
-class _Channel:
-    """The process's AgentClient and the single thread that uses it (not thread-safe)."""
-
-    def __init__(self, api: str, job: str | None, timeout_s: float):
-        self.api, self.job = api, job
-        self.client = AgentClient(api, timeout_s=timeout_s)
-        self.failed = ""
-        self._use = threading.Lock()  # held while a call uses the client
-        self._state = threading.Lock()
-        self._pending = 0  # calls submitted and not yet finished
-        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="oddl-pg")
-
-    def sum_(self, array: np.ndarray) -> np.ndarray:
-        """Sum `array` across the job's nodes, in place (worker thread only)."""
-        out = self.client.allreduce(array, job=self.job, out=array)
-        if out.shape != array.shape or out.dtype != array.dtype:
-            raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "
-                                  f"{array.dtype}{list(array.shape)}")
-        return out
-
-    def submit(self, what: str, fn: Callable[[], Any],
-               inline: bool = False) -> torch.futures.Future:
-        """Run `fn` on the worker thread; its result (or error) completes the future.
-
-        `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
-        queued, run it on the caller's thread instead, saving the hand-over to the worker;
-        the order stays first-in first-out either way."""
-        fut: torch.futures.Future = torch.futures.Future()
-
-        def run() -> None:
-            with self._use:
-                try:
-                    guarded()
-                finally:
-                    with self._state:
-                        self._pending -= 1
-
-        def guarded() -> None:
-            if self.failed:
-                fut.set_exception(CollectiveError(
-                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
-                    "collective sequence is broken, restart the training processes"))
-                return
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # handed to the caller through the future
-                if not isinstance(exc, UnsupportedCollective):
-                    self.failed = self.failed or f"{what}: {exc}"
-                logger.error("oddl %s failed: %s", what, exc)
-                fut.set_exception(exc)
-
-        if self._executor is None:
-            raise CollectiveError(f"{what}: the oddl backend was shut down")
-        with self._state:
-            idle = self._pending == 0
-            self._pending += 1
-        if inline and idle:
-            run()
-        else:
-            self._executor.submit(run)
-        return fut
-
-    def close(self) -> None:
-        """Finish queued calls (unless one failed), stop the thread, close the client."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
-            self._executor = None
-            self.client.close()
-
-
-_channel: _Channel | None = None
-_channel_lock = threading.Lock()
-
-
-def _channel_for(rank: int, timeout_s: float) -> _Channel:
-    """The process's channel, opened from the environment on first use."""
-    global _channel
-    with _channel_lock:
-        if _channel is None:
-            raw = os.environ.get(ENV_API, "").strip()
-            if not raw:
-                raise ConfigError(f"the oddl backend needs {ENV_API}=<the local agent API "
-                                  f"address> (printed by `oddl agent serve`; a comma-separated "
-                                  f"list indexed by rank for several ranks on one host), and "
-                                  f"{ENV_JOB}=<job id> when the node is in more than one job")
-            apis = [a.strip() for a in raw.split(",")]
-            if len(apis) > 1 and rank >= len(apis):
-                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is rank {rank}; "
-                                  "give one address per rank, in rank order")
-            api = apis[rank] if len(apis) > 1 else apis[0]
-            _channel = _Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
-            atexit.register(_close_channel)
-        return _channel
-
-
-def _close_channel() -> None:
-    global _channel
-    with _channel_lock:
-        if _channel is not None:
-            _channel.close()
-            _channel = None
-
-
-# ---- tensors <-> numpy ---------------------------------------------------------------------
-
-def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
-    if t.device.type != "cpu":
-        raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
-                                    f"{t.device}; register it for cpu and move tensors there")
-    if t.dtype in (torch.bfloat16, torch.bool) or t.is_complex() or t.dtype.is_floating_point \
-            and t.dtype not in (torch.float16, torch.float32, torch.float64):
-        raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
-                                    f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
-    return t.detach().contiguous().numpy()
-
-
-def _flat_sum(channel: _Channel, tensors: list[torch.Tensor], what: str) -> np.ndarray:
-    """Sum the concatenation of `tensors` (one dtype) across the job; returns the flat sum."""
-    arrays = [_as_numpy(t, what).reshape(-1) for t in tensors]
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
-    buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
-    return channel.sum_(buf)
-
-
 def _reduce_name(opts: Any) -> str:
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
     for known, name in _SUMS.items():
@@ -240,7 +80,7 @@ def _reduce_name(opts: Any) -> str:
 class OddlProcessGroup(dist.ProcessGroup):
     """torch.distributed's view of the optical testbed (see the module docstring)."""
 
-    def __init__(self, rank: int, world: int, channel: _Channel, fallback: Any = None,
+    def __init__(self, rank: int, world: int, channel: Channel, fallback: Any = None,
                  name: str = ""):
         super().__init__(rank, world)
         self._rank, self._world = rank, world
@@ -285,7 +125,7 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             call(fb).wait()
-            _count(kind, fallback=nbytes)
+            count(kind, fallback=nbytes)
             return tensors
         return self._work(kind, run, opts)
 
@@ -303,14 +143,14 @@ class OddlProcessGroup(dist.ProcessGroup):
                 if name == "AVG" and not t.is_floating_point():
                     raise UnsupportedCollective(f"all_reduce(AVG) of {t.dtype}: average "
                                                 "floating-point tensors (or SUM the integers)")
-                a = _as_numpy(t, "all_reduce")
+                a = as_numpy(t, "all_reduce")
                 if t.is_contiguous():
                     self._channel.sum_(a)  # in place, in the tensor's own memory
                 else:  # `a` is a contiguous copy
                     t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
                 if name == "AVG":
                     t.div_(world)
-                _count(f"all_reduce({name})", optical=a.nbytes)
+                count(f"all_reduce({name})", optical=a.nbytes)
             return tensors
         return self._work("all_reduce", run, opts)
 
@@ -319,20 +159,20 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                a = _as_numpy(t, "broadcast").copy()
+                a = as_numpy(t, "broadcast").copy()
                 if self._rank != root:
                     a[...] = 0
                 t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
-                _count("broadcast", optical=a.nbytes)
+                count("broadcast", optical=a.nbytes)
             return tensors
         return self._work("broadcast", run, opts)
 
     def _gather_into(self, flat_in: torch.Tensor, what: str) -> np.ndarray:
         """The world-sized sum in which slot r holds rank r's `flat_in`."""
-        a = _as_numpy(flat_in, what).reshape(-1)
+        a = as_numpy(flat_in, what).reshape(-1)
         buf = np.zeros(a.size * self._world, dtype=a.dtype)
         buf[self._rank * a.size:(self._rank + 1) * a.size] = a
-        _count(what, optical=buf.nbytes)
+        count(what, optical=buf.nbytes)
         return self._channel.sum_(buf)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
@@ -370,8 +210,8 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             for out, parts in zip(outputs, inputs, strict=True):
-                total = _flat_sum(self._channel, parts, "reduce_scatter")
-                _count(f"reduce_scatter({name})", optical=total.nbytes)
+                total = flat_sum(self._channel, parts, "reduce_scatter")
+                count(f"reduce_scatter({name})", optical=total.nbytes)
                 mine = total.reshape(self._world, -1)[self._rank]
                 self._store_reduced(out, mine, name)
             return outputs
@@ -389,8 +229,8 @@ class OddlProcessGroup(dist.ProcessGroup):
             if input.numel() != output.numel() * self._world:
                 raise UnsupportedCollective(f"reduce_scatter_tensor: input has {input.numel()} "
                                             f"elements, not world × {output.numel()}")
-            total = _flat_sum(self._channel, [input], "reduce_scatter_tensor")
-            _count(f"reduce_scatter_tensor({name})", optical=total.nbytes)
+            total = flat_sum(self._channel, [input], "reduce_scatter_tensor")
+            count(f"reduce_scatter_tensor({name})", optical=total.nbytes)
             self._store_reduced(output, total.reshape(self._world, -1)[self._rank], name)
             return [output]
         return self._work("reduce_scatter_tensor", run, opts)
@@ -411,7 +251,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             if got != self._world:
                 raise CollectiveError(f"barrier: {got} nodes answered, the world is "
                                       f"{self._world}")
-            _count("barrier", optical=one.nbytes)
+            count("barrier", optical=one.nbytes)
             return []
         return self._work("barrier", run, opts)
 
@@ -460,15 +300,54 @@ class OddlProcessGroup(dist.ProcessGroup):
                 raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
                                       f"{me}, which expects {outs[i].numel()}")
         cap = int(sizes.max())
-        first = _as_numpy(ins[0], what)
+        first = as_numpy(ins[0], what)
         blocks = np.zeros((world, world, cap), dtype=first.dtype)
         for j, t in enumerate(ins):
-            blocks[me, j, :t.numel()] = _as_numpy(t, what).reshape(-1)
+            blocks[me, j, :t.numel()] = as_numpy(t, what).reshape(-1)
         self._channel.sum_(blocks.reshape(-1))
         for i, o in enumerate(outs):
             o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
-        _count(what, optical=blocks.nbytes + sizes.nbytes)
+        count(what, optical=blocks.nbytes + sizes.nbytes)
 
+
+    # -- what the optics do not carry: the fallback, or a clear error --
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        """SUM/AVG as an all-reduce (every rank gets the result, the root as gloo's)."""
+        opts = opts or dist.ReduceOptions()
+        if _reduce_name(opts) in ("SUM", "AVG"):
+            ar = dist.AllreduceOptions()
+            ar.reduceOp, ar.asyncOp = opts.reduceOp, getattr(opts, "asyncOp", True)
+            return self.allreduce(tensors, ar)
+        name = f"reduce({_reduce_name(opts)})"
+        self._fallback_or_refuse(name, f"reduction {_reduce_name(opts)} is not a sum")
+        return self._via_fallback(name, tensors, lambda fb: fb.reduce(tensors, opts), opts)
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+               opts: Any = None) -> Any:
+        self._fallback_or_refuse("gather", "gather is not implemented over the optics (use "
+                                 "all_gather, which is)")
+        return self._via_fallback("gather", inputs,
+                                  lambda fb: fb.gather(outputs, inputs, opts), opts)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                opts: Any = None) -> Any:
+        self._fallback_or_refuse("scatter", "scatter is not implemented over the optics (use "
+                                 "broadcast, which is)")
+        return self._via_fallback("scatter", outputs,
+                                  lambda fb: fb.scatter(outputs, inputs, opts), opts)
+
+    def _p2p(self, kind: str, tensors: list[torch.Tensor], call: Callable[[Any], Any]) -> Any:
+        fb = self._fallback_or_refuse(kind, "point-to-point transfers do not go over the "
+                                      "scheduled circuits")
+        count(f"{kind} (fallback)", fallback=sum(t.numel() * t.element_size()
+                                                  for t in tensors))
+        return call(fb)  # gloo's own work: a receive must not block the collectives' queue
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Any:
+        return self._p2p("send", tensors, lambda fb: fb.send(tensors, dst, tag))
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
+        return self._p2p("recv", tensors, lambda fb: fb.recv(tensors, src, tag))
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base
@@ -493,7 +372,7 @@ class OddlProcessGroup(dist.ProcessGroup):
 
 # ---- creation and registration -------------------------------------------------------------
 
-def _handshake(channel: _Channel, rank: int, world: int) -> None:
+def _handshake(channel: Channel, rank: int, world: int) -> None:
     """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
     v = np.zeros(world + 1, dtype=np.int64)
     v[rank], v[world] = 1, 1
@@ -522,7 +401,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
     timeout = dist_opts.timeout
     timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
                  else 1800.0)
-    channel = _channel_for(rank, timeout_s)
+    channel = channel_for(rank, timeout_s)
     done = channel.submit("handshake", lambda: _handshake(channel, rank, world))
     done.wait()
     fallback = None

@@ -46,16 +46,16 @@ class _FakeChannel:
 
 
 def test_a_missing_agent_address_names_the_variable(monkeypatch):
-    import oddl.torch_backend as ob
+    import oddl.torch_channel as oc
     from oddl.errors import ConfigError
 
     monkeypatch.delenv("ODDL_LOCAL_API", raising=False)
-    monkeypatch.setattr(ob, "_channel", None)
+    monkeypatch.setattr(oc, "_channel", None)
     with pytest.raises(ConfigError, match="ODDL_LOCAL_API=<the local agent API address>"):
-        ob._channel_for(0, 10.0)
+        oc.channel_for(0, 10.0)
     monkeypatch.setenv("ODDL_LOCAL_API", "tcp://127.0.0.1:1,tcp://127.0.0.1:2")
     with pytest.raises(ConfigError, match="lists 2 agents but this is rank 3"):
-        ob._channel_for(3, 10.0)
+        oc.channel_for(3, 10.0)
 
 
 def test_the_handshake_catches_a_job_of_another_size():
@@ -70,11 +70,11 @@ def test_the_handshake_catches_a_job_of_another_size():
 
 
 def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
-    import oddl.torch_backend as ob
+    import oddl.torch_channel as oc
 
-    with pytest.raises(ob.UnsupportedCollective, match="not torch.bfloat16; cast to float32"):
-        ob._as_numpy(torch.ones(3, dtype=torch.bfloat16), "all_reduce")
-    assert ob._as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
+    with pytest.raises(oc.UnsupportedCollective, match="not torch.bfloat16; cast to float32"):
+        oc.as_numpy(torch.ones(3, dtype=torch.bfloat16), "all_reduce")
+    assert oc.as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
 
 
 def _free_port() -> int:
@@ -138,11 +138,12 @@ def _inputs(rank: int, n: int) -> np.ndarray:
 @pytest.mark.timeout(200)
 def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
     res = run_world(apis, "collectives")
-    allin = {n: np.stack([_inputs(r, n) for r in range(WORLD)]) for n in (5, 6 * WORLD, 7, 9,
+    allin = {n: np.stack([_inputs(r, n) for r in range(WORLD)]) for n in (5, 6 * WORLD, 7, 8, 9,
                                                                             10, 12, 50, 100,
                                                                             333, 1000)}
     for r, got in enumerate(res):
         assert got["rank"] == r
+        kinds = got["counters"]["kinds"]
         assert got["sum_int64"] == allin[1000].sum(0).tolist()
         f = (allin[333].astype(np.float32) / 8).astype(np.float64)
         assert np.array_equal(got["avg_float32"], f.sum(0) / WORLD)
@@ -157,6 +158,10 @@ def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
         assert got["all_to_all_single"] == [100 * i + 3 * r + k for i in range(WORLD)
                                             for k in range(3)]
         assert got["all_to_all_uneven"] == [[1000 * i + r] * (r + 1) for i in range(WORLD)]
+        assert got["reduce_to_1"] == (allin[8].sum(0).tolist() if r == 1 else None)
+        assert "gather is not implemented over the optics" in got["gather_error"]
+        assert got["recv_from_left"] == [(r - 1) % WORLD] * 4
+        assert kinds["send (fallback)"]["fallback_bytes"] == 32
         assert got["async_wait"] == [True, True, True]
         assert got["async_sums"] == [(allin[100] + k).sum(0).tolist() for k in range(3)]
         assert got["future_value"] == allin[10].sum(0).tolist() and got["future_done"]
@@ -202,3 +207,27 @@ def test_ddp_and_fully_shard_train_as_gloo_does(apis: list[str]):
     kinds = res[0]["fsdp_oddl"]["counters"]["kinds"]
     assert any(k.startswith("reduce_scatter_tensor") for k in kinds), kinds
     assert "all_gather_into_tensor" in kinds
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_train_demo_with_the_backend_reports_bytes_per_iteration(tmp_path: Path):
+    pytest.importorskip("sklearn")
+    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
+            "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 1, "
+            "'ring', True, backend='oddl')))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert s["ok"], s["problems"]
+    assert s["backend"] == "oddl" and s["all_results_exact"] is None  # not claimed here
+    oddl, gloo = s["oddl"], s["gloo"]
+    assert oddl["replicas_equal"] and abs(oddl["final_test_accuracy"]
+                                          - gloo["final_test_accuracy"]) <= s[
+        "accuracy_tolerance"]
+    per = oddl["backend_per_iteration"]
+    # DDP all-reduces every gradient once a step: ~38k float32 parameters
+    assert per["optical_bytes"]["min"] >= 4 * 38_000 and per["fallback_bytes"]["total"] == 0
+    assert s["iteration_time_ratio_over_gloo"] > 0
+    assert s["collectives_done"] > 0

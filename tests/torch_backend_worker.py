@@ -54,6 +54,15 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     rst = torch.empty(6, dtype=torch.float32)
     dist.reduce_scatter_tensor(rst, inputs(rank, 6 * world, torch.float32))
     out["reduce_scatter_tensor"] = rst.tolist()
+    red = inputs(rank, 8, torch.int64)
+    dist.reduce(red, dst=1)
+    out["reduce_to_1"] = red.tolist() if rank == 1 else None
+    try:
+        dist.gather(inputs(rank, 3, torch.int64), [torch.empty(3, dtype=torch.int64)
+                                                   for _ in range(world)] if rank == 0 else None)
+        out["gather_error"] = ""
+    except Exception as exc:  # reported to the test
+        out["gather_error"] = f"{type(exc).__name__}: {exc}"
     dist.barrier()
     a2a = torch.empty(world * 3, dtype=torch.int64)
     dist.all_to_all_single(a2a, torch.arange(world * 3, dtype=torch.int64) + 100 * rank)
@@ -86,6 +95,16 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     group = dist.new_group(backend="oddl")
     dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
     out["max_fallback"] = m.tolist()
+    # point-to-point over the fallback: rank r sends to r+1
+    got = torch.empty(4, dtype=torch.int64)
+    send = torch.full((4,), rank, dtype=torch.int64)
+    if rank % 2 == 0:
+        dist.send(send, (rank + 1) % world, group=group)
+        dist.recv(got, (rank - 1) % world, group=group)
+    else:
+        dist.recv(got, (rank - 1) % world, group=group)
+        dist.send(send, (rank + 1) % world, group=group)
+    out["recv_from_left"] = got.tolist()
     out["counters"] = ob.counters()
     return out
 

@@ -1,0 +1,195 @@
+"""The oddl torch backend's side of the local agent: one AgentClient and one FIFO worker
+thread per process, the byte counters, and tensors as numpy arrays the agent can sum.
+
+Used by oddl.torch_backend (see there); only importable where torch is installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from oddl.agents.client import AgentClient
+from oddl.errors import CollectiveError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "UnsupportedCollective",
+           "as_numpy", "channel_for", "count", "counters", "flat_sum", "reset_counters"]
+
+ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
+
+
+class UnsupportedCollective(CollectiveError):
+    """A collective (or reduction) the optical all-reduce cannot carry, with no fallback."""
+
+
+# ---- counters -----------------------------------------------------------------------------
+
+_counter_lock = threading.Lock()
+_counters: dict[str, dict[str, int]] = {}
+
+
+def count(kind: str, optical: int = 0, fallback: int = 0) -> None:
+    """Count one call of `kind` and the bytes it sent over the optics or the fallback."""
+    with _counter_lock:
+        c = _counters.setdefault(kind, {"calls": 0, "optical_bytes": 0, "fallback_calls": 0,
+                                        "fallback_bytes": 0})
+        c["calls"] += 1
+        c["optical_bytes"] += optical
+        c["fallback_bytes"] += fallback
+        c["fallback_calls"] += bool(fallback)
+
+
+def counters() -> dict[str, Any]:
+    """This process's counters per collective kind, and totals: calls, bytes handed to the
+    agent (over the optical circuits), calls and bytes that went to the gloo fallback."""
+    with _counter_lock:
+        kinds = {k: dict(v) for k, v in _counters.items()}
+    total = {f: sum(v[f] for v in kinds.values())
+             for f in ("calls", "optical_bytes", "fallback_calls", "fallback_bytes")}
+    return {"kinds": kinds, "total": total}
+
+
+def reset_counters() -> None:
+    """Zero the counters (e.g. at the start of an iteration)."""
+    with _counter_lock:
+        _counters.clear()
+
+
+# ---- the channel to the agent: one client and one FIFO thread per process ---------------
+
+class Channel:
+    """The process's AgentClient and the single thread that uses it (not thread-safe)."""
+
+    def __init__(self, api: str, job: str | None, timeout_s: float):
+        self.api, self.job = api, job
+        self.client = AgentClient(api, timeout_s=timeout_s)
+        self.failed = ""
+        self._use = threading.Lock()  # held while a call uses the client
+        self._state = threading.Lock()
+        self._pending = 0  # calls submitted and not yet finished
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="oddl-pg")
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        """Sum `array` across the job's nodes, in place (worker thread only)."""
+        out = self.client.allreduce(array, job=self.job, out=array)
+        if out.shape != array.shape or out.dtype != array.dtype:
+            raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "
+                                  f"{array.dtype}{list(array.shape)}")
+        return out
+
+    def submit(self, what: str, fn: Callable[[], Any],
+               inline: bool = False) -> torch.futures.Future:
+        """Run `fn` on the worker thread; its result (or error) completes the future.
+
+        `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
+        queued, run it on the caller's thread instead, saving the hand-over to the worker;
+        the order stays first-in first-out either way."""
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def run() -> None:
+            with self._use:
+                try:
+                    guarded()
+                finally:
+                    with self._state:
+                        self._pending -= 1
+
+        def guarded() -> None:
+            if self.failed:
+                fut.set_exception(CollectiveError(
+                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
+                    "collective sequence is broken, restart the training processes"))
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the caller through the future
+                if not isinstance(exc, UnsupportedCollective):
+                    self.failed = self.failed or f"{what}: {exc}"
+                logger.error("oddl %s failed: %s", what, exc)
+                fut.set_exception(exc)
+
+        if self._executor is None:
+            raise CollectiveError(f"{what}: the oddl backend was shut down")
+        with self._state:
+            idle = self._pending == 0
+            self._pending += 1
+        if inline and idle:
+            run()
+        else:
+            self._executor.submit(run)
+        return fut
+
+    def close(self) -> None:
+        """Finish queued calls (unless one failed), stop the thread, close the client."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
+            self._executor = None
+            self.client.close()
+
+
+_channel: Channel | None = None
+_channel_lock = threading.Lock()
+
+
+def channel_for(rank: int, timeout_s: float) -> Channel:
+    """The process's channel, opened from the environment on first use."""
+    global _channel
+    with _channel_lock:
+        if _channel is None:
+            raw = os.environ.get(ENV_API, "").strip()
+            if not raw:
+                raise ConfigError(f"the oddl backend needs {ENV_API}=<the local agent API "
+                                  f"address> (printed by `oddl agent serve`; a comma-separated "
+                                  f"list indexed by rank for several ranks on one host), and "
+                                  f"{ENV_JOB}=<job id> when the node is in more than one job")
+            apis = [a.strip() for a in raw.split(",")]
+            if len(apis) > 1 and rank >= len(apis):
+                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is rank {rank}; "
+                                  "give one address per rank, in rank order")
+            api = apis[rank] if len(apis) > 1 else apis[0]
+            _channel = Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
+            atexit.register(_close_channel)
+        return _channel
+
+
+def _close_channel() -> None:
+    global _channel
+    with _channel_lock:
+        if _channel is not None:
+            _channel.close()
+            _channel = None
+
+
+# ---- tensors <-> numpy ---------------------------------------------------------------------
+
+def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
+    if t.device.type != "cpu":
+        raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
+                                    f"{t.device}; register it for cpu and move tensors there")
+    if t.dtype in (torch.bfloat16, torch.bool) or t.is_complex() or t.dtype.is_floating_point \
+            and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
+                                    f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+    return t.detach().contiguous().numpy()
+
+
+def flat_sum(channel: Channel, tensors: list[torch.Tensor], what: str) -> np.ndarray:
+    """Sum the concatenation of `tensors` (one dtype) across the job; returns the flat sum."""
+    arrays = [as_numpy(t, what).reshape(-1) for t in tensors]
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) != 1:
+        raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
+    buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
+    return channel.sum_(buf)
