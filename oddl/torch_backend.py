@@ -67,6 +67,7 @@ __all__ = ["BACKEND", "ENV_API", "ENV_FALLBACK", "ENV_JOB", "OddlProcessGroup",
 
 BACKEND = "oddl"
 _SUMS = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.AVG: "AVG"}
+HANDSHAKE_TIMEOUT_S = 60.0
 def _reduce_name(opts: Any) -> str:
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
     for known, name in _SUMS.items():
@@ -402,8 +403,14 @@ def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
     timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
                  else 1800.0)
     channel = channel_for(rank, timeout_s)
-    done = channel.submit("handshake", lambda: _handshake(channel, rank, world))
-    done.wait()
+    # every rank is here together (c10d's rendezvous came first): a short wait is enough, and
+    # a job of another size fails in a minute instead of the group's timeout
+    saved = channel.client.timeout_s
+    channel.client.timeout_s = min(saved, HANDSHAKE_TIMEOUT_S)
+    try:
+        channel.submit("handshake", lambda: _handshake(channel, rank, world)).wait()
+    finally:
+        channel.client.timeout_s = saved
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
     if mode == "gloo":

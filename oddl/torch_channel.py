@@ -154,10 +154,12 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
                                   f"list indexed by rank for several ranks on one host), and "
                                   f"{ENV_JOB}=<job id> when the node is in more than one job")
             apis = [a.strip() for a in raw.split(",")]
-            if len(apis) > 1 and rank >= len(apis):
-                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is rank {rank}; "
-                                  "give one address per rank, in rank order")
-            api = apis[rank] if len(apis) > 1 else apis[0]
+            # torchrun's LOCAL_RANK picks this host's agent when several ranks share a host
+            index = int(os.environ.get("LOCAL_RANK", rank))
+            if len(apis) > 1 and index >= len(apis):
+                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is local rank "
+                                  f"{index}; give one address per rank on this host, in order")
+            api = apis[index] if len(apis) > 1 else apis[0]
             _channel = Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
             atexit.register(_close_channel)
         return _channel
