@@ -382,7 +382,8 @@ def _handshake(channel: Channel, rank: int, world: int) -> None:
     except CollectiveError as exc:
         raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
                               f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "
-                              f"exactly the {world} nodes of this world?") from exc
+                              f"exactly the {world} nodes of this world, and does every rank "
+                              f"talk to its own node's agent ({ENV_API})?") from exc
     if int(v[world]) != world or (v[:world] != 1).any():
         missing = [r for r in range(world) if v[r] == 0]
         doubled = [r for r in range(world) if v[r] > 1]

@@ -81,7 +81,10 @@ class Channel:
             max_workers=1, thread_name_prefix="oddl-pg")
 
     def sum_(self, array: np.ndarray) -> np.ndarray:
-        """Sum `array` across the job's nodes, in place (worker thread only)."""
+        """Sum `array` across the job's nodes, in place (worker thread only). An empty array
+        (every rank's is, for a collective that is well formed) needs no agent call."""
+        if array.size == 0:
+            return array
         out = self.client.allreduce(array, job=self.job, out=array)
         if out.shape != array.shape or out.dtype != array.dtype:
             raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "

@@ -148,6 +148,7 @@ def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
         assert got["sum_int64"] == allin[1000].sum(0).tolist()
         f = (allin[333].astype(np.float32) / 8).astype(np.float64)
         assert np.array_equal(got["avg_float32"], f.sum(0) / WORLD)
+        assert got["sum_empty"] == []
         nc = allin[12].sum(0).reshape(3, 4).T
         assert got["sum_noncontiguous"] == nc.tolist()
         assert got["broadcast_from_2"] == allin[50][2].astype(float).tolist()

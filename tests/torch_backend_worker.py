@@ -36,6 +36,9 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     f = inputs(rank, 333, torch.float32) / 8
     dist.all_reduce(f, op=dist.ReduceOp.AVG)
     out["avg_float32"] = f.tolist()
+    empty = torch.empty(0)
+    dist.all_reduce(empty)
+    out["sum_empty"] = empty.tolist()
     nc = inputs(rank, 12, torch.float64).reshape(3, 4).t()  # not contiguous
     dist.all_reduce(nc)
     out["sum_noncontiguous"] = nc.tolist()
