@@ -60,7 +60,16 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
                         memoryview(body), max(deadline - time.time(), 0.1), cancel, False)
     out = []
     for peer in peers:
-        _head, raw = link.recv_chunk(job, peer, seq, READY_STEP, deadline, cancel)
+        try:
+            _head, raw = link.recv_chunk(job, peer, seq, READY_STEP, deadline, cancel)
+        except CollectiveError as exc:
+            if cancel is not None and cancel.is_set():
+                raise
+            raise CollectiveError(
+                f"{mine.node}: {peer} did not say it is ready for collective {seq} of job {job} "
+                "in time: its training process has not called the collective (every node of "
+                "the job must, in the same order) or its agent cannot be reached "
+                f"(`oddl status`); {exc}") from exc
         out.append(Ready.decode(peer, raw))
     return out
 
