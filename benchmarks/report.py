@@ -104,6 +104,13 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{noisy['elements_per_s']:.2g} el/s, exact {noisy['exact_fraction']:.1%}",
                     f"plain Python loop, identical results: {t['naive']['elements_per_s']:.0f} "
                     "el/s", "`python benchmarks/bench_optinc.py`"))
+    if (r := _get(results, "torch-backend")) is not None:
+        text = ", ".join(f"{x['size_mb']:g} MB ×{x['ratio']:.2f} (async_op ×{x['async_ratio']:.2f})"
+                         for x in r["rows"])
+        out.append((f"`oddl` torch.distributed backend: `dist.all_reduce` / the agent's own "
+                    f"all-reduce ({r['collective']}, {r['network']})", text + " (aim ≤ 1.05)",
+                    "`AgentClient.allreduce`, same processes and agent, alternating",
+                    "`python benchmarks/bench_torch_backend.py`"))
     if (r := _get(results, "topoopt")) is not None:
         ds = r["default_search"]
         equal_bw = (f", ×{ds['fat_tree_equal_bw_ms'] / ds['iteration_ms']:.2f} vs an "
