@@ -87,3 +87,17 @@ def serve_until_signal(server: TcpEmulatorServer, announce: Callable[[TcpEmulato
         while not stop.wait(0.2):
             pass
     return 0
+
+
+def serve_pty_until_signal(start: Callable[[], tuple[str, Callable[[], None]]]) -> int:
+    """Start a pseudo-terminal server (`start()` returns its path and its stop function),
+    print the path once (the line callers wait for), serve until SIGINT/SIGTERM."""
+    with stop_on_signal() as stop:
+        path, stop_pty = start()
+        try:
+            print(path, flush=True)
+            while not stop.wait(0.2):
+                pass
+        finally:
+            stop_pty()
+    return 0

@@ -86,9 +86,9 @@ from typing import Any
 from oddl.drivers.emulator_cli import (
     listen_arg,
     milliseconds_arg,
+    serve_pty_until_signal,
     serve_until_signal,
     start_server,
-    stop_on_signal,
 )
 from oddl.drivers.faults import FaultSettings
 from oddl.drivers.itla import (
@@ -776,15 +776,7 @@ def run(args: argparse.Namespace) -> int:
         server = start_server(itla_connection_handler(emulator), args.listen, "itla-emulator")
         logger.info("ITLA emulator %s serving on %s", args.serial, server.url)
         return serve_until_signal(server, lambda s: s.url)
-    with stop_on_signal() as stop:
-        path, stop_pty = serve_pty(emulator)
-        try:
-            print(path, flush=True)
-            while not stop.wait(0.2):
-                pass
-        finally:
-            stop_pty()
-    return 0
+    return serve_pty_until_signal(lambda: serve_pty(emulator))
 
 
 def main(argv: list[str] | None = None) -> int:

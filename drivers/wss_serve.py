@@ -19,9 +19,9 @@ from oddl.drivers.emulator_cli import (
     listen_arg,
     milliseconds_arg,
     positive_int_arg,
+    serve_pty_until_signal,
     serve_until_signal,
     start_server,
-    stop_on_signal,
 )
 from oddl.drivers.ptyserve import Pty
 
@@ -185,15 +185,7 @@ def run(args: argparse.Namespace) -> int:
         server = start_server(wss_connection_handler(emulator), args.listen, "wss-emulator")
         logger.info("WSS emulator %s serving on %s", args.serial, server.url)
         return serve_until_signal(server, lambda s: s.url)
-    with stop_on_signal() as stop:
-        path, stop_pty = serve_pty(emulator)
-        try:
-            print(path, flush=True)
-            while not stop.wait(0.2):
-                pass
-        finally:
-            stop_pty()
-    return 0
+    return serve_pty_until_signal(lambda: serve_pty(emulator))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,20 +22,9 @@ from oddl.errors import ConfigError
 TTL = 0.5
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)
 
 
 @pytest.fixture
@@ -196,7 +186,7 @@ def test_power_changes_follow_in_oop_and_light(emu: ItlaEmulator, clock: FakeClo
 
 def test_jitter_is_seeded() -> None:
     def lock_time(seed: int) -> float:
-        clk = FakeClock()
+        clk = FakeClock(1000.0)
         emu = ItlaEmulator(clock=clk, time_to_lock_s=0.1, lock_jitter_s=0.05, seed=seed)
         ask(emu, "ResEna", 8, True)
         start = clk.t
@@ -446,7 +436,7 @@ def _well_formed(frame: bytes, raw: bytes | None) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(min_size=4, max_size=4), min_size=1, max_size=20))
 def test_fuzz_random_frames(frames: list[bytes]) -> None:
-    emu = ItlaEmulator(clock=FakeClock())
+    emu = ItlaEmulator(clock=FakeClock(1000.0))
     for frame in frames:
         raw = emu.handle_frame(frame)
         if frame[0] & 0x08 and checksum_ok(frame):
@@ -467,7 +457,7 @@ _VALID = st.builds(
 @given(st.lists(st.tuples(_VALID, st.integers(0, 31), st.booleans(), st.floats(0, 1)),
                 min_size=1, max_size=30))
 def test_fuzz_mutated_valid_frames(steps: list[tuple[bytes, int, bool, float]]) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     emu = ItlaEmulator(clock=clock, time_to_lock_s=0.2)
     for frame, bit, mutate, dt in steps:
         if mutate:

@@ -7,6 +7,7 @@ import socket
 import time
 
 import pytest
+from fakes import FakeClock
 
 from oddl.drivers.itla import NOP_MRDY, Reply, Status, decode_reply, encode_request, register
 from oddl.drivers.itla_emulator import (
@@ -20,20 +21,9 @@ from oddl.errors import ConfigError
 CII = 0x5
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 50.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(50.0)
 
 
 def ask(emu: ItlaEmulator, reg: str | int, data: int = 0, write: bool = False) -> Reply:

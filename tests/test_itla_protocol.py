@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import FakeClock
 
 from oddl.drivers.interfaces import TunableTransceiver
 from oddl.drivers.itla import (
@@ -64,23 +65,10 @@ class ScriptedLink:
         assert not left, f"script lines never sent: {left}"
 
 
-class FakeClock:
-    """Time that moves only when the driver sleeps."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, dt: float) -> None:
-        self.t += dt
-
-
 def make_driver(script: list[tuple[str, str | None]], *, poll: float = 0.01,
                 clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedLink]:
     link = ScriptedLink(script)
-    clk = clock or FakeClock()
+    clk = clock or FakeClock(100.0)
     drv = ItlaDriver(link, name="laser0", poll_interval_s=poll, clock=clk, sleep=clk.sleep)
     return drv, link
 

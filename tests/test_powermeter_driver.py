@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import pyvisa
+from fakes import FakeClock
 from pyvisa import constants
 from pyvisa.errors import VisaIOError
 
@@ -23,16 +24,6 @@ from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.errors import DeviceError, DeviceTimeout, ProtocolError
 
 
-class FakeClock:
-    """A clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Optics:
     """dBm arriving at each meter channel; None = dark."""
 
@@ -45,7 +36,7 @@ class Optics:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(100.0)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from fakes import FakeClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,16 +33,6 @@ from oddl.drivers.tcpserve import TcpEmulatorServer
 from oddl.errors import ConfigError
 
 
-class FakeClock:
-    """A clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.t = 500.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Optics:
     """A mutable stand-in for the lasers and WSS: dBm per meter channel, None = dark."""
 
@@ -54,7 +45,7 @@ class Optics:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(500.0)
 
 
 @pytest.fixture
@@ -396,7 +387,7 @@ VALID_LINES = [
 
 def fuzz_emulator() -> PowerMeterEmulator:
     return PowerMeterEmulator(power_source=lambda ch: -5.0 if ch % 2 else None,
-                              clock=FakeClock(), seed=3)
+                              clock=FakeClock(500.0), seed=3)
 
 
 def check_answer(emu: PowerMeterEmulator, line: str) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,17 +25,9 @@ from oddl.drivers.scpi import LineSplitter, ScpiError, parse_number
 from oddl.drivers.tcpserve import TcpEmulatorServer
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import sys
 from decimal import Decimal
 
 import pytest
+from fakes import FakeClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,19 +38,9 @@ def lab(**kw: object) -> WssEmulator:
     return WssEmulator(**{**LAB, **kw})  # type: ignore[arg-type]
 
 
-class FakeClock:
-    """A clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)
 
 
 @pytest.fixture
