@@ -2,7 +2,7 @@
 
 It registers with the controller over gRPC, keeps its clock offset to the controller, watches
 the schedule stream (job assignments, collective start signals, job ends), serves a local API
-to the training process (`allreduce(array) -> array`, see `oddl.agents.client`), and runs each
+to the training process (`allreduce(array) -> array`, see `agents.client`), and runs each
 collective through its data-plane link, gating sends into their slots locally: no round trip
 to the controller per flow, one barrier entry per collective.
 """
@@ -26,11 +26,10 @@ import grpc
 import numpy as np
 import zmq
 
-from oddl import __version__
-from oddl.agents import localapi
-from oddl.agents.clock import ClockEstimate, ClockSample, estimate
-from oddl.agents.dataplane import DirectLink, FabricLink
-from oddl.agents.executor import (
+from agents import localapi
+from agents.clock import ClockEstimate, ClockSample, estimate
+from agents.dataplane import DirectLink, FabricLink
+from agents.executor import (
     OPTINC,
     CollectiveRun,
     SlotSpec,
@@ -38,19 +37,20 @@ from oddl.agents.executor import (
     run_collective,
     run_optinc,
 )
-from oddl.agents.gate import SlotGate
-from oddl.agents.lightphy import LightPhy
-from oddl.agents.shm import BucketMaps
-from oddl.agents.standing import Ready, agree, exchange
-from oddl.agents.streamauth import StreamAuth
-from oddl.agents.streams import StreamLink
-from oddl.config import TestbedConfig
-from oddl.drivers.lighttable import LightTable
-from oddl.errors import CollectiveError, ConfigError, OddlError, OperationRefused
-from oddl.metrics import Metrics, counter, gauge
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.protos.schedule_wire import (
+from agents.gate import SlotGate
+from agents.lightphy import LightPhy
+from agents.standing import Ready, agree, exchange
+from agents.streamauth import StreamAuth
+from agents.streams import StreamLink
+from common import __version__
+from common.config import TestbedConfig
+from common.errors import CollectiveError, ConfigError, OddlError, OperationRefused
+from common.metrics import Metrics, counter, gauge
+from common.shm import BucketMaps
+from drivers.emulators.lighttable import LightTable
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
+from protos.schedule_wire import (
     EVERY_SLOT,
     ends_where_it_starts,
     first_data_start,
@@ -77,7 +77,7 @@ class AgentJob:
     plans: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
     standing: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
     """The last schedule of each bucket (elements, dtype): run again without the
-    controller's barrier (`oddl.agents.standing`); one that retunes is announced to the
+    controller's barrier (`agents.standing`); one that retunes is announced to the
     controller, which executes its retunes. Cleared when a collective fails."""
 
 
@@ -123,7 +123,7 @@ class Agent:
         self._pending_ready: pb.ReadyCollectiveRequest | None = None
         security = None
         if cfg.security.enabled:
-            from oddl.security import SecurityFiles, secure_channel, tls_channel_credentials
+            from common.security import SecurityFiles, secure_channel, tls_channel_credentials
 
             security = SecurityFiles.load(cfg.security.certs)
             self._channel = secure_channel(controller,
@@ -400,7 +400,7 @@ class Agent:
             self._work.put(_Request(ident, header, frames[3], shared="shm" in header))
         else:
             self._api.send_multipart([ident, b"error", _err(
-                "bad-request", f"unknown request {op!r}; use oddl.agents.client.AgentClient",
+                "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
                 None)])
 
     def _work_loop(self) -> None:
@@ -683,7 +683,7 @@ class Agent:
                                   "start the agent with the emulator host's resolved file")
         return dev.id, dev.bits
 
-    # ---- hand-offs (oddl.agents.executor.Handoffs) ------------------------------------
+    # ---- hand-offs (agents.executor.Handoffs) ------------------------------------
     def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
         """Wait for the controller's word that the slot's retuned transmitters are locked."""
         key = (self._current_job, seq, slot)
@@ -835,7 +835,7 @@ def _stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth 
         return None
     peers = {n.id: security.curve_public(n.id) for n in cfg.nodes}
     keys = security.curve_keys(node_id)
-    from oddl.revocation import read_revoked
+    from common.revocation import read_revoked
 
     return StreamAuth(node_id, keys.secret, peers, revoked=set(read_revoked(security.root).keys))
 
@@ -893,6 +893,6 @@ def _rpc_error(exc: grpc.RpcError, doing: str) -> OddlError:
     if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
                 grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED):
         return OperationRefused(f"{doing}: {detail}")
-    from oddl.errors import ControllerUnavailable
+    from common.errors import ControllerUnavailable
     return ControllerUnavailable(f"{doing}: the controller did not answer ({code}: {detail}); "
                                  "is `oddl controller serve` running at that address?")

@@ -5,7 +5,7 @@ pickle. Errors come back typed: CollectiveError for a failed collective, Operati
 a request the agent refuses.
 
 The bucket itself does not cross the socket: the client writes it into a shared-memory file
-(`oddl.agents.shm`) that the agent maps, and the agent reduces it there in place; the messages
+(`common.shm`) that the agent maps, and the agent reduces it there in place; the messages
 carry only the header. An array from `shared_array()` is that memory already, so it is reduced
 with no copy at all. When the agent cannot map the file (another host), the client falls back
 to sending the bytes.
@@ -24,9 +24,9 @@ import numpy as np
 import zmq
 from zmq.utils import monitor as zmq_monitor
 
-from oddl.agents import localapi
-from oddl.agents.shm import SharedBucket
-from oddl.errors import CollectiveError, OperationRefused
+from agents import localapi
+from common.errors import CollectiveError, OperationRefused
+from common.shm import SharedBucket
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import zmq
 
-from oddl.agents.streams import ChunkHead, node_tag
-from oddl.errors import CollectiveError
+from agents.streams import ChunkHead, node_tag
+from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class _Receiver:
                 break
             if self._router:
                 if self._check_sender:
-                    from oddl.security import sender_matches
+                    from common.security import sender_matches
 
                     if not sender_matches(frames[0].bytes, frames[-1]):
                         self._inbox.malformed += 1
@@ -215,7 +215,7 @@ class FabricLink(_ZmqChunks):
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
         if curve is not None:
-            from oddl.security import configure_curve_client
+            from common.security import configure_curve_client
 
             configure_curve_client(rx, *curve)
         rx.connect(fabric_address)
@@ -248,10 +248,10 @@ class FabricLink(_ZmqChunks):
 
 class DirectLink(_ZmqChunks):
     """Frames go straight to each peer's data address over the host network (ZeroMQ with
-    CURVE: the secure lab path; `oddl.agents.streams.StreamLink` is the fast plain one)."""
+    CURVE: the secure lab path; `agents.streams.StreamLink` is the fast plain one)."""
 
     def __init__(self, node_id: str, bind: str, *, security: Any = None):
-        """`security` (oddl.security.SecurityFiles): CURVE on the data links, only the lab's
+        """`security` (common.security.SecurityFiles): CURVE on the data links, only the lab's
         node keys admitted, each peer's key checked."""
         self.node_id = node_id
         self.inbox = Inbox(node_id)
@@ -262,7 +262,7 @@ class DirectLink(_ZmqChunks):
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
         if security is not None:
-            from oddl.security import CurveServer
+            from common.security import CurveServer
 
             self._curve = CurveServer(security.curve_keys(node_id),
                                       security.curve_clients(operators=False),
@@ -293,7 +293,7 @@ class DirectLink(_ZmqChunks):
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.SNDHWM, 100000)
                 if self._security is not None:
-                    from oddl.security import configure_curve_client
+                    from common.security import configure_curve_client
 
                     configure_curve_client(s, self._security.curve_keys(self.node_id),
                                            self._security.curve_public(node))

@@ -29,20 +29,20 @@ from typing import Protocol
 
 import numpy as np
 
-from oddl.agents.chunkplan import ChunkPlan, StepSpec, busiest_port_bytes, chunk_plan
-from oddl.agents.dataplane import Frame, Link
-from oddl.agents.gate import SlotGate
-from oddl.agents.streams import CHUNK_BYTES, ChunkHead, node_tag
-from oddl.controller.scheduling.handoff import handoffs as slot_handoffs
-from oddl.errors import CollectiveError
+from agents.chunkplan import ChunkPlan, StepSpec, busiest_port_bytes, chunk_plan
+from agents.dataplane import Frame, Link
+from agents.gate import SlotGate
+from agents.streams import CHUNK_BYTES, ChunkHead, node_tag
+from common.errors import CollectiveError
+from controller.scheduling.handoff import handoffs as slot_handoffs
 
 logger = logging.getLogger(__name__)
 
 REDUCE = "reduce"
 COPY = "copy"
 OPTINC = "optinc"
-OPTINC_SCALE_STEP = 0  # oddl.drivers.optinc_device.SCALE_STEP
-OPTINC_LEVELS_STEP = 1  # oddl.drivers.optinc_device.LEVELS_STEP
+OPTINC_SCALE_STEP = 0  # drivers.emulators.optinc.SCALE_STEP
+OPTINC_LEVELS_STEP = 1  # drivers.emulators.optinc.LEVELS_STEP
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ them at once); bigger ones send on the sender thread while this thread receives.
 
 
 class ChunkLink(Protocol):
-    """What the executor needs to move chunks (`oddl.agents.streams.StreamLink` and the
-    ZeroMQ links of `oddl.agents.dataplane`)."""
+    """What the executor needs to move chunks (`agents.streams.StreamLink` and the
+    ZeroMQ links of `agents.dataplane`)."""
 
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
                    deadline_s: float, cancel: threading.Event | None = None,
@@ -465,7 +465,7 @@ def optinc_decode_sum(levels: np.ndarray, bits: int, scale: float, n_nodes: int,
 def optinc_expected(arrays: Sequence[np.ndarray], bits: int) -> np.ndarray:
     """What optinc returns at every node when the device's optics are exact: the scale agreed
     from max|x| over all nodes, each node's levels, their round-half-up mean, decoded × N."""
-    from oddl.drivers.optinc_model import exact_mean
+    from offline.optinc.model import exact_mean
 
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
     dtype = flat[0].dtype

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from oddl.errors import ConfigError, OperationRefused
+from common.errors import ConfigError, OperationRefused
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     wrong. Sums are exact only for numbers: integer and floating dtypes only."""
     if not isinstance(header, dict):
         raise OperationRefused("malformed allreduce request: the header is not a JSON object; "
-                               "use oddl.agents.client.AgentClient")
+                               "use agents.client.AgentClient")
     if "dtype" not in header:
         raise OperationRefused("malformed allreduce request: no dtype")
     text = header["dtype"]

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oddl.agents.streams import ChunkHead, node_tag
-from oddl.errors import CollectiveError
+from agents.streams import ChunkHead, node_tag
+from common.errors import CollectiveError
 
 READY_STEP = 0xFFFFFFF0
 """The step number of the ready message: after every data step, so the chunks of an older

@@ -15,7 +15,7 @@ receiver expects stays at the head of its queue until asked for.
 
 Two modes:
 - direct (the lab): the optical circuit *is* the host link; chunks go to the named peer.
-- emulated optics (`phy` given): an emulated physical layer (`oddl.agents.lightphy`) decides
+- emulated optics (`phy` given): an emulated physical layer (`agents.lightphy`) decides
   where the light of this node's transmitter goes when the chunk is sent, paces the
   transmitter at the line rate, and at the receiver holds each chunk until the end of its
   serialisation and checks that the light path held for its whole duration; chunks go where
@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from oddl.agents.streamauth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
-from oddl.agents.streamauth import REPLY as AUTH_REPLY
-from oddl.errors import CollectiveError
+from agents.streamauth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
+from agents.streamauth import REPLY as AUTH_REPLY
+from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 

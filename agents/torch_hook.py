@@ -35,8 +35,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from oddl.agents.client import AgentClient
-from oddl.errors import CollectiveError
+from agents.client import AgentClient
+from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class OpticalHookState:
 
     def _check_quantised(self, index: int, summed: np.ndarray, gathered: Any) -> None:
         """Raise AllreduceMismatch unless `summed` equals the exact quantised result."""
-        from oddl.agents.executor import optinc_expected
+        from agents.executor import optinc_expected
 
         inputs = [t.numpy().astype(summed.dtype, copy=False) for t in gathered]
         expected = optinc_expected(inputs, int(self.optinc_bits or 8))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oddl.agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient, allreduce_all
 from oddl.demo import DEFAULT_TESTBED
 from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient, allreduce_all
 from oddl.demo import DEFAULT_TESTBED
 from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient

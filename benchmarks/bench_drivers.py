@@ -21,18 +21,18 @@ import time
 
 import numpy as np
 
-from oddl.config import load_testbed
-from oddl.controller.devices import Configuration, DeviceManager
-from oddl.controller.service import default_configuration
+from common.config import load_testbed
+from controller.devices import Configuration, DeviceManager
+from controller.service import default_configuration
+from drivers.emulators.host import start_emulated_testbed
+from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.emulators.wss import WssEmulator, wss_connection_handler
+from drivers.interfaces import Route
+from drivers.itla import ItlaDriver
+from drivers.transport import SerialTransport
+from drivers.wss import FlexgridWss, WssLimits
 from oddl.demo import DEFAULT_TESTBED
-from oddl.drivers.emulator_host import start_emulated_testbed
-from oddl.drivers.interfaces import Route
-from oddl.drivers.itla import ItlaDriver
-from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.drivers.transport import SerialTransport
-from oddl.drivers.wss import FlexgridWss, WssLimits
-from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
 
 
 def _stats(samples: list[float]) -> dict[str, float]:

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from oddl.drivers import optinc_model as om
-from oddl.drivers import optinc_train as ot
+from offline.optinc import model as om
+from offline.optinc import train as ot
 
 NOISE_RAD = 0.0005
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from oddl.agents.client import AgentClient, allreduce_all
-from oddl.agents.executor import optinc_expected
-from oddl.config import load_testbed
+from agents.client import AgentClient, allreduce_all
+from agents.executor import optinc_expected
+from common.config import load_testbed
 from oddl.demo import DEFAULT_TESTBED, _fabric_stats
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command

@@ -26,13 +26,13 @@ from typing import Any
 
 from bench_scheduler import ITEMSIZE, TIMING, VGG19_PARAMS, ring_permutations_baseline
 
-from oddl.controller.scheduling import (
+from common.errors import PlanError
+from controller.scheduling import (
     COLLECTIVES,
     Topology,
     make_plan,
     schedule_plan,
 )
-from oddl.errors import PlanError
 
 AIM_MS = 50.0
 VARIANTS: dict[str, list[dict[str, Any]]] = {

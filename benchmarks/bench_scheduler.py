@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from oddl.controller.scheduling import (
+from controller.scheduling import (
     Plan,
     Schedule,
     TimingModel,

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from oddl.controller.simulator import SYSTEMS, SimConfig, ring_formula_s, simulate, sweep
+from offline.simulator.engine import SYSTEMS, SimConfig, ring_formula_s, simulate, sweep
 
 AIM_ITERATION_S = 5.0
 AIM_SWEEP_S = 60.0

@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Any
 
-from oddl.controller.topoopt_model import MODELS, describe
-from oddl.controller.topoopt_search import DEFAULT_BUDGET, SearchConfig, co_optimise
+from offline.topoopt.model import MODELS, describe
+from offline.topoopt.search import DEFAULT_BUDGET, SearchConfig, co_optimise
 
 AIM_S = 60.0
 NODES, DEGREE, GBPS = 128, 4, 100.0

@@ -43,7 +43,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     import torch.distributed as dist
 
     import oddl.torch_backend as ob
-    from oddl.agents.client import AgentClient
+    from agents.client import AgentClient
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

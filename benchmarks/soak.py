@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import allreduce_all
+from agents.client import allreduce_all
+from common.errors import OddlError
 from oddl.demo import DEFAULT_TESTBED
-from oddl.errors import OddlError
 from oddl.launch import RestartableTestbed
 from oddl.operator import OperatorClient
 

@@ -22,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from oddl.config import DeviceConfig, TestbedConfig
-from oddl.controller.store import Store
-from oddl.drivers.interfaces import (
+from common.config import DeviceConfig, TestbedConfig
+from common.errors import DeviceError, OddlError, SafetyLimitError
+from controller.store import Store
+from drivers.interfaces import (
     BLOCKED_DB,
     BLOCKED_PORT,
     Route,
@@ -32,7 +33,6 @@ from oddl.drivers.interfaces import (
     TunableTransceiver,
     WavelengthSelectiveSwitch,
 )
-from oddl.errors import DeviceError, OddlError, SafetyLimitError
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +73,10 @@ class DeviceEvent:
 
 def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
     """Open the real driver for a device of the testbed file."""
-    from oddl.drivers.transport import SerialTransport
+    from drivers.transport import SerialTransport
 
     if dev.kind == "itla":
-        from oddl.drivers.itla import ItlaDriver, ItlaTimeouts
+        from drivers.itla import ItlaDriver, ItlaTimeouts
 
         timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
                                 enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
@@ -84,7 +84,7 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
                                           timeout=dev.timeout_s), name=dev.id,
                           timeouts=timeouts, poll_interval_s=0.001)
     if dev.kind == "wss":
-        from oddl.drivers.wss import FlexgridWss, WssLimits
+        from drivers.wss import FlexgridWss, WssLimits
 
         limits = WssLimits(channels=grid_channels, ports=dev.ports,
                            max_attenuation_db=dev.attenuation_range_db[1])
@@ -92,7 +92,7 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
                                            baudrate=dev.baud or 115200, timeout=dev.timeout_s),
                            name=dev.id, timeout=dev.timeout_s, limits=limits)
     if dev.kind == "powermeter":
-        from oddl.drivers.powermeter import PowerMeter
+        from drivers.powermeter import PowerMeter
 
         return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
                           timeout_s=max(dev.timeout_s, 1.0))

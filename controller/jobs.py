@@ -8,7 +8,7 @@ decides: start (same shape and dtype everywhere) or refuse with the reason.
 
 The ``optinc`` collective is not a rank-to-rank plan: every node sends its quantised bucket
 once to the testbed's OptINC device, which broadcasts the quantised mean
-(`oddl.drivers.optinc_device`). Its schedule is `optinc_schedule`: an upload slot (all nodes
+(`drivers.emulators.optinc`). Its schedule is `optinc_schedule`: an upload slot (all nodes
 to the device at once) and a broadcast slot that streams while the upload does (cut-through).
 """
 
@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from oddl.config import OptincDeviceConfig, TestbedConfig
-from oddl.controller.devices import Configuration
-from oddl.controller.scheduling import (
+from common.config import OptincDeviceConfig, TestbedConfig
+from common.errors import OddlError, OperationRefused
+from controller.devices import Configuration
+from controller.scheduling import (
     COLLECTIVES,
     Grid,
     NodeSpec,
@@ -35,16 +36,15 @@ from oddl.controller.scheduling import (
     make_plan,
     schedule_plan,
 )
-from oddl.controller.store import Store
-from oddl.drivers.interfaces import Route
-from oddl.errors import OddlError, OperationRefused
+from controller.store import Store
+from drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
 OPTINC = "optinc"
 """The in-network collective on an OptINC device. Its registered plan has the devices as extra
-ranks (`oddl.controller.scheduling.optinc`); jobs run it with `optinc_schedule`, not the TT-FR
+ranks (`controller.scheduling.optinc`); jobs run it with `optinc_schedule`, not the TT-FR
 scheduler."""
 MAX_ELEMENTS = 1 << 36
 """Largest all-reduce (elements) a job accepts: 256 GiB of float32."""

@@ -23,9 +23,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from oddl.config import TestbedConfig
-from oddl.controller.devices import Configuration, DeviceManager, TransactionError
-from oddl.controller.jobs import (
+from common.config import TestbedConfig
+from common.errors import ConfigError, OddlError, OperationRefused, SafetyLimitError
+from common.metrics import Metrics, counter, gauge
+from controller.devices import Configuration, DeviceManager, TransactionError
+from controller.jobs import (
     MAX_ELEMENTS,
     OPTINC,
     JobManager,
@@ -34,14 +36,12 @@ from oddl.controller.jobs import (
     timing_from_config,
     topology_from_config,
 )
-from oddl.controller.scheduling import Schedule, handoffs
-from oddl.controller.store import Store
-from oddl.drivers.interfaces import Route
-from oddl.errors import ConfigError, OddlError, OperationRefused, SafetyLimitError
-from oddl.metrics import Metrics, counter, gauge
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.protos.schedule_wire import EVERY_SLOT, schedule_sha256
+from controller.scheduling import Schedule, handoffs
+from controller.store import Store
+from drivers.interfaces import Route
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
+from protos.schedule_wire import EVERY_SLOT, schedule_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -675,8 +675,8 @@ class ControllerServer:
         self.metrics_listen = metrics_listen
         interceptors = []
         if cfg.security.enabled:
-            from oddl.revocation import RevocationList
-            from oddl.security import AuthorizationInterceptor, SecurityFiles, server_credentials
+            from common.revocation import RevocationList
+            from common.security import AuthorizationInterceptor, SecurityFiles, server_credentials
 
             self.security = SecurityFiles.load(cfg.security.certs)
             interceptors.append(AuthorizationInterceptor(

@@ -13,7 +13,7 @@ Layers, innermost first:
   resends its last reply instead of executing the command again); silence or a shifted frame
   boundary is recovered by single NOP bytes (``resync()``); a module that answers none of them
   is a ``DeviceTimeout``. Timeouts come from ``ItlaTimeouts``. It implements
-  ``oddl.drivers.interfaces.TunableTransceiver``. Rules and sources: docs/devices/itla.md.
+  ``drivers.interfaces.TunableTransceiver``. Rules and sources: docs/devices/itla.md.
 
 Frequencies are in THz (registers: THz, 0.1 GHz, MHz parts), powers in dBm (registers:
 dBm x 100), times in seconds.
@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from types import TracebackType
 
-from oddl.drivers.interfaces import DeviceIdentity, TransceiverState
-from oddl.drivers.transport import Transport
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from drivers.interfaces import DeviceIdentity, TransceiverState
+from drivers.transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def register(name_or_addr: str | int) -> Register:
     found = _BY_NAME.get(name_or_addr.lower())
     if found is None:
         raise DeviceError(f"unknown ITLA register {name_or_addr!r}; use a name from "
-                          "oddl.drivers.itla.REGISTERS or a numeric address")
+                          "drivers.itla.REGISTERS or a numeric address")
     return found
 
 

@@ -36,8 +36,8 @@ from pyvisa import constants
 from pyvisa.errors import InvalidSession, VisaIOError
 from pyvisa.resources import MessageBasedResource
 
-from oddl.drivers.interfaces import DeviceIdentity
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError
+from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from drivers.interfaces import DeviceIdentity
 
 logger = logging.getLogger(__name__)
 

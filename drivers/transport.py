@@ -14,7 +14,7 @@ from typing import Protocol
 
 import serial
 
-from oddl.errors import DeviceError, DeviceTimeout
+from common.errors import DeviceError, DeviceTimeout
 
 logger = logging.getLogger(__name__)
 

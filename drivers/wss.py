@@ -1,6 +1,6 @@
 """Driver for a Finisar/II-VI flexgrid WSS on its ASCII serial protocol.
 
-Wire facts (``oddl.drivers.wss_protocol``, sources in docs/devices/wss.md): 115200 8N1; a
+Wire facts (``drivers.wss_protocol``, sources in docs/devices/wss.md): 115200 8N1; a
 command line, its echo, zero or more result lines, then ``OK`` or one of ``CER`` (command),
 ``AER`` (argument), ``RER`` (range), ``VER`` (validation error); optional checksum framing
 ``^text$XXXX`` on every line (``checksum=True``). ``URA`` stages routes, ``RSW`` switches the
@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import TracebackType
 
-from oddl.drivers.interfaces import DeviceIdentity, Route
-from oddl.drivers.transport import Transport
-from oddl.drivers.wss_codec import (
+from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from drivers.interfaces import DeviceIdentity, Route
+from drivers.transport import Transport
+from drivers.wss_codec import (
     ATTENUATION_STEP_DB,
     InvalidRouteTable,
     WssErrorReply,
@@ -42,7 +43,7 @@ from oddl.drivers.wss_codec import (
     parse_error_line,
     parse_rra,
 )
-from oddl.drivers.wss_protocol import (
+from drivers.wss_protocol import (
     BLOCKED_DB,
     BLOCKED_PORT,
     ChecksumError,
@@ -50,7 +51,6 @@ from oddl.drivers.wss_protocol import (
     frame,
     unframe,
 )
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class WssCommandError(DeviceError):
 class FlexgridWss:
     """A flexgrid WSS on an ASCII serial link (any Transport: serial port, socket://, fake).
 
-    Implements ``oddl.drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
+    Implements ``drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
     lock, so one driver may be shared between threads. Times are in seconds. `checksum`
     frames every command and requires framed replies; `echo` is whether the module echoes.
     """

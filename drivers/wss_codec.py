@@ -1,6 +1,6 @@
 """Pure line codec of the flexgrid WSS driver: route tables, RRA? and error replies, limits.
 
-No I/O; ``oddl.drivers.wss`` uses it and re-exports its names.
+No I/O; ``drivers.wss`` uses it and re-exports its names.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from oddl.drivers.interfaces import Route
-from oddl.drivers.wss_protocol import (
+from common.errors import ProtocolError, SafetyLimitError
+from drivers.interfaces import Route
+from drivers.wss_protocol import (
     BLOCKED_DB,
     BLOCKED_PORT,
     ERROR_MEANINGS,
@@ -20,7 +21,6 @@ from oddl.drivers.wss_protocol import (
     WssErrorCode,
     unframe,
 )
-from oddl.errors import ProtocolError, SafetyLimitError
 
 __all__ = [
     "ATTENUATION_STEP_DB",

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 
 __all__ = [
     "BLOCKED_DB",

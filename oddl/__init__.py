@@ -1,3 +1,8 @@
-"""oddl: a testbed controller for all-optical networks carrying distributed deep learning."""
+"""oddl: a testbed controller for all-optical networks carrying distributed deep learning.
 
-__version__ = "0.1.0"
+This package is the top floor: the `oddl` command, the launcher, the demos and the torch backend.
+"""
+
+from common import __version__
+
+__all__ = ["__version__"]

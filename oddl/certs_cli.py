@@ -4,7 +4,7 @@
     oddl certs init --out lab-certs --nodes n0,n1 --operators alice,bob \\
         --hosts 10.0.0.1,ctl.lab --force
 
-Writes the files described in :mod:`oddl.security` (private keys 0600) and prints them.
+Writes the files described in :mod:`common.security` (private keys 0600) and prints them.
 Exit codes: 0 written, 1 refused or failed (an existing directory without --force, a bad
 name), 2 bad command line.
 
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from oddl.errors import OddlError
-from oddl.security import DEFAULT_CURVE_SERVERS, MANIFEST, init_lab_ca
+from common.errors import OddlError
+from common.security import DEFAULT_CURVE_SERVERS, MANIFEST, init_lab_ca
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -83,7 +83,7 @@ def register(subparsers: Any) -> Any:
 
 def cmd_rotate(args: argparse.Namespace) -> int:
     """Rotate one identity's credentials; print what changed."""
-    from oddl.revocation import rotate
+    from common.revocation import rotate
 
     old = rotate(args.certs, node=args.node, operator=args.operator)
     print(f"rotated {old['kind']} {old['name']}: new certificate and CURVE key written to "
@@ -101,7 +101,7 @@ def _identity_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     """Revoke one identity; print what was revoked."""
-    from oddl.revocation import REVOKED, revoke
+    from common.revocation import REVOKED, revoke
 
     entry = revoke(args.certs, node=args.node, operator=args.operator, reason=args.reason)
     print(f"revoked {entry['kind']} {entry['name']}: certificate {entry['serial']} and CURVE "

@@ -17,8 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from oddl import __version__
-from oddl.errors import (
+from common.errors import (
     CollectiveError,
     ConfigError,
     ControllerUnavailable,
@@ -27,14 +26,14 @@ from oddl.errors import (
     OperationRefused,
     SafetyLimitError,
 )
+from oddl import __version__
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4
 
-EMULATORS = {"itla": "itla_emulator", "wss": "wss_emulator", "powermeter": "powermeter_emulator",
-             "testbed": "emulator_host"}
-"""`oddl emulate NAME` → the module in oddl.drivers that serves it."""
+EMULATORS = {"itla": "itla", "wss": "wss", "powermeter": "powermeter", "testbed": "host"}
+"""`oddl emulate NAME` → the module in drivers.emulators that serves it."""
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -82,7 +81,7 @@ def _print_ready(info: dict[str, Any], ready_file: str | None) -> None:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Validate a testbed file offline."""
-    from oddl.config import load_testbed
+    from common.config import load_testbed
 
     cfg = load_testbed(args.file)
     summary = {"file": args.file, "ok": True, "name": cfg.name, "nodes": [n.id for n in cfg.nodes],
@@ -101,8 +100,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_controller_serve(args: argparse.Namespace) -> int:
     """Run the controller until SIGINT/SIGTERM."""
-    from oddl.config import load_testbed
-    from oddl.controller.service import ControllerServer
+    from common.config import load_testbed
+    from controller.service import ControllerServer
 
     cfg = load_testbed(args.config)
     server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
@@ -119,8 +118,8 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
 
 def cmd_agent_serve(args: argparse.Namespace) -> int:
     """Run one node's agent until SIGINT/SIGTERM."""
-    from oddl.agents.agent import Agent
-    from oddl.config import load_testbed
+    from agents.agent import Agent
+    from common.config import load_testbed
 
     cfg = load_testbed(args.config)
     controller = args.controller or os.environ.get("ODDL_CONTROLLER") or cfg.controller.address
@@ -146,7 +145,7 @@ def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
                                    Callable[[argparse.Namespace], int]]:
     import importlib
 
-    mod = importlib.import_module(f"oddl.drivers.{module}")
+    mod = importlib.import_module(f"drivers.emulators.{module}")
     return mod.add_arguments, mod.run
 
 
@@ -174,7 +173,7 @@ def controller_address(args: argparse.Namespace) -> str:
     if os.environ.get("ODDL_CONTROLLER"):
         return os.environ["ODDL_CONTROLLER"]
     if getattr(args, "config", None):
-        from oddl.config import load_testbed
+        from common.config import load_testbed
 
         cfg = load_testbed(args.config)
         if cfg.controller.address:
@@ -192,7 +191,7 @@ def _controller(args: argparse.Namespace) -> Any:
 
     certs, operator = getattr(args, "certs", None) or os.environ.get("ODDL_CERTS", ""), "operator"
     if getattr(args, "config", None):
-        from oddl.config import load_testbed
+        from common.config import load_testbed
 
         security = load_testbed(args.config).security
         certs, operator = certs or security.certs, security.operator

@@ -9,7 +9,7 @@ exits 1 if any differs. Everything it started is stopped, also on Ctrl-C and on 
 
 With ``--collective optinc`` the two runs are ring all-reduce and optinc (both on the optical
 network): optinc's results are checked against the exact *quantised* reduction
-(`oddl.agents.executor.optinc_expected`), which they equal except where the OptINC device's
+(`agents.executor.optinc_expected`), which they equal except where the OptINC device's
 noisy optics missed a level — the device counts those elements, and the demo fails unless every
 difference is one of them. The summary compares final accuracy and all-reduce time to ring.
 """
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import AgentClient, allreduce_all
-from oddl.agents.executor import OPTINC, optinc_expected
-from oddl.errors import OddlError
+from agents.client import AgentClient, allreduce_all
+from agents.executor import OPTINC, optinc_expected
+from common.errors import OddlError
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
 
@@ -261,7 +261,7 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
             "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0",
             "--state", str(run_dir / "controller.sqlite")))
         address = ctl["address"]
-        from oddl.config import load_testbed
+        from common.config import load_testbed
 
         cfg = load_testbed(resolved)
         apis = {}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oddl.config import TestbedConfig, load_testbed
+from common.config import TestbedConfig, load_testbed
 from oddl.procs import ProcessGroup, oddl_command
 
 
@@ -48,7 +48,7 @@ class RestartableTestbed:
 
     def __init__(self, workdir: Path, config: Path, heartbeat_s: float = 0.3,
                  agent_timeout_s: float = 30.0):
-        from oddl.agents.client import AgentClient
+        from agents.client import AgentClient
 
         self._client_type = AgentClient
         self.workdir = workdir

@@ -8,10 +8,10 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
-from oddl.errors import ControllerUnavailable, OperationRefused
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
+from common.errors import ControllerUnavailable, OperationRefused
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
 
 _REFUSALS = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
              grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
@@ -32,7 +32,7 @@ class OperatorClient:
         self.address = address
         self.timeout_s = timeout_s
         if certs:
-            from oddl.security import SecurityFiles, secure_channel, tls_channel_credentials
+            from common.security import SecurityFiles, secure_channel, tls_channel_credentials
 
             files = SecurityFiles.load(certs)
             self._channel = secure_channel(address,

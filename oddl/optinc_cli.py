@@ -2,7 +2,7 @@
 
 ``register(subparsers)`` adds the ``optinc`` command to the main parser (each sub-command sets
 ``func``: args → exit code); ``main(argv)`` runs ``oddl optinc <argv>`` on its own (for tests).
-The model and its reconstruction choices are in ``oddl.drivers.optinc_model``.
+The model and its reconstruction choices are in ``offline.optinc.model``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from oddl.drivers import optinc_model as om
-from oddl.errors import OddlError
+from common.errors import OddlError
+from offline.optinc import model as om
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SWEEP_NOISE = (0.0, 0.0005, 0.002, 0.02)
@@ -264,8 +264,8 @@ def plan_report(args: argparse.Namespace) -> int:
     Parameters (``--param KEY=VALUE``): ``inputs`` (N1 of the level-1 devices; 0 picks),
     ``bits`` (default 8), ``transceivers`` (M, default b/2), ``latency_us`` (per level, 1).
     """
-    from oddl.controller.scheduling import make_plan, optinc_layout
-    from oddl.errors import PlanError
+    from common.errors import PlanError
+    from controller.scheduling import make_plan, optinc_layout
 
     params = dict(args.param)
     unknown = sorted(set(params) - set(PLAN_PARAMS))

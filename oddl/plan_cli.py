@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oddl.errors import PlanError, ScheduleError
+from common.errors import PlanError, ScheduleError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_BYTES = 100_000_000
@@ -158,7 +158,7 @@ class Built:
 
 def build(args: argparse.Namespace, collective: str) -> Built:
     """Make the plan and the schedule the arguments ask for (PlanError/ScheduleError if not)."""
-    from oddl.controller.scheduling import TimingModel, Topology, make_plan, schedule_plan
+    from controller.scheduling import TimingModel, Topology, make_plan, schedule_plan
 
     if collective == "optinc":
         raise PlanError("optinc has no TT-FR slot schedule (its OptINC devices are not "
@@ -313,7 +313,7 @@ def _collective_details(built: Built) -> dict[str, Any]:
     """WRHT's wavelength plan, or TotientPerms' jumps and diameter."""
     plan, params = built.plan, built.params
     if built.collective == "wrht":
-        from oddl.controller.scheduling.wrht import wrht_wavelength_plan
+        from controller.scheduling.wrht import wrht_wavelength_plan
 
         keys = ("wavelengths", "group_size", "bidirectional", "balanced", "budget")
         wp = wrht_wavelength_plan(plan.n_ranks, **{k: params[k] for k in keys if k in params})
@@ -340,7 +340,7 @@ def _collective_details(built: Built) -> dict[str, Any]:
             }
         }
     if built.collective == "totientperms" and plan.n_ranks >= 2:
-        from oddl.controller.scheduling.totient import (
+        from controller.scheduling.totient import (
             circulant_diameter,
             ring_jumps,
             select_permutations,

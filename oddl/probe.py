@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from oddl.config import DeviceConfig, TestbedConfig
-from oddl.drivers.interfaces import DeviceIdentity
-from oddl.errors import DeviceError, OddlError
+from common.config import DeviceConfig, TestbedConfig
+from common.errors import DeviceError, OddlError
+from drivers.interfaces import DeviceIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +136,8 @@ def _is_serial_device(resource: str) -> bool:
 
 def identify_itla(resource: str, baud: int, timeout_s: float, name: str) -> DeviceIdentity:
     """Read an ITLA's identity registers in MSA frames (read-only)."""
-    from oddl.drivers.itla import ItlaDriver
-    from oddl.drivers.transport import SerialTransport
+    from drivers.itla import ItlaDriver
+    from drivers.transport import SerialTransport
 
     transport = SerialTransport(resource, name=name, baudrate=baud, timeout=timeout_s)
     driver = ItlaDriver(transport, name=name, timeout_s=timeout_s, retries=0)
@@ -149,8 +149,8 @@ def identify_itla(resource: str, baud: int, timeout_s: float, name: str) -> Devi
 
 def identify_wss(resource: str, baud: int, timeout_s: float, name: str) -> DeviceIdentity:
     """Ask a flexgrid WSS for its identity (SNO?, MFD?)."""
-    from oddl.drivers.transport import SerialTransport
-    from oddl.drivers.wss import FlexgridWss
+    from drivers.transport import SerialTransport
+    from drivers.wss import FlexgridWss
 
     transport = SerialTransport(resource, name=name, baudrate=baud, timeout=timeout_s)
     driver = FlexgridWss(transport, name=name, timeout=timeout_s)
@@ -162,7 +162,7 @@ def identify_wss(resource: str, baud: int, timeout_s: float, name: str) -> Devic
 
 def identify_meter(resource: str, timeout_s: float, name: str) -> DeviceIdentity:
     """Ask a SCPI power meter for *IDN?."""
-    from oddl.drivers.powermeter import PowerMeter
+    from drivers.powermeter import PowerMeter
 
     with PowerMeter(resource, name=name, timeout_s=timeout_s, channels=8) as meter:
         return meter.identify()

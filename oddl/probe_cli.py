@@ -12,7 +12,7 @@ import logging
 import os
 from typing import Any
 
-from oddl.errors import ConfigError
+from common.errors import ConfigError
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -35,7 +35,7 @@ def register(devices_sub: Any) -> argparse.ArgumentParser:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Probe the bench; print the report; 0 when every device is as the file says."""
-    from oddl.config import load_testbed
+    from common.config import load_testbed
     from oddl.probe import format_report, probe
 
     path = getattr(args, "config", None) or os.environ.get("ODDL_CONFIG", "")
@@ -43,7 +43,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ConfigError("oddl devices probe needs the testbed file: pass --config FILE "
                           "(or set ODDL_CONFIG)")
     cfg = load_testbed(path)
-    drivers_log = logging.getLogger("oddl.drivers")
+    drivers_log = logging.getLogger("drivers")
     saved = drivers_log.level
     if not logging.getLogger().isEnabledFor(logging.INFO):
         # a probe expects silent ports and wrong protocols; the report says what they mean

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oddl.errors import OddlError
+from common.errors import OddlError
 
 logger = logging.getLogger(__name__)
 

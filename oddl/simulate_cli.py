@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from oddl.errors import OddlError
+from common.errors import OddlError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -88,7 +88,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the simulate options (one flag per `SimConfig` field) to a parser."""
-    from oddl.controller.simulator import SYSTEMS, SimConfig
+    from offline.simulator.engine import SYSTEMS, SimConfig
 
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object")
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """The ``oddl simulate`` command."""
-    from oddl.controller.simulator import SimConfig, SimulationError, simulate, sweep
+    from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
 
     try:
         if args.list_models:
@@ -181,7 +181,7 @@ def _systems(text: str | None) -> list[str] | None:
 
 def _parse_sweep(text: str) -> tuple[str, list[Any]]:
     """``PARAM=V1,V2,...`` → (field name, typed values); SimulationError when malformed."""
-    from oddl.controller.simulator import SimConfig, SimulationError
+    from offline.simulator.engine import SimConfig, SimulationError
 
     key, sep, raw = text.partition("=")
     fields = {f.name: f for f in dataclasses.fields(SimConfig)}
@@ -209,7 +209,7 @@ def _parse_sweep(text: str) -> tuple[str, list[Any]]:
 
 
 def _list_models(as_json: bool) -> int:
-    from oddl.controller.sim_models import DEFAULT_BATCH, MODELS
+    from offline.simulator.models import DEFAULT_BATCH, MODELS
 
     rows = [{"name": m.name, "params": m.params, "gradient_mb_fp32": m.gradient_bytes(4) / 1e6,
              "gmacs": m.gmacs, "compute_ms": m.compute_s(DEFAULT_BATCH) * 1e3,
@@ -226,8 +226,8 @@ def _list_models(as_json: bool) -> int:
 
 
 def _testbed(args: argparse.Namespace) -> int:
-    from oddl.config import load_testbed
-    from oddl.controller.sim_testbed import TestbedOverheads, predict_testbed_allreduce
+    from common.config import load_testbed
+    from offline.simulator.testbed import TestbedOverheads, predict_testbed_allreduce
 
     cfg = load_testbed(args.testbed)
     itemsize = args.itemsize or 4
@@ -263,7 +263,7 @@ def _json_default(o: Any) -> Any:
 
 def format_table(sim: Any) -> str:
     """The simulation as a table for people."""
-    from oddl.controller.simulator import LABELS, PAPER
+    from offline.simulator.engine import LABELS, PAPER
 
     cfg = sim.config
     prof = cfg.profile
@@ -311,7 +311,7 @@ def format_table(sim: Any) -> str:
 
 def format_sweep(sw: Any) -> str:
     """The sweep as a table: iteration time per system (ratio to ODDL)."""
-    from oddl.controller.simulator import LABELS
+    from offline.simulator.engine import LABELS
 
     head = sw.points[0].simulation.config
     lines = [f"oddl simulate — sweep of {sw.param}: {head.model}, iteration time in ms "
@@ -354,7 +354,7 @@ def _log_if_wide(ax: Any) -> None:
 def _paper_marks(ax: Any, systems: Sequence[str]) -> None:
     """The papers' figures on the ratio axis: ODDL's 1.6× (fat-tree) and 1.7× (SiP-Ring);
     WRHT's 0.19–0.24× (communication against an optical-system all-reduce)."""
-    from oddl.controller.simulator import PAPER
+    from offline.simulator.engine import PAPER
 
     for s, colour in (("fat-tree", "tab:red"), ("sip-ring", "tab:purple")):
         if s in systems:
@@ -375,7 +375,7 @@ def plot(result: Any, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from oddl.controller.simulator import LABELS, Sweep
+    from offline.simulator.engine import LABELS, Sweep
 
     if isinstance(result, Sweep):
         fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)

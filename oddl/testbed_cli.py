@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oddl.errors import ConfigError, OddlError
+from common.errors import ConfigError, OddlError
 from oddl.procs import ProcessGroup, oddl_command
 
 DEFAULT_RUN_DIR = Path("runs") / "testbed"
@@ -42,7 +42,7 @@ def _ours(pid: int) -> bool:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the emulated testbed in the background."""
-    from oddl.config import load_testbed
+    from common.config import load_testbed
     from oddl.demo import DEFAULT_TESTBED
 
     run_dir = Path(args.run_dir)

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from oddl.errors import OddlError
+from common.errors import OddlError
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the topoopt options to a parser."""
-    from oddl.controller.topoopt_search import DEFAULT_BUDGET
+    from offline.topoopt.search import DEFAULT_BUDGET
 
     job = p.add_argument_group("job")
     job.add_argument("--model", help="shipped model (see --list-models)")
@@ -113,14 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_topoopt(args: argparse.Namespace) -> int:
     """The ``oddl topoopt`` command."""
-    from oddl.controller.topoopt_model import Memory, parse_strategy
-    from oddl.controller.topoopt_search import (
+    from offline.topoopt.model import Memory, parse_strategy
+    from offline.topoopt.search import (
         SearchConfig,
         SearchProgress,
         co_optimise,
         evaluate_strategy,
     )
-    from oddl.controller.topoopt_topology import NetParams
+    from offline.topoopt.topology import NetParams
 
     def progress(p: SearchProgress) -> None:
         print(f"topoopt: {p.network}: iteration {p.iteration}/{p.budget}, best "
@@ -159,7 +159,7 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int:
-    from oddl.controller.topoopt_sweep import (
+    from offline.topoopt.sweep import (
         format_sweep,
         parse_rates,
         sweep_as_dict,
@@ -177,7 +177,7 @@ def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int
 
 
 def _model(args: argparse.Namespace) -> Any:
-    from oddl.controller.topoopt_model import get_model, load_model_file
+    from offline.topoopt.model import get_model, load_model_file
 
     if args.model_file:
         return load_model_file(args.model_file)
@@ -187,7 +187,7 @@ def _model(args: argparse.Namespace) -> Any:
 
 
 def _list_models(as_json: bool) -> int:
-    from oddl.controller.topoopt_model import MODELS
+    from offline.topoopt.model import MODELS
 
     if as_json:
         print(json.dumps({"models": [m.as_dict() for m in MODELS.values()]}))
@@ -211,7 +211,7 @@ def _json_default(o: Any) -> Any:
 
 def format_result(r: Any, searched: bool = True) -> str:
     """The co-optimisation for people."""
-    from oddl.controller.topoopt_model import describe
+    from offline.topoopt.model import describe
 
     m, cfg, best = r.model, r.config, r.topoopt
     topo = best.topology

@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from oddl.errors import CollectiveError, ConfigError
+from common.errors import CollectiveError, ConfigError
 from oddl.torch_channel import (
     ENV_API,
     ENV_FALLBACK,

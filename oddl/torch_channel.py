@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from oddl.agents.client import AgentClient
-from oddl.errors import CollectiveError, ConfigError
+from agents.client import AgentClient
+from common.errors import CollectiveError, ConfigError
 
 logger = logging.getLogger(__name__)
 

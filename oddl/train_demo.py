@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from oddl.agents.client import AgentClient
+from agents.client import AgentClient
+from common.errors import OddlError
 from oddl.demo import DEFAULT_TESTBED, _fabric_stats, _percentiles
-from oddl.errors import OddlError
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
 
@@ -159,7 +159,7 @@ def _phase_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 def _start_testbed(group: ProcessGroup, config: Path, run_dir: Path,
                    say: Any) -> tuple[dict[str, Any], str, Any, dict[str, str]]:
     """Emulators + fabric, controller, one agent per node (as `oddl demo`)."""
-    from oddl.config import load_testbed
+    from common.config import load_testbed
 
     resolved = run_dir / "testbed.resolved.toml"
     say(f"starting emulated devices and fabric ({config.name}); logs in {run_dir}")

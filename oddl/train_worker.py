@@ -4,7 +4,7 @@ Trains a small CNN on scikit-learn's digits (8x8 images, shipped offline) with t
 DistributedDataParallel over gloo, once per network named in `--networks`:
 
 - `optical`: the gradient buckets go through the local oddl agent (the optical comm hook,
-  `oddl.agents.torch_hook`), each checked against the exact reduction over gloo (`--verify`);
+  `agents.torch_hook`), each checked against the exact reduction over gloo (`--verify`);
 - `oddl`: DDP with no hook over the `oddl` torch.distributed backend (oddl.torch_backend):
   every collective of the group goes through the local agent; bytes per iteration counted;
 - `gloo`: DDP's own all-reduce over gloo, the baseline.
@@ -99,7 +99,7 @@ def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb, process_group=group)
     state = None
     if network == "optical":
-        from oddl.agents.torch_hook import register
+        from agents.torch_hook import register
 
         state = register(ddp, args.agent, world, verify=args.verify,
                          asynchronous=not args.sync_hook, optinc_bits=args.optinc_bits)

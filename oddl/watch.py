@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from oddl.errors import ControllerUnavailable
+from common.errors import ControllerUnavailable
 from oddl.operator import OperatorClient, _ago
 
 

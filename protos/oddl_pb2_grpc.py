@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from oddl.protos import oddl_pb2 as oddl_dot_protos_dot_oddl__pb2
+from protos import oddl_pb2 as protos_dot_oddl__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in oddl/protos/oddl_pb2_grpc.py depends on'
+        + ' but the generated code in protos/oddl_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,88 +36,88 @@ class ControllerStub:
         """
         self.RegisterAgent = channel.unary_unary(
                 '/oddl.v1.Controller/RegisterAgent',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.RegisterAgentReply.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/oddl.v1.Controller/Heartbeat',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.HeartbeatReply.FromString,
                 _registered_method=True)
         self.SyncClock = channel.unary_unary(
                 '/oddl.v1.Controller/SyncClock',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.SyncClockReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.SyncClockReply.FromString,
                 _registered_method=True)
         self.WatchSchedule = channel.unary_stream(
                 '/oddl.v1.Controller/WatchSchedule',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.FromString,
+                request_serializer=protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ScheduleEvent.FromString,
                 _registered_method=True)
         self.ReadyCollective = channel.unary_unary(
                 '/oddl.v1.Controller/ReadyCollective',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
                 _registered_method=True)
         self.ReportCollective = channel.unary_unary(
                 '/oddl.v1.Controller/ReportCollective',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
                 _registered_method=True)
         self.ConfirmDelivery = channel.unary_unary(
                 '/oddl.v1.Controller/ConfirmDelivery',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
                 _registered_method=True)
         self.StartStanding = channel.unary_unary(
                 '/oddl.v1.Controller/StartStanding',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.StartStandingReply.FromString,
                 _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/oddl.v1.Controller/SubmitJob',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Job.FromString,
+                request_serializer=protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.Job.FromString,
                 _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/oddl.v1.Controller/CancelJob',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Job.FromString,
+                request_serializer=protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.Job.FromString,
                 _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/oddl.v1.Controller/ListJobs',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ListJobsReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ListJobsReply.FromString,
                 _registered_method=True)
         self.GetSchedule = channel.unary_unary(
                 '/oddl.v1.Controller/GetSchedule',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Schedule.FromString,
+                request_serializer=protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.Schedule.FromString,
                 _registered_method=True)
         self.GetTopology = channel.unary_unary(
                 '/oddl.v1.Controller/GetTopology',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Topology.FromString,
+                request_serializer=protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.Topology.FromString,
                 _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/oddl.v1.Controller/GetStatus',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Status.FromString,
+                request_serializer=protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.Status.FromString,
                 _registered_method=True)
         self.GetDeviceState = channel.unary_unary(
                 '/oddl.v1.Controller/GetDeviceState',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
+                request_serializer=protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.DeviceStateList.FromString,
                 _registered_method=True)
         self.GetDeviceLog = channel.unary_unary(
                 '/oddl.v1.Controller/GetDeviceLog',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
+                request_serializer=protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.DeviceLog.FromString,
                 _registered_method=True)
         self.Reconfigure = channel.unary_unary(
                 '/oddl.v1.Controller/Reconfigure',
-                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
-                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.FromString,
+                request_serializer=protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.ReconfigureReply.FromString,
                 _registered_method=True)
 
 
@@ -252,88 +252,88 @@ def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterAgent,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.RegisterAgentRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.RegisterAgentReply.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.HeartbeatRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.HeartbeatReply.SerializeToString,
             ),
             'SyncClock': grpc.unary_unary_rpc_method_handler(
                     servicer.SyncClock,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.SyncClockReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.SyncClockRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.SyncClockReply.SerializeToString,
             ),
             'WatchSchedule': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSchedule,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.WatchScheduleRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ScheduleEvent.SerializeToString,
             ),
             'ReadyCollective': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadyCollective,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.ReadyCollectiveRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ReadyCollectiveReply.SerializeToString,
             ),
             'ReportCollective': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportCollective,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.ReportCollectiveRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ReportCollectiveReply.SerializeToString,
             ),
             'ConfirmDelivery': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfirmDelivery,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
             ),
             'StartStanding': grpc.unary_unary_rpc_method_handler(
                     servicer.StartStanding,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.StartStandingRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
             ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Job.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.SubmitJobRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.Job.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Job.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.CancelJobRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.Job.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ListJobsReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.ListJobsRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ListJobsReply.SerializeToString,
             ),
             'GetSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSchedule,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Schedule.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.GetScheduleRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.Schedule.SerializeToString,
             ),
             'GetTopology': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTopology,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Topology.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.GetTopologyRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.Topology.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Status.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.GetStatusRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.Status.SerializeToString,
             ),
             'GetDeviceState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeviceState,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.GetDeviceStateRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.DeviceStateList.SerializeToString,
             ),
             'GetDeviceLog': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeviceLog,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.GetDeviceLogRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.DeviceLog.SerializeToString,
             ),
             'Reconfigure': grpc.unary_unary_rpc_method_handler(
                     servicer.Reconfigure,
-                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.FromString,
-                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.SerializeToString,
+                    request_deserializer=protos_dot_oddl__pb2.ReconfigureRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.ReconfigureReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,8 +361,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/RegisterAgent',
-            oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.FromString,
+            protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
+            protos_dot_oddl__pb2.RegisterAgentReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -388,8 +388,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/Heartbeat',
-            oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.FromString,
+            protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
+            protos_dot_oddl__pb2.HeartbeatReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -415,8 +415,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/SyncClock',
-            oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.SyncClockReply.FromString,
+            protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
+            protos_dot_oddl__pb2.SyncClockReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -442,8 +442,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/WatchSchedule',
-            oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.FromString,
+            protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
+            protos_dot_oddl__pb2.ScheduleEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -469,8 +469,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ReadyCollective',
-            oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
+            protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
+            protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -496,8 +496,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ReportCollective',
-            oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
+            protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
+            protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -523,8 +523,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ConfirmDelivery',
-            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+            protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+            protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -550,8 +550,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/StartStanding',
-            oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
+            protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+            protos_dot_oddl__pb2.StartStandingReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -577,8 +577,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/SubmitJob',
-            oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.Job.FromString,
+            protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
+            protos_dot_oddl__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -604,8 +604,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/CancelJob',
-            oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.Job.FromString,
+            protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
+            protos_dot_oddl__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -631,8 +631,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ListJobs',
-            oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ListJobsReply.FromString,
+            protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
+            protos_dot_oddl__pb2.ListJobsReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -658,8 +658,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetSchedule',
-            oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.Schedule.FromString,
+            protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
+            protos_dot_oddl__pb2.Schedule.FromString,
             options,
             channel_credentials,
             insecure,
@@ -685,8 +685,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetTopology',
-            oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.Topology.FromString,
+            protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
+            protos_dot_oddl__pb2.Topology.FromString,
             options,
             channel_credentials,
             insecure,
@@ -712,8 +712,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetStatus',
-            oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.Status.FromString,
+            protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
+            protos_dot_oddl__pb2.Status.FromString,
             options,
             channel_credentials,
             insecure,
@@ -739,8 +739,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetDeviceState',
-            oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
+            protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
+            protos_dot_oddl__pb2.DeviceStateList.FromString,
             options,
             channel_credentials,
             insecure,
@@ -766,8 +766,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetDeviceLog',
-            oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
+            protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+            protos_dot_oddl__pb2.DeviceLog.FromString,
             options,
             channel_credentials,
             insecure,
@@ -793,8 +793,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/Reconfigure',
-            oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
-            oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.FromString,
+            protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
+            protos_dot_oddl__pb2.ReconfigureReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from oddl.protos import oddl_pb2 as pb
+from protos import oddl_pb2 as pb
 
 EVERY_SLOT = 0xFFFFFFFF
 """`CircuitsReady.slot` for an answer about every slot of the collective (a refusal)."""

@@ -8,9 +8,9 @@ from collections import deque
 import numpy as np
 import pytest
 
-from oddl.agents.chunkplan import busiest_port_bytes, chunk_plan
-from oddl.agents.executor import StepSpec
-from oddl.controller.scheduling import make_plan
+from agents.chunkplan import busiest_port_bytes, chunk_plan
+from agents.executor import StepSpec
+from controller.scheduling import make_plan
 
 
 def _steps(plan) -> tuple[StepSpec, ...]:

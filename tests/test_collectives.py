@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oddl.controller.scheduling import collectives
-from oddl.controller.scheduling.collectives import (
+from common.errors import PlanError
+from controller.scheduling import collectives
+from controller.scheduling.collectives import (
     COLLECTIVES,
     Op,
     Plan,
@@ -20,7 +21,6 @@ from oddl.controller.scheduling.collectives import (
     ring_allreduce,
     validate_plan,
 )
-from oddl.errors import PlanError
 
 INT64 = np.iinfo(np.int64)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from common.config import dump_testbed, load_testbed, parse_testbed
+from common.errors import ConfigError
 from oddl.cli import main
-from oddl.config import dump_testbed, load_testbed, parse_testbed
-from oddl.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -103,7 +103,7 @@ def test_agent_gate_scheduling_is_read_and_reported():
     import threading
     import types
 
-    from oddl.agents.agent import Agent
+    from agents.agent import Agent
 
     fake = types.SimpleNamespace(cfg=cfg, node_id="n0", gate_scheduling="normal")
     t = threading.Thread(target=Agent._gate_thread_setup, args=(fake,))

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from oddl.config import TestbedConfig, load_testbed
-from oddl.controller.devices import open_driver
-from oddl.drivers.interfaces import (
+from common.config import TestbedConfig, load_testbed
+from common.errors import DeviceError, SafetyLimitError
+from controller.devices import open_driver
+from drivers.interfaces import (
     BLOCKED_DB,
     Route,
     TunableTransceiver,
     WavelengthSelectiveSwitch,
 )
-from oddl.errors import DeviceError, SafetyLimitError
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -36,7 +36,7 @@ def bench(request: pytest.FixtureRequest) -> Iterator[TestbedConfig]:
     if hardware:
         yield load_testbed(hardware)
         return
-    from oddl.drivers.emulator_host import start_emulated_testbed
+    from drivers.emulators.host import start_emulated_testbed
 
     tb = start_emulated_testbed(load_testbed(EMULATED))
     for wss in tb.switches.values():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from oddl.config import parse_testbed
-from oddl.controller.devices import open_driver
-from oddl.errors import ConfigError
+from common.config import parse_testbed
+from common.errors import ConfigError
+from controller.devices import open_driver
 
 LAB = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "lab-4node.toml"
 

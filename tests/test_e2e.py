@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from oddl.agents.client import AgentClient
-from oddl.agents.client import allreduce_all as run_on_all
-from oddl.config import load_testbed
-from oddl.errors import CollectiveError, OperationRefused
+from agents.client import AgentClient
+from agents.client import allreduce_all as run_on_all
+from common.config import load_testbed
+from common.errors import CollectiveError, OperationRefused
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from oddl.agents.executor import CollectiveRun, StepSpec, run_collective
-from oddl.agents.gate import SlotGate
-from oddl.agents.streams import StreamLink
-from oddl.controller.scheduling import make_plan
-from oddl.errors import CollectiveError
+from agents.executor import CollectiveRun, StepSpec, run_collective
+from agents.gate import SlotGate
+from agents.streams import StreamLink
+from common.errors import CollectiveError
+from controller.scheduling import make_plan
 
 
 def _steps(plan):
@@ -98,7 +98,7 @@ def test_gate_releases_at_the_edge():
 
 def _wire_schedule(slots: list[list[tuple[str, int, bool]]]):
     """A wire schedule whose slot k has circuits (transmitter, channel, retune)."""
-    from oddl.protos import oddl_pb2 as pb
+    from protos import oddl_pb2 as pb
 
     out = pb.Schedule(job_id="j", collective="c")
     for k, circuits in enumerate(slots):
@@ -109,7 +109,7 @@ def _wire_schedule(slots: list[list[tuple[str, int, bool]]]):
 
 
 def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot():
-    from oddl.protos.schedule_wire import ends_where_it_starts
+    from protos.schedule_wire import ends_where_it_starts
 
     # halving-doubling's shape: away and back again
     assert ends_where_it_starts(_wire_schedule([[("a", 2, False), ("b", 1, False)],

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import zmq
 
-from oddl.agents.dataplane import FabricLink
-from oddl.config import load_testbed
-from oddl.drivers.emulator_host import EmulatedTestbed, start_emulated_testbed
-from oddl.drivers.fabric import INSERTION_LOSS_DB, Fabric, OpticalModel
-from oddl.drivers.interfaces import Route
+from agents.dataplane import FabricLink
+from common.config import load_testbed
+from drivers.emulators.fabric import INSERTION_LOSS_DB, Fabric, OpticalModel
+from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from drivers.interfaces import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -45,7 +45,7 @@ def _light(tb: EmulatedTestbed, laser: str, channel: int, table: dict[int, int])
     """Set an emulated laser and the WSS directly (their protocols are tested elsewhere)."""
     emu = tb.lasers[laser]
     emu.handle_frame(bytes.fromhex("00000000"))
-    from oddl.drivers.itla import encode_request
+    from drivers.itla import encode_request
 
     emu.handle_frame(encode_request(0x30, channel, write=True))
     emu.handle_frame(encode_request(0x32, 0x08, write=True))
@@ -136,7 +136,7 @@ class _Laser:
         self.f = f
 
     def optical_output(self, now=None):
-        from oddl.drivers.itla_emulator import OpticalOutput
+        from drivers.emulators.itla import OpticalOutput
 
         return None if self.f is None else OpticalOutput(self.f, 10.0)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_e2e import EMULATED, allreduce_all
 
-from oddl.errors import CollectiveError, ControllerUnavailable
+from common.errors import CollectiveError, ControllerUnavailable
 from oddl.launch import RestartableTestbed
 from oddl.operator import OperatorClient
 
@@ -136,7 +136,7 @@ def test_kill_the_emulators_then_the_controller_keeps_serving_and_restores(bench
     bench.operator.submit("emu", [], "ring", "optical")
     os.kill(bench.proc("emulators").proc.pid, signal.SIGKILL)
     # a reconfiguration cannot be verified: refused with a report, nothing claimed applied
-    from oddl.errors import OperationRefused
+    from common.errors import OperationRefused
 
     with pytest.raises(OperationRefused) as err:
         bench.operator.reconfigure({"set_channel": {"transmitter": "laser0", "channel": 5}},
@@ -200,7 +200,7 @@ def test_garbage_on_every_listening_port(bench: Bench):
     for port in sorted(device_ports):
         _garbage("127.0.0.1", port)
     assert all(p.alive() for p in bench.group.procs)
-    from oddl.errors import OperationRefused
+    from common.errors import OperationRefused
 
     # a frame that resets a module leaves it answering "initialising" (ITLA) or restarting
     # (WSS) for a while, as a real one does: the controller's device watch brings it back

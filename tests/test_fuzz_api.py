@@ -20,11 +20,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oddl.config import load_testbed, parse_testbed
-from oddl.controller.service import ControllerServer
-from oddl.drivers.emulator_host import start_emulated_testbed
-from oddl.errors import ConfigError
-from oddl.protos import oddl_pb2 as pb
+from common.config import load_testbed, parse_testbed
+from common.errors import ConfigError
+from controller.service import ControllerServer
+from drivers.emulators.host import start_emulated_testbed
+from protos import oddl_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -126,7 +126,7 @@ def test_every_rpc_answers_cleanly(controller, data):
 
 def test_controller_still_serves_after_the_fuzzing(controller):
     server, channel = controller
-    from oddl.protos import oddl_pb2_grpc as pb_grpc
+    from protos import oddl_pb2_grpc as pb_grpc
 
     stub = pb_grpc.ControllerStub(channel)
     status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
@@ -175,7 +175,7 @@ def test_agent_local_api_answers_garbage(local_agent, frames):
 
 @pytest.fixture(scope="module")
 def local_agent(controller) -> Iterator[zmq.Socket]:
-    from oddl.agents.agent import Agent
+    from agents.agent import Agent
 
     server, _ = controller
     agent = Agent(server.cfg, "n0", server.address)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oddl.controller.scheduling import (
+from controller.scheduling import (
     Grid,
     TimingModel,
     Topology,

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from oddl.drivers.itla import ItlaDriver, ItlaExecutionError
-from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler, serve_pty
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.drivers.transport import SerialTransport
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.itla import ItlaDriver, ItlaExecutionError
+from drivers.transport import SerialTransport
 
 TTL = 0.03
 
@@ -287,7 +287,7 @@ def test_over_a_pty(emu: ItlaEmulator) -> None:
 
 @pytest.mark.parametrize("mode", ["tcp", "pty"])
 def test_cli_serves_until_sigterm(mode: str) -> None:
-    args = [sys.executable, "-m", "oddl.drivers.itla_emulator", "--serial", "CLI-1",
+    args = [sys.executable, "-m", "drivers.emulators.itla", "--serial", "CLI-1",
             "--time-to-lock-ms", "5", "--seed", "7"]
     args += ["--pty"] if mode == "pty" else ["--listen", "127.0.0.1:0"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,

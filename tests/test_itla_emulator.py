@@ -7,7 +7,9 @@ from fakes import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oddl.drivers.itla import (
+from common.errors import ConfigError
+from drivers.emulators.itla import DARK_DBM, ItlaEmulator, ItlaFaults, OpticalOutput
+from drivers.itla import (
     NOP_MRDY,
     Reply,
     Status,
@@ -16,8 +18,6 @@ from oddl.drivers.itla import (
     encode_request,
     register,
 )
-from oddl.drivers.itla_emulator import DARK_DBM, ItlaEmulator, ItlaFaults, OpticalOutput
-from oddl.errors import ConfigError
 
 TTL = 0.5
 

@@ -9,14 +9,14 @@ import time
 import pytest
 from fakes import FakeClock
 
-from oddl.drivers.itla import NOP_MRDY, Reply, Status, decode_reply, encode_request, register
-from oddl.drivers.itla_emulator import (
+from common.errors import ConfigError
+from drivers.emulators.itla import (
     ItlaEmulator,
     add_arguments,
     itla_connection_handler,
 )
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.errors import ConfigError
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.itla import NOP_MRDY, Reply, Status, decode_reply, encode_request, register
 
 CII = 0x5
 

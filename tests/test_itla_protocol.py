@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeClock
 
-from oddl.drivers.interfaces import TunableTransceiver
-from oddl.drivers.itla import (
+from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from drivers.interfaces import TunableTransceiver
+from drivers.itla import (
     Access,
     ItlaDriver,
     ItlaExecutionError,
@@ -21,7 +22,6 @@ from oddl.drivers.itla import (
     register,
     split_mhz,
 )
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 
 
 class ScriptedLink:
@@ -459,7 +459,7 @@ def test_timeouts_come_from_the_configuration() -> None:
 
 
 def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
-    from oddl.drivers.itla import ItlaTimeouts
+    from drivers.itla import ItlaTimeouts
 
     with pytest.raises(ValueError, match="enable_s=0"):
         ItlaTimeouts(enable_s=0)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import zmq
 
-from oddl.agents import localapi
-from oddl.agents.client import AgentClient
-from oddl.errors import CollectiveError, ConfigError
+from agents import localapi
+from agents.client import AgentClient
+from common.errors import CollectiveError, ConfigError
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_a_group_opens_the_api_to_its_members(zsock, private_runtime):
     # a client of another user shares its bucket files with the socket's group
     os.chown(path, 65534, -1)
     assert localapi.shared_group(address) == gid
-    from oddl.agents.shm import SharedBucket
+    from common.shm import SharedBucket
 
     bucket = SharedBucket(1 << 16, group=gid)
     try:
@@ -201,7 +201,7 @@ def test_a_private_socket_shares_nothing(zsock, private_runtime):
     ({"dtype": "<f4", "shape": [2], "shm": ["x"]}, "shm is not a file name"),
 ])
 def test_malformed_headers_are_refused_with_the_reason(header, why):
-    from oddl.errors import OperationRefused
+    from common.errors import OperationRefused
 
     with pytest.raises(OperationRefused, match=why.replace("(", r"\(").replace("?", r"\?")):
         localapi.parse_allreduce(header)

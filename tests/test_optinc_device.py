@@ -19,26 +19,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oddl.agents.dataplane import FabricLink
-from oddl.agents.executor import (
+from agents.dataplane import FabricLink
+from agents.executor import (
     CollectiveRun,
     optinc_encode,
     optinc_expected,
     optinc_scale,
     run_optinc,
 )
-from oddl.agents.gate import SlotGate
-from oddl.config import load_testbed, parse_testbed
-from oddl.controller.jobs import (
+from agents.gate import SlotGate
+from common.config import load_testbed, parse_testbed
+from common.errors import CollectiveError, ConfigError, OperationRefused
+from controller.jobs import (
     JobManager,
     optinc_schedule,
     timing_from_config,
     topology_from_config,
 )
-from oddl.drivers import optinc_model as om
-from oddl.drivers.emulator_host import start_emulated_testbed
-from oddl.drivers.optinc_device import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
-from oddl.errors import CollectiveError, ConfigError, OperationRefused
+from drivers.emulators.host import start_emulated_testbed
+from drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
+from offline.optinc import model as om
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -257,7 +257,7 @@ def fabric(tmp_path_factory) -> Iterator[tuple[Any, list[FabricLink]]]:
     cfg = load_testbed(EMULATED)
     cfg = replace(cfg, optinc=(replace(cfg.optinc[0], noise_rad=0.0, max_elements=200_000),))
     tb = start_emulated_testbed(cfg)
-    from oddl.drivers.itla import encode_request
+    from drivers.itla import encode_request
 
     for laser in ("laser0", "laser1", "laser2", "laser3"):
         emu = tb.lasers[laser]
@@ -323,7 +323,7 @@ def test_executor_through_the_fabric_returns_n_times_the_quantised_mean(fabric):
 
 
 def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
-    from oddl.agents.client import allreduce_all
+    from agents.client import allreduce_all
 
     return allreduce_all(clients, arrays)[1]
 
@@ -331,7 +331,7 @@ def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_optinc_job_end_to_end(tmp_path):
-    from oddl.agents.client import AgentClient
+    from agents.client import AgentClient
     from oddl.demo import _fabric_stats
     from oddl.operator import OperatorClient
     from oddl.procs import ProcessGroup, oddl_command

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from oddl.drivers import optinc_mesh as mesh
-from oddl.drivers import optinc_model as om
-from oddl.drivers.optinc_model import ClementsMesh, OptincError, OptincNetwork
+from offline.optinc import mesh as mesh
+from offline.optinc import model as om
+from offline.optinc.model import ClementsMesh, OptincError, OptincNetwork
 
 
 def random_unitary(n: int, rng: np.random.Generator) -> np.ndarray:

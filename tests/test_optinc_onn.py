@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oddl.drivers import optinc_model as om
-from oddl.drivers import optinc_train as ot
-from oddl.drivers.optinc_model import OptincError, OptincNetwork
+from offline.optinc import model as om
+from offline.optinc import train as ot
+from offline.optinc.model import OptincError, OptincNetwork
 
 # ---- structure and the designed network ---------------------------------------------------
 

@@ -7,14 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from oddl.controller.scheduling import (
+from common.errors import PlanError
+from controller.scheduling import (
     Op,
     Topology,
     make_plan,
     parameter_server_allreduce,
     schedule_plan,
 )
-from oddl.errors import PlanError
 
 
 @settings(max_examples=80, deadline=None)

@@ -13,15 +13,15 @@ from fakes import FakeClock
 from pyvisa import constants
 from pyvisa.errors import VisaIOError
 
-from oddl.drivers.interfaces import DeviceIdentity
-from oddl.drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
-from oddl.drivers.powermeter_emulator import (
+from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from drivers.emulators.powermeter import (
     PowerMeterEmulator,
     ieee_block,
     powermeter_connection_handler,
 )
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.interfaces import DeviceIdentity
+from drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
 
 
 class Optics:
@@ -280,7 +280,7 @@ def test_nothing_listening_is_a_device_error() -> None:
 
 def test_frames_are_logged_with_the_device_name(pm: PowerMeter,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="oddl.drivers.powermeter"):
+    with caplog.at_level(logging.DEBUG, logger="drivers.powermeter"):
         pm.identify()
     messages = [r.getMessage() for r in caplog.records]
     assert "pm-a >> *IDN?" in messages

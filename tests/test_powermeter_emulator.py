@@ -19,7 +19,8 @@ from fakes import FakeClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oddl.drivers.powermeter_emulator import (
+from common.errors import ConfigError
+from drivers.emulators.powermeter import (
     ERROR_QUEUE_SIZE,
     MAX_LINE_BYTES,
     TOO_LOW_READING,
@@ -29,8 +30,7 @@ from oddl.drivers.powermeter_emulator import (
     parse_ieee_block,
     powermeter_connection_handler,
 )
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.errors import ConfigError
+from drivers.emulators.tcpserve import TcpEmulatorServer
 
 
 class Optics:
@@ -597,7 +597,7 @@ def test_add_arguments_defaults_and_validation() -> None:
 @pytest.mark.e2e
 def test_run_prints_resource_serves_and_stops_on_sigterm() -> None:
     code = ("import argparse, sys\n"
-            "from oddl.drivers import powermeter_emulator as m\n"
+            "from drivers.emulators import powermeter as m\n"
             "p = argparse.ArgumentParser(); m.add_arguments(p)\n"
             "sys.exit(m.run(p.parse_args(sys.argv[1:])))\n")
     with subprocess.Popen([sys.executable, "-c", code, "--constant-dbm", "-4.25",

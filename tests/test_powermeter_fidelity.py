@@ -14,15 +14,15 @@ from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oddl.drivers.powermeter import PowerMeter
-from oddl.drivers.powermeter_emulator import (
+from drivers.emulators.powermeter import (
     TOO_LOW_READING,
     PowerMeterEmulator,
     parse_ieee_block,
     powermeter_connection_handler,
 )
-from oddl.drivers.scpi import LineSplitter, ScpiError, parse_number
-from oddl.drivers.tcpserve import TcpEmulatorServer
+from drivers.emulators.scpi import LineSplitter, ScpiError, parse_number
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.powermeter import PowerMeter
 
 
 @pytest.fixture

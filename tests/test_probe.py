@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from common.config import dump_testbed, load_testbed
+from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
+from drivers.emulators.powermeter import PowerMeterEmulator, powermeter_connection_handler
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.emulators.wss import WssEmulator, wss_connection_handler
+from drivers.emulators.wss import serve_pty as serve_wss_pty
 from oddl.cli import main
-from oddl.config import dump_testbed, load_testbed
-from oddl.drivers.itla_emulator import ItlaEmulator, itla_connection_handler, serve_pty
-from oddl.drivers.powermeter_emulator import PowerMeterEmulator, powermeter_connection_handler
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.drivers.wss_emulator import WssEmulator, wss_connection_handler
-from oddl.drivers.wss_emulator import serve_pty as serve_wss_pty
 from oddl.probe import (
     CANNOT_OPEN,
     MISMATCH,

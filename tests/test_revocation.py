@@ -11,14 +11,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from oddl.agents.streamauth import StreamAuth
-from oddl.agents.streams import ChunkHead, StreamLink, node_tag
-from oddl.errors import CollectiveError
-from oddl.procs import oddl_command
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.revocation import RevocationList, read_revoked, revoke
-from oddl.security import (
+from agents.streamauth import StreamAuth
+from agents.streams import ChunkHead, StreamLink, node_tag
+from common.errors import CollectiveError
+from common.revocation import RevocationList, read_revoked, revoke
+from common.security import (
     AuthorizationInterceptor,
     SecurityFiles,
     init_lab_ca,
@@ -26,6 +23,9 @@ from oddl.security import (
     server_credentials,
     tls_channel_credentials,
 )
+from oddl.procs import oddl_command
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
 
 NODES = ("n0", "n1", "n2")
 
@@ -121,7 +121,7 @@ def test_revoked_keys_leave_the_curve_allow_list(lab):
 
 
 def test_unknown_names_are_refused_with_the_known_ones(lab):
-    from oddl.security import SecurityError
+    from common.security import SecurityError
 
     with pytest.raises(SecurityError, match="the nodes are n0, n1, n2"):
         revoke(lab.root, node="n9")
@@ -183,7 +183,7 @@ def test_rotation_replaces_an_operator_and_refuses_the_old_certificate(lab, serv
 
 def test_a_rotated_node_speaks_with_its_new_key_only(lab):
     stale = _auth(lab, "n0")  # the key pair n0 held before the rotation
-    from oddl.revocation import rotate
+    from common.revocation import rotate
 
     rotate(lab.root, node="n0")
     fresh = SecurityFiles.load(lab.root)

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oddl.controller.scheduling import (
+from common.errors import ScheduleError
+from controller.scheduling import (
     IN_PORT,
     Grid,
     NodeSpec,
@@ -25,7 +26,6 @@ from oddl.controller.scheduling import (
     make_plan,
     schedule_plan,
 )
-from oddl.errors import ScheduleError
 
 TIMING = TimingModel(
     tune_s=2e-3,

@@ -16,19 +16,19 @@ import pytest
 import zmq
 from test_e2e import EMULATED, allreduce_all
 
-from oddl.agents.client import AgentClient
-from oddl.config import load_testbed
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.security import (
+from agents.client import AgentClient
+from common.config import load_testbed
+from common.security import (
     SecurityFiles,
     configure_curve_client,
     init_lab_ca,
     secure_channel,
     tls_channel_credentials,
 )
+from oddl.operator import OperatorClient
+from oddl.procs import ProcessGroup, oddl_command
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -174,8 +174,8 @@ def test_secure_direct_links_encrypted(tmp_path):
 # ---- secure by default: no plaintext control beyond loopback unless asked for ----------------
 
 def test_the_controller_refuses_plaintext_beyond_loopback():
-    from oddl.controller.service import ControllerServer
-    from oddl.errors import ConfigError
+    from common.errors import ConfigError
+    from controller.service import ControllerServer
 
     cfg = load_testbed(EMULATED)
     with pytest.raises(ConfigError, match=r"refusing to serve without TLS on 0\.0\.0\.0:0.*"
@@ -184,7 +184,7 @@ def test_the_controller_refuses_plaintext_beyond_loopback():
 
 
 def test_insecure_serves_plaintext_on_purpose_and_says_so(caplog):
-    from oddl.controller.service import ControllerServer
+    from controller.service import ControllerServer
 
     cfg = load_testbed(EMULATED)
     server = ControllerServer(cfg, "0.0.0.0:0", metrics_listen=None, insecure=True)
@@ -210,9 +210,9 @@ def test_the_lab_file_uses_the_certificates():
 
 
 def test_encrypted_links_without_certificates_name_the_fix():
-    from oddl.agents.agent import Agent
-    from oddl.config import parse_testbed
-    from oddl.errors import ConfigError
+    from agents.agent import Agent
+    from common.config import parse_testbed
+    from common.errors import ConfigError
 
     text = EMULATED.read_text().replace('link = "fabric"', 'link = "direct"\ntransport = "curve"')
     cfg = parse_testbed(text)

@@ -14,11 +14,8 @@ import zmq
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from oddl import certs_cli
-from oddl.errors import OddlError
-from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
-from oddl.security import (
+from common.errors import OddlError
+from common.security import (
     METHOD_RULES,
     ROLE_AGENT,
     ROLE_OPERATOR,
@@ -40,6 +37,9 @@ from oddl.security import (
     tls_channel_credentials,
     wait_handshake,
 )
+from oddl import certs_cli
+from protos import oddl_pb2 as pb
+from protos import oddl_pb2_grpc as pb_grpc
 
 NODES = ("n0", "n1", "n2", "n3")
 TIMEOUT = 5.0
@@ -466,6 +466,6 @@ def test_curve_misuse_names_the_fix(lab: SecurityFiles, zctx: zmq.Context) -> No
 def test_a_shared_private_key_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     files = init_lab_ca(tmp_path / "certs", ("n0",))
     files.agent_tls("n0").key.chmod(0o644)
-    with caplog.at_level("WARNING", logger="oddl.security"):
+    with caplog.at_level("WARNING", logger="common.security"):
         tls_channel_credentials(files.agent_tls("n0"))
     assert "chmod 600" in caplog.text and "agent-n0.key" in caplog.text

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.config import load_testbed
+from controller.scheduling import make_plan
 from oddl import simulate_cli
-from oddl.config import load_testbed
-from oddl.controller import simulator as sim
-from oddl.controller.scheduling import make_plan
-from oddl.controller.sim_models import MODELS
-from oddl.controller.sim_testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
-from oddl.controller.simulator import SimConfig, SimulationError, simulate, sweep
+from offline.simulator import engine as sim
+from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
+from offline.simulator.models import MODELS
+from offline.simulator.testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -104,7 +104,7 @@ def test_oddl_runs_the_controllers_scheduler(monkeypatch):
     retuned = sum(1 for s in steady.slots if s.retuned)
     assert retuned == 6  # 8 steps, 4 partners; the first slot keeps the last partner
     assert r.reconfig_s == pytest.approx(retuned * guard)
-    assert r.detail["scheduler"] == "oddl.controller.scheduling.schedule_plan"
+    assert r.detail["scheduler"] == "controller.scheduling.schedule_plan"
     assert r.setup_s == pytest.approx(cfg.wss_ms / 1e3)
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oddl.agents.client import AgentClient, allreduce_all
-from oddl.config import load_testbed
-from oddl.controller.sim_testbed import calibrate, predict_testbed_allreduce
+from agents.client import AgentClient, allreduce_all
+from common.config import load_testbed
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
+from offline.simulator.testbed import calibrate, predict_testbed_allreduce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

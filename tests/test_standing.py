@@ -1,4 +1,4 @@
-"""The ready exchange of standing schedules (oddl.agents.standing), without processes."""
+"""The ready exchange of standing schedules (agents.standing), without processes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from oddl.agents.standing import READY_STEP, Ready, agree, exchange
-from oddl.errors import CollectiveError
+from agents.standing import READY_STEP, Ready, agree, exchange
+from common.errors import CollectiveError
 
 
 class _Link:

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oddl.agents.lightphy import LightPhy
-from oddl.agents.streams import ChunkHead, StreamLink, node_tag
-from oddl.config import load_testbed
-from oddl.drivers import lighttable
-from oddl.drivers.emulator_host import EmulatedTestbed, start_emulated_testbed
-from oddl.drivers.lighttable import LightTable
-from oddl.errors import CollectiveError
+from agents.lightphy import LightPhy
+from agents.streams import ChunkHead, StreamLink, node_tag
+from common.config import load_testbed
+from common.errors import CollectiveError
+from drivers.emulators import lighttable
+from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from drivers.emulators.lighttable import LightTable
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -90,7 +90,7 @@ def _links(tb: EmulatedTestbed, rate_bps: float) -> dict[str, StreamLink]:
 
 def _light(tb: EmulatedTestbed, laser: str, channel: int) -> None:
     """Tune an emulated laser (over its frame interface) and route channels 1-4 to ports 1-4."""
-    from oddl.drivers.itla import encode_request
+    from drivers.itla import encode_request
 
     emu = tb.lasers[laser]
     emu.handle_frame(encode_request(0x32, 0x00, write=True))
@@ -162,7 +162,7 @@ def test_a_retune_under_a_chunk_loses_it(emulated):
         t = threading.Thread(target=lambda: got.append(_recv_or_error(links["n1"])))
         t.start()
         _send(links["n0"], "n1", 1, b"z" * 50_000)
-        from oddl.drivers.itla import encode_request
+        from drivers.itla import encode_request
 
         tb.lasers["laser0"].handle_frame(encode_request(0x30, 3, write=True))  # retune now
         t.join(30)
@@ -202,8 +202,8 @@ def test_the_transmitter_is_paced_at_the_line_rate(emulated):
 def test_an_agent_without_the_light_table_refuses_to_start_and_says_why(tmp_path):
     from dataclasses import replace
 
-    from oddl.agents.agent import _light_phy
-    from oddl.errors import OddlError
+    from agents.agent import _light_phy
+    from common.errors import OddlError
 
     cfg = load_testbed(CONFIG)
     missing = replace(cfg, fabric=replace(cfg.fabric, light_table=str(tmp_path / "gone")))

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oddl.controller.topoopt_collective  # noqa: F401  (registers "topoopt")
-from oddl import topoopt_cli
-from oddl.config import load_testbed
-from oddl.controller.jobs import JobManager, timing_from_config, topology_from_config
-from oddl.controller.scheduling import (
+import controller.scheduling.topoopt  # noqa: F401  (registers "topoopt")
+from common.config import load_testbed
+from common.errors import OperationRefused, PlanError
+from controller.jobs import JobManager, timing_from_config, topology_from_config
+from controller.scheduling import (
     TimingModel,
     Topology,
     execute_plan,
@@ -26,10 +26,11 @@ from oddl.controller.scheduling import (
     select_permutations,
     validate_plan,
 )
-from oddl.controller.sim_models import MODELS as SIM_MODELS
-from oddl.controller.simulator import SimConfig, simulate
-from oddl.controller.topoopt_collective import topoopt_allreduce
-from oddl.controller.topoopt_model import (
+from controller.scheduling.topoopt import topoopt_allreduce
+from oddl import topoopt_cli
+from offline.simulator.engine import SimConfig, simulate
+from offline.simulator.models import MODELS as SIM_MODELS
+from offline.topoopt.model import (
     DLRM_TABLES,
     MODELS,
     JobModel,
@@ -44,8 +45,8 @@ from oddl.controller.topoopt_model import (
     parse_strategy,
     traffic,
 )
-from oddl.controller.topoopt_search import SearchConfig, co_optimise, evaluate_strategy
-from oddl.controller.topoopt_topology import (
+from offline.topoopt.search import SearchConfig, co_optimise, evaluate_strategy
+from offline.topoopt.topology import (
     FatTree,
     NetParams,
     allocate_rings,
@@ -56,7 +57,6 @@ from oddl.controller.topoopt_topology import (
     evaluate,
     mp_matchings,
 )
-from oddl.errors import OperationRefused, PlanError
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"

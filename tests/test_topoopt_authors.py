@@ -9,21 +9,21 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from common.errors import OddlError
+from controller.scheduling.totient import totient_picks
 from oddl import topoopt_cli
-from oddl.controller.scheduling.totient import totient_picks
-from oddl.controller.topoopt_authors import (
+from offline.topoopt.authors import (
     authors_rings,
     authors_split,
     coin_path,
     perfect_matchings,
     single_path_loads,
 )
-from oddl.controller.topoopt_model import MODELS, JobModel, LayerGroup, Traffic, traffic
-from oddl.controller.topoopt_profiles import DLRM_MS, VGG_MS
-from oddl.controller.topoopt_search import SearchConfig, anneal_authors, co_optimise
-from oddl.controller.topoopt_sweep import parse_rates
-from oddl.controller.topoopt_topology import _ring_route, build_topology, mp_matchings
-from oddl.errors import OddlError
+from offline.topoopt.model import MODELS, JobModel, LayerGroup, Traffic, traffic
+from offline.topoopt.profiles import DLRM_MS, VGG_MS
+from offline.topoopt.search import SearchConfig, anneal_authors, co_optimise
+from offline.topoopt.sweep import parse_rates
+from offline.topoopt.topology import _ring_route, build_topology, mp_matchings
 
 # --------------------------------------------------------------------------- construction
 

@@ -47,7 +47,7 @@ class _FakeChannel:
 
 def test_a_missing_agent_address_names_the_variable(monkeypatch):
     import oddl.torch_channel as oc
-    from oddl.errors import ConfigError
+    from common.errors import ConfigError
 
     monkeypatch.delenv("ODDL_LOCAL_API", raising=False)
     monkeypatch.setattr(oc, "_channel", None)
@@ -61,7 +61,7 @@ def test_a_missing_agent_address_names_the_variable(monkeypatch):
 
 def test_the_handshake_catches_a_job_of_another_size():
     import oddl.torch_backend as ob
-    from oddl.errors import ConfigError
+    from common.errors import ConfigError
 
     # four ranks that are really the same rank (or a job of four nodes for a world of 2)
     with pytest.raises(ConfigError, match="the job has 4 nodes for a world of 2; no rank "

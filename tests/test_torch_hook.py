@@ -25,14 +25,14 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from oddl.agents.client import AgentClient  # noqa: E402
-from oddl.agents.torch_hook import (  # noqa: E402
+from agents.client import AgentClient  # noqa: E402
+from agents.torch_hook import (  # noqa: E402
     AllreduceMismatch,
     OpticalHookState,
     optical_allreduce_hook,
 )
-from oddl.config import load_testbed  # noqa: E402
-from oddl.errors import CollectiveError  # noqa: E402
+from common.config import load_testbed  # noqa: E402
+from common.errors import CollectiveError  # noqa: E402
 from oddl.operator import OperatorClient  # noqa: E402
 from oddl.procs import ProcessGroup, oddl_command  # noqa: E402
 
@@ -330,7 +330,7 @@ import sys
 import numpy as np
 
 from oddl import train_worker
-from oddl.agents.client import AgentClient
+from agents.client import AgentClient
 
 real = AgentClient.allreduce
 

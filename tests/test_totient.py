@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from oddl.controller.scheduling import (
+from common.errors import PlanError
+from controller.scheduling import (
     Topology,
     candidate_jumps,
     circulant_diameter,
@@ -22,13 +23,12 @@ from oddl.controller.scheduling import (
     select_permutations,
     totientperms_allreduce,
 )
-from oddl.controller.scheduling.totient import (
+from controller.scheduling.totient import (
     choose_geometric,
     max_degree,
     ring_jumps,
     totient_picks,
 )
-from oddl.errors import PlanError
 
 # --------------------------------------------------------------------------- papers.md §3.1
 

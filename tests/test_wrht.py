@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from oddl.controller.scheduling import (
+from common.errors import PlanError
+from controller.scheduling import (
     COLLECTIVES,
     LinkBudget,
     Op,
@@ -20,8 +21,7 @@ from oddl.controller.scheduling import (
     wrht_allreduce,
     wrht_wavelength_plan,
 )
-from oddl.controller.scheduling.wrht import max_group_size, wrht_levels
-from oddl.errors import PlanError
+from controller.scheduling.wrht import max_group_size, wrht_levels
 
 
 def levels_by_hand(n: int, m: int) -> int:

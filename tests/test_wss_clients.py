@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 import serial
 
-from oddl.drivers.interfaces import BLOCKED_DB, Route
-from oddl.drivers.transport import SerialTransport
-from oddl.drivers.wss import FlexgridWss, WssLimits
-from oddl.drivers.wss_emulator import WssEmulator, serve_pty
-from oddl.drivers.wss_protocol import SLICE_GHZ, frame
+from drivers.emulators.wss import WssEmulator, serve_pty
+from drivers.interfaces import BLOCKED_DB, Route
+from drivers.transport import SerialTransport
+from drivers.wss import FlexgridWss, WssLimits
+from drivers.wss_protocol import SLICE_GHZ, frame
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 BLOCKED = Route(99, BLOCKED_DB)
@@ -192,7 +192,7 @@ def test_driver_over_a_pty(pty_wss: tuple[WssEmulator, str]) -> None:
     assert emu.route(191.35) == Route(1, 0.0)
 
 
-@pytest.mark.parametrize("entry", [["oddl.cli", "emulate", "wss"], ["oddl.drivers.wss_emulator"]],
+@pytest.mark.parametrize("entry", [["oddl.cli", "emulate", "wss"], ["drivers.emulators.wss"]],
                          ids=["oddl-emulate-wss", "module"])
 def test_emulate_wss_pty_command(entry: list[str]) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")

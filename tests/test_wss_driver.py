@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from oddl.drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.drivers.transport import SerialTransport
-from oddl.drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
-from oddl.drivers.wss_emulator import WssEmulator, WssFaults, wss_connection_handler
-from oddl.drivers.wss_protocol import WssErrorCode
-from oddl.errors import DeviceTimeout, ProtocolError
+from common.errors import DeviceTimeout, ProtocolError
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.emulators.wss import WssEmulator, WssFaults, wss_connection_handler
+from drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
+from drivers.transport import SerialTransport
+from drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
+from drivers.wss_protocol import WssErrorCode
 
 LAB = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
 BLOCKED = Route(99, BLOCKED_DB)

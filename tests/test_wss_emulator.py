@@ -17,17 +17,17 @@ from fakes import FakeClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oddl.drivers.interfaces import BLOCKED_DB, Route
-from oddl.drivers.tcpserve import TcpEmulatorServer
-from oddl.drivers.wss_emulator import (
+from common.errors import ConfigError
+from drivers.emulators.tcpserve import TcpEmulatorServer
+from drivers.emulators.wss import (
     MAX_LINE,
     WssEmulator,
     WssFaults,
     add_arguments,
     wss_connection_handler,
 )
-from oddl.drivers.wss_protocol import frame
-from oddl.errors import ConfigError
+from drivers.interfaces import BLOCKED_DB, Route
+from drivers.wss_protocol import frame
 
 BLOCKED = Route(99, BLOCKED_DB)
 LAB = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
@@ -514,7 +514,7 @@ def test_add_arguments_defaults_and_validation() -> None:
 def test_run_serves_prints_url_and_exits_0_on_sigterm() -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oddl.drivers.wss_emulator", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "drivers.emulators.wss", "--listen", "127.0.0.1:0",
          "--settle-ms", "1", "--serial", "CLI-7", "--ports", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from oddl.drivers.interfaces import BLOCKED_DB, Route
-from oddl.drivers.wss_emulator import WssEmulator
-from oddl.drivers.wss_protocol import SLICE_GHZ, checksum, frame
+from drivers.emulators.wss import WssEmulator
+from drivers.interfaces import BLOCKED_DB, Route
+from drivers.wss_protocol import SLICE_GHZ, checksum, frame
 
 BLOCKED = Route(99, BLOCKED_DB)
 

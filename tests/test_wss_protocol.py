@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from oddl.drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
-from oddl.drivers.wss import (
+from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
+from drivers.wss import (
     ERROR_FIXES,
     FlexgridWss,
     InvalidRouteTable,
@@ -18,7 +19,7 @@ from oddl.drivers.wss import (
     parse_error_line,
     parse_rra,
 )
-from oddl.drivers.wss_protocol import (
+from drivers.wss_protocol import (
     ERROR_MEANINGS,
     ChecksumError,
     WssErrorCode,
@@ -26,7 +27,6 @@ from oddl.drivers.wss_protocol import (
     frame,
     unframe,
 )
-from oddl.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 
 
 class ScriptedTransport:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from oddl.config import load_testbed
-from oddl.controller.devices import Configuration, DeviceManager, TransactionError
-from oddl.controller.service import default_configuration
-from oddl.drivers.emulator_host import EmulatedTestbed, start_emulated_testbed
-from oddl.drivers.interfaces import BLOCKED_DB, Route
-from oddl.errors import SafetyLimitError
+from common.config import load_testbed
+from common.errors import SafetyLimitError
+from controller.devices import Configuration, DeviceManager, TransactionError
+from controller.service import default_configuration
+from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from drivers.interfaces import BLOCKED_DB, Route
 
 CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "testbeds" / "emulated-4node.toml"
 

@@ -8,7 +8,7 @@ No I/O, no clocks, no threads: time is a value passed in. The controller, the ag
     sched.check_contention_free()
 """
 
-from oddl.controller.scheduling.collectives import (
+from controller.scheduling.collectives import (
     COLLECTIVES,
     CollectiveBuilder,
     Op,
@@ -21,10 +21,10 @@ from oddl.controller.scheduling.collectives import (
     ring_allreduce,
     validate_plan,
 )
-from oddl.controller.scheduling.handoff import Handoff, confirmations_for, handoffs
-from oddl.controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
-from oddl.controller.scheduling.param_server import parameter_server_allreduce
-from oddl.controller.scheduling.scheduler import (
+from controller.scheduling.handoff import Handoff, confirmations_for, handoffs
+from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
+from controller.scheduling.param_server import parameter_server_allreduce
+from controller.scheduling.scheduler import (
     NodeEvent,
     Retune,
     Schedule,
@@ -32,7 +32,7 @@ from oddl.controller.scheduling.scheduler import (
     bipartite_edge_colouring,
     schedule_plan,
 )
-from oddl.controller.scheduling.topology import (
+from controller.scheduling.topology import (
     IN_PORT,
     Circuit,
     Grid,
@@ -41,13 +41,13 @@ from oddl.controller.scheduling.topology import (
     Topology,
     WssSpec,
 )
-from oddl.controller.scheduling.totient import (
+from controller.scheduling.totient import (
     candidate_jumps,
     circulant_diameter,
     select_permutations,
     totientperms_allreduce,
 )
-from oddl.controller.scheduling.wrht import (
+from controller.scheduling.wrht import (
     LinkBudget,
     WrhtWavelengthPlan,
     link_budget,
@@ -98,4 +98,4 @@ __all__ = [
     "wrht_wavelength_plan",
 ]
 
-import oddl.controller.topoopt_collective  # noqa: E402,F401  (registers "topoopt")
+import controller.scheduling.topoopt  # noqa: E402,F401  (registers "topoopt")

@@ -31,7 +31,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from oddl.errors import PlanError
+from common.errors import PlanError
 
 
 class Op(StrEnum):

@@ -18,7 +18,7 @@ As a `Plan` the devices are extra ranks after the servers (ranks ``0…n−1`` a
 The reference executor then leaves the sum on every rank, like every registered all-reduce
 (the optics send the quantised mean; agents return N × that). The TT-FR slot scheduler does not
 lay this plan out (a device is not a node with one tunable transmitter): the controller uses
-`oddl.controller.jobs.optinc_schedule` and ``oddl plan optinc`` reports `optinc_layout`.
+`controller.jobs.optinc_schedule` and ``oddl plan optinc`` reports `optinc_layout`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from oddl.controller.scheduling.collectives import (
+from common.errors import PlanError
+from controller.scheduling.collectives import (
     Op,
     Plan,
     Step,
@@ -37,10 +38,9 @@ from oddl.controller.scheduling.collectives import (
     read_only,
     register_collective,
 )
-from oddl.errors import PlanError
 
 MAX_INPUTS = 64
-"""Largest OptINC device (oddl.drivers.optinc_model.MAX_INPUTS; not imported: pure core)."""
+"""Largest OptINC device (offline.optinc.model.MAX_INPUTS; not imported: pure core)."""
 
 
 def optinc_cascade(nodes: int, inputs: int = 0) -> tuple[int, ...]:

@@ -11,7 +11,8 @@ import operator
 
 import numpy as np
 
-from oddl.controller.scheduling.collectives import (
+from common.errors import PlanError
+from controller.scheduling.collectives import (
     Op,
     Plan,
     Step,
@@ -19,7 +20,6 @@ from oddl.controller.scheduling.collectives import (
     read_only,
     register_collective,
 )
-from oddl.errors import PlanError
 
 
 @register_collective("parameter-server")

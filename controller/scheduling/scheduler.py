@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oddl.controller.scheduling.collectives import Plan, Step, read_only
-from oddl.controller.scheduling.topology import IN_PORT, Circuit, NodeSpec, TimingModel, Topology
-from oddl.errors import ScheduleError
+from common.errors import ScheduleError
+from controller.scheduling.collectives import Plan, Step, read_only
+from controller.scheduling.topology import IN_PORT, Circuit, NodeSpec, TimingModel, Topology
 
 _UNKNOWN = 0
 """Held-channel value of a transmitter whose channel is unknown (channels are 1-based)."""

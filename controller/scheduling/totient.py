@@ -28,7 +28,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from oddl.controller.scheduling.collectives import (
+from common.errors import PlanError
+from controller.scheduling.collectives import (
     Op,
     Plan,
     Step,
@@ -36,7 +37,6 @@ from oddl.controller.scheduling.collectives import (
     read_only,
     register_collective,
 )
-from oddl.errors import PlanError
 
 
 def candidate_jumps(n: int, g: int) -> tuple[int, ...]:

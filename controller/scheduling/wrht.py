@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oddl.controller.scheduling.collectives import (
+from common.errors import PlanError
+from controller.scheduling.collectives import (
     Op,
     Plan,
     Step,
@@ -38,7 +39,6 @@ from oddl.controller.scheduling.collectives import (
     read_only,
     register_collective,
 )
-from oddl.errors import PlanError
 
 DEFAULT_WAVELENGTHS = 4
 """Wavelengths per fibre on the four-node testbed."""

@@ -1,0 +1,103 @@
+"""What every stand-alone emulator command shares: argument types and serving until a signal.
+
+`oddl emulate itla|wss|powermeter` each build an emulator, serve it with `serve_until_signal`
+(which prints the one line a caller waits for) and return 0 on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from common.errors import ConfigError
+from drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
+
+
+def listen_arg(text: str) -> str:
+    """argparse type: HOST:PORT (port 0 allowed)."""
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def milliseconds_arg(text: str) -> float:
+    """argparse type: a finite time in ms, >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected milliseconds >= 0")
+    return value
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+@contextmanager
+def stop_on_signal() -> Iterator[threading.Event]:
+    """An event set by SIGINT/SIGTERM while the block runs (handlers restored after)."""
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, _on_signal)
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def start_server(handler: ConnectionHandler, listen: str, name: str) -> TcpEmulatorServer:
+    """Bind an emulator's TCP server; a busy or bad address is a ConfigError naming the fix."""
+    host, port = parse_listen(listen)
+    try:
+        return TcpEmulatorServer(handler, host, port, name=name)
+    except OSError as exc:
+        raise ConfigError(f"--listen {listen}: cannot listen ({exc}); choose a free port, or 0 "
+                          "for any") from exc
+
+
+def serve_until_signal(server: TcpEmulatorServer, announce: Callable[[TcpEmulatorServer], str]
+                       ) -> int:
+    """Print `announce(server)` once (the line callers wait for), serve until SIGINT/SIGTERM."""
+    with stop_on_signal() as stop, server:
+        print(announce(server), flush=True)
+        while not stop.wait(0.2):
+            pass
+    return 0
+
+
+def serve_pty_until_signal(start: Callable[[], tuple[str, Callable[[], None]]]) -> int:
+    """Start a pseudo-terminal server (`start()` returns its path and its stop function),
+    print the path once (the line callers wait for), serve until SIGINT/SIGTERM."""
+    with stop_on_signal() as stop:
+        path, stop_pty = start()
+        try:
+            print(path, flush=True)
+            while not stop.wait(0.2):
+                pass
+        finally:
+            stop_pty()
+    return 0

@@ -1,0 +1,377 @@
+"""The emulated optical fabric: bytes go where the emulated light goes.
+
+Agents hand frames to the fabric over ZeroMQ (a DEALER per node, identity = node id). For a
+frame on the optical network the fabric looks at the emulated devices *at that moment*: the
+sender's laser (output on, locked, frequency), the WSS its fibre enters (the active
+channel → out-port table, not settling), the fibre from that out-port, and the receiver's
+channel filter. The frame is delivered to the node the light reaches, after its serialisation
+time at the line rate; it is lost when there is no light path, when the path changes while the
+frame is on the wire, or when two transmitters' light overlaps at one receiver. Frames on the
+ideal network ("ideal": a non-blocking electrical switch) are delivered to the node named in
+the header, with the same per-port line rate. Frames on the "optinc" network go to an in-network
+OptINC device (`drivers.emulators.optinc`) named in the header's dst, serialised at the
+sender's line rate (the sender's laser must be lit); the device's answers go to the nodes at the
+time it says, at the line rate of each receiver.
+
+Wire format (multipart, never pickle): [b"D", header JSON, payload] from an agent;
+[b"D", header JSON, payload] to the receiving agent; [b"S"] asks for statistics, answered by
+[b"S", JSON] (with each OptINC device's counters under "optinc"); [b"H"] is a hello,
+answered by [b"H"].
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import zmq
+
+from common.config import TestbedConfig
+from drivers.emulators import lighttable
+from drivers.interfaces import Route
+
+logger = logging.getLogger(__name__)
+
+INSERTION_LOSS_DB = 6.0
+"""Loss from a transmitter through the combiner and WSS to a receiver (excluding attenuation)."""
+
+
+class LightSource(Protocol):
+    """What the fabric reads from an emulated transmitter."""
+
+    def optical_output(self, now: float | None = None) -> Any:
+        """(frequency_thz, power_dbm) of the light now, or None when dark."""
+
+
+class LightRouter(Protocol):
+    """What the fabric reads from an emulated WSS."""
+
+    def route(self, frequency_thz: float, now: float | None = None) -> Route | None:
+        """Out-port and attenuation for light at this frequency, or None (blocked/settling)."""
+
+
+@dataclass(frozen=True)
+class LightPath:
+    """Where a transmitter's light ends up right now."""
+
+    dst: str | None
+    reason: str
+    frequency_thz: float = 0.0
+    power_dbm: float = -math.inf
+    code: int = 0
+    """Why there is no path, as a `drivers.emulators.lighttable` code (0 when there is one)."""
+
+
+class OpticalModel:
+    """Computes light paths and received powers from the emulated device states (no I/O)."""
+
+    def __init__(self, cfg: TestbedConfig, lasers: Mapping[str, LightSource],
+                 switches: Mapping[str, LightRouter]):
+        self.cfg = cfg
+        self.lasers = lasers
+        self.switches = switches
+        self._rx_by_port = {(cfg.attachment(n.id).wss, cfg.attachment(n.id).out_port): n
+                            for n in cfg.nodes}
+        self._node_by_id = {n.id: n for n in cfg.nodes}
+        self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
+
+    def path(self, src: str, now: float | None = None) -> LightPath:
+        """The receiver node (if any) that `src`'s transmitter reaches now, with the reason."""
+        node = self._node_by_id.get(src)
+        if node is None:
+            return LightPath(None, f"unknown node {src}", code=lighttable.UNKNOWN)
+        out = self.lasers[node.transmitter].optical_output(now)
+        if out is None:
+            return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)",
+                             code=lighttable.DARK)
+        wss_id = self.cfg.attachment(src).wss
+        route = self.switches[wss_id].route(out.frequency_thz, now)
+        if route is None or route.blocked:
+            return LightPath(None, f"{wss_id} blocks {out.frequency_thz:.4f} THz (or is settling)",
+                             out.frequency_thz, code=lighttable.BLOCKED)
+        rx = self._rx_by_port.get((wss_id, route.port))
+        if rx is None:
+            return LightPath(None, f"{wss_id} port {route.port} has no receiver",
+                             out.frequency_thz, code=lighttable.NO_RECEIVER)
+        rx_f = self.cfg.grid.frequency_thz(rx.rx_channel)
+        if abs(rx_f - out.frequency_thz) * 1000.0 > self.cfg.grid.spacing_ghz / 2:
+            return LightPath(None, f"{rx.id} receiver filter ({rx_f:.4f} THz) rejects "
+                             f"{out.frequency_thz:.4f} THz", out.frequency_thz,
+                             code=lighttable.FILTERED)
+        power = out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db
+        return LightPath(rx.id, "ok", out.frequency_thz, power)
+
+    def path_code(self, src: str, now: float) -> int:
+        """The light table's answer for `src` at `now`: the receiver's node index, or the
+        negative code of why the light reaches none."""
+        path = self.path(src, now)
+        if path.dst is None:
+            return path.code
+        return self._index[path.dst]
+
+    def transitions(self, now: float) -> list[float]:
+        """Future instants at which some device's light changes by itself."""
+        times: list[float] = []
+        for device in (*self.lasers.values(), *self.switches.values()):
+            times += getattr(device, "transitions", lambda _t: [])(now)
+        return times
+
+    def power_at_port(self, wss_id: str, port: int, now: float | None = None) -> float | None:
+        """Total optical power (dBm) leaving a WSS out-port now, or None when dark."""
+        total_mw = 0.0
+        for node in self.cfg.nodes:
+            if self.cfg.attachment(node.id).wss != wss_id:
+                continue
+            out = self.lasers[node.transmitter].optical_output(now)
+            if out is None:
+                continue
+            route = self.switches[wss_id].route(out.frequency_thz, now)
+            if route is None or route.blocked or route.port != port:
+                continue
+            total_mw += 10 ** ((out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db) / 10)
+        return 10 * math.log10(total_mw) if total_mw > 0 else None
+
+
+@dataclass(order=True)
+class _InFlight:
+    deliver_at: float
+    order: int
+    src: str = field(compare=False)
+    dst: str = field(compare=False)
+    start: float = field(compare=False)
+    end: float = field(compare=False)
+    frames: list[Any] = field(compare=False)
+    optical: bool = field(compare=False)
+    lost: str = field(default="", compare=False)
+
+
+@dataclass
+class FabricStats:
+    """Counters the fabric keeps; served on request and logged."""
+
+    delivered: int = 0
+    delivered_bytes: int = 0
+    lost: Counter[str] = field(default_factory=Counter)
+    lost_bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly copy."""
+        return {"delivered": self.delivered, "delivered_bytes": self.delivered_bytes,
+                "lost": dict(self.lost), "lost_bytes": self.lost_bytes}
+
+
+class Fabric:
+    """Serves the emulated data plane on a ZeroMQ ROUTER socket until closed."""
+
+    def __init__(self, model: OpticalModel, line_rate_bps: float, listen: str = "127.0.0.1:0",
+                 clock: Callable[[], float] = time.monotonic, curve: Any = None,
+                 devices: Mapping[str, Any] | None = None, light: Any = None):
+        """`devices`: in-network OptINC devices by id (`OptincDevice`), reached with
+        net = "optinc"; `light`: the light table whose counters the agents' streams keep."""
+        self.model = model
+        self.light = light
+        self.devices = dict(devices or {})
+        self.rate = line_rate_bps
+        self.clock = clock
+        self.stats = FabricStats()
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.SNDHWM, 100000)
+        self._sock.setsockopt(zmq.RCVHWM, 100000)
+        self._curve = curve  # common.security.CurveServer: only listed node keys get in
+        if curve is not None:
+            curve.configure(self._sock)
+        host, _, port = listen.rpartition(":")
+        if port == "0":
+            bound = self._sock.bind_to_random_port(f"tcp://{host}")
+            self.address = f"tcp://{host}:{bound}"
+        else:
+            self._sock.bind(f"tcp://{listen}")
+            self.address = f"tcp://{listen}"
+        self._tx_free: dict[str, float] = {}
+        self._rx_free: dict[str, float] = {}
+        self._on_rx: dict[str, list[_InFlight]] = {}
+        self._heap: list[_InFlight] = []
+        self._order = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fabric", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and release the socket."""
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sock.close(0)
+        for device in self.devices.values():
+            device.close()
+        if self._curve is not None:
+            self._curve.close()
+
+    # ---- the loop (one thread owns the socket) ------------------------------------------
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            now = self.clock()
+            wait_ms = 50.0
+            if self._heap:
+                wait_ms = max(0.0, min(wait_ms, (self._heap[0].deliver_at - now) * 1000.0))
+            if poller.poll(wait_ms):
+                while True:
+                    try:
+                        frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._handle(frames)
+            self._deliver_due(self.clock())
+
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        ident = frames[0].bytes
+        kind = frames[1].bytes if len(frames) > 1 else b""
+        if kind == b"H":
+            self._send([ident, b"H"])
+        elif kind == b"S":
+            stats = self.stats.as_dict()
+            if self.light is not None:
+                stats["streams"] = self.stream_stats()
+            if self.devices:
+                stats["optinc"] = {k: d.stats_dict() for k, d in self.devices.items()}
+            self._send([ident, b"S", json.dumps(stats).encode()])
+        elif kind == b"D" and len(frames) == 4:
+            if self._curve is not None:
+                from common.security import sender_matches
+
+                if not sender_matches(ident, frames[-1]):
+                    self._lose(None, "sender identity does not match its CURVE key",
+                               len(frames[3]))
+                    return
+            try:
+                header = json.loads(frames[2].bytes)
+                src = ident.decode().split("/")[0]
+                dst, net = str(header["dst"]), str(header.get("net", "optical"))
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                self._lose(None, "malformed header", len(frames[3]))
+                return
+            if net == "optinc":
+                self._accept_device(src, dst, header, frames[2].bytes, frames[3])
+                return
+            self._accept(src, dst, net == "optical", frames[2].bytes, frames[3])
+        else:
+            self._lose(None, "malformed frame", sum(len(f) for f in frames[1:]))
+
+    def _accept(self, src: str, dst_named: str, optical: bool, header: bytes,
+                payload: zmq.Frame) -> None:
+        now = self.clock()
+        nbytes = len(payload) + len(header)
+        ser = 8.0 * nbytes / self.rate
+        start = max(now, self._tx_free.get(src, 0.0))
+        end = start + ser
+        self._tx_free[src] = end
+        if optical:
+            path = self.model.path(src, now)
+            if path.dst is None:
+                self._lose(src, path.reason, len(payload))
+                return
+            dst = path.dst
+        else:
+            if dst_named not in self.model._node_by_id:
+                self._lose(src, f"unknown destination {dst_named}", len(payload))
+                return
+            dst = dst_named
+        deliver = max(end, self._rx_free.get(dst, 0.0) + ser)
+        self._rx_free[dst] = deliver
+        self._order += 1
+        item = _InFlight(deliver, self._order, src, dst, start, end, [header, payload], optical)
+        if optical:
+            for other in self._on_rx.get(dst, []):
+                if other.src != src and other.start < end and start < other.end:
+                    other.lost = item.lost = f"collision at {dst} ({other.src} and {src})"
+            self._on_rx.setdefault(dst, []).append(item)
+        heapq.heappush(self._heap, item)
+
+    def _accept_device(self, src: str, dst: str, header: dict[str, Any], header_raw: bytes,
+                       payload: zmq.Frame) -> None:
+        """A frame to an OptINC device: serialised at the sender's line rate, then offered to
+        the device; its answers are queued to the nodes at the time it gives."""
+        now = self.clock()
+        device = self.devices.get(dst)
+        node = self.model._node_by_id.get(src)
+        if device is None or node is None or not isinstance(header, dict):
+            self._lose(src, f"no OptINC device {dst!r} on this fabric (devices: "
+                       f"{', '.join(self.devices) or 'none'})", len(payload))
+            return
+        if self.model.lasers[node.transmitter].optical_output(now) is None:
+            self._lose(src, f"{node.transmitter} dark (off, tuning or reset)", len(payload))
+            return
+        ser = 8.0 * (len(payload) + len(header_raw)) / self.rate
+        start = max(now, self._tx_free.get(src, 0.0))
+        end = start + ser
+        self._tx_free[src] = end
+        self.stats.delivered += 1
+        self.stats.delivered_bytes += len(payload)
+        try:
+            answers = device.offer(src, header, payload.buffer, end)
+        except Exception:  # a device bug must not stop the fabric
+            logger.exception("OptINC device %s failed on a frame from %s", dst, src)
+            self._lose(src, f"OptINC device {dst} failed", len(payload))
+            return
+        for out in answers:
+            raw = json.dumps(out.header, separators=(",", ":")).encode()
+            ser_out = 8.0 * (len(out.payload) + len(raw)) / self.rate
+            deliver = max(out.at, self.clock(), self._rx_free.get(out.dst, 0.0) + ser_out)
+            self._rx_free[out.dst] = deliver
+            self._order += 1
+            heapq.heappush(self._heap, _InFlight(deliver, self._order, dst, out.dst,
+                                                 deliver - ser_out, deliver,
+                                                 [raw, out.payload], False))
+
+    def _deliver_due(self, now: float) -> None:
+        while self._heap and self._heap[0].deliver_at <= now:
+            item = heapq.heappop(self._heap)
+            if item.optical:
+                on_rx = self._on_rx.get(item.dst, [])
+                if item in on_rx:
+                    on_rx.remove(item)
+                if not item.lost:
+                    path = self.model.path(item.src, now)
+                    if path.dst != item.dst:
+                        item.lost = f"circuit {item.src}->{item.dst} changed during the frame ({path.reason})"
+            if item.lost:
+                self._lose(item.src, item.lost, len(item.frames[1]))
+                continue
+            if self._send([item.dst.encode(), b"D", *item.frames]):
+                self.stats.delivered += 1
+                self.stats.delivered_bytes += len(item.frames[1])
+
+    def stream_stats(self) -> dict[str, float]:
+        """The agents' stream counters (chunks delivered, lost and late), summed over nodes."""
+        from drivers.emulators.lighttable import COUNTERS
+
+        rows = self.light.counters.copy()
+        out = {name: float(rows[:, i].sum()) for i, name in enumerate(COUNTERS)}
+        out["worst_late_s"] = float(rows[:, COUNTERS.index("worst_late_s")].max())
+        return out
+
+    def _send(self, frames: list[Any]) -> bool:
+        try:
+            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            return True
+        except (zmq.Again, zmq.ZMQError) as exc:
+            self._lose(None, f"receiver {frames[0]!r} not connected ({exc})",
+                       len(frames[-1]) if frames else 0)
+            return False
+
+    def _lose(self, src: str | None, reason: str, nbytes: int) -> None:
+        self.stats.lost[reason] += 1
+        self.stats.lost_bytes += nbytes
+        logger.warning("fabric lost %d bytes from %s: %s", nbytes, src or "?", reason)

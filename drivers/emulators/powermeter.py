@@ -1,0 +1,523 @@
+"""Emulated Keysight N7744A/N7745A multiport optical power meter, served as SCPI over TCP.
+
+The emulator speaks the commands of the N774x programming guide that lab clients send
+(docs/devices/powermeter.md lists them with their sources): calibration wavelength (one channel
+or ``:SENS:POW:WAV:ALL``), unit, averaging time, range and auto range, auto gain, relative
+reference, loss correction, zeroing, FETCh/READ of one channel or of all (binary block, CSV),
+INITiate, TRIGger (per channel, ``:TRIG NODEA|NODEB``, ``:TRIG:CONF``), the logging function
+(IEEE-488.2 definite-length block of little-endian float32), SYSTem (ERRor, TIME, PRESet) and
+the IEEE 488.2 common commands with the status registers (*ESR?, *STB?, *ESE, *SRE).
+
+Readings come from `power_source(channel)`, the optical power (dBm, None for no light) arriving
+at that meter port right now, so a wrong WSS route shows up as a wrong reading. Bad input never
+raises: it lands on the SCPI error queue (SYST:ERR?, ``+0,"No error"`` when empty).
+
+Behaviour that follows the guide: results are in the unit the channel is set to (dBm, W, or dB
+while the reference state is relative), the logging result included; ``READ?`` on a channel
+that does not measure continuously answers after one averaging time (in continuous mode it is
+identical to ``FETCh?``); ``:READ:POW:ALL?``/``:FETC:POW:ALL?`` blocks are in W (the guide's
+text; ``all_block_unit="channel"`` gives the channel unit, as one published driver reports
+seeing). Reconstructed (no source found, chosen to be plausible) and listed in the doc: the
+"sensitivity too low" value +9.91E+37 (dBm mode), setting a channel while it logs stops the
+logging, zeroing fails when light is on the input, ``:TRIG:CONF?`` and ``SYST:TIME?`` formats.
+
+The instrument itself (channel settings, readings, logging, triggering, SYSTem) lives in
+`powermeter_model.MeterModel`; this module adds the SCPI loop, the error queue and status
+registers, faults, the TCP handler and the command line.
+
+Run stand-alone with ``python -m drivers.emulators.powermeter --constant-dbm -3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from common.errors import ConfigError
+from drivers.emulators.cli import listen_arg, serve_until_signal, start_server
+from drivers.emulators.faults import FaultSettings
+from drivers.emulators.powermeter_model import (
+    TOO_LOW_READING,
+    Handler,
+    MeterModel,
+    PowerSource,
+    Response,
+)
+from drivers.emulators.scpi import (
+    ESR_OPC,
+    PLAIN,
+    SCPI_ERRORS,
+    LineSplitter,
+    Node,
+    ScpiError,
+    StatusRegisters,
+    compile_pattern,
+    ieee_block,
+    match_header,
+    nr1,
+    one_parameter,
+    parse_ieee_block,
+    parse_number,
+    tokenize_header,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SCPI_ERRORS", "TOO_LOW_READING", "PowerMeterEmulator", "PowerMeterFaults", "Reply",
+           "ieee_block", "parse_ieee_block", "powermeter_connection_handler", "add_arguments",
+           "run"]
+
+ERROR_QUEUE_SIZE = 30
+MAX_LINE_BYTES = 65536
+MANUFACTURER = "Keysight Technologies"
+FIRMWARE = "1.0.0-emu"
+ALL_BLOCK_UNITS = ("watt", "channel")
+
+@dataclass
+class PowerMeterFaults(FaultSettings):
+    """Transport faults the TCP handler applies; change the fields at any time from a test.
+
+    `no_answer`: commands run but responses are dropped. `answer_delay_s`: every response is
+    sent this late. `garbage`: every response is replaced by random bytes (one line).
+    `reset_on_next_line`: one-shot; the next line is lost, the meter power-cycles (settings,
+    error queue and logging data back to power-on state) and the connection drops.
+    """
+
+    no_answer: bool = False
+    answer_delay_s: float = 0.0
+    garbage: bool = False
+    reset_on_next_line: bool = False
+
+    LABEL = "powermeter"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the connection handler must do with one received line."""
+
+    data: bytes | None
+    delay_s: float = 0.0
+    drop_connection: bool = False
+
+
+@dataclass(frozen=True)
+class _Command:
+    nodes: tuple[Node, ...]
+    handler: Handler
+    query: bool
+    setting: bool
+    stops_logging: bool = False
+    channelled: bool = True
+
+
+class PowerMeterEmulator(MeterModel):
+    """A stateful N7744A/N7745A twin; thread-safe, one instance shared by all connections."""
+
+    def __init__(self, *, channels: int = 4, power_source: PowerSource | None = None,
+                 serial_number: str = "EMU0000001", clock: Callable[[], float] = time.monotonic,
+                 seed: int = 0, noise_db: float = 0.01, noise_floor_dbm: float = -80.0,
+                 faults: PowerMeterFaults | None = None, all_block_unit: str = "watt",
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        if not 1 <= channels <= 8:
+            raise ValueError(f"channels={channels}: the N7744A has 4 and the N7745A 8; use 1..8")
+        if not (math.isfinite(noise_db) and noise_db >= 0):
+            raise ValueError(f"noise_db={noise_db}: use a standard deviation >= 0 dB")
+        if all_block_unit not in ALL_BLOCK_UNITS:
+            raise ValueError(f"all_block_unit={all_block_unit!r}: use 'watt' (the programming "
+                             "guide) or 'channel'")
+        self.channels = channels
+        self.model = "N7745A" if channels > 4 else "N7744A"
+        self.serial_number = serial_number
+        self.power_source = power_source
+        self.noise_db = noise_db
+        self.noise_floor_dbm = noise_floor_dbm
+        self.all_block_unit = all_block_unit
+        self.faults = faults or PowerMeterFaults()
+        self.lines_handled = 0
+        self.responses_sent = 0
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._time_offset_s = 0.0
+        self._rng = random.Random(seed)
+        self._garbage_rng = random.Random(seed + 1)
+        self._lock = threading.RLock()
+        self._progress = threading.Condition(self._lock)
+        self._errors: list[int] = []
+        self._status = StatusRegisters()
+        self._ch = []
+        self._trigger_config = "DEF"
+        self._origin = 0.0
+        self._answer_after_s = 0.0  # how long the line being handled takes (READ?)
+        self.power_cycle()
+        self._commands = self._build_commands()
+
+    # ----- public helpers for tests and the integrator -------------------------------------
+
+    def power_cycle(self) -> None:
+        """Return to the power-on state: *RST settings, empty error queue, no logging data."""
+        with self._lock:
+            self._preset()
+            self._errors.clear()
+            self._status = StatusRegisters()
+
+    def inject(self, **changes: object) -> None:
+        """Set fault fields by name (ConfigError for unknown names or bad values)."""
+        with self._lock:
+            merged: dict[str, object] = {f.name: getattr(self.faults, f.name)
+                                         for f in fields(PowerMeterFaults)}
+            unknown = sorted(set(changes) - set(merged))
+            if unknown:
+                raise ConfigError(f"powermeter faults: unknown key(s) {', '.join(unknown)}")
+            merged.update(changes)
+            self.faults = PowerMeterFaults.from_mapping(merged)
+
+    def trigger(self, channel: int) -> None:
+        """Pulse the electrical trigger input of `channel` (SME: one sample, CME: start).
+
+        Ignored while the trigger connectors are disabled (``:TRIG:CONF DIS``).
+        """
+        if not 1 <= channel <= self.channels:
+            raise ValueError(f"channel {channel}: this meter has channels 1..{self.channels}")
+        with self._lock:
+            if self._trigger_config != "DIS":
+                self._input_trigger(channel)
+
+    def error_codes(self) -> list[int]:
+        """The codes on the error queue, oldest first, without draining it."""
+        with self._lock:
+            return list(self._errors)
+
+    def wait_for_lines(self, count: int, timeout: float = 5.0) -> bool:
+        """Block until at least `count` lines were handled in total; False on timeout."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.lines_handled >= count, timeout)
+
+    def wait_for_responses(self, count: int, timeout: float = 5.0) -> bool:
+        """Block until at least `count` responses were sent on the wire; False on timeout."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.responses_sent >= count, timeout)
+
+    def note_sent(self) -> None:
+        """Count one response written to a connection (called by the handler)."""
+        with self._progress:
+            self.responses_sent += 1
+            self._progress.notify_all()
+
+    # ----- transport-level entry point ------------------------------------------------------
+
+    def process(self, raw: bytes, terminator: bytes = b"\n") -> Reply:
+        """Handle one received line (no terminator) and apply the configured faults.
+
+        The response ends with `terminator`, the one the line came with. `delay_s` is when it
+        is due: one averaging time for ``READ?`` of a channel not measuring continuously, plus
+        any injected delay.
+        """
+        with self._lock:
+            faults = self.faults
+            if faults.reset_on_next_line:
+                faults.reset_on_next_line = False
+                logger.info("powermeter emulator %s: injected reset", self.serial_number)
+                self.power_cycle()
+                return Reply(None, drop_connection=True)
+            text = raw.rstrip(b"\r").decode("ascii", errors="replace")
+            response = self.handle_line(text)
+            delay = self._answer_after_s + faults.answer_delay_s
+            if response is None or faults.no_answer:
+                return Reply(None)
+            data = response if isinstance(response, bytes) else response.encode("ascii")
+            if faults.garbage:
+                data = bytes(self._garbage_rng.choice(b"\x00\x07\x1b#,?;:AZaz09\x80\xfe\xff")
+                             for _ in range(self._garbage_rng.randint(4, 24)))
+            return Reply(data + terminator, delay_s=delay)
+
+    def overlong_line(self) -> None:
+        """Record that a client sent more than MAX_LINE_BYTES without a terminator."""
+        with self._lock:
+            self._push_error(-223)
+
+    # ----- SCPI core ------------------------------------------------------------------------
+
+    def handle_line(self, line: str) -> Response | None:
+        """Execute one program message (units split by ';'); return the response, if any.
+
+        Text responses are str; a response carrying a binary block is bytes. Errors go to the
+        error queue and never raise.
+        """
+        with self._lock:
+            self.lines_handled += 1
+            self._answer_after_s = 0.0
+            self._progress.notify_all()
+            for ch in range(1, self.channels + 1):
+                self._advance_logging(ch)
+            responses: list[Response] = []
+            for unit in line.split(";"):
+                if not unit.strip():
+                    continue
+                try:
+                    response = self._execute(unit.strip())
+                except ScpiError as exc:
+                    self._push_error(exc.code)
+                    continue
+                except Exception:  # an emulator bug or a failing power_source must not kill us
+                    logger.exception("powermeter emulator: %r failed", unit)
+                    self._push_error(-300)
+                    continue
+                if response is not None:
+                    responses.append(response)
+            if not responses:
+                return None
+            if any(isinstance(r, bytes) for r in responses):
+                return b";".join(r if isinstance(r, bytes) else r.encode("ascii")
+                                 for r in responses)
+            return ";".join(r for r in responses if isinstance(r, str))
+
+    def _push_error(self, code: int) -> None:
+        self._status.note_error(code)
+        if len(self._errors) >= ERROR_QUEUE_SIZE:
+            self._errors[-1] = -350
+        else:
+            self._errors.append(code)
+
+    def _execute(self, unit: str) -> Response | None:
+        if any(not (" " <= c <= "~" or c == "\t") for c in unit):
+            raise ScpiError(-101)
+        header, _, rest = unit.replace("\t", " ").partition(" ")
+        rest = rest.strip()
+        params = [p.strip() for p in rest.split(",")] if rest else []
+        query = header.endswith("?")
+        if query:
+            header = header[:-1]
+        if header.startswith("*"):
+            return self._common(header.upper(), params, query)
+        if header.startswith(":"):
+            header = header[1:]
+        tokens = tokenize_header(header)
+        for command in self._commands:
+            matched = match_header(command.nodes, tokens)
+            if matched is not None:
+                break
+        else:
+            raise ScpiError(-113)
+        if (query and not command.query) or (not query and not command.setting):
+            raise ScpiError(-113)
+        channel = 0
+        if command.channelled:
+            channel = matched[0][1] if matched[0][1] is not None else 1
+            if not 1 <= channel <= self.channels:
+                raise ScpiError(-114)
+            if any(name == "CHANNEL" and suffix not in (None, 1) for name, suffix in matched):
+                raise ScpiError(-114)
+        if query and params:
+            raise ScpiError(-108)
+        targets = [channel] if command.channelled else range(1, self.channels + 1)
+        logging_before = {ch for ch in targets if self._ch[ch - 1].log_running}
+        response = command.handler(channel, params, query)
+        if not query and command.stops_logging:
+            for ch in logging_before:
+                self._stop_logging(ch)
+        return response
+
+    def _common(self, header: str, params: list[str], query: bool) -> Response | None:
+        """IEEE 488.2 common commands (*IDN?, *RST, *CLS, *OPC, *ESR?, *STB?, ...)."""
+        if header in ("*ESE", "*SRE") and not query:
+            mask = round(parse_number(one_parameter(params), PLAIN, 0, 255, 0))
+            if header == "*ESE":
+                self._status.ese = mask
+            else:
+                self._status.sre = mask
+            return None
+        if params:
+            raise ScpiError(-108)
+        queries: dict[str, Callable[[], str]] = {
+            "*IDN": lambda: f"{MANUFACTURER},{self.model},{self.serial_number},{FIRMWARE}",
+            "*OPC": lambda: "1",
+            "*TST": lambda: "0",
+            "*OPT": lambda: "0",
+            "*ESR": lambda: nr1(self._status.read_and_clear_esr()),
+            "*ESE": lambda: nr1(self._status.ese),
+            "*SRE": lambda: nr1(self._status.sre),
+            "*STB": lambda: nr1(self._status.status_byte(bool(self._errors))),
+        }
+        if query:
+            if header not in queries:
+                raise ScpiError(-113)
+            return queries[header]()
+        if header == "*RST":
+            self._preset()  # the error queue and status registers stay
+            return None
+        if header == "*CLS":
+            self._errors.clear()
+            self._status.esr = 0
+            return None
+        if header == "*OPC":
+            self._status.esr |= ESR_OPC  # every operation completes before the next line
+            return None
+        if header == "*WAI":
+            return None
+        raise ScpiError(-113)
+
+    def _build_commands(self) -> list[_Command]:
+        sense = "SENSe#:[CHANnel#]"
+        table: list[tuple[str, Handler, str, bool]] = [
+            (f"{sense}:POWer:WAVelength", self._wavelength, "qs", True),
+            (f"{sense}:POWer:UNIT", self._unit, "qs", True),
+            (f"{sense}:POWer:ATIMe", self._averaging, "qs", True),
+            (f"{sense}:POWer:RANGe:AUTO", self._auto_range, "qs", True),
+            (f"{sense}:POWer:RANGe:[UPPer]", self._range, "qs", True),
+            (f"{sense}:POWer:GAIN:AUTO", self._auto_gain, "qs", True),
+            (f"{sense}:POWer:REFerence:STATe", self._reference_state, "qs", True),
+            (f"{sense}:POWer:REFerence", self._reference, "qs", True),
+            (f"{sense}:CORRection:COLLect:ZERO", self._zero, "qs", True),
+            (f"{sense}:CORRection:[LOSS]:[INPut]:[MAGNitude]", self._correction, "qs", True),
+            (f"{sense}:FUNCtion:PARameter:LOGGing", self._log_parameters, "qs", True),
+            (f"{sense}:FUNCtion:STATe", self._function_state, "qs", False),
+            (f"{sense}:FUNCtion:RESult", self._function_result, "q", False),
+            ("FETCh#:[CHANnel#]:[SCALar]:POWer:[DC]", self._fetch, "q", False),
+            ("READ#:[CHANnel#]:[SCALar]:POWer:[DC]", self._read, "q", False),
+            ("INITiate#:[CHANnel#]:CONTinuous", self._continuous, "qs", True),
+            ("INITiate#:[CHANnel#]:[IMMediate]", self._initiate, "s", False),
+            ("TRIGger#:[CHANnel#]:INPut", self._trigger_input, "qs", True),
+            ("TRIGger#:[CHANnel#]:OUTPut", self._trigger_output, "qs", True),
+        ]
+        commands = [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops)
+                    for p, h, kind, stops in table]
+        unchannelled: list[tuple[str, Handler, str, bool]] = [
+            ("SENSe#:POWer:WAVelength:ALL", self._wavelength_all, "s", True),
+            ("SENSe#:CORRection:COLLect:ZERO:ALL", self._zero_all, "qs", True),
+            ("FETCh#:[SCALar]:POWer:ALL", self._fetch_all_block, "q", False),
+            ("FETCh#:[SCALar]:POWer:ALL:CSV", self._fetch_all_csv, "q", False),
+            ("READ#:[SCALar]:POWer:ALL", self._read_all_block, "q", False),
+            ("READ#:[SCALar]:POWer:ALL:CSV", self._read_all_csv, "q", False),
+            ("READ#:[SCALar]:POWer:ALL:CONFig", self._all_config, "q", False),
+            ("TRIGger#", self._trigger_node, "s", False),
+            ("TRIGger:CONFiguration", self._trigger_configuration, "qs", False),
+            ("SYSTem:ERRor:[NEXT]", self._system_error, "q", False),
+            ("SYSTem:ERRor:COUNt", self._error_count, "q", False),
+            ("SYSTem:TIME", self._system_time, "qs", False),
+            ("SYSTem:PRESet", self._system_preset, "s", False),
+        ]
+        commands += [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops,
+                              channelled=False) for p, h, kind, stops in unchannelled]
+        return commands
+
+def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[socket.socket],
+                                                                              None]:
+    """A TcpEmulatorServer handler: lines ended by LF, CR or CR-LF in; each response ends
+    with the terminator of its line (binary blocks too)."""
+
+    def handle(conn: socket.socket) -> None:
+        lines = LineSplitter(MAX_LINE_BYTES, emulator.overlong_line)
+        answered_with_cr = False  # the last line ended in CR and got an answer
+        while True:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            for raw, terminator in lines.feed(chunk):
+                if raw is None:  # the LF of a CR-LF split across two reads
+                    if answered_with_cr:
+                        conn.sendall(b"\n")
+                    answered_with_cr = False
+                    continue
+                reply = emulator.process(raw, terminator)
+                answered_with_cr = False
+                if reply.drop_connection:
+                    return
+                if reply.data is None:
+                    continue
+                if reply.delay_s > 0:
+                    time.sleep(reply.delay_s)
+                conn.sendall(reply.data)
+                emulator.note_sent()
+                answered_with_cr = terminator == b"\r"
+
+    return handle
+
+
+# ----- command line (wired by the integrator as `oddl emulate powermeter`) ----------------
+
+def _channels_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 8:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..8 (N7744A: 4, N7745A: 8)")
+    return value
+
+
+def _finite_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number")
+    return value
+
+
+def _noise_arg(text: str) -> float:
+    value = _finite_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a standard deviation >= 0 dB")
+    return value
+
+
+def constant_source(dbm: float) -> PowerSource:
+    """A power source that delivers `dbm` to every channel (a stand-alone meter)."""
+
+    def source(channel: int) -> float | None:
+        return dbm
+
+    return source
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``oddl emulate powermeter`` options to `parser`."""
+    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg, metavar="HOST:PORT",
+                        help="address to serve on (port 0: any free port)")
+    parser.add_argument("--channels", default=4, type=_channels_arg,
+                        help="meter channels (default 4, N7744A; 8 reports N7745A)")
+    parser.add_argument("--seed", default=0, type=int, help="seed for reading noise and faults")
+    parser.add_argument("--constant-dbm", default=None, type=_finite_arg, metavar="DBM",
+                        help="every channel reads this power (default: no light)")
+    parser.add_argument("--noise-db", default=0.01, type=_noise_arg,
+                        help="standard deviation of the reading noise in dB (default 0.01)")
+    parser.add_argument("--serial", default="EMU0000001", help="serial number *IDN? reports")
+    parser.add_argument("--all-unit", default="watt", choices=ALL_BLOCK_UNITS,
+                        help="unit of the :READ/:FETC:POW:ALL? blocks: watt (the programming "
+                        "guide, default) or channel (the unit each channel is set to)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve one emulated meter; print its VISA resource string once; stop on SIGINT/SIGTERM."""
+    source = None if args.constant_dbm is None else constant_source(args.constant_dbm)
+    emulator = PowerMeterEmulator(channels=args.channels, power_source=source, seed=args.seed,
+                                  noise_db=args.noise_db, serial_number=args.serial,
+                                  all_block_unit=args.all_unit)
+    server = start_server(powermeter_connection_handler(emulator), args.listen,
+                          "powermeter-emulator")
+    resource = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
+    logger.info("power meter emulator %s serving on %s", args.serial, resource)
+    return serve_until_signal(server, lambda s: resource)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point: ``python -m drivers.emulators.powermeter [options]``."""
+    parser = argparse.ArgumentParser(prog="powermeter_emulator",
+                                     description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

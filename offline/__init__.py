@@ -1,0 +1,1 @@
+"""Offline tools that run no testbed: the cluster simulator, TopoOpt's co-optimiser and the OptINC optical model."""
