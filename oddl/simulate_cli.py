@@ -209,7 +209,7 @@ def _parse_sweep(text: str) -> tuple[str, list[Any]]:
 
 
 def _list_models(as_json: bool) -> int:
-    from offline.simulator.models import DEFAULT_BATCH, MODELS
+    from offline.workloads import DEFAULT_BATCH, MODELS
 
     rows = [{"name": m.name, "params": m.params, "gradient_mb_fp32": m.gradient_bytes(4) / 1e6,
              "gmacs": m.gmacs, "compute_ms": m.compute_s(DEFAULT_BATCH) * 1e3,

@@ -15,7 +15,7 @@ from controller.scheduling import make_plan
 from oddl import simulate_cli
 from offline.simulator import engine as sim
 from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
-from offline.simulator.models import MODELS
+from offline.workloads import MODELS
 from offline.simulator.testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
 
 ROOT = Path(__file__).resolve().parent.parent

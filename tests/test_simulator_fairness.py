@@ -9,7 +9,7 @@ import pytest
 from oddl import simulate_cli
 from offline.simulator import sipring as sip
 from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
-from offline.simulator.models import MODELS
+from offline.workloads import MODELS
 
 QUIET = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0,
          "compute_ms": 0.0}

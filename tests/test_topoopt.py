@@ -29,7 +29,7 @@ from controller.scheduling import (
 from controller.scheduling.topoopt import topoopt_allreduce
 from oddl import topoopt_cli
 from offline.simulator.engine import SimConfig, simulate
-from offline.simulator.models import MODELS as SIM_MODELS
+from offline.workloads import MODELS as SIM_MODELS
 from offline.topoopt.model import (
     DLRM_TABLES,
     MODELS,

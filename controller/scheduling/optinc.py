@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from common.config import OPTINC, OPTINC_MAX_INPUTS
 from common.errors import PlanError
 from controller.scheduling.collectives import (
     Op,
@@ -39,8 +40,8 @@ from controller.scheduling.collectives import (
     register_collective,
 )
 
-MAX_INPUTS = 64
-"""Largest OptINC device (offline.optinc.model.MAX_INPUTS; not imported: pure core)."""
+MAX_INPUTS = OPTINC_MAX_INPUTS
+"""Largest OptINC device (`common.config.OPTINC_MAX_INPUTS`, as `offline.optinc.levels`)."""
 
 
 def optinc_cascade(nodes: int, inputs: int = 0) -> tuple[int, ...]:
@@ -78,20 +79,20 @@ def _step(src: list[int], dst: list[int], n_elems: int, op: Op, phase: str) -> S
                 read_only(np.full(k, n_elems, dtype=np.int64)), op, phase)
 
 
-@register_collective("optinc")
+@register_collective(OPTINC)
 def optinc_allreduce(n_ranks: int, n_elems: int, inputs: int = 0) -> Plan:
     """The optinc plan for ``n_ranks`` servers; its Plan has the devices as extra ranks."""
-    n, e = _check_sizes("optinc", n_ranks, n_elems)
+    n, e = _check_sizes(OPTINC, n_ranks, n_elems)
     levels = optinc_cascade(n, int(inputs))
     steps: list[Step] = []
     if e == 0:
-        return Plan("optinc", n + optinc_device_count(levels), e, ())
+        return Plan(OPTINC, n + optinc_device_count(levels), e, ())
     servers = list(range(n))
     if len(levels) == 1:
         dev = [n] * n
         steps.append(_step(servers, dev, e, Op.REDUCE, "upload"))
         steps.append(_step(dev, servers, e, Op.COPY, "broadcast"))
-        return Plan("optinc", n + 1, e, tuple(steps))
+        return Plan(OPTINC, n + 1, e, tuple(steps))
     n1, g = levels
     group_dev = [n + i // n1 for i in servers]
     top = n + g
@@ -100,7 +101,7 @@ def optinc_allreduce(n_ranks: int, n_elems: int, inputs: int = 0) -> Plan:
     steps.append(_step(l1, [top] * g, e, Op.REDUCE, "cascade up"))
     steps.append(_step([top] * g, l1, e, Op.COPY, "cascade down"))
     steps.append(_step(group_dev, servers, e, Op.COPY, "broadcast"))
-    return Plan("optinc", n + g + 1, e, tuple(steps))
+    return Plan(OPTINC, n + g + 1, e, tuple(steps))
 
 
 def optinc_device_count(levels: tuple[int, ...]) -> int:

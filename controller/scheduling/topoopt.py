@@ -1,8 +1,9 @@
 """The ``topoopt`` collective: all-reduce over the topology TopoOpt builds for a data-parallel job.
 
 For a data-parallel job the co-optimiser's traffic is one all-reduce group of all N nodes, so
-its topology is TotientPerms rings only: `dp_ring_jumps` (the authors' ring allocation gives
-one group of N every interface, i.e. `select_permutations(N, degree)`). The buffer is split
+its topology is TotientPerms rings only: `ring_jumps` (the authors' ring allocation gives
+one group of N every interface, i.e. `select_permutations(N, degree)`; the offline
+co-optimiser's `offline.topoopt.topology.dp_ring_jumps` is the same set). The buffer is split
 into one part per ring and each part is ring all-reduced (reduce-scatter, then all-gather)
 on its ring, all rings at once — exactly `totientperms_allreduce`'s plan, under this name.
 
@@ -18,7 +19,7 @@ can import this module at its end without an import cycle.
 
 from __future__ import annotations
 
-from common.errors import OddlError, PlanError
+from common.errors import PlanError
 from controller.scheduling.collectives import Plan, _check_sizes, register_collective
 
 NAME = "topoopt"
@@ -39,12 +40,11 @@ def topoopt_allreduce(n_ranks: int, n_elems: int, *, degree: int = 2,
     if n == 1:
         return Plan(NAME, 1, n_elems, ())
     # imported here: the scheduling package imports this module when it loads
-    from controller.scheduling.totient import totientperms_allreduce
-    from offline.topoopt.topology import dp_ring_jumps
+    from controller.scheduling.totient import ring_jumps, totientperms_allreduce
 
     try:
-        dp_ring_jumps(n, degree, both_directions)
-    except OddlError as exc:
+        ring_jumps(n, degree, both_directions)
+    except PlanError as exc:
         raise PlanError(f"topoopt: {exc}") from None
     # the rings are TotientPerms' picks (and reverses): the same plan, under this name
     plan = totientperms_allreduce(n, n_elems, degree=degree, both_directions=both_directions)

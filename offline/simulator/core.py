@@ -15,7 +15,7 @@ import numpy as np
 
 from common.errors import OddlError
 from controller.scheduling import Op, Plan, Step, TimingModel, make_plan
-from offline.simulator.models import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
+from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 from offline.simulator.sipring import RULES
 
 SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", "optinc")

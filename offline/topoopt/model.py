@@ -26,7 +26,7 @@ Assumptions (docs/topoopt.md): perfect partitioning, so a node's compute time do
 on the strategy; weak scaling (every node processes `batch` samples); a group's internal
 activations stay local, only its boundary crosses the network `exchanges` times per pass.
 Our shipped profiles are computed from the architectures; the parameter counts and MACs of
-VGG19 and ResNet50 equal torchvision's (and `offline.simulator.models`). The profiles of the
+VGG19 and ResNet50 equal torchvision's (and `offline.workloads`). The profiles of the
 authors' experiments (``dlrm-topoopt``, ``vgg16-topoopt``, ``bert-topoopt``) come from
 `offline.topoopt.profiles` and are registered in `MODELS` at the end of this module.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import OddlError
-from offline.simulator.models import SUSTAINED_TFLOPS
+from offline.workloads import SUSTAINED_TFLOPS, compute_s
 
 KINDS = ("dense", "embedding")
 
@@ -297,7 +297,7 @@ def model_from_dict(doc: Any, where: str = "model") -> JobModel:
         if "compute_ms" in gd:
             compute = _number(gd, "compute_ms", gw)
         else:
-            compute = batch * 6.0 * _number(gd, "gmacs", gw) * 1e9 / (tflops * 1e12) * 1e3
+            compute = _compute_ms(batch, _number(gd, "gmacs", gw), tflops)
         kind = gd.get("kind", "dense")
         if kind not in KINDS:
             raise ModelFileError(f"{gw}: kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -357,8 +357,8 @@ def _number(doc: Mapping[str, Any], key: str, where: str, positive: bool = False
 
 
 def _compute_ms(batch: int, gmacs: float, tflops: float = SUSTAINED_TFLOPS) -> float:
-    """sim_models' rule: batch · 3 passes · 2 FLOPs per MAC / sustained rate."""
-    return batch * 6.0 * gmacs * 1e9 / (tflops * 1e12) * 1e3
+    """`offline.workloads.compute_s` in ms: batch · 3 passes · 2 FLOPs per MAC / sustained rate."""
+    return compute_s(batch, gmacs, tflops) * 1e3
 
 
 def vgg19(batch: int = 64) -> JobModel:

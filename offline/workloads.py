@@ -1,4 +1,7 @@
-"""Model profiles for the simulator: gradient size and per-iteration compute time.
+"""Model profiles shared by the offline tools: gradient size and per-iteration compute time.
+
+The simulator (`offline.simulator`) and the TopoOpt co-optimiser (`offline.topoopt`) both
+import this module and nothing of each other.
 
 Gradient size: the parameter count from the torchvision model docs (``num_params``), times the
 bytes per element (fp32 by default). Compute time per iteration (forward + backward of one
@@ -49,7 +52,12 @@ class ModelProfile:
     def compute_s(self, batch: int = DEFAULT_BATCH, sustained_tflops: float = SUSTAINED_TFLOPS
                   ) -> float:
         """Forward + backward time of one worker's batch (3 forward passes of 2·MACs FLOPs)."""
-        return batch * 6.0 * self.gmacs * 1e9 / (sustained_tflops * 1e12)
+        return compute_s(batch, self.gmacs, sustained_tflops)
+
+
+def compute_s(batch: int, gmacs: float, sustained_tflops: float = SUSTAINED_TFLOPS) -> float:
+    """Forward + backward time (s) of `batch` samples of `gmacs` forward MACs (1e9) each."""
+    return batch * 6.0 * gmacs * 1e9 / (sustained_tflops * 1e12)
 
 
 _TV = "https://pytorch.org/vision/stable/models/generated/torchvision.models.{}.html"
