@@ -34,7 +34,7 @@ from agents.dataplane import Frame, Link
 from agents.gate import SlotGate
 from agents.streams import CHUNK_BYTES, ChunkHead, node_tag
 from common.errors import CollectiveError
-from controller.scheduling.handoff import handoffs as slot_handoffs
+from protos.schedule_wire import handoffs as slot_handoffs
 
 logger = logging.getLogger(__name__)
 

@@ -330,7 +330,7 @@ class GetScheduleRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("job_id", "collective", "n_elems", "itemsize", "slots", "reconfigurations", "guard_total_s", "makespan_s", "efficiency", "steps")
+    __slots__ = ("job_id", "collective", "n_elems", "itemsize", "slots", "reconfigurations", "guard_total_s", "makespan_s", "efficiency", "steps", "receive_timeout_s")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     N_ELEMS_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +341,7 @@ class Schedule(_message.Message):
     MAKESPAN_S_FIELD_NUMBER: _ClassVar[int]
     EFFICIENCY_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     collective: str
     n_elems: int
@@ -351,23 +352,38 @@ class Schedule(_message.Message):
     makespan_s: float
     efficiency: float
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
-    def __init__(self, job_id: _Optional[str] = ..., collective: _Optional[str] = ..., n_elems: _Optional[int] = ..., itemsize: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., reconfigurations: _Optional[int] = ..., guard_total_s: _Optional[float] = ..., makespan_s: _Optional[float] = ..., efficiency: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ...) -> None: ...
+    receive_timeout_s: float
+    def __init__(self, job_id: _Optional[str] = ..., collective: _Optional[str] = ..., n_elems: _Optional[int] = ..., itemsize: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., reconfigurations: _Optional[int] = ..., guard_total_s: _Optional[float] = ..., makespan_s: _Optional[float] = ..., efficiency: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., receive_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Slot(_message.Message):
-    __slots__ = ("index", "step", "start_ns", "data_start_ns", "end_ns", "circuits")
+    __slots__ = ("index", "step", "start_ns", "data_start_ns", "end_ns", "circuits", "changes_circuits", "handoffs")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
     DATA_START_NS_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
     CIRCUITS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_CIRCUITS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_FIELD_NUMBER: _ClassVar[int]
     index: int
     step: int
     start_ns: int
     data_start_ns: int
     end_ns: int
     circuits: _containers.RepeatedCompositeFieldContainer[Circuit]
-    def __init__(self, index: _Optional[int] = ..., step: _Optional[int] = ..., start_ns: _Optional[int] = ..., data_start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., circuits: _Optional[_Iterable[_Union[Circuit, _Mapping]]] = ...) -> None: ...
+    changes_circuits: bool
+    handoffs: _containers.RepeatedCompositeFieldContainer[Handoff]
+    def __init__(self, index: _Optional[int] = ..., step: _Optional[int] = ..., start_ns: _Optional[int] = ..., data_start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., circuits: _Optional[_Iterable[_Union[Circuit, _Mapping]]] = ..., changes_circuits: _Optional[bool] = ..., handoffs: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ...) -> None: ...
+
+class Handoff(_message.Message):
+    __slots__ = ("slot", "src", "dst")
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    slot: int
+    src: str
+    dst: str
+    def __init__(self, slot: _Optional[int] = ..., src: _Optional[str] = ..., dst: _Optional[str] = ...) -> None: ...
 
 class Circuit(_message.Message):
     __slots__ = ("src", "dst", "transmitter", "channel", "frequency_thz", "wss", "in_port", "out_port", "bytes", "retune")

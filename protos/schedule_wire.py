@@ -1,13 +1,220 @@
-"""What both ends need to know about the wire form of a schedule (`pb.Schedule`)."""
+"""The one schedule codec: a scheduled collective on the wire (`pb.Schedule`) and back.
+
+The controller encodes the scheduling core's schedule once (`encode_schedule`,
+`encode_optinc_schedule`); the agents decode it into the one form their executor runs on
+(`decode_schedule`). What both ends must agree on is decided here, at encoding time, and
+carried in the message: the receive timeout, and per slot whether it changes a circuit and
+which earlier flows (hand-offs) must have arrived first. Nobody computes them again.
+
+Hand-offs: two things change between slots on a TT-FR fabric: a transmitter retunes to a new
+receiver, or a receiver starts hearing a new transmitter (on its own channel). Either is only
+safe once the frame that used the old circuit has arrived: a transmitter that retuned early
+would cut its last frame off, and a new sender on a receiver's channel would collide with a
+late frame of the old one. For every slot that changes a circuit the encoder lists the
+earlier flows that must have been received first; the receiver of each confirms its arrival
+to the controller, which then (retunes and) grants the slot. One confirmation per circuit
+change, none per flow on a circuit that stays (a ring never needs one).
+
+This module sits below the controller (layer contract): the encoders read the core's
+schedules through the protocols of `protos.schedule_shapes`, not by importing them.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from common.config import OPTINC
 from protos import oddl_pb2 as pb
+from protos.schedule_shapes import OptincScheduleShape, ScheduleShape
+
+if TYPE_CHECKING:
+    from common.config import TestbedConfig
 
 EVERY_SLOT = 0xFFFFFFFF
 """`CircuitsReady.slot` for an answer about every slot of the collective (a refusal)."""
+
+SlotPairs = tuple[int, Sequence[tuple[str, str, bool]]]
+"""(slot index, [(src node, dst node, src retunes in this slot), ...])."""
+
+Handoff = tuple[int, str, str]
+"""(slot index of the earlier flow, its src node, its dst node)."""
+
+
+# ---- hand-offs -----------------------------------------------------------------------------
+
+
+def handoffs(slots: Iterable[SlotPairs]) -> dict[int, list[Handoff]]:
+    """For each slot that changes a circuit, the earlier flows that must have arrived.
+
+    A slot is listed (possibly with no flows to wait for) when a transmitter retunes in it or
+    a receiver hears a different transmitter than in its previous slot.
+    """
+    last_tx: dict[str, tuple[int, str]] = {}
+    last_rx: dict[str, tuple[int, str]] = {}
+    out: dict[int, list[Handoff]] = {}
+    for index, pairs in slots:
+        need: list[Handoff] = []
+        changes = False
+        for src, dst, retune in pairs:
+            if retune:
+                changes = True
+                if src in last_tx:
+                    need.append((last_tx[src][0], src, last_tx[src][1]))
+            heard = last_rx.get(dst)
+            if heard is not None and heard[1] != src:
+                changes = True
+                need.append((heard[0], heard[1], dst))
+        if changes:
+            out[index] = sorted(set(need))
+        for src, dst, _retune in pairs:
+            last_tx[src] = (index, dst)
+            last_rx[dst] = (index, src)
+    return out
+
+
+def confirmations_for(node: str, slots: Iterable[SlotPairs]) -> set[tuple[int, str]]:
+    """The arrivals (slot index, src) that `node` must confirm to the controller."""
+    return {(j, src) for need in handoffs(slots).values() for j, src, dst in need if dst == node}
+
+
+def wire_handoffs(schedule: pb.Schedule) -> dict[int, list[Handoff]]:
+    """The hand-offs an encoded schedule carries: for each slot that changes a circuit (by
+    index), the earlier flows (slot, src, dst) whose arrival must be confirmed first."""
+    return {s.index: [(h.slot, h.src, h.dst) for h in s.handoffs]
+            for s in schedule.slots if s.changes_circuits}
+
+
+def receive_timeout(cfg: TestbedConfig) -> float:
+    """The testbed's receive timeout in seconds: how long past its due time a receive (on the
+    ideal network: past the last progress) or a hand-off confirmation may take."""
+    return cfg.timing.receive_timeout_ms / 1e3
+
+
+# ---- encoding (the controller) -------------------------------------------------------------
+
+
+def encode_schedule(sched: ScheduleShape, job_id: str, receive_timeout_s: float
+                    ) -> pb.Schedule:
+    """The wire form of a schedule, times relative to its start, with the plan's transfers,
+    the receive timeout and each slot's hand-offs."""
+    out = pb.Schedule(job_id=job_id, collective=sched.plan.collective,
+                      n_elems=sched.plan.n_elems, itemsize=sched.itemsize,
+                      reconfigurations=sched.reconfigurations,
+                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
+                      efficiency=sched.efficiency, receive_timeout_s=receive_timeout_s)
+    for step in sched.plan.steps:
+        out.steps.add(op=str(step.op), src=step.src.tolist(), dst=step.dst.tolist(),
+                      offset=step.offset.tolist(), length=step.length.tolist())
+    grid = sched.topology.grid
+    for slot in sched.slots:
+        retuning = {r.transmitter for r in slot.retunes()}
+        ps = out.slots.add(index=slot.index, step=slot.step,
+                           start_ns=round((slot.start_s - sched.start_s) * 1e9),
+                           data_start_ns=round((slot.data_start_s - sched.start_s) * 1e9),
+                           end_ns=round((slot.end_s - sched.start_s) * 1e9))
+        for c, nbytes in zip(slot.circuits(), slot.bytes.tolist(), strict=True):
+            ps.circuits.add(src=c.src, dst=c.dst, transmitter=c.transmitter, channel=c.channel,
+                            frequency_thz=grid.frequency_thz(c.channel), wss=c.wss,
+                            in_port=c.in_port, out_port=c.out_port, bytes=nbytes,
+                            retune=c.transmitter in retuning)
+    by_index = {ps.index: ps for ps in out.slots}
+    pairs = [(s.index, [(c.src, c.dst, c.retune) for c in s.circuits]) for s in out.slots]
+    for index, need in handoffs(pairs).items():
+        ps = by_index[index]
+        ps.changes_circuits = True
+        for j, src, dst in need:
+            ps.handoffs.add(slot=j, src=src, dst=dst)
+    return out
+
+
+def encode_optinc_schedule(sched: OptincScheduleShape, job_id: str, receive_timeout_s: float
+                           ) -> pb.Schedule:
+    """The wire form of an optinc schedule: two slots whose circuits name the device as the
+    destination (upload) and the source (broadcast); no plan steps (no rank-to-rank data),
+    no retunes and so no hand-offs."""
+    out = pb.Schedule(job_id=job_id, collective=OPTINC, n_elems=sched.n_elems,
+                      itemsize=sched.itemsize, reconfigurations=0,
+                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
+                      efficiency=sched.efficiency, receive_timeout_s=receive_timeout_s)
+    for slot in sched.slots:
+        ps = out.slots.add(index=slot.index, step=slot.step, start_ns=round(slot.start_s * 1e9),
+                           data_start_ns=round(slot.data_start_s * 1e9),
+                           end_ns=round(slot.end_s * 1e9))
+        for src, dst, nbytes in slot.flows:
+            ps.circuits.add(src=src, dst=dst, bytes=nbytes)
+    return out
+
+
+# ---- decoding (the agents) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One plan step as the agent receives it: tuples of transfers (ranks and element
+    ranges) and the op ("reduce" or "copy"); hashable, so chunk plans are cached by it."""
+
+    op: str
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    offset: tuple[int, ...]
+    length: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """One slot as the agent needs it: times relative to t0, the (src, dst) node pairs,
+    whether its senders wait for the controller's grant (it changes a circuit) and the
+    earlier flows whose arrival the grant waits for (their receivers confirm them)."""
+
+    index: int
+    step: int
+    data_start_s: float
+    end_s: float
+    pairs: tuple[tuple[str, str], ...]
+    changes_circuits: bool = False
+    handoffs: tuple[Handoff, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecodedSchedule:
+    """A wire schedule in the form the agent's executor runs on."""
+
+    collective: str
+    steps: tuple[StepSpec, ...]
+    slots: tuple[SlotSpec, ...]
+    receive_timeout_s: float
+
+    @property
+    def device(self) -> str:
+        """The destination of the first slot's first circuit (an optinc schedule's device)."""
+        return next((dst for s in self.slots[:1] for _src, dst in s.pairs[:1]), "")
+
+
+def decode_schedule(schedule: pb.Schedule) -> DecodedSchedule:
+    """Decode a wire schedule (as `encode_schedule`/`encode_optinc_schedule` made it)."""
+    steps = tuple(StepSpec(s.op, tuple(s.src), tuple(s.dst), tuple(s.offset), tuple(s.length))
+                  for s in schedule.steps)
+    slots = tuple(SlotSpec(s.index, s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
+                           tuple((c.src, c.dst) for c in s.circuits), s.changes_circuits,
+                           tuple((h.slot, h.src, h.dst) for h in s.handoffs))
+                  for s in schedule.slots)
+    return DecodedSchedule(schedule.collective, steps, slots, schedule.receive_timeout_s)
+
+
+def granted_slots(slots: Iterable[SlotSpec]) -> frozenset[int]:
+    """The slots whose senders wait for the controller's CircuitsReady."""
+    return frozenset(s.index for s in slots if s.changes_circuits)
+
+
+def confirmations(slots: Iterable[SlotSpec], node: str) -> frozenset[tuple[int, str]]:
+    """The arrivals (slot index, src) that `node` confirms to the controller."""
+    return frozenset((j, src) for s in slots for j, src, dst in s.handoffs if dst == node)
+
+
+# ---- questions about a wire schedule -------------------------------------------------------
 
 
 def schedule_sha256(schedule: pb.Schedule) -> bytes:

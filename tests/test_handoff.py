@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from controller.scheduling import (
-    Grid,
-    TimingModel,
-    Topology,
-    confirmations_for,
-    handoffs,
-    make_plan,
-    schedule_plan,
-)
+from controller.scheduling import Grid, TimingModel, Topology, make_plan, schedule_plan
+from protos.schedule_wire import confirmations_for, handoffs
 
 TIMING = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3, wss_settle_s=0.1,
                      slot_margin_s=1e-4, line_rate_bps=10e9)
@@ -49,3 +42,20 @@ def test_a_receiver_hearing_a_new_sender_is_a_handoff():
 
 def test_a_retune_without_an_earlier_flow_still_needs_a_grant():
     assert handoffs([(0, [("a", "b", True)])]) == {0: []}
+
+
+def test_the_encoder_carries_the_handoffs_and_the_receive_timeout():
+    from protos.schedule_wire import decode_schedule, encode_schedule, wire_handoffs
+
+    topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
+    plan = make_plan("halving-doubling", 4, 1000)
+    sched = schedule_plan(plan, topo.node_ids, topo, TIMING, 4)
+    wire = encode_schedule(sched, "job-1", 0.25)
+    assert wire.receive_timeout_s == 0.25
+    pairs = [(s.index, [(c.src, c.dst, c.retune) for c in s.circuits]) for s in wire.slots]
+    assert wire_handoffs(wire) == handoffs(pairs) != {}
+    decoded = decode_schedule(wire)
+    assert decoded.receive_timeout_s == 0.25
+    assert {s.index for s in decoded.slots if s.changes_circuits} == set(handoffs(pairs))
+    assert {(j, src) for s in decoded.slots for j, src, dst in s.handoffs
+            if dst == "node0"} == confirmations_for("node0", pairs)
