@@ -52,3 +52,7 @@ class ControllerUnavailable(OddlError):
 
 class OperationRefused(OddlError):
     """The controller refused an operation (unknown node, unknown job, not allowed)."""
+
+
+class SecurityError(OddlError):
+    """Keys or certificates are missing, malformed, expired or would be overwritten."""

@@ -23,17 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.security import (
+from common.errors import SecurityError
+from common.security.files import (
     MANIFEST,
     OPERATOR_USER_PREFIX,
     ROLE_AGENT,
     ROLE_OPERATOR,
-    SecurityError,
     SecurityFiles,
-    curve_file_text,
-    sign_leaf,
-    write_private_file,
 )
+from common.security.lab_ca import curve_file_text, key_pem, sign_leaf, write_private_file
 
 logger = logging.getLogger(__name__)
 
@@ -176,9 +174,7 @@ def rotate(root: str | os.PathLike[str], *, node: str | None = None,
         label = OPERATOR_USER_PREFIX + operator
     key, cert = sign_leaf(ca_key, ca_cert.subject, ca_ski, role, name, None,
                           now - dt.timedelta(minutes=5), ca_cert.not_valid_after_utc)
-    write_private_file(files.root / certs["key"], key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()), 0o600)
+    write_private_file(files.root / certs["key"], key_pem(key), 0o600)
     write_private_file(files.root / certs["cert"],
                        cert.public_bytes(serialization.Encoding.PEM), 0o644)
     certs["not_after"] = cert.not_valid_after_utc.isoformat()
