@@ -128,7 +128,8 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _ago(time_ns: int | str) -> str:
+def clock_time(time_ns: int | str) -> str:
+    """A time in ns since the epoch as local HH:MM:SS.mmm."""
     t = int(time_ns)
     return time.strftime("%H:%M:%S", time.localtime(t / 1e9)) + f".{(t // 1_000_000) % 1000:03d}"
 
@@ -172,7 +173,7 @@ def format_devices(state: dict[str, Any]) -> str:
             desc = " ".join(f"{int(m['channel'])}:"
                             + (f"{float(m['power_dbm']):.1f}dBm" if m["light"] else "dark")
                             for m in d.get("meter", []))
-        verified = f" (verified {_ago(d['verified_ns'])})" if int(d.get("verified_ns", 0)) else ""
+        verified = f" (verified {clock_time(d['verified_ns'])})" if int(d.get("verified_ns", 0)) else ""
         lines.append(f"{d['id']:<8} {d['kind']:<11} {'yes' if d['reachable'] else 'NO':<4} "
                      f"{desc}{verified}")
     return "\n".join(lines)
@@ -182,7 +183,7 @@ def format_device_log(entries: list[dict[str, Any]]) -> str:
     """Device-log entries as text, oldest first."""
     if not entries:
         return "no device events"
-    return "\n".join(f"{_ago(e['time_ns'])} {e['device']:<8} {'ok ' if e['ok'] else 'ERR'} "
+    return "\n".join(f"{clock_time(e['time_ns'])} {e['device']:<8} {'ok ' if e['ok'] else 'ERR'} "
                      f"{e['action']}: {e['detail']}" for e in entries)
 
 

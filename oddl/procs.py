@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ PARENT_ENV = "ODDL_DIE_WITH_PARENT"
 process dies (`die_with_parent`, called first thing by `python -m oddl`)."""
 
 
-def _die_with_parent() -> None:
+def request_parent_death_signal() -> None:
     """Ask the kernel for SIGTERM when this process's parent dies (Linux; else nothing)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -47,7 +48,7 @@ def die_with_parent() -> None:
     parent = os.environ.pop(PARENT_ENV, "")
     if not parent or not sys.platform.startswith("linux"):
         return
-    _die_with_parent()
+    request_parent_death_signal()
     if str(os.getppid()) != parent:  # the parent died before the request took effect
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -85,8 +86,9 @@ class ManagedProcess:
                 time.sleep(0.05)
             return b""
         line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),
-                                  daemon=True)
+        stdout = self.proc.stdout
+        assert stdout is not None  # not detached: a pipe
+        reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
         reader.start()
         reader.join(timeout)
         return line[0] if line else b""
@@ -169,3 +171,10 @@ class ProcessGroup:
 def oddl_command(*args: str) -> list[str]:
     """argv that runs the `oddl` CLI of this interpreter."""
     return [sys.executable, "-m", "oddl", *args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that was free a moment ago (for a child that must be told one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

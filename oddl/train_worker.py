@@ -235,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     args = build_parser().parse_args(argv)
     if sys.platform.startswith("linux"):
-        from oddl.procs import _die_with_parent
+        from oddl.procs import request_parent_death_signal
 
         parent = os.getppid()
-        _die_with_parent()  # the parent starts us without a preexec_fn (see oddl.train_demo)
+        # the parent starts us without a preexec_fn (see oddl.train_demo)
+        request_parent_death_signal()
         if os.getppid() != parent:
             return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

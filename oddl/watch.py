@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from common.errors import ControllerUnavailable
-from oddl.operator import OperatorClient, _ago
+from oddl.operator import OperatorClient, clock_time
 
 
 def _agents(status: dict[str, Any]) -> Table:
@@ -87,7 +87,7 @@ def _log(entries: list[dict[str, Any]]) -> Table:
     for col in ("time", "device", "ok", "action", "detail"):
         t.add_column(col, overflow="fold")
     for e in entries:
-        t.add_row(_ago(e["time_ns"]), e["device"], Text("ok", style="green") if e["ok"]
+        t.add_row(clock_time(e["time_ns"]), e["device"], Text("ok", style="green") if e["ok"]
                   else Text("ERR", style="bold red"), e["action"], e["detail"][:80])
     return t
 
