@@ -1,0 +1,124 @@
+"""Loading, validating and writing a testbed file: :func:`load_testbed`, :func:`parse_testbed`
+(every error names the file, the key and the fix) and :func:`dump_testbed`."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from common.config.devices import DEVICE_KEYS_BY_KIND
+from common.config.reader import REQUIRED
+from common.config.schema import (
+    LINK_KINDS,
+    TRANSPORTS,
+    AgentConfig,
+    ControllerConfig,
+    FabricConfig,
+    GridConfig,
+    SecurityConfig,
+    TestbedConfig,
+    TimingConfig,
+    as_table,
+)
+from common.config.wiring import WiringSections
+from common.errors import ConfigError
+
+
+def load_testbed(path: str | Path) -> TestbedConfig:
+    """Read and validate a testbed file; raise ConfigError naming the file, key and fix."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the testbed file ({exc.strerror}); "
+                          "check the path (examples are in deploy/testbeds/)") from exc
+    return parse_testbed(text, str(p))
+
+
+def parse_testbed(text: str, path: str = "<testbed>") -> TestbedConfig:
+    """Validate the text of a testbed file."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax at that line") from exc
+    return TestbedParser(path).testbed(doc)
+
+
+def dump_testbed(cfg: TestbedConfig) -> str:
+    """Serialise a testbed back to TOML (used to write a resolved copy for emulated runs)."""
+    import tomli_w
+
+    doc: dict[str, Any] = {
+        "testbed": {"name": cfg.name, "seed": cfg.seed},
+        "grid": as_table(cfg.grid),
+        "timing": as_table(cfg.timing),
+        "fabric": as_table(cfg.fabric),
+        "controller": as_table(cfg.controller),
+        "nodes": [as_table(n) for n in cfg.nodes],
+        "devices": [],
+        "fibres": [{"from": str(f.src), "to": str(f.dst)} for f in cfg.fibres],
+        "security": as_table(cfg.security),
+        "agent": as_table(cfg.agent),
+    }
+    for d in cfg.devices:
+        entry = {k: v for k, v in as_table(d).items() if k in DEVICE_KEYS_BY_KIND[d.kind]}
+        entry = {k: list(v) if isinstance(v, tuple) else v for k, v in entry.items()}
+        if not entry.get("faults"):
+            entry.pop("faults", None)
+        doc["devices"].append(entry)
+    for o in cfg.optinc:
+        doc["devices"].append({k: v for k, v in as_table(o).items()
+                               if v is not None and not (k == "phases" and not v)})
+    return tomli_w.dumps(doc)
+
+
+class TestbedParser(WiringSections):
+    """Turns the TOML document into dataclasses, checking every key against its schema."""
+
+    __test__ = False  # not a pytest test class
+
+    def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
+        sections = {"testbed", "grid", "timing", "fabric", "controller", "nodes", "devices",
+                    "fibres", "security", "agent"}
+        for name in doc:
+            if name not in sections:
+                near = difflib.get_close_matches(name, list(sections), n=1)
+                hint = f"did you mean [{near[0]}]?" if near else f"sections: {', '.join(sorted(sections))}"
+                raise self.fail(name, "unknown section", f"remove it ({hint})")
+        head = self.table(doc.get("testbed"), "testbed", {
+            "name": (self.text(), REQUIRED), "description": (self.text(), ""),
+            "seed": (self.integer(0), 0)})
+        grid = GridConfig(**self.table(doc.get("grid"), "grid", {
+            "first_thz": (self.num(180.0, 200.0), 193.1),
+            "spacing_ghz": (self.num(positive=True), 100.0),
+            "channels": (self.integer(1, 1000), 48)}))
+        timing = TimingConfig(**self.table(doc.get("timing"), "timing", {
+            name: (self.num(0.0), default)
+            for name, default in as_table(TimingConfig()).items()}))
+        fabric = FabricConfig(**self.table(doc.get("fabric"), "fabric", {
+            "line_rate_gbps": (self.num(positive=True), 10.0),
+            "link": (self.text(LINK_KINDS), "fabric"),
+            "address": (self.text(), ""), "listen": (self.text(), "127.0.0.1:0"),
+            "transport": (self.text(TRANSPORTS), "streams"), "light_table": (self.text(), "")}))
+        controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
+            "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
+            "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), ""),
+            "device_check_s": (self.num(lo=0.0), 2.0)}))
+        agent = AgentConfig(**self.table(doc.get("agent"), "agent", {
+            "gate_priority": (self.integer(0, 99), 0), "gate_cpu": (self.integer(-1), -1)}))
+        devices = self.devices(doc.get("devices"), grid)
+        nodes = self.nodes(doc.get("nodes"), grid, devices)
+        fibres = self.fibres(doc.get("fibres"), nodes, devices)
+        security = SecurityConfig(**self.table(doc.get("security"), "security", {
+            "certs": (self.text(), ""), "operator": (self.text(), "operator")}))
+        if security.certs and not Path(security.certs).is_absolute():
+            security = replace(security, certs=str((Path(self.path).parent / security.certs)
+                                                   .resolve()))
+        cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
+                            nodes, devices, fibres, head["seed"], security, tuple(self.optinc),
+                            agent)
+        self.check_attachments(cfg)
+        return cfg
