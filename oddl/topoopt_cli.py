@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_topoopt(args: argparse.Namespace) -> int:
     """The ``oddl topoopt`` command."""
+    from offline.topoopt.evaluation import NetParams
     from offline.topoopt.model import Memory, parse_strategy
     from offline.topoopt.search import (
         SearchConfig,
@@ -120,7 +121,6 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
         co_optimise,
         evaluate_strategy,
     )
-    from offline.topoopt.topology import NetParams
 
     def progress(p: SearchProgress) -> None:
         print(f"topoopt: {p.network}: iteration {p.iteration}/{p.budget}, best "

@@ -15,8 +15,8 @@ from controller.scheduling import make_plan
 from oddl import simulate_cli
 from offline.simulator import engine as sim
 from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
-from offline.workloads import MODELS
 from offline.simulator.testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
+from offline.workloads import MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"

@@ -29,7 +29,7 @@ from controller.scheduling import (
 from controller.scheduling.topoopt import topoopt_allreduce
 from oddl import topoopt_cli
 from offline.simulator.engine import SimConfig, simulate
-from offline.workloads import MODELS as SIM_MODELS
+from offline.topoopt.evaluation import FatTree, NetParams, evaluate
 from offline.topoopt.model import (
     DLRM_TABLES,
     MODELS,
@@ -45,18 +45,11 @@ from offline.topoopt.model import (
     parse_strategy,
     traffic,
 )
+from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
+from offline.topoopt.routing import ecmp_loads
 from offline.topoopt.search import SearchConfig, co_optimise, evaluate_strategy
-from offline.topoopt.topology import (
-    FatTree,
-    NetParams,
-    allocate_rings,
-    build_topology,
-    degree_split,
-    dp_ring_jumps,
-    ecmp_loads,
-    evaluate,
-    mp_matchings,
-)
+from offline.topoopt.topology import build_topology, dp_ring_jumps
+from offline.workloads import MODELS as SIM_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"

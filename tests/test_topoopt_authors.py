@@ -20,10 +20,11 @@ from offline.topoopt.authors import (
     single_path_loads,
 )
 from offline.topoopt.model import MODELS, JobModel, LayerGroup, Traffic, traffic
+from offline.topoopt.our_construction import mp_matchings
 from offline.topoopt.profiles import DLRM_MS, VGG_MS
 from offline.topoopt.search import SearchConfig, anneal_authors, co_optimise
 from offline.topoopt.sweep import parse_rates
-from offline.topoopt.topology import _ring_route, build_topology, mp_matchings
+from offline.topoopt.topology import _ring_route, build_topology
 
 # --------------------------------------------------------------------------- construction
 

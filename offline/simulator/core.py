@@ -15,8 +15,8 @@ import numpy as np
 
 from common.errors import OddlError
 from controller.scheduling import Op, Plan, Step, TimingModel, make_plan
-from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 from offline.simulator.sipring import RULES
+from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 
 SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", "optinc")
 """Every simulated system, in table order."""

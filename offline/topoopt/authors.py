@@ -33,6 +33,7 @@ import numpy as np
 
 from controller.scheduling.totient import candidate_jumps, choose_geometric
 from offline.topoopt.model import TopoOptError, Traffic
+from offline.topoopt.routing import push_towards_targets, shortest_path_links
 
 TIE_SEED = 20230417
 """Seed of every tie-break (the topology and its routes are a function of the traffic)."""
@@ -224,27 +225,14 @@ def single_path_loads(n: int, src: np.ndarray, dst: np.ndarray, demand: np.ndarr
     targets[i] and u.
     """
     rng = np.random.default_rng(TIE_SEED)
-    e = len(src)
-    loads = np.zeros(e)
-    chunk = max(1, (1 << 21) // max(e, 1))
-    for lo in range(0, len(targets), chunk):
-        d = dist[lo:lo + chunk]
-        k = d.shape[0]
-        du = d[:, src]
-        ti, ei = np.nonzero(d[:, dst] == du - 1)
+    loads = np.zeros(len(src))
+    for lo, k, du, ti, ei in shortest_path_links(src, dst, dist, targets):
         tail = ti * n + src[ei]
         pick = np.lexsort((rng.random(len(ei)), tail))  # random order within each tail
         first = np.ones(len(pick), dtype=bool)
         first[1:] = tail[pick][1:] != tail[pick][:-1]
         ti, ei = ti[pick][first], ei[pick][first]
-        lvl = du[ti, ei]
         tail, head = ti * n + src[ei], ti * n + dst[ei]
-        order = np.argsort(-lvl, kind="stable")
-        ei, lvl, tail, head = ei[order], lvl[order], tail[order], head[order]
-        cuts = np.flatnonzero(np.diff(lvl)) + 1
-        f = demand[:, lo:lo + chunk].T.astype(float).ravel()
-        for part in np.split(np.arange(len(lvl)), cuts):
-            c = f[tail[part]]
-            loads += np.bincount(ei[part], c, e)
-            f += np.bincount(head[part], c, k * n)
+        f = demand[:, lo:lo + k].T.astype(float).ravel()
+        push_towards_targets(loads, n, k, ei, du[ti, ei], tail, head, f)
     return loads

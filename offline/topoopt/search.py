@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from offline.topoopt.evaluation import Breakdown, CostModel, FatTree, NetParams, evaluate
 from offline.topoopt.model import (
     JobModel,
     Memory,
@@ -51,17 +52,8 @@ from offline.topoopt.model import (
     memory_bytes,
     traffic,
 )
-from offline.topoopt.topology import (
-    SPLITS,
-    VARIANTS,
-    Breakdown,
-    CostModel,
-    FabricTopology,
-    FatTree,
-    NetParams,
-    build_topology,
-    evaluate,
-)
+from offline.topoopt.our_construction import SPLITS
+from offline.topoopt.topology import VARIANTS, FabricTopology, build_topology
 
 DEFAULT_BUDGET = 4000
 """Iterations of the default search, as the authors' (see benchmarks/bench_topoopt.py)."""
