@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.config import load_testbed
 from common.errors import ConfigError, OddlError
-from oddl.procs import ProcessGroup, oddl_command
+from oddl.launch import DEFAULT_TESTBED, Launched, launch_emulated
+from oddl.procs import ProcessGroup
 
 DEFAULT_RUN_DIR = Path("runs") / "testbed"
 STATE_FILE = "state.json"
@@ -40,55 +42,46 @@ def _ours(pid: int) -> bool:
         return False
 
 
+def _state(launched: Launched, group: ProcessGroup, run_dir: Path) -> dict[str, Any]:
+    """What `state.json` keeps: addresses, metrics and the pid of every process."""
+    return {"controller": launched.controller,
+            "controller_metrics": launched.controller_info.get("metrics", ""),
+            "testbed": launched.cfg.name, "resolved": str(launched.resolved),
+            "run_dir": str(run_dir), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "agents": {n: {"local_api": a["local_api"], "metrics": a.get("metrics", "")}
+                       for n, a in launched.agents.items()},
+            "pids": {p.name: p.proc.pid for p in group.procs}}
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the emulated testbed in the background."""
-    from common.config import load_testbed
-    from oddl.demo import DEFAULT_TESTBED
-
     run_dir = Path(args.run_dir)
     state = load_state(run_dir)
     if state and any(_ours(p) for p in state["pids"].values()):
         raise ConfigError(f"a testbed already runs from {run_dir} (controller "
                           f"{state['controller']}); stop it with `oddl testbed down`")
     config = Path(args.config) if args.config else DEFAULT_TESTBED
-    total = 2 + len(load_testbed(config).nodes)  # a broken file fails here, before anything starts
+    load_testbed(config)  # a broken file fails here, before the run folder is made
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = run_dir / "testbed.resolved.toml"
     group = ProcessGroup(run_dir)
     try:
-        say = (lambda m: None) if args.json else (lambda m: print(m, flush=True))
-        say(f"[1/{total}] emulated devices and fabric")
-        group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
-                                              "--resolved", str(resolved)), detach=True)
-        say(f"[2/{total}] controller")
-        ctl = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0",
-            "--state", str(run_dir / "controller.sqlite")), detach=True)
-        cfg = load_testbed(resolved)
-        agents = {}
-        for i, node in enumerate(cfg.nodes):
-            say(f"[{3 + i}/{total}] agent {node.id}")
-            agents[node.id] = group.start(f"agent-{node.id}", oddl_command(
-                "agent", "serve", "--config", str(resolved), "--node", node.id,
-                "--controller", ctl["address"]), detach=True)
+        launched = launch_emulated(
+            group, config, run_dir, state=run_dir / "controller.sqlite", detach=True,
+            progress=None if args.json else
+            lambda step, steps, what: print(f"[{step}/{steps}] {what}", flush=True))
     except BaseException:
         group.stop_all()
         raise
-    state = {"controller": ctl["address"], "controller_metrics": ctl.get("metrics", ""),
-             "testbed": cfg.name, "resolved": str(resolved), "run_dir": str(run_dir),
-             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-             "agents": {n: {"local_api": a["local_api"], "metrics": a.get("metrics", "")}
-                        for n, a in agents.items()},
-             "pids": {p.name: p.proc.pid for p in group.procs}}
+    state = _state(launched, group, run_dir)
     for p in group.procs:
         p.release()
     (run_dir / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
     if args.json:
         print(json.dumps(state))
     else:
-        print(f"testbed {cfg.name} is up: controller {ctl['address']}, "
-              f"{len(agents)} agents, logs in {run_dir}")
-        print(f"  export ODDL_CONTROLLER={ctl['address']}")
+        print(f"testbed {launched.cfg.name} is up: controller {launched.controller}, "
+              f"{len(launched.agents)} agents, logs in {run_dir}")
+        print(f"  export ODDL_CONTROLLER={launched.controller}")
         print("  oddl status   # …   oddl testbed down  # to stop it")
     return 0
 

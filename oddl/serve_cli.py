@@ -1,0 +1,120 @@
+"""`oddl controller serve` and `oddl agent serve`: the run-time processes, until a signal.
+
+Each prints one JSON ready line (and writes it to --ready-file) once it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+from typing import Any
+
+from common.errors import ConfigError
+from oddl.exit_codes import EXIT_OK
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+
+
+def print_ready(info: dict[str, Any], ready_file: str | None) -> None:
+    """Print the ready line (and write it atomically to `ready_file`)."""
+    text = json.dumps(info)
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, ready_file)
+    print(text, flush=True)
+
+
+def cmd_controller_serve(args: argparse.Namespace) -> int:
+    """Run the controller until SIGINT/SIGTERM."""
+    from common.config import load_testbed
+    from controller.service import ControllerServer
+
+    cfg = load_testbed(args.config)
+    server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
+                              state=args.state, insecure=args.insecure)
+    server.start()
+    try:
+        print_ready({"ready": True, "address": server.address, "testbed": cfg.name,
+                      "metrics": server.metrics.address}, args.ready_file)
+        wait_for_signal()
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def cmd_agent_serve(args: argparse.Namespace) -> int:
+    """Run one node's agent until SIGINT/SIGTERM."""
+    from agents.agent import Agent
+    from common.config import load_testbed
+
+    cfg = load_testbed(args.config)
+    controller = args.controller or os.environ.get("ODDL_CONTROLLER") or cfg.controller.address
+    if not controller:
+        raise ConfigError(f"{args.config}: no controller address; pass --controller HOST:PORT "
+                          "or set [controller] address")
+    agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind,
+                  local_api_group=args.local_api_group)
+    try:
+        agent.start()
+        if args.metrics:
+            agent.metrics.serve(args.metrics)
+        print_ready({"ready": True, "node": args.node, "local_api": agent.local_api,
+                      "data_address": agent.data_address, "metrics": agent.metrics.address},
+                     args.ready_file)
+        wait_for_signal()
+    finally:
+        agent.close()
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `oddl controller serve` and `oddl agent serve`."""
+    ctl = sub.add_parser("controller", help="the central controller").add_subparsers(
+        dest="controller_cmd", required=True)
+    serve = ctl.add_parser("serve", help="run the controller")
+    serve.add_argument("--config", required=True)
+    serve.add_argument("--listen", help="HOST:PORT (default: [controller] listen)")
+    serve.add_argument("--ready-file", help="write the served address here as JSON")
+    serve.add_argument("--metrics", default="127.0.0.1:0",
+                       help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+    serve.add_argument("--state", help="SQLite file to persist jobs, verified device state and "
+                       "events in, and to resume from (default: [controller] state)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="serve plaintext gRPC on a non-loopback address although the "
+                       "testbed file has no [security] certs (anyone who reaches the port "
+                       "can reconfigure the testbed)")
+    serve.set_defaults(func=cmd_controller_serve)
+
+    ag = sub.add_parser("agent", help="a node agent").add_subparsers(dest="agent_cmd",
+                                                                      required=True)
+    aserve = ag.add_parser("serve", help="run one node's agent")
+    aserve.add_argument("--config", required=True)
+    aserve.add_argument("--node", required=True)
+    aserve.add_argument("--controller", help="HOST:PORT (default: ODDL_CONTROLLER or "
+                        "[controller] address)")
+    aserve.add_argument("--local-api", default="ipc://auto",
+                        help="address of the training-process API: ipc://auto (default: a "
+                        "Unix socket only this user can open), ipc:///PATH, or "
+                        "tcp://127.0.0.1:PORT (reachable by every local user)")
+    aserve.add_argument("--local-api-group", metavar="GROUP",
+                        help="let members of GROUP use the local API too (socket 0660 and its "
+                        "folder 0750 in that group): for training processes that run as "
+                        "other users than the agent")
+    aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
+                        "and data_port)")
+    aserve.add_argument("--ready-file")
+    aserve.add_argument("--metrics", default="127.0.0.1:0",
+                        help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+    aserve.set_defaults(func=cmd_agent_serve)
