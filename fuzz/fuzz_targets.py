@@ -73,7 +73,7 @@ def _bip4(frame: bytes) -> bytes:
 
 
 def _itla_reply() -> Callable[[bytes], None]:
-    from drivers.itla import decode_reply, decode_request
+    from drivers.itla_frames import decode_reply, decode_request
 
     def run(data: bytes) -> None:
         for decode in (decode_reply, decode_request):

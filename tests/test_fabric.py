@@ -45,7 +45,7 @@ def _light(tb: EmulatedTestbed, laser: str, channel: int, table: dict[int, int])
     """Set an emulated laser and the WSS directly (their protocols are tested elsewhere)."""
     emu = tb.lasers[laser]
     emu.handle_frame(bytes.fromhex("00000000"))
-    from drivers.itla import encode_request
+    from drivers.itla_frames import encode_request
 
     emu.handle_frame(encode_request(0x30, channel, write=True))
     emu.handle_frame(encode_request(0x32, 0x08, write=True))

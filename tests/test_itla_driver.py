@@ -15,7 +15,8 @@ import pytest
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.itla import ItlaDriver, ItlaExecutionError
+from drivers.itla import ItlaDriver
+from drivers.itla_registers import ItlaExecutionError
 from drivers.transport import SerialTransport
 
 TTL = 0.03

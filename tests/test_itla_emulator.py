@@ -9,15 +9,15 @@ from hypothesis import strategies as st
 
 from common.errors import ConfigError
 from drivers.emulators.itla import DARK_DBM, ItlaEmulator, ItlaFaults, OpticalOutput
-from drivers.itla import (
+from drivers.itla_frames import (
     NOP_MRDY,
     Reply,
     Status,
     checksum_ok,
     decode_reply,
     encode_request,
-    register,
 )
+from drivers.itla_registers import register
 
 TTL = 0.5
 

@@ -16,7 +16,8 @@ from drivers.emulators.itla import (
     itla_connection_handler,
 )
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.itla import NOP_MRDY, Reply, Status, decode_reply, encode_request, register
+from drivers.itla_frames import NOP_MRDY, Reply, Status, decode_reply, encode_request
+from drivers.itla_registers import register
 
 CII = 0x5
 

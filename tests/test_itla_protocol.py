@@ -7,11 +7,8 @@ from fakes import FakeClock
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.interfaces import TunableTransceiver
-from drivers.itla import (
-    Access,
-    ItlaDriver,
-    ItlaExecutionError,
-    ItlaStatus,
+from drivers.itla import ItlaDriver
+from drivers.itla_frames import (
     Reply,
     Status,
     bip4,
@@ -19,9 +16,9 @@ from drivers.itla import (
     decode_request,
     encode_reply,
     encode_request,
-    register,
     split_mhz,
 )
+from drivers.itla_registers import Access, ItlaExecutionError, ItlaStatus, register
 
 
 class ScriptedLink:

@@ -257,7 +257,7 @@ def fabric(tmp_path_factory) -> Iterator[tuple[Any, list[FabricLink]]]:
     cfg = load_testbed(EMULATED)
     cfg = replace(cfg, optinc=(replace(cfg.optinc[0], noise_rad=0.0, max_elements=200_000),))
     tb = start_emulated_testbed(cfg)
-    from drivers.itla import encode_request
+    from drivers.itla_frames import encode_request
 
     for laser in ("laser0", "laser1", "laser2", "laser3"):
         emu = tb.lasers[laser]

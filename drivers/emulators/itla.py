@@ -93,11 +93,8 @@ from drivers.emulators.cli import (
 )
 from drivers.emulators.faults import FaultSettings
 from drivers.emulators.ptyserve import Pty
-from drivers.itla import (
-    DIS_BIT,
-    FREQ_BIT,
+from drivers.itla_frames import (
     NOP_MRDY,
-    PWR_BIT,
     RESENA_MR,
     RESENA_SR,
     SENA,
@@ -107,6 +104,7 @@ from drivers.itla import (
     encode_reply,
     split_mhz,
 )
+from drivers.itla_registers import DIS_BIT, FREQ_BIT, PWR_BIT
 
 logger = logging.getLogger(__name__)
 
