@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.errors import OddlError
-from common.security import DEFAULT_CURVE_SERVERS, MANIFEST, init_lab_ca
+from common.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_command_tree
+from common.security.files import DEFAULT_CURVE_SERVERS, MANIFEST
+from common.security.lab_ca import init_lab_ca
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cmd_init", "cmd_revoke", "cmd_rotate",
+           "main", "register"]
 
 
 def _names(text: str) -> list[str]:
@@ -35,7 +37,7 @@ def _names(text: str) -> list[str]:
 
 
 def register(subparsers: Any) -> Any:
-    """Add ``certs`` (with ``init``) to an argparse subparsers object; return its group."""
+    """Add ``certs`` (init, revoke, rotate) to an argparse subparsers object; return its group."""
     certs = subparsers.add_parser("certs", help="lab CA, TLS certificates and CURVE keys")
     csub = certs.add_subparsers(dest="certs_cmd", required=True)
     init = csub.add_parser(
@@ -61,23 +63,20 @@ def register(subparsers: Any) -> Any:
     init.add_argument("--json", action="store_true", help="print the manifest as JSON")
     init.set_defaults(func=cmd_init)
 
-    rev = csub.add_parser(
-        "revoke", help="revoke a node's or an operator's certificate and CURVE key",
+    rev = _identity_command(
+        csub, "revoke", cmd_revoke,
+        help="revoke a node's or an operator's certificate and CURVE key",
         description="Record the certificate serial and CURVE key of one identity in "
         "DIR/revoked.json: the controller refuses it at once, the fabric and the links at "
         "their next start. Copy the file to every host. `oddl certs rotate` issues new ones.")
-    _identity_arguments(rev)
     rev.add_argument("--reason", default="", help="recorded with the entry")
-    rev.set_defaults(func=cmd_revoke)
-
-    rot = csub.add_parser(
-        "rotate", help="new certificate and CURVE key for a node or an operator (old revoked)",
+    _identity_command(
+        csub, "rotate", cmd_rotate,
+        help="new certificate and CURVE key for a node or an operator (old revoked)",
         description="Issue a new certificate (same lab CA, needs tls/ca.key) and CURVE key pair "
         "for one identity, written over its files, and revoke the old ones. Copy the "
         "identity's files, manifest.json and revoked.json to the hosts, then restart that "
         "agent (or give the operator the new files).")
-    _identity_arguments(rot)
-    rot.set_defaults(func=cmd_rotate)
     return csub
 
 
@@ -91,12 +90,17 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _identity_arguments(parser: argparse.ArgumentParser) -> None:
-    """--certs DIR and exactly one of --node / --operator."""
+def _identity_command(csub: Any, name: str, func: Callable[[argparse.Namespace], int], *,
+                      help: str, description: str) -> argparse.ArgumentParser:
+    """A ``certs`` subcommand about one identity: --certs DIR and exactly one of --node /
+    --operator."""
+    parser: argparse.ArgumentParser = csub.add_parser(name, help=help, description=description)
     parser.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--node", help="node id (its agent certificate and node key)")
     who.add_argument("--operator", help="operator name")
+    parser.set_defaults(func=func)
+    return parser
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
@@ -129,17 +133,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``certs ...`` on its own (for tests and ``python -m oddl.certs_cli``)."""
-    parser = argparse.ArgumentParser(prog="oddl")
-    register(parser.add_subparsers(dest="cmd", required=True))
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    try:
-        return int(args.func(args))
-    except OddlError as exc:
-        print(f"failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    return run_command_tree(register, argv)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class TestbedParser(WiringSections):
     __test__ = False  # not a pytest test class
 
     def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
+        """The whole document: its sections, in the order they depend on each other."""
         sections = {"testbed", "grid", "timing", "fabric", "controller", "nodes", "devices",
                     "fibres", "security", "agent"}
         for name in doc:

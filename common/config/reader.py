@@ -53,6 +53,7 @@ class TableReader:
     # converters -------------------------------------------------------------------------
     def num(self, lo: float | None = None, hi: float | None = None, *, positive: bool = False
             ) -> Callable[[Any, str], float]:
+        """Converter of a finite number, optionally in [lo, hi] or > 0."""
         def conv(v: Any, key: str) -> float:
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise self.fail(key, f"expected a number, got {v!r}", "write a plain number")
@@ -64,6 +65,7 @@ class TableReader:
         return conv
 
     def integer(self, lo: int | None = None, hi: int | None = None) -> Callable[[Any, str], int]:
+        """Converter of a whole number, optionally in [lo, hi]."""
         def conv(v: Any, key: str) -> int:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.fail(key, f"expected an integer, got {v!r}", "write a whole number")
@@ -73,6 +75,7 @@ class TableReader:
         return conv
 
     def text(self, choices: tuple[str, ...] = ()) -> Callable[[Any, str], str]:
+        """Converter of a string, optionally one of `choices`."""
         def conv(v: Any, key: str) -> str:
             if not isinstance(v, str):
                 raise self.fail(key, f"expected a string, got {v!r}", 'quote it: key = "value"')
@@ -83,6 +86,7 @@ class TableReader:
         return conv
 
     def pair(self, kind: type) -> Callable[[Any, str], tuple[Any, Any]]:
+        """Converter of ``[low, high]`` (two numbers of `kind`, low first)."""
         def conv(v: Any, key: str) -> tuple[Any, Any]:
             ok = (isinstance(v, list) and len(v) == 2
                   and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
@@ -94,12 +98,14 @@ class TableReader:
         return conv
 
     def anytable(self, v: Any, key: str) -> dict[str, Any]:
+        """Converter of an inline table, kept as a dict (device faults)."""
         if not isinstance(v, dict):
             raise self.fail(key, f"expected a table, got {v!r}", "write it as an inline table {…}")
         return dict(v)
 
 
     def array(self, raw: Any, key: str) -> list[dict[str, Any]]:
+        """An array of tables (``[[key]]`` entries); none if absent."""
         if raw is None:
             return []
         if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):

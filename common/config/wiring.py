@@ -23,6 +23,7 @@ class WiringSections(DeviceSections):
 
     def nodes(self, raw: Any, grid: GridConfig, devices: tuple[DeviceConfig, ...]
               ) -> tuple[NodeConfig, ...]:
+        """The nodes, each with its own transmitter (an itla) and receive channel."""
         out: list[NodeConfig] = []
         entries = self.array(raw, "nodes")
         if not entries:
@@ -59,6 +60,7 @@ class WiringSections(DeviceSections):
         return tuple(out)
 
     def rx_channel(self, values: dict[str, Any], key: str, grid: GridConfig) -> int:
+        """A node's receive channel, from exactly one of rx_thz or rx_channel."""
         thz, ch = values["rx_thz"], values["rx_channel"]
         if (thz is None) == (ch is None):
             raise self.fail(key, "needs exactly one of rx_thz or rx_channel",
@@ -80,6 +82,7 @@ class WiringSections(DeviceSections):
 
     def endpoint(self, raw: Any, key: str, nodes: tuple[NodeConfig, ...],
                  devices: tuple[DeviceConfig, ...]) -> Endpoint:
+        """One end of a fibre: a node's tx/rx, a WSS port or a meter channel."""
         if not isinstance(raw, str) or "." not in raw:
             raise self.fail(key, f"{raw!r} is not an endpoint",
                             'write "node.tx", "node.rx", "wss.in", "wss.<port>" or "meter.<channel>"')
@@ -110,6 +113,7 @@ class WiringSections(DeviceSections):
 
     def fibres(self, raw: Any, nodes: tuple[NodeConfig, ...], devices: tuple[DeviceConfig, ...]
                ) -> tuple[FibreConfig, ...]:
+        """The fibres: node.tx → wss.in, wss.<port> → node.rx or meter.<channel>."""
         out: list[FibreConfig] = []
         for i, entry in enumerate(self.array(raw, "fibres")):
             key = f"fibres[{i}]"
@@ -130,6 +134,7 @@ class WiringSections(DeviceSections):
         return tuple(out)
 
     def check_attachments(self, cfg: TestbedConfig) -> None:
+        """Every node on one WSS (in and out), with its own port and channel on it."""
         tx_to: dict[str, str] = {}
         rx_from: dict[str, tuple[str, int]] = {}
         port_used: dict[tuple[str, int], str] = {}
