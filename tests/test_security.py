@@ -23,6 +23,7 @@ from common.security import (
     CurveKeys,
     CurveServer,
     Identity,
+    Rule,
     SecurityError,
     SecurityFiles,
     authenticated_user,
@@ -329,6 +330,19 @@ def test_a_forgotten_rpc_fails_fast() -> None:
         AuthorizationInterceptor(rules)
     with pytest.raises(SecurityError, match="unknown methods Frobnicate"):
         check_rules({**METHOD_RULES, "Frobnicate": METHOD_RULES["GetStatus"]})
+
+
+def test_the_table_checks_against_the_service_descriptor() -> None:
+    """The ground floor names the RPCs without the generated code; given the descriptor, the
+    check also covers the request fields an agent rule names."""
+    service = pb.DESCRIPTOR.services_by_name["Controller"]
+    check_rules(METHOD_RULES, service)
+    AuthorizationInterceptor(service_descriptor=service)
+    bad = {**METHOD_RULES, "GetStatus": Rule(frozenset({ROLE_AGENT}), own_node_field="nope")}
+    with pytest.raises(SecurityError, match="GetStatus's request GetStatusRequest has no field"):
+        check_rules(bad, service)
+    with pytest.raises(SecurityError, match="unknown methods Frobnicate"):
+        check_rules({**METHOD_RULES, "Frobnicate": METHOD_RULES["GetStatus"]}, service)
 
 
 # --------------------------------------------------------------------------- ZeroMQ CURVE
