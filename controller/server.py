@@ -1,0 +1,184 @@
+"""The controller process: devices, the gRPC service with health and reflection, metrics.
+
+`ControllerServer` owns the process's lifecycle: it refuses to serve plaintext beyond this
+host unless told to, brings the devices to the stored (or default) configuration, serves the
+`ControllerService`, watches the devices and agents, and exports the metrics.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from common.config import TestbedConfig
+from common.errors import ConfigError, OddlError
+from common.metrics import Metrics, counter, gauge
+from controller.devices import Configuration, DeviceManager
+from controller.servicer import SERVICE_NAME, ControllerService
+from controller.store import Store
+from drivers.interfaces import Route
+from protos import oddl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+
+class ControllerServer:
+    """The controller process: devices, the gRPC service, health and reflection."""
+
+    def __init__(self, cfg: TestbedConfig, listen: str | None = None,
+                 devices: DeviceManager | None = None, max_workers: int = 32,
+                 metrics_listen: str | None = "127.0.0.1:0", state: str | None = None,
+                 insecure: bool = False):
+        where = listen or cfg.controller.listen
+        if not cfg.security.enabled and not insecure and not is_loopback(where):
+            raise ConfigError(
+                f"controller: refusing to serve without TLS on {where}: anyone who reaches it "
+                "could retune lasers and rewrite WSS routes. Set [security] certs (make them "
+                "with `oddl certs init`), listen on 127.0.0.1, or pass --insecure to serve "
+                "plaintext on purpose")
+        if not cfg.security.enabled and not is_loopback(where):
+            logger.warning("controller: serving WITHOUT TLS on %s (--insecure): anyone who "
+                           "reaches this port can reconfigure the testbed", where)
+        self.cfg = cfg
+        self.metrics = Metrics("oddl")
+        path = state if state is not None else cfg.controller.state
+        self.store = Store(path) if path else None
+        self.devices = devices or DeviceManager(
+            cfg, on_command=lambda d, op, s: self.metrics.command.labels(d, op).observe(s),
+            store=self.store)
+        self.service = ControllerService(cfg, self.devices, self.metrics, self.store)
+        self.metrics.add_state(self._metric_state)
+        self.metrics_listen = metrics_listen
+        interceptors = []
+        if cfg.security.enabled:
+            from common.revocation import RevocationList
+            from common.security import AuthorizationInterceptor, SecurityFiles, server_credentials
+
+            self.security = SecurityFiles.load(cfg.security.certs)
+            interceptors.append(AuthorizationInterceptor(
+                revocations=RevocationList(self.security.root)))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                             thread_name_prefix="grpc"),
+                                  interceptors=interceptors)
+        pb_grpc.add_ControllerServicer_to_server(self.service, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        if cfg.security.enabled:
+            self.port = self.server.add_secure_port(where, server_credentials(self.security))
+        else:
+            self.port = self.server.add_insecure_port(where)
+        if self.port == 0:
+            raise OddlError(f"cannot listen on {where}; pick a free port or use port 0")
+        self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+
+    def start(self, initialise_devices: bool = True) -> None:
+        """Connect the devices, bring them to the stored (or default) configuration, serve."""
+        if initialise_devices:
+            self._bring_up_devices()
+        self.server.start()
+        threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
+                         daemon=True).start()
+        if self.cfg.controller.device_check_s > 0:
+            threading.Thread(target=self._watch_devices, name="device-check",
+                             daemon=True).start()
+        if self.metrics_listen:
+            self.metrics.serve(self.metrics_listen)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        logger.info("controller for %s serving on %s", self.cfg.name, self.address)
+
+    def _bring_up_devices(self) -> None:
+        """Connect the devices; adopt or restore the stored configuration, else the default."""
+        self.devices.connect()
+        channels, tables, stamps = self.store.verified() if self.store else ({}, {}, {})
+        if self.store is not None and (channels or tables):
+            self.devices.load_events()
+            result = self.devices.reconcile(Configuration(channels, tables), stamps)
+            logger.info("resumed from %s: adopted %s, restored %s", self.store.path,
+                        result["adopted"], result["restored"])
+        else:
+            self.devices.initialise(default_configuration(self.cfg))
+
+    def _watch_devices(self) -> None:
+        """Read the devices back now and then; restore one that lost its configuration."""
+        interval = self.cfg.controller.device_check_s
+        while not self.service.stopped.wait(interval):
+            if self.service.retuning():
+                continue  # a slot executor owns the devices' timing now
+            try:
+                restored = self.devices.check()
+            except Exception:  # the watch must outlive any one bad reading
+                logger.exception("device check failed")
+                continue
+            if restored:
+                logger.warning("restored %s: they no longer held the verified configuration",
+                               ", ".join(restored))
+                self.service.errors["device restored"] += 1
+
+    def _metric_state(self) -> Iterator[Any]:
+        return _metric_state_of(self)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop serving and release the devices (their optical state is left as it is)."""
+        self.health.enter_graceful_shutdown()
+        self.metrics.close()
+        self.service.close()
+        self.server.stop(grace).wait(grace + 1)
+        self.devices.close()
+        if self.store is not None:
+            self.store.close()
+
+
+def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
+    svc, dm = server.service, server.devices
+    yield counter("oddl_reconfigurations_total", "Transmitter retunes applied", dm.reconfigurations)
+    yield counter("oddl_transactions_failed_total", "Reconfiguration transactions rolled back",
+                  dm.transactions_failed)
+    jobs = list(svc.jobs.jobs.values())
+    yield counter("oddl_guard_time_seconds_total", "Guard time in executed schedules",
+                  sum(j.guard_time_s for j in jobs))
+    done = None
+    for j in jobs:
+        done = counter("oddl_collectives_total", "Collectives completed, by job",
+                       j.collectives_done, {"job": j.id}, done)
+    if done is not None:
+        yield done
+    yield counter("oddl_collectives_failed_total", "Collectives that failed at some node",
+                  svc.collectives_failed)
+    kinds = None
+    for kind, n in sorted(svc.errors.items()):
+        kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
+    if kinds is not None:
+        yield kinds
+    yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
+                svc.registry.alive_count())
+
+
+def is_loopback(address: str) -> bool:
+    """Whether HOST:PORT listens on this host only (127.0.0.0/8, ::1, localhost)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name or a wildcard: reachable from elsewhere
+
+
+def default_configuration(cfg: TestbedConfig) -> Configuration:
+    """TT-FR at rest: every receive channel routed to its node's port; lasers on their own channel."""
+    tables: dict[str, dict[int, Route]] = {}
+    for n in cfg.nodes:
+        att = cfg.attachment(n.id)
+        tables.setdefault(att.wss, {})[n.rx_channel] = Route(att.out_port, 0.0)
+    return Configuration({n.transmitter: n.rx_channel for n in cfg.nodes}, tables)

@@ -1,0 +1,56 @@
+"""The controller's state in its wire form: jobs, the topology, device states and the log."""
+
+from __future__ import annotations
+
+from common.config import TestbedConfig
+from controller.devices import DeviceManager
+from controller.jobs import JobRecord
+from protos import oddl_pb2 as pb
+
+
+def job_pb(job: JobRecord) -> pb.Job:
+    """A job as `ListJobs`, `GetStatus` and `JobAssigned` carry it."""
+    return pb.Job(id=job.id, name=job.name, nodes=job.nodes, collective=job.collective,
+                  network=job.network, state=job.state, reason=job.reason,
+                  collectives_done=job.collectives_done,
+                  reconfigurations=job.reconfigurations, guard_time_s=job.guard_time_s,
+                  submitted_ns=job.submitted_ns, params=job.params)
+
+
+def topology_pb(cfg: TestbedConfig) -> pb.Topology:
+    """The testbed's grid, nodes and devices."""
+    return pb.Topology(
+        testbed=cfg.name, grid_first_thz=cfg.grid.first_thz,
+        grid_spacing_ghz=cfg.grid.spacing_ghz, grid_channels=cfg.grid.channels,
+        nodes=[pb.Node(id=n.id, host=n.host, transmitter=n.transmitter,
+                       rx_channel=n.rx_channel, wss=cfg.attachment(n.id).wss,
+                       out_port=cfg.attachment(n.id).out_port) for n in cfg.nodes],
+        devices=[*(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.devices),
+                 *(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.optinc)])
+
+
+def device_states_pb(devices: DeviceManager) -> pb.DeviceStateList:
+    """What every device reads back now (state, routes, meter), or why it cannot."""
+    out = pb.DeviceStateList()
+    for dev_id, entry in devices.read_states().items():
+        ds = out.devices.add(id=dev_id, kind=entry["kind"], reachable=entry["reachable"],
+                             error=entry.get("error", ""), verified_ns=entry["verified_ns"])
+        st = entry.get("state")
+        if st is not None:
+            ds.channel, ds.frequency_thz, ds.power_dbm = st.channel, st.frequency_thz, st.power_dbm
+            ds.output_enabled, ds.locked = st.output_enabled, st.locked
+        for ch, route in sorted(entry.get("routes", {}).items()):
+            ds.routes.add(channel=ch, port=route.port, attenuation_db=route.attenuation_db)
+        for ch, dbm in sorted(entry.get("meter", {}).items()):
+            ds.meter.add(channel=ch, power_dbm=dbm if dbm is not None else 0.0,
+                         light=dbm is not None)
+    return out
+
+
+def device_log_pb(devices: DeviceManager, device: str, limit: int) -> pb.DeviceLog:
+    """The newest `limit` (0: 100) events of `device` (empty: every device)."""
+    events = [e for e in list(devices.events) if not device or e.device in (device, "*")]
+    newest = events[-(limit or 100):]
+    return pb.DeviceLog(entries=[pb.DeviceLogEntry(time_ns=e.time_ns, device=e.device,
+                                                   action=e.action, ok=e.ok, detail=e.detail)
+                                 for e in newest])
