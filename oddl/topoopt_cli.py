@@ -177,7 +177,8 @@ def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int
 
 
 def _model(args: argparse.Namespace) -> Any:
-    from offline.topoopt.model import get_model, load_model_file
+    from offline.topoopt.model import get_model
+    from offline.topoopt.model_files import load_model_file
 
     if args.model_file:
         return load_model_file(args.model_file)

@@ -36,15 +36,14 @@ from offline.topoopt.model import (
     JobModel,
     LayerGroup,
     Memory,
-    ModelFileError,
     TopoOptError,
     Traffic,
     data_parallel,
     describe,
-    load_model_file,
     parse_strategy,
     traffic,
 )
+from offline.topoopt.model_files import ModelFileError, load_model_file
 from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
 from offline.topoopt.routing import ecmp_loads
 from offline.topoopt.search import SearchConfig, co_optimise, evaluate_strategy
