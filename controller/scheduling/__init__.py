@@ -22,16 +22,11 @@ from controller.scheduling.collectives import (
     validate_plan,
 )
 from controller.scheduling.handoff import Handoff, confirmations_for, handoffs
+from controller.scheduling.matchings import bipartite_edge_colouring
 from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
 from controller.scheduling.param_server import parameter_server_allreduce
-from controller.scheduling.scheduler import (
-    NodeEvent,
-    Retune,
-    Schedule,
-    Slot,
-    bipartite_edge_colouring,
-    schedule_plan,
-)
+from controller.scheduling.scheduler import Schedule, schedule_plan
+from controller.scheduling.slot import NodeEvent, Retune, Slot
 from controller.scheduling.topology import (
     IN_PORT,
     Circuit,
