@@ -11,27 +11,22 @@ medians and their ratio, plus the slot-gate error of the agents.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from bench_common import allreduce_results, check_exact, emit, percentiles
 
-from agents.client import AgentClient, allreduce_all
-from oddl.demo import DEFAULT_TESTBED
-from oddl.launch import launch_emulated
+from agents.client import AgentClient
+from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed
 from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup
 
 
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:
-    elapsed, outs = allreduce_all(clients, arrays)
-    exact = np.sum(arrays, axis=0)
-    for out in outs:
-        if not isinstance(out, np.ndarray):
-            raise AssertionError(f"all-reduce failed: {out}")
-        assert np.array_equal(out, exact), "wrong all-reduce result"
+    elapsed, outs = allreduce_results(clients, arrays)
+    check_exact(outs, np.sum(arrays, axis=0))
     return elapsed
 
 
@@ -39,7 +34,55 @@ def _job_retunes(op: OperatorClient, job_id: str) -> int:
     return int(next(j for j in op.jobs() if j["id"] == job_id).get("reconfigurations", 0))
 
 
+Key = tuple[str, str, int]
+"""(collective, network, bytes)"""
+
+
+def measure(tb: EmulatedTestbed, collectives: list[str], sizes: list[int], repeats: int
+            ) -> tuple[dict[Key, list[float]], dict[tuple[str, int], float], list[float]]:
+    """Each collective on both networks at each size: the times, the optical retunes per
+    all-reduce and the agents' slot-gate errors."""
+    op, clients = tb.operator, tb.clients
+    assert op is not None
+    rng = np.random.default_rng(0)
+    times: dict[Key, list[float]] = {}
+    retunes: dict[tuple[str, int], float] = {}
+    for collective in collectives:
+        for network in ("optical", "ideal"):
+            job = op.submit(f"bench-{collective}-{network}", [], collective, network)
+            for size in sizes:
+                arrays = [rng.integers(-1000, 1000, size // 4).astype(np.int32)
+                          for _ in clients]
+                _allreduce_all(clients, arrays)  # warm-up: schedule cache, connections
+                before = _job_retunes(op, job["id"])
+                times[(collective, network, size)] = [_allreduce_all(clients, arrays)
+                                                      for _ in range(repeats)]
+                if network == "optical":
+                    retunes[(collective, size)] = (
+                        _job_retunes(op, job["id"]) - before) / repeats
+            op.cancel(job["id"])
+    gate = [e for c in clients for e in c.status()["gate_errors"]]
+    return times, retunes, gate
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    lines = [f"all-reduce on 4 emulated nodes, {summary['line_rate_gbps']:g} Gbit/s, "
+             f"median of {summary['repeats']}; ratio = optical / ideal electrical",
+             f"{'collective':<18} {'bytes':>10} {'optical ms':>11} {'ideal ms':>9} {'ratio':>6} "
+             f"{'retunes':>8}"]
+    for r in summary["sizes"]:
+        lines.append(f"{r['collective']:<18} {r['bytes']:>10} {r['optical_ms']:>11.2f} "
+                     f"{r['ideal_ms']:>9.2f} {r['ratio']:>6.2f} "
+                     f"{r['retunes_per_allreduce']:>8.1f}")
+    ge = summary["gate_error_us"]
+    lines.append(f"slot-gate error: p50 {ge['p50']:.1f} µs, p99 {ge['p99']:.1f} µs, "
+                 f"max {ge['max']:.1f} µs ({ge['samples']} sends)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table, or one JSON object with --json."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(DEFAULT_TESTBED))
     parser.add_argument("--sizes", default="4096,262144,1048576,4194304",
@@ -50,34 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    collectives = args.collective.split(",")
+    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+            Path(tmp), Path(args.config), agent_timeout_s=None) as tb:
+        times, retunes, gate = measure(tb, collectives, sizes, args.repeats)
     results = []
-    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
-        tb = launch_emulated(group, Path(args.config), Path(tmp))
-        cfg = tb.cfg
-        clients = [AgentClient(tb.agents[n.id]["local_api"]) for n in cfg.nodes]
-        op = OperatorClient(tb.controller)
-        rng = np.random.default_rng(0)
-        times: dict[tuple[str, str, int], list[float]] = {}
-        retunes: dict[tuple[str, int], float] = {}
-        collectives = args.collective.split(",")
-        for collective in collectives:
-            for network in ("optical", "ideal"):
-                job = op.submit(f"bench-{collective}-{network}", [], collective, network)
-                for size in sizes:
-                    arrays = [rng.integers(-1000, 1000, size // 4).astype(np.int32)
-                              for _ in clients]
-                    _allreduce_all(clients, arrays)  # warm-up: schedule cache, connections
-                    before = _job_retunes(op, job["id"])
-                    times[(collective, network, size)] = [_allreduce_all(clients, arrays)
-                                                          for _ in range(args.repeats)]
-                    if network == "optical":
-                        retunes[(collective, size)] = (
-                            _job_retunes(op, job["id"]) - before) / args.repeats
-                op.cancel(job["id"])
-        gate = [e for c in clients for e in c.status()["gate_errors"]]
-        for c in clients:
-            c.close()
-        op.close()
     for collective in collectives:
         for size in sizes:
             o = float(np.median(times[(collective, "optical", size)]))
@@ -85,26 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"collective": collective, "bytes": size, "optical_ms": o * 1e3,
                             "ideal_ms": i * 1e3, "ratio": o / i,
                             "retunes_per_allreduce": retunes[(collective, size)]})
-    g = np.abs(np.array(gate)) if gate else np.zeros(1)
-    summary = {"collectives": collectives, "line_rate_gbps": cfg.fabric.line_rate_gbps,
+    g = percentiles(gate)
+    summary = {"collectives": collectives, "line_rate_gbps": tb.cfg.fabric.line_rate_gbps,
                "repeats": args.repeats, "sizes": results,
-               "gate_error_us": {"p50": float(np.percentile(g, 50) * 1e6),
-                                 "p99": float(np.percentile(g, 99) * 1e6),
-                                 "max": float(g.max() * 1e6), "samples": len(gate)}}
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"all-reduce on 4 emulated nodes, {cfg.fabric.line_rate_gbps:g} Gbit/s, "
-              f"median of {args.repeats}; ratio = optical / ideal electrical")
-        print(f"{'collective':<18} {'bytes':>10} {'optical ms':>11} {'ideal ms':>9} {'ratio':>6} "
-              f"{'retunes':>8}")
-        for r in results:
-            print(f"{r['collective']:<18} {r['bytes']:>10} {r['optical_ms']:>11.2f} "
-                  f"{r['ideal_ms']:>9.2f} {r['ratio']:>6.2f} {r['retunes_per_allreduce']:>8.1f}")
-        ge = summary["gate_error_us"]
-        print(f"slot-gate error: p50 {ge['p50']:.1f} µs, p99 {ge['p99']:.1f} µs, "
-              f"max {ge['max']:.1f} µs ({ge['samples']} sends)")
-    return 0
+               "gate_error_us": {"p50": g["p50"] * 1e6, "p99": g["p99"] * 1e6,
+                                 "max": g["max"] * 1e6, "samples": len(gate)}}
+    return emit(summary, args.json, table)
 
 
 if __name__ == "__main__":

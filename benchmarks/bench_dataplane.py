@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import emit
 
 from agents.client import AgentClient, allreduce_all
-from oddl.demo import DEFAULT_TESTBED
-from oddl.launch import launch_emulated
+from oddl.demo_report import percentiles
+from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, write_config
 from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup
 
 N = 4
 
@@ -130,12 +130,8 @@ def _floor_until_eof() -> None:
 
 # ---- oddl ---------------------------------------------------------------------------------
 def _testbed_file(tmp: Path, mode: str, base: Path) -> Path:
-    text = base.read_text()
-    if mode == "direct":
-        text = text.replace('link = "fabric"', 'link = "direct"')
-    path = tmp / f"testbed-{mode}.toml"
-    path.write_text(text)
-    return path
+    return write_config(base, tmp / f"testbed-{mode}.toml",
+                        {'link = "fabric"': 'link = "direct"'} if mode == "direct" else None)
 
 
 def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str],
@@ -143,11 +139,11 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
     """Start the emulated testbed with `mode` links and time every (collective, network)."""
     out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "control": {},
                            "gate_errors": []}
-    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
-        tb = launch_emulated(group, _testbed_file(Path(tmp), mode, base), Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+            Path(tmp), _testbed_file(Path(tmp), mode, base), agent_timeout_s=None) as tb:
         out["line_rate_gbps"] = tb.cfg.fabric.line_rate_gbps
-        clients = [AgentClient(tb.agents[n.id]["local_api"]) for n in tb.cfg.nodes]
-        op = OperatorClient(tb.controller)
+        clients, op = tb.clients, tb.operator
+        assert op is not None
         api0 = sum(c.status()["local_api_bytes"] for c in clients)
         with LoadedFloor() as floor:
             _run_jobs(op, clients, collectives, networks, sizes, repeats, out,
@@ -158,9 +154,6 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
         out["gate_scheduling"] = status[0].get("gate_scheduling", "")
         out["local_api_bytes"] = sum(s["local_api_bytes"] for s in status) - api0
         out["shared_memory_bytes"] = sum(s["shared_memory_bytes"] for s in status)
-        for c in clients:
-            c.close()
-        op.close()
     return out
 
 
@@ -227,13 +220,84 @@ def _check(outs: list[Any], exact: np.ndarray) -> None:
             raise AssertionError("wrong all-reduce result")
 
 
-def _pct(values: list[float]) -> dict[str, float]:
-    a = np.abs(np.array(values)) if values else np.zeros(1)
-    return {"p50_us": float(np.percentile(a, 50) * 1e6), "p99_us": float(np.percentile(a, 99) * 1e6),
-            "max_us": float(a.max() * 1e6), "samples": len(values)}
+def _row(mode: str, res: dict[str, Any], key: str, sizes: list[int],
+         gloo: dict[int, list[float]] | None) -> dict[str, Any]:
+    """One (mode, collective, network, size): its median against gloo, the wire and ideal."""
+    rate = res["line_rate_gbps"] * 1e9
+    collective, network, size = key.split("/")
+    size_i = int(size)
+    med = float(np.median(res["times"][key]))
+    bound = 2 * (N - 1) / N * size_i * 8 / rate
+    row = {"mode": mode, "collective": collective, "network": network, "bytes": size_i,
+           "ms": med * 1e3, "line_rate_bound_ms": bound * 1e3,
+           "x_line_rate": med / bound, "overruns": res["overruns"][key],
+           "late_chunks": res["late"][key]}
+    if key in res["control"]:
+        row["control_overhead_ms"] = res["control"][key] * 1e3
+    if gloo is not None and size_i in gloo:
+        row["gloo_ms"] = float(np.median(gloo[size_i])) * 1e3
+        row["x_gloo"] = med / float(np.median(gloo[size_i]))
+    ideal = res["times"].get(f"{collective}/ideal/{size}")
+    if network == "optical" and ideal:
+        row["x_ideal"] = med / float(np.median(ideal))
+    small = res["times"].get(f"{collective}/{network}/{min(sizes)}")
+    if small and size_i >= 16 * 2**20 - 1:
+        fixed = float(np.median(small))
+        row["fixed_overhead_ms"] = fixed * 1e3
+        row["x_wire_plus_fixed"] = med / (bound + fixed)
+    return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def _per_byte(modes: dict[str, dict[str, Any]], collectives: list[str],
+              sizes: list[int]) -> dict[str, float]:
+    """Time per byte at the largest size over the smallest ≥ 16 MB."""
+    per_byte = {}
+    for mode, res in modes.items():
+        for collective in collectives:
+            for network in ("ideal", "optical"):
+                big = [s for s in sizes if s >= 16 * 2**20 - 1]
+                keys = [f"{collective}/{network}/{s}" for s in big]
+                if len(big) >= 2 and all(k in res["times"] for k in keys):
+                    lo, hi = (float(np.median(res["times"][k])) / s for k, s in
+                              ((keys[0], big[0]), (keys[-1], big[-1])))
+                    per_byte[f"{mode}/{collective}/{network}"] = hi / lo
+    return per_byte
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    lines = [f"all-reduce on {N} nodes, float32, median of {summary['repeats']}; x gloo = oddl / "
+             "gloo in this run; x wire = oddl / line-rate bound",
+             f"{'mode':<7} {'collective':<17} {'network':<17} {'MB':>7} {'ms':>8} {'gloo ms':>8} "
+             f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5} "
+             f"{'control ms':>10}"]
+    for r in summary["rows"]:
+        lines.append(
+            f"{r['mode']:<7} {r['collective']:<17} {r['network']:<17} {r['bytes'] / 2**20:>7.3f} "
+            f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
+            f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
+            f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5} "
+            f"{r.get('control_overhead_ms', float('nan')):>10.2f}")
+    for k, v in summary["time_per_byte_largest_over_16mb"].items():
+        lines.append(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
+    f = summary["spin_floor_quiet"]
+    lines.append(f"bare sleep-then-spin floor, quiet: p50 {f['p50_us']:.1f} µs, p99 "
+                 f"{f['p99_us']:.1f} µs")
+    for m, g in summary["gate_error"].items():
+        lf = summary["spin_floor_loaded"][m]
+        lines.append(
+            f"{m}: bare loop during the runs p99 {lf['p99_us']:.1f} µs; agents' gate error "
+            f"p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs ({g['samples']} sends), "
+            f"p99 / loaded floor {summary['gate_p99_over_loaded_floor'][m]:.2f} "
+            f"[{summary['gate_scheduling'][m] or 'normal scheduling'}]")
+    for m in summary["gate_error"]:
+        lines.append(f"{m}: bytes through the local API socket "
+                     f"{summary['local_api_socket_bytes'][m]}, through shared memory "
+                     f"{summary['shared_memory_bytes'][m]}")
+    return lines
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(DEFAULT_TESTBED))
     parser.add_argument("--sizes-mb", default="0.00390625,1,16,64,256",
@@ -245,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-gloo", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--floor-until-eof", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table, or one JSON object with --json."""
+    args = _parser().parse_args(argv)
     if args.floor_until_eof:
         _floor_until_eof()
         return 0
@@ -259,84 +328,23 @@ def main(argv: list[str] | None = None) -> int:
         modes[mode] = oddl_times(mode, sizes, args.repeats, collectives, networks,
                                  Path(args.config))
     floor_after = spin_floor()
-    rows = []
-    for mode, res in modes.items():
-        rate = res["line_rate_gbps"] * 1e9
-        for key, times in res["times"].items():
-            collective, network, size = key.split("/")
-            size_i = int(size)
-            med = float(np.median(times))
-            bound = 2 * (N - 1) / N * size_i * 8 / rate
-            row = {"mode": mode, "collective": collective, "network": network, "bytes": size_i,
-                   "ms": med * 1e3, "line_rate_bound_ms": bound * 1e3,
-                   "x_line_rate": med / bound, "overruns": res["overruns"][key],
-                   "late_chunks": res["late"][key]}
-            if key in res["control"]:
-                row["control_overhead_ms"] = res["control"][key] * 1e3
-            if gloo is not None and size_i in gloo:
-                row["gloo_ms"] = float(np.median(gloo[size_i])) * 1e3
-                row["x_gloo"] = med / float(np.median(gloo[size_i]))
-            ideal = res["times"].get(f"{collective}/ideal/{size}")
-            if network == "optical" and ideal:
-                row["x_ideal"] = med / float(np.median(ideal))
-            small = res["times"].get(f"{collective}/{network}/{min(sizes)}")
-            if small and size_i >= 16 * 2**20 - 1:
-                fixed = float(np.median(small))
-                row["fixed_overhead_ms"] = fixed * 1e3
-                row["x_wire_plus_fixed"] = med / (bound + fixed)
-            rows.append(row)
-    per_byte = {}
-    for mode, res in modes.items():
-        for collective in collectives:
-            for network in ("ideal", "optical"):
-                big = [s for s in sizes if s >= 16 * 2**20 - 1]
-                keys = [f"{collective}/{network}/{s}" for s in big]
-                if len(big) >= 2 and all(k in res["times"] for k in keys):
-                    lo, hi = (float(np.median(res["times"][k])) / s for k, s in
-                              ((keys[0], big[0]), (keys[-1], big[-1])))
-                    per_byte[f"{mode}/{collective}/{network}"] = hi / lo
-    floor_all = floor + floor_after
-    gate = {m: _pct(r["gate_errors"]) for m, r in modes.items()}
-    loaded = {m: _pct(r["loaded_floor"]) for m, r in modes.items()}
+    rows = [_row(mode, res, key, sizes, gloo) for mode, res in modes.items()
+            for key in res["times"]]
+    gate = {m: percentiles(r["gate_errors"]) for m, r in modes.items()}
+    loaded = {m: percentiles(r["loaded_floor"]) for m, r in modes.items()}
     summary = {"nodes": N, "repeats": args.repeats, "cpus": os.cpu_count(),
                "gloo_ms": {s: float(np.median(t)) * 1e3 for s, t in (gloo or {}).items()},
-               "rows": rows, "time_per_byte_largest_over_16mb": per_byte,
-               "spin_floor_quiet": _pct(floor_all), "spin_floor_loaded": loaded,
-               "gate_error": gate,
+               "rows": rows, "time_per_byte_largest_over_16mb": _per_byte(modes, collectives,
+                                                                          sizes),
+               "spin_floor_quiet": percentiles(floor + floor_after),
+               "spin_floor_loaded": loaded, "gate_error": gate,
                "gate_p99_over_loaded_floor": {m: g["p99_us"] / max(loaded[m]["p99_us"], 1e-3)
                                               for m, g in gate.items()},
                "gate_scheduling": {m: r["gate_scheduling"] for m, r in modes.items()},
                "local_api_socket_bytes": {m: r["local_api_bytes"] for m, r in modes.items()},
                "shared_memory_bytes": {m: r["shared_memory_bytes"] for m, r in modes.items()},
                "line_rate_gbps": {m: r["line_rate_gbps"] for m, r in modes.items()}}
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"all-reduce on {N} nodes, float32, median of {args.repeats}; x gloo = oddl / gloo "
-          "in this run; x wire = oddl / line-rate bound")
-    print(f"{'mode':<7} {'collective':<17} {'network':<17} {'MB':>7} {'ms':>8} {'gloo ms':>8} "
-          f"{'x gloo':>7} {'x wire':>7} {'x ideal':>8} {'overruns':>8} {'late':>5} "
-          f"{'control ms':>10}")
-    for r in rows:
-        print(f"{r['mode']:<7} {r['collective']:<17} {r['network']:<17} {r['bytes'] / 2**20:>7.3f} "
-              f"{r['ms']:>8.1f} {r.get('gloo_ms', float('nan')):>8.1f} "
-              f"{r.get('x_gloo', float('nan')):>7.2f} {r['x_line_rate']:>7.2f} "
-              f"{r.get('x_ideal', float('nan')):>8.2f} {r['overruns']:>8} {r['late_chunks']:>5} "
-              f"{r.get('control_overhead_ms', float('nan')):>10.2f}")
-    for k, v in per_byte.items():
-        print(f"time per byte, largest / 16 MB, {k}: {v:.2f}")
-    f = summary["spin_floor_quiet"]
-    print(f"bare sleep-then-spin floor, quiet: p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs")
-    for m, g in gate.items():
-        lf = loaded[m]
-        print(f"{m}: bare loop during the runs p99 {lf['p99_us']:.1f} µs; agents' gate error "
-              f"p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs ({g['samples']} sends), "
-              f"p99 / loaded floor {summary['gate_p99_over_loaded_floor'][m]:.2f} "
-              f"[{summary['gate_scheduling'][m] or 'normal scheduling'}]")
-    for m in modes:
-        print(f"{m}: bytes through the local API socket {summary['local_api_socket_bytes'][m]}, "
-              f"through shared memory {summary['shared_memory_bytes'][m]}")
-    return 0
+    return emit(summary, args.json, table)
 
 
 if __name__ == "__main__":

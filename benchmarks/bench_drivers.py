@@ -32,7 +32,7 @@ from drivers.interfaces import Route
 from drivers.itla import ItlaDriver
 from drivers.transport import SerialTransport
 from drivers.wss import FlexgridWss, WssLimits
-from oddl.demo import DEFAULT_TESTBED
+from oddl.launch import DEFAULT_TESTBED
 
 
 def _stats(samples: list[float]) -> dict[str, float]:

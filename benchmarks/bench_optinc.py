@@ -27,25 +27,15 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_common import best_of
 
 from offline.optinc import model as om
 from offline.optinc import train as ot
 
 NOISE_RAD = 0.0005
-
-
-def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Return the best wall time of `repeats` calls (seconds) and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def naive_forward(net: om.OptincNetwork, x: np.ndarray, eff: np.ndarray) -> list[int]:

@@ -22,38 +22,17 @@ are allowed; nothing else).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from bench_common import allreduce_results, check_float_sum, emit, run_meta
 
-from agents.client import AgentClient, allreduce_all
 from agents.executor import optinc_expected
-from common.config import load_testbed
-from oddl.demo import DEFAULT_TESTBED, _fabric_stats
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
-
-
-def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]
-                   ) -> tuple[float, list[np.ndarray]]:
-    """All nodes at once; the wall time from the common start to the last result."""
-    elapsed, outs = allreduce_all(clients, arrays)
-    for out in outs:
-        if not isinstance(out, np.ndarray):
-            raise RuntimeError(f"all-reduce failed: {out}")
-    return elapsed, outs
-
-
-def _check_ring(outs: list[np.ndarray], arrays: list[np.ndarray]) -> None:
-    stacked = np.stack(arrays).astype(np.float64)
-    bound = (len(arrays) - 1) * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
-    for out in outs:
-        if not np.all(np.abs(out - stacked.sum(axis=0)) <= bound * 1.01 + 1e-30):
-            raise RuntimeError("ring all-reduce differs from the sum")
+from common.config import OptincDeviceConfig
+from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, fabric_stats
 
 
 def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -> int:
@@ -63,6 +42,60 @@ def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -
         if not np.array_equal(out, outs[0]):
             raise RuntimeError("optinc results differ between nodes")
     return int(np.count_nonzero(outs[0] != want))
+
+
+def measure(tb: EmulatedTestbed, dev: OptincDeviceConfig, sizes: list[int], repeats: int
+            ) -> tuple[dict[tuple[str, int], list[float]], dict[tuple[str, int], float],
+                       dict[str, Any]]:
+    """Ring and optinc at each size: the times, the scheduled makespans and the device's
+    counters during the runs (raises if a result is wrong)."""
+    op, clients = tb.operator, tb.clients
+    assert op is not None
+    rng = np.random.default_rng(0)
+    times: dict[tuple[str, int], list[float]] = {}
+    makespan: dict[tuple[str, int], float] = {}
+    missed = 0
+    before = fabric_stats(tb.launched.fabric)["optinc"][dev.id]
+    for coll in ("ring", "optinc"):
+        job = op.submit(f"bench-{coll}", [], coll, "optical")
+        for size in sizes:
+            arrays = [rng.standard_normal(size // 4).astype(np.float32) for _ in clients]
+            makespan[(coll, size)] = op.schedule(job["id"], size, 4).makespan_s
+            times[(coll, size)] = []
+            for i in range(repeats + 1):  # the first is a warm-up
+                elapsed, outs = allreduce_results(clients, arrays)
+                if coll == "ring":
+                    check_float_sum(outs, arrays)
+                else:
+                    missed += _check_optinc(outs, arrays, dev.bits)
+                if i:
+                    times[(coll, size)].append(elapsed)
+                del outs
+        op.cancel(job["id"])
+    after = fabric_stats(tb.launched.fabric)["optinc"][dev.id]
+    device = {k: after[k] - before[k] for k in ("passes", "elements", "model_s",
+                                                "inexact_elements")}
+    if missed > device["inexact_elements"]:
+        raise RuntimeError(f"optinc: {missed} elements differ from the exact quantised mean "
+                           f"but the device missed only {device['inexact_elements']}")
+    return times, makespan, device
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    lines = [f"optinc vs ring all-reduce, {summary['nodes']} emulated nodes, {summary['bits']}-bit "
+             f"levels, {summary['line_rate_gbps']:g} Gbit/s, float32, median of "
+             f"{summary['repeats']}",
+             f"{'MB':>6} {'ring ms':>9} {'optinc ms':>10} {'ratio':>6} {'scheduled':>10} "
+             f"{'ideal':>6}"]
+    for r in summary["sizes"]:
+        lines.append(f"{r['mb']:>6.0f} {r['ring_ms']:>9.1f} {r['optinc_ms']:>10.1f} "
+                     f"{r['ratio']:>6.3f} {r['schedule_ratio']:>10.3f} {r['ideal_ratio']:>6.3f}")
+    d = summary["device"]
+    lines.append(f"OptINC device: {d['elements']:,} elements in {d['passes']} passes, MZI model "
+                 f"{d['elements_per_s'] / 1e6:.1f} M elements/s, {d['inexact_elements']} "
+                 "elements missed by the noisy optics; every result checked")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,90 +108,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(float(s) * 1_000_000) // 4 * 4 for s in args.sizes_mb.split(",")]
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp, ProcessGroup(Path(tmp)) as group:
-        resolved = Path(tmp) / "testbed.toml"
-        emu = group.start("emulators", oddl_command("emulate", "testbed", "--config",
-                                                    args.config, "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen",
-            "127.0.0.1:0"))["address"]
-        cfg = load_testbed(resolved)
-        dev = cfg.optinc_device(None)
+    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+            Path(tmp), Path(args.config), agent_timeout_s=600) as tb:
+        dev = tb.cfg.optinc_device(None)
         if dev is None:
             print(f"{args.config} has no OptINC device", file=sys.stderr)
             return 2
-        clients = [AgentClient(group.start(f"agent-{n.id}", oddl_command(
-            "agent", "serve", "--config", str(resolved), "--node", n.id, "--controller",
-            address))["local_api"], timeout_s=600) for n in cfg.nodes]
-        op = OperatorClient(address)
-        rng = np.random.default_rng(0)
-        times: dict[tuple[str, int], list[float]] = {}
-        makespan: dict[tuple[str, int], float] = {}
-        missed = 0
-        before = _fabric_stats(emu["fabric"])["optinc"][dev.id]
-        for coll in ("ring", "optinc"):
-            job = op.submit(f"bench-{coll}", [], coll, "optical")
-            for size in sizes:
-                arrays = [rng.standard_normal(size // 4).astype(np.float32) for _ in clients]
-                makespan[(coll, size)] = op.schedule(job["id"], size, 4).makespan_s
-                times[(coll, size)] = []
-                for i in range(args.repeats + 1):  # the first is a warm-up
-                    elapsed, outs = _allreduce_all(clients, arrays)
-                    if coll == "ring":
-                        _check_ring(outs, arrays)
-                    else:
-                        missed += _check_optinc(outs, arrays, dev.bits)
-                    if i:
-                        times[(coll, size)].append(elapsed)
-                    del outs
-            op.cancel(job["id"])
-        after = _fabric_stats(emu["fabric"])["optinc"][dev.id]
-        for c in clients:
-            c.close()
-        op.close()
-    inexact = after["inexact_elements"] - before["inexact_elements"]
-    if missed > inexact:
-        raise RuntimeError(f"optinc: {missed} elements differ from the exact quantised mean "
-                           f"but the device missed only {inexact}")
-    n, b = len(cfg.nodes), cfg.fabric.line_rate_gbps * 1e9
+        times, makespan, device = measure(tb, dev, sizes, args.repeats)
+    n, b = len(tb.cfg.nodes), tb.cfg.fabric.line_rate_gbps * 1e9
+    rows = []
     for size in sizes:
         ring = float(np.median(times[("ring", size)]))
         opt = float(np.median(times[("optinc", size)]))
-        elems = size // 4
         ideal_ring = 2 * (n - 1) / n * 8 * size / b
-        ideal_opt = 8 * elems * dev.level_itemsize / b + dev.latency_us * 1e-6
+        ideal_opt = 8 * (size // 4) * dev.level_itemsize / b + dev.latency_us * 1e-6
         rows.append({"mb": size / 1e6, "bytes": size, "ring_ms": ring * 1e3,
                      "optinc_ms": opt * 1e3, "ratio": opt / ring,
                      "schedule_ratio": makespan[("optinc", size)] / makespan[("ring", size)],
                      "ideal_ratio": ideal_opt / ideal_ring})
-    model_s = after["model_s"] - before["model_s"]
-    elements = after["elements"] - before["elements"]
+    model_s, elements = device["model_s"], device["elements"]
     summary = {
-        "benchmark": "bench_optinc_testbed", "python": platform.python_version(),
-        "nodes": n, "bits": dev.bits, "line_rate_gbps": cfg.fabric.line_rate_gbps,
+        **run_meta("bench_optinc_testbed"),
+        "nodes": n, "bits": dev.bits, "line_rate_gbps": tb.cfg.fabric.line_rate_gbps,
         "repeats": args.repeats, "sizes": rows,
         "ideal_ratio_same_bytes": n / (2 * (n - 1)),
-        "device": {"passes": after["passes"] - before["passes"], "elements": elements,
-                   "model_s": model_s, "elements_per_s": elements / model_s if model_s else 0.0,
-                   "inexact_elements": inexact},
+        "device": {**device, "elements_per_s": elements / model_s if model_s else 0.0},
         "results_checked": True,
     }
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"optinc vs ring all-reduce, {n} emulated nodes, {dev.bits}-bit levels, "
-          f"{cfg.fabric.line_rate_gbps:g} Gbit/s, float32, median of {args.repeats}")
-    print(f"{'MB':>6} {'ring ms':>9} {'optinc ms':>10} {'ratio':>6} {'scheduled':>10} "
-          f"{'ideal':>6}")
-    for r in rows:
-        print(f"{r['mb']:>6.0f} {r['ring_ms']:>9.1f} {r['optinc_ms']:>10.1f} {r['ratio']:>6.3f} "
-              f"{r['schedule_ratio']:>10.3f} {r['ideal_ratio']:>6.3f}")
-    d = summary["device"]
-    print(f"OptINC device: {d['elements']:,} elements in {d['passes']} passes, MZI model "
-          f"{d['elements_per_s'] / 1e6:.1f} M elements/s, {d['inexact_elements']} elements "
-          "missed by the noisy optics; every result checked")
-    return 0
+    return emit(summary, args.json, table)
 
 
 if __name__ == "__main__":

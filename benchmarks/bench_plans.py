@@ -16,15 +16,21 @@ is total ≤ 50 ms per collective at N = 1024.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_scheduler import ITEMSIZE, TIMING, VGG19_PARAMS, ring_permutations_baseline
+import bench_common
+from bench_common import emit
+from bench_scheduler import (
+    ITEMSIZE,
+    TIMING,
+    VGG19_PARAMS,
+    headline,
+    parser,
+    ring_permutations_baseline,
+    workload_meta,
+)
 
 from common.errors import PlanError
 from controller.scheduling import (
@@ -40,20 +46,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "totientperms": [{}, {"degree": 4}, {"degree": 8}],
 }
 """Parameter sets per collective (default: one run with no parameters)."""
-def best_of(repeats: int, fn: Callable[[], Any], patience_s: float = 1.0) -> tuple[float, Any]:
-    """Return the best wall time of up to `repeats` calls (seconds) and the last result.
-
-    Stops repeating once one call takes longer than `patience_s`.
-    """
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        elapsed = time.perf_counter() - t0
-        best = min(best, elapsed)
-        if elapsed > patience_s:
-            break
-    return best, result
+def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """The best wall time of up to `repeats` calls, fewer once one takes over a second."""
+    return bench_common.best_of(repeats, fn, patience_s=1.0)
 
 
 def label(name: str, params: dict[str, Any]) -> str:
@@ -138,31 +133,13 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table, or JSON with --json."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    ap.add_argument("--repeats", type=int, default=5, help="repeats per figure (best is kept)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 1024], help="node counts")
-    args = ap.parse_args(argv)
+    args = parser(__doc__.splitlines()[0], 5, [4, 1024]).parse_args(argv)
     rows = run(args.sizes, max(1, args.repeats))
-    if args.json:
-        meta = {
-            "benchmark": "bench_plans",
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "repeats": args.repeats,
-            "workload": f"VGG19 fp32, {VGG19_PARAMS} params x {ITEMSIZE} B, 100 Gbit/s",
-            "baseline": "ring successor permutations in plain Python, 2(N-1) lists of N ints",
-            "aim_ms_at_1024": AIM_MS,
-        }
-        print(json.dumps({**meta, "rows": rows}))  # one line: run_all.py reads the last line
-    else:
-        print(
-            f"VGG19 fp32 ({VGG19_PARAMS * ITEMSIZE / 1e6:.2f} MB), 100 Gbit/s, guard "
-            f"{TIMING.guard_s * 1e6:.2f} us, best of {args.repeats}; total = plan + schedule; "
-            f"ratio = total / baseline; ! = over {AIM_MS:g} ms at N = 1024"
-        )
-        print(table(rows))
-    return 0
+    # one line: run_all.py reads the last line
+    return emit({**workload_meta("bench_plans", args.repeats), "aim_ms_at_1024": AIM_MS,
+                 "rows": rows}, args.json,
+                lambda _: [f"{headline(args.repeats)}; total = plan + schedule; ratio = total / "
+                           f"baseline; ! = over {AIM_MS:g} ms at N = 1024", table(rows)])
 
 
 if __name__ == "__main__":

@@ -12,12 +12,10 @@ each result is also given as a ratio to it, so numbers compare across noisy mach
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
+
+from bench_common import best_of, emit, run_meta
 
 from controller.scheduling import (
     Plan,
@@ -45,16 +43,6 @@ TIMING = TimingModel(
 def ring_permutations_baseline(n: int) -> list[list[int]]:
     """The trivial baseline: the ring's successor permutation for each of its 2(N−1) steps."""
     return [[(i + 1) % n for i in range(n)] for _ in range(2 * (n - 1))]
-
-
-def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Return the best wall time of `repeats` calls (seconds) and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def measure(name: str, n: int, repeats: int, baseline_s: float) -> dict[str, Any]:
@@ -113,31 +101,37 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def parser(description: str, repeats: int, sizes: list[int]) -> argparse.ArgumentParser:
+    """The options of the schedule benchmarks (this one and bench_plans.py)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--repeats", type=int, default=repeats,
+                    help="repeats per figure (best is kept)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=sizes, help="node counts")
+    return ap
+
+
+def workload_meta(benchmark: str, repeats: int) -> dict[str, Any]:
+    """The JSON metadata of the schedule benchmarks: machine, workload and baseline."""
+    return run_meta(
+        benchmark, repeats=repeats,
+        workload=f"VGG19 fp32, {VGG19_PARAMS} params x {ITEMSIZE} B, 100 Gbit/s",
+        baseline="ring successor permutations in plain Python, 2(N-1) lists of N ints")
+
+
+def headline(repeats: int) -> str:
+    """The first line of the schedule benchmarks' tables."""
+    return (f"VGG19 fp32 ({VGG19_PARAMS * ITEMSIZE / 1e6:.2f} MB), 100 Gbit/s, guard "
+            f"{TIMING.guard_s * 1e6:.2f} us, best of {repeats}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table, or JSON with --json."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    ap.add_argument("--repeats", type=int, default=7, help="repeats per figure (best is kept)")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 64, 1024], help="node counts")
-    args = ap.parse_args(argv)
+    args = parser(__doc__.splitlines()[0], 7, [4, 64, 1024]).parse_args(argv)
     rows = run(args.sizes, max(1, args.repeats))
-    if args.json:
-        meta = {
-            "benchmark": "bench_scheduler",
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "repeats": args.repeats,
-            "workload": f"VGG19 fp32, {VGG19_PARAMS} params x {ITEMSIZE} B, 100 Gbit/s",
-            "baseline": "ring successor permutations in plain Python, 2(N-1) lists of N ints",
-        }
-        print(json.dumps({**meta, "rows": rows}, indent=2))
-    else:
-        print(
-            f"VGG19 fp32 ({VGG19_PARAMS * ITEMSIZE / 1e6:.2f} MB), 100 Gbit/s, guard "
-            f"{TIMING.guard_s * 1e6:.2f} us, best of {args.repeats}; ratio = total / baseline"
-        )
-        print(table(rows))
-    return 0
+    return emit({**workload_meta("bench_scheduler", args.repeats), "rows": rows}, args.json,
+                lambda _: [f"{headline(args.repeats)}; ratio = total / baseline", table(rows)],
+                indent=2)
 
 
 if __name__ == "__main__":

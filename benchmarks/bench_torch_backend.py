@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,10 +25,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from oddl.demo import DEFAULT_TESTBED
-from oddl.launch import launch_emulated
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup
+from bench_common import emit
+
+from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, torchrun_env
+from oddl.procs import free_port
 
 N = 4
 
@@ -85,42 +84,27 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     print(json.dumps(out), flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
         network: str) -> dict[str, Any]:
     """Start the testbed and the ranks; return the summary."""
     with tempfile.TemporaryDirectory(prefix="bench-torch-backend-") as tmp, \
-            ProcessGroup(Path(tmp)) as group:
-        launched = launch_emulated(group, config, Path(tmp))
-        nodes = [n.id for n in launched.cfg.nodes][:N]
-        operator = OperatorClient(launched.controller)
-        try:
-            operator.submit("bench-torch-backend", nodes, collective, network)
-            apis = ",".join(launched.agents[n]["local_api"] for n in nodes)
-            port = _free_port()
-            procs = []
-            for rank in range(N):
-                env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(N),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                       "ODDL_LOCAL_API": apis}
-                env.pop("ODDL_TORCH_FALLBACK", None)
-                procs.append(subprocess.Popen(
-                    [sys.executable, __file__, "--rank-worker", "--sizes-mb",
-                     ",".join(map(str, sizes_mb)), "--repeats", str(repeats)],
-                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            results = []
-            for p in procs:
-                stdout, stderr = p.communicate(timeout=1800)
-                if p.returncode != 0:
-                    raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
-                results.append(json.loads(stdout.strip().splitlines()[-1]))
-        finally:
-            operator.close()
+            EmulatedTestbed(Path(tmp), config, agent_timeout_s=None) as tb:
+        assert tb.operator is not None
+        nodes = tb.launched.node_ids[:N]
+        tb.operator.submit("bench-torch-backend", nodes, collective, network)
+        apis = [tb.launched.agents[n]["local_api"] for n in nodes]
+        port = free_port()
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--rank-worker", "--sizes-mb",
+             ",".join(map(str, sizes_mb)), "--repeats", str(repeats)],
+            env=torchrun_env(rank, N, port, apis), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True) for rank in range(N)]
+        results = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=1800)
+            if p.returncode != 0:
+                raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
     rows = []
     r0 = next(r for r in results if r["rank"] == 0)
     for mb in sizes_mb:
@@ -151,18 +135,21 @@ def main(argv: list[str] | None = None) -> int:
         rank_main(sizes, args.repeats)
         return 0
     summary = run(Path(args.config), sizes, args.repeats, args.collective, args.network)
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"oddl torch backend vs the agent's own all-reduce ({summary['collective']}, "
-          f"{summary['network']} network, {N} ranks, median of {args.repeats}, rank 0)")
-    print(f"{'size':>8}{'backend':>12}{'agent':>12}{'ratio':>8}{'pairs':>8}"
-          f"{'async_op':>12}{'ratio':>8}")
+    return emit(summary, args.json, table)
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    lines = [f"oddl torch backend vs the agent's own all-reduce ({summary['collective']}, "
+             f"{summary['network']} network, {N} ranks, median of {summary['repeats']}, rank 0)",
+             f"{'size':>8}{'backend':>12}{'agent':>12}{'ratio':>8}{'pairs':>8}"
+             f"{'async_op':>12}{'ratio':>8}"]
     for r in summary["rows"]:
-        print(f"{r['size_mb']:>6g}MB{r['backend_ms']:>10.1f}ms{r['agent_ms']:>10.1f}ms"
-              f"{r['ratio']:>8.3f}{r['pair_ratio_median']:>8.3f}{r['async_ms']:>10.1f}ms"
-              f"{r['async_ratio']:>8.3f}{'' if r['meets_1_05'] else '  (aim ≤ 1.05)'}")
-    return 0
+        lines.append(
+            f"{r['size_mb']:>6g}MB{r['backend_ms']:>10.1f}ms{r['agent_ms']:>10.1f}ms"
+            f"{r['ratio']:>8.3f}{r['pair_ratio_median']:>8.3f}{r['async_ms']:>10.1f}ms"
+            f"{r['async_ratio']:>8.3f}{'' if r['meets_1_05'] else '  (aim ≤ 1.05)'}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -48,8 +48,7 @@ import numpy as np
 
 from agents.client import allreduce_all
 from common.errors import OddlError
-from oddl.demo import DEFAULT_TESTBED
-from oddl.launch import RestartableTestbed
+from oddl.launch import DEFAULT_TESTBED, RestartableTestbed
 from oddl.operator import OperatorClient
 
 JOBS = {"soak-ring": (("n0", "n1"), "ring"), "soak-hd": (("n2", "n3"), "halving-doubling")}

@@ -10,7 +10,8 @@ benchmarks and the end-to-end tests share. Each process runs the same command a 
   client a node; closes everything (a context manager).
 - `RestartableTestbed`: processes that fault tests and the soak kill, stall and restart.
 - `write_config`: a copy of a testbed file with edits (line rate, heartbeat, security, ...).
-- `fabric_stats`: the emulated fabric's counters.
+- `fabric_stats`: the emulated fabric's counters; `torchrun_env`: a training rank's
+  environment.
 """
 
 from __future__ import annotations
@@ -162,6 +163,16 @@ def fabric_stats(address: str, timeout_ms: int = 2000) -> dict[str, Any]:
         return {}
     finally:
         sock.close(0)
+
+
+def torchrun_env(rank: int, world: int, port: int, apis: list[str]) -> dict[str, str]:
+    """The environment of one training rank as torchrun would set it, with the agents' local
+    APIs (ODDL_LOCAL_API, comma-separated by rank) for the oddl torch backend; no fallback."""
+    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "ODDL_LOCAL_API": ",".join(apis)}
+    env.pop("ODDL_TORCH_FALLBACK", None)
+    return env
 
 
 # ---- a running testbed with its clients -----------------------------------------------------

@@ -1,0 +1,85 @@
+"""Helpers the benchmarks share: timing, result checks, the run's metadata and the output.
+
+The benchmarks run as scripts (`python benchmarks/bench_x.py`), so this module is imported as
+`bench_common` (the script's folder is first on sys.path).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from agents.client import AgentClient, allreduce_all
+
+
+def best_of(repeats: int, fn: Callable[[], Any],
+            patience_s: float = float("inf")) -> tuple[float, Any]:
+    """Return the best wall time of up to `repeats` calls (seconds) and the last result.
+
+    Stops repeating once one call takes longer than `patience_s`.
+    """
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - t0
+        best = min(best, elapsed)
+        if elapsed > patience_s:
+            break
+    return best, result
+
+
+def run_meta(benchmark: str, **extra: Any) -> dict[str, Any]:
+    """The metadata every benchmark's JSON starts with, and `extra`."""
+    return {"benchmark": benchmark, "python": platform.python_version(),
+            "machine": platform.machine(), **extra}
+
+
+def emit(summary: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any]], list[str]],
+         indent: int | None = None) -> int:
+    """Print `summary` as one JSON line (run_all.py reads the last line) or as the text of
+    `table`; returns the exit code 0."""
+    if as_json:
+        print(json.dumps(summary, indent=indent))
+    else:
+        print("\n".join(table(summary)))
+    return 0
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p99 and max of |values| in s, and their count (0s for none)."""
+    a = np.abs(np.array(values)) if len(values) else np.zeros(1)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
+            "max": float(a.max()), "samples": len(values)}
+
+
+def allreduce_results(clients: list[AgentClient], arrays: list[np.ndarray],
+                      **kw: Any) -> tuple[float, list[np.ndarray]]:
+    """All nodes at once; the wall time from the common start to the last result, and the
+    results (raises if any node failed)."""
+    elapsed, outs = allreduce_all(clients, arrays, **kw)
+    for out in outs:
+        if not isinstance(out, np.ndarray):
+            raise RuntimeError(f"all-reduce failed: {out}")
+    return elapsed, outs
+
+
+def check_exact(outs: list[np.ndarray], exact: np.ndarray) -> None:
+    """Every result equals `exact` bit for bit."""
+    for out in outs:
+        if not np.array_equal(out, exact):
+            raise RuntimeError("wrong all-reduce result")
+
+
+def check_float_sum(outs: list[np.ndarray], arrays: list[np.ndarray]) -> None:
+    """Every result is within float32 summation error ((N-1)·eps·Σ|x|) of the exact sum."""
+    stacked = np.stack(arrays).astype(np.float64)
+    bound = (len(arrays) - 1) * np.finfo(np.float32).eps * np.abs(stacked).sum(axis=0)
+    for out in outs:
+        if not np.all(np.abs(out - stacked.sum(axis=0)) <= bound * 1.01 + 1e-30):
+            raise RuntimeError("ring all-reduce differs from the sum")
