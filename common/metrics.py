@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -82,16 +82,21 @@ class Metrics:
 def counter(name: str, doc: str, value: float, labels: dict[str, str] | None = None,
             family: CounterMetricFamily | None = None) -> CounterMetricFamily:
     """One counter sample (optionally added to an existing labelled family)."""
-    if family is None:
-        family = CounterMetricFamily(name, doc, labels=list(labels or {}))
-    family.add_metric(list((labels or {}).values()), value)
-    return family
+    return _sample(CounterMetricFamily, name, doc, value, labels, family)
 
 
 def gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None,
           family: GaugeMetricFamily | None = None) -> GaugeMetricFamily:
     """One gauge sample (optionally added to an existing labelled family)."""
+    return _sample(GaugeMetricFamily, name, doc, value, labels, family)
+
+
+_Family = TypeVar("_Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def _sample(kind: type[_Family], name: str, doc: str, value: float,
+            labels: dict[str, str] | None, family: _Family | None) -> _Family:
     if family is None:
-        family = GaugeMetricFamily(name, doc, labels=list(labels or {}))
+        family = kind(name, doc, labels=list(labels or {}))
     family.add_metric(list((labels or {}).values()), value)
     return family

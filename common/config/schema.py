@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from common.errors import ConfigError
 
@@ -244,19 +244,11 @@ class TestbedConfig:
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        known = ", ".join(n.id for n in self.nodes)
-        raise ConfigError(f"{self.path}: unknown node {node_id!r}; the testbed has {known}")
+        return _by_id(self.path, "node", node_id, self.nodes)
 
     def device(self, device_id: str) -> DeviceConfig:
         """The device with this id, or ConfigError listing the known ids."""
-        for d in self.devices:
-            if d.id == device_id:
-                return d
-        known = ", ".join(d.id for d in self.devices)
-        raise ConfigError(f"{self.path}: unknown device {device_id!r}; the testbed has {known}")
+        return _by_id(self.path, "device", device_id, self.devices)
 
     def optinc_device(self, device_id: str | None = None) -> OptincDeviceConfig | None:
         """The OptINC device with this id (default: the first), or None if there is none."""
@@ -301,6 +293,18 @@ class TestbedConfig:
 def as_table(obj: Any) -> dict[str, Any]:
     """The fields of a config dataclass as a dict (one level: nested values stay as they are)."""
     return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+
+
+_Entry = TypeVar("_Entry", NodeConfig, DeviceConfig)
+
+
+def _by_id(path: str, what: str, wanted: str, entries: tuple[_Entry, ...]) -> _Entry:
+    """The entry with id `wanted`, or ConfigError naming the file and the known ids."""
+    for e in entries:
+        if e.id == wanted:
+            return e
+    known = ", ".join(e.id for e in entries)
+    raise ConfigError(f"{path}: unknown {what} {wanted!r}; the testbed has {known}")
 
 
 def _attachments(cfg: TestbedConfig) -> dict[str, Attachment]:
