@@ -8,19 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import PlanError
-from controller.scheduling import collectives
+from controller.scheduling import registry
 from controller.scheduling.collectives import (
-    COLLECTIVES,
     Op,
     Plan,
     Step,
     execute_plan,
     halving_doubling_allreduce,
-    make_plan,
-    register_collective,
     ring_allreduce,
     validate_plan,
 )
+from controller.scheduling.registry import COLLECTIVES, make_plan, register_collective
 
 INT64 = np.iinfo(np.int64)
 
@@ -147,7 +145,7 @@ def test_make_plan_refuses_unknown_parameters() -> None:
 
 
 def test_new_collectives_register_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(collectives, "COLLECTIVES", dict(COLLECTIVES))
+    monkeypatch.setattr(registry, "COLLECTIVES", dict(COLLECTIVES))
 
     @register_collective("gather-broadcast")
     def gather_broadcast(n_ranks: int, n_elems: int, *, root: int = 0) -> Plan:

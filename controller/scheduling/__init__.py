@@ -9,15 +9,11 @@ No I/O, no clocks, no threads: time is a value passed in. The controller, the ag
 """
 
 from controller.scheduling.collectives import (
-    COLLECTIVES,
-    CollectiveBuilder,
     Op,
     Plan,
     Step,
     execute_plan,
     halving_doubling_allreduce,
-    make_plan,
-    register_collective,
     ring_allreduce,
     validate_plan,
 )
@@ -25,6 +21,12 @@ from controller.scheduling.handoff import Handoff, confirmations_for, handoffs
 from controller.scheduling.matchings import bipartite_edge_colouring
 from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
 from controller.scheduling.param_server import parameter_server_allreduce
+from controller.scheduling.registry import (
+    COLLECTIVES,
+    CollectiveBuilder,
+    make_plan,
+    register_collective,
+)
 from controller.scheduling.scheduler import Schedule, schedule_plan
 from controller.scheduling.slot import NodeEvent, Retune, Slot
 from controller.scheduling.topology import (

@@ -17,21 +17,20 @@ transfer), and plans share read-only arrays between steps where they are equal (
 step uses the same src/dst arrays; offsets are views into one rotated array).
 
 New collectives are added by registering a builder ``f(n_ranks, n_elems, **params) -> Plan``
-with `register_collective`; `make_plan` then finds it by name.
+with `register_collective` (`controller.scheduling.registry`); `make_plan` then finds it by
+name. This module registers the two classic ones, ``ring`` and ``halving-doubling``.
 """
 
 from __future__ import annotations
 
-import difflib
-import inspect
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 
 from common.errors import PlanError
+from controller.scheduling.registry import check_sizes, register_collective
 
 
 class Op(StrEnum):
@@ -109,45 +108,6 @@ class Plan:
         return total * int(itemsize)
 
 
-CollectiveBuilder = Callable[..., Plan]
-"""``f(n_ranks, n_elems, **params) -> Plan``."""
-
-COLLECTIVES: dict[str, CollectiveBuilder] = {}
-"""Registered collectives by name; add one with `register_collective`."""
-
-
-def register_collective(name: str) -> Callable[[CollectiveBuilder], CollectiveBuilder]:
-    """Register a plan builder under `name` (a decorator)."""
-
-    def add(fn: CollectiveBuilder) -> CollectiveBuilder:
-        if name in COLLECTIVES:
-            raise PlanError(f"collective {name!r} is already registered; pick another name")
-        COLLECTIVES[name] = fn
-        return fn
-
-    return add
-
-
-def make_plan(name: str, n_ranks: int, n_elems: int, **params: object) -> Plan:
-    """Build the plan of the collective registered as `name`."""
-    fn = COLLECTIVES.get(name)
-    if fn is None:
-        close = difflib.get_close_matches(name, COLLECTIVES, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise PlanError(
-            f"unknown collective {name!r}; {hint}known: {', '.join(sorted(COLLECTIVES))}"
-        )
-    try:
-        inspect.signature(fn).bind(n_ranks, n_elems, **params)
-    except TypeError as exc:
-        accepted = [p for p in list(inspect.signature(fn).parameters)[2:]]
-        raise PlanError(
-            f"collective {name!r} does not take parameters {sorted(params)}; it takes "
-            f"{accepted or 'none'} ({exc})"
-        ) from None
-    return fn(n_ranks, n_elems, **params)
-
-
 # --------------------------------------------------------------------------- builders
 
 
@@ -160,7 +120,7 @@ def ring_allreduce(n_ranks: int, n_elems: int) -> Plan:
     the full sum of chunk (i+1) mod N. In all-gather step k it sends chunk (i+1−k) mod N
     (COPY). N = 1 gives zero steps.
     """
-    n, n_elems = _check_sizes("ring", n_ranks, n_elems)
+    n, n_elems = check_sizes("ring", n_ranks, n_elems)
     bounds = (np.arange(n + 1, dtype=np.int64) * n_elems) // n
     # Rotations of the chunk table as views: ext[j:j+n][i] describes chunk (i+j) mod n.
     ext_off = read_only(np.concatenate((bounds[:-1], bounds[:-1])))
@@ -190,7 +150,7 @@ def halving_doubling_allreduce(n_ranks: int, n_elems: int) -> Plan:
     reverse. All-gather mirrors it (distance halving, vector doubling): each rank sends its
     whole owned segment to i XOR 2^k (COPY), for k = log₂N−1 down to 0.
     """
-    n, n_elems = _check_sizes("halving-doubling", n_ranks, n_elems)
+    n, n_elems = check_sizes("halving-doubling", n_ranks, n_elems)
     if n & (n - 1):
         lower = 1 << (n.bit_length() - 1)
         raise PlanError(
@@ -301,20 +261,6 @@ def execute_plan(plan: Plan, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _check_sizes(name: str, n_ranks: int, n_elems: int) -> tuple[int, int]:
-    try:
-        n, e = operator.index(n_ranks), operator.index(n_elems)
-    except TypeError:
-        raise PlanError(
-            f"{name} needs integer n_ranks and n_elems; got {n_ranks!r} and {n_elems!r}"
-        ) from None
-    if n < 1:
-        raise PlanError(f"{name} needs at least 1 rank; got {n}")
-    if e < 0:
-        raise PlanError(f"{name} needs n_elems >= 0; got {e}")
-    return n, e
 
 
 def read_only(a: np.ndarray) -> np.ndarray:

@@ -31,14 +31,8 @@ import numpy as np
 
 from common.config import OPTINC, OPTINC_MAX_INPUTS
 from common.errors import PlanError
-from controller.scheduling.collectives import (
-    Op,
-    Plan,
-    Step,
-    _check_sizes,
-    read_only,
-    register_collective,
-)
+from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.registry import check_sizes, register_collective
 
 MAX_INPUTS = OPTINC_MAX_INPUTS
 """Largest OptINC device (`common.config.OPTINC_MAX_INPUTS`, as `offline.optinc.levels`)."""
@@ -82,7 +76,7 @@ def _step(src: list[int], dst: list[int], n_elems: int, op: Op, phase: str) -> S
 @register_collective(OPTINC)
 def optinc_allreduce(n_ranks: int, n_elems: int, inputs: int = 0) -> Plan:
     """The optinc plan for ``n_ranks`` servers; its Plan has the devices as extra ranks."""
-    n, e = _check_sizes(OPTINC, n_ranks, n_elems)
+    n, e = check_sizes(OPTINC, n_ranks, n_elems)
     levels = optinc_cascade(n, int(inputs))
     steps: list[Step] = []
     if e == 0:

@@ -12,20 +12,14 @@ import operator
 import numpy as np
 
 from common.errors import PlanError
-from controller.scheduling.collectives import (
-    Op,
-    Plan,
-    Step,
-    _check_sizes,
-    read_only,
-    register_collective,
-)
+from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.registry import check_sizes, register_collective
 
 
 @register_collective("parameter-server")
 def parameter_server_allreduce(n_ranks: int, n_elems: int, *, server: int = 0) -> Plan:
     """Push every worker's buffer to rank `server` (REDUCE), then copy the sum back (COPY)."""
-    n, n_elems = _check_sizes("parameter-server", n_ranks, n_elems)
+    n, n_elems = check_sizes("parameter-server", n_ranks, n_elems)
     try:
         s = operator.index(server)
     except TypeError:

@@ -20,7 +20,8 @@ can import this module at its end without an import cycle.
 from __future__ import annotations
 
 from common.errors import PlanError
-from controller.scheduling.collectives import Plan, _check_sizes, register_collective
+from controller.scheduling.collectives import Plan
+from controller.scheduling.registry import check_sizes, register_collective
 
 NAME = "topoopt"
 
@@ -34,7 +35,7 @@ def topoopt_allreduce(n_ranks: int, n_elems: int, *, degree: int = 2,
     with `both_directions` the reverse rings n−p carry parts too (a node then sends on
     `degree` links at once).
     """
-    n, n_elems = _check_sizes(NAME, n_ranks, n_elems)
+    n, n_elems = check_sizes(NAME, n_ranks, n_elems)
     if not isinstance(both_directions, bool):
         raise PlanError(f"both_directions must be True or False; got {both_directions!r}")
     if n == 1:

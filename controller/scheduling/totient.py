@@ -29,14 +29,8 @@ from bisect import bisect_left
 import numpy as np
 
 from common.errors import PlanError
-from controller.scheduling.collectives import (
-    Op,
-    Plan,
-    Step,
-    _check_sizes,
-    read_only,
-    register_collective,
-)
+from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.registry import check_sizes, register_collective
 
 
 def candidate_jumps(n: int, g: int) -> tuple[int, ...]:
@@ -212,7 +206,7 @@ def totientperms_allreduce(
     visits ranks 0, p, 2p, … (mod N); its part of the buffer is cut into N chunks. A jump the
     authors' picks repeat (degree ≥ 10) carries two parts.
     """
-    n, n_elems = _check_sizes("totientperms", n_ranks, n_elems)
+    n, n_elems = check_sizes("totientperms", n_ranks, n_elems)
     if not isinstance(both_directions, bool):
         raise PlanError(f"both_directions must be True or False; got {both_directions!r}")
     if not isinstance(distinct, bool):

@@ -31,14 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import PlanError
-from controller.scheduling.collectives import (
-    Op,
-    Plan,
-    Step,
-    _check_sizes,
-    read_only,
-    register_collective,
-)
+from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.registry import check_sizes, register_collective
 
 DEFAULT_WAVELENGTHS = 4
 """Wavelengths per fibre on the four-node testbed."""
@@ -279,7 +273,7 @@ def wrht_allreduce(
     Refuses (PlanError) a group size above what W allows and a tree whose longest path fails
     the link budget, naming the numbers and the nearest working W or m.
     """
-    n, n_elems = _check_sizes("wrht", n_ranks, n_elems)
+    n, n_elems = check_sizes("wrht", n_ranks, n_elems)
     n, w, m = _check_wrht_args(n, wavelengths, group_size, bidirectional, balanced, limit=True)
     if n == 1:
         return Plan("wrht", n, n_elems, ())
