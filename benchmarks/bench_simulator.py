@@ -19,7 +19,6 @@ as a ratio to the latter. With --json the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,9 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from bench_common import emit
+from bench_scheduler import ring_permutations_baseline
 
 from offline.simulator.engine import SYSTEMS, SimConfig, ring_formula_s, simulate, sweep
 
@@ -43,11 +45,6 @@ def timed(repeats: int, fn: Callable[[], Any]) -> tuple[list[float], Any]:
         out = fn()
         times.append(time.perf_counter() - t)
     return times, out
-
-
-def ring_permutations_baseline(n: int) -> list[list[int]]:
-    """The trivial baseline: the ring's successor permutation for each of its 2(N−1) steps."""
-    return [[(i + 1) % n for i in range(n)] for _ in range(2 * (n - 1))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,26 +92,30 @@ def main(argv: list[str] | None = None) -> int:
             for f, o in zip(sw.series("fat-tree"), sw.series("oddl"), strict=True)],
             strict=True)),
     }
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"simulator — {summary['workload']} ({summary['cpus']} CPUs)")
-        print(f"  one iteration:  best {it_best:.3f} s, median {it_median:.3f} s of "
-              f"{args.repeats} (aim < {AIM_ITERATION_S:g} s: {'ok' if it_best < AIM_ITERATION_S else 'MISSED'}); "
-              f"{it_best / baseline_s:.1f}× the baseline")
-        for s, t in per_system.items():
-            print(f"    {s:9} {t * 1e3:8.1f} ms")
-        print(f"  sweep of {SWEEP[0]} over {len(SWEEP[1])} points: {sweep_s:.2f} s (aim < "
-              f"{AIM_SWEEP_S:g} s: {'ok' if sweep_s < AIM_SWEEP_S else 'MISSED'}); "
-              f"{sweep_s / baseline_s:.1f}× the baseline")
-        print(f"  SiP-Ring, halving-doubling: {lp_times[0]:.2f} s "
-              f"({lp_detail['configurations']} configurations, {lp_detail['lp_solves']} LP "
-              f"solves, {lp_detail['equal_share_configurations']} equal-share)")
-        print(f"  baselines: ring permutations in plain Python {baseline_s * 1e3:.2f} ms; "
-              f"closed-form ring formula {min(formula_times) * 1e6:.2f} µs")
-        print("  iteration ratio vs ODDL: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in summary["prediction"]["ratio_vs_oddl"].items()))
-    return 0
+    return emit(summary, args.json, table)
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    it, sw, lp = summary["iteration_s"], summary["sweep"], summary["sip_ring_halving_doubling"]
+    base = summary["baseline"]
+    lines = [f"simulator — {summary['workload']} ({summary['cpus']} CPUs)",
+             f"  one iteration:  best {it['best']:.3f} s, median {it['median']:.3f} s of "
+             f"{it['repeats']} (aim < {AIM_ITERATION_S:g} s: {'ok' if it['ok'] else 'MISSED'}); "
+             f"{it['x_baseline']:.1f}× the baseline"]
+    lines += [f"    {s:9} {t * 1e3:8.1f} ms" for s, t in summary["per_system_s"].items()]
+    lines += [
+        f"  sweep of {SWEEP[0]} over {len(SWEEP[1])} points: {sw['seconds']:.2f} s (aim < "
+        f"{AIM_SWEEP_S:g} s: {'ok' if sw['ok'] else 'MISSED'}); "
+        f"{sw['x_baseline']:.1f}× the baseline",
+        f"  SiP-Ring, halving-doubling: {lp['seconds']:.2f} s "
+        f"({lp['configurations']} configurations, {lp['lp_solves']} LP "
+        f"solves, {lp['equal_share_configurations']} equal-share)",
+        f"  baselines: ring permutations in plain Python {base['ring_permutations_s'] * 1e3:.2f} "
+        f"ms; closed-form ring formula {base['ring_formula_s'] * 1e6:.2f} µs",
+        "  iteration ratio vs ODDL: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in summary["prediction"]["ratio_vs_oddl"].items())]
+    return lines
 
 
 if __name__ == "__main__":

@@ -21,13 +21,14 @@ With --json the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
 import time
 from typing import Any
+
+from bench_common import emit
 
 from offline.topoopt.model import MODELS, describe
 from offline.topoopt.search import DEFAULT_BUDGET, SearchConfig, co_optimise
@@ -68,7 +69,56 @@ def run(model: str, budget: int, seed: int, variant: str = "authors", nodes: int
             "fat_tree_equal_bw_ms": r.fat_tree_equal_bw.iteration_s * 1e3}
 
 
+def quality_vs_budget(runs: list[dict[str, Any]], budgets: tuple[int, ...]
+                      ) -> list[dict[str, Any]]:
+    """For each variant and budget, the seeds' iteration times as ratios to the variant's best."""
+    best_of = {v: min(r["iteration_ms"] for r in runs if r["variant"] == v) for v in VARIANTS}
+    quality = []
+    for v in VARIANTS:
+        for b in budgets:
+            rs = [r for r in runs if r["budget"] == b and r["variant"] == v]
+            ratios = [r["iteration_ms"] / best_of[v] for r in rs]
+            quality.append({"budget": b, "variant": v, "seeds": len(rs),
+                            "median_ratio_to_best": statistics.median(ratios),
+                            "worst_ratio_to_best": max(ratios),
+                            "best_of_variant_ms": best_of[v],
+                            "median_seconds": statistics.median(r["seconds"] for r in rs),
+                            "strategies": sorted({r["strategy"] for r in rs})})
+    return quality
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    m, quality = summary["default_search"], summary["quality_vs_budget"]
+    best_of = {q["variant"]: q["best_of_variant_ms"] for q in quality}
+    lines = [f"topoopt search — {summary['workload']} ({summary['cpus']} CPUs, "
+             f"{'pinned to one' if summary['pinned_to_one_cpu'] else 'not pinned'})",
+             f"  default search: {m['seconds']:.1f} s (aim < {AIM_S:g} s: "
+             f"{'ok' if m['ok'] else 'MISSED'}); {m['strategy']} "
+             f"{m['iteration_ms']:.3f} ms, {m['topologies']} topologies",
+             f"  quality against budget (ratio to the best run of the same variant; best of "
+             f"all {summary['best_known_ms']:.3f} ms; "
+             + ", ".join(f"{v} {t:.3f}" for v, t in best_of.items()) + ")",
+             f"    {'budget':>7} {'variant':>15} {'median':>8} {'worst':>8} {'seconds':>8}"]
+    lines += [f"    {q['budget']:>7} {q['variant']:>15} "
+              f"{q['median_ratio_to_best']:>8.3f} {q['worst_ratio_to_best']:>8.3f} "
+              f"{q['median_seconds']:>8.1f}" for q in quality]
+    lines += [f"  shipped models, {NODES} nodes:",
+              f"    {'model':14} {'variant':>8} {'strategy':32} {'ms':>9} {'× fat-tree':>10} "
+              f"{'× DP rings':>10} {'× eq-bw':>8} {'s':>6}"]
+    lines += [f"    {r['model']:14} {r['variant']:>8} {r['strategy'][:32]:32} "
+              f"{r['iteration_ms']:>9.2f} {r['speedup_vs_fat_tree']:>10.2f} "
+              f"{r['speedup_vs_dp_rings']:>10.2f} "
+              f"{r['fat_tree_equal_bw_ms'] / r['iteration_ms']:>8.2f} {r['seconds']:>6.1f}"
+              for r in summary["models"]]
+    lines += [f"  {r['model']} on {r['nodes']} nodes, degree {r['degree']}, {r['budget']} "
+              f"iterations, {r['variant']}: {r['seconds']:.1f} s ({r['strategy']}, "
+              f"{r['iteration_ms']:.2f} ms)" for r in summary["large"]]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table, or one JSON object with --json."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="fewer budgets and seeds")
@@ -87,23 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     main_run = run(workload, DEFAULT_BUDGET, 1)
     runs = [run(workload, b, s, v) for v in VARIANTS for b in budgets for s in seeds
             if (b, s, v) != (DEFAULT_BUDGET, 1, "authors")] + [main_run]
-    best_known = min(r["iteration_ms"] for r in runs)
-    best_of = {v: min(r["iteration_ms"] for r in runs if r["variant"] == v) for v in VARIANTS}
-    quality = []
-    for v in VARIANTS:
-        for b in budgets:
-            rs = [r for r in runs if r["budget"] == b and r["variant"] == v]
-            ratios = [r["iteration_ms"] / best_of[v] for r in rs]
-            quality.append({"budget": b, "variant": v, "seeds": len(rs),
-                            "median_ratio_to_best": statistics.median(ratios),
-                            "worst_ratio_to_best": max(ratios),
-                            "best_of_variant_ms": best_of[v],
-                            "median_seconds": statistics.median(r["seconds"] for r in rs),
-                            "strategies": sorted({r["strategy"] for r in rs})})
-    models = [run(m, DEFAULT_BUDGET, 1, v) for m in MODELS for v in ("authors", "ours")]
-    large = [run("vgg19", 1000, 1, v, 1024, 8) for v in ("authors", "ours")] \
-        if args.large else []
-
     summary = {
         "machine": platform.node(), "python": platform.python_version(),
         "cpus": os.cpu_count(), "pinned_to_one_cpu": pinned,
@@ -111,41 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"{DEFAULT_BUDGET}",
         "default_search": {"seconds": main_run["seconds"], "aim": AIM_S,
                            "ok": main_run["seconds"] < AIM_S, **main_run},
-        "best_known_ms": best_known,
-        "quality_vs_budget": quality,
-        "models": models,
-        "large": large,
+        "best_known_ms": min(r["iteration_ms"] for r in runs),
+        "quality_vs_budget": quality_vs_budget(runs, budgets),
+        "models": [run(m, DEFAULT_BUDGET, 1, v) for m in MODELS for v in ("authors", "ours")],
+        "large": [run("vgg19", 1000, 1, v, 1024, 8) for v in ("authors", "ours")]
+        if args.large else [],
     }
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    m = main_run
-    print(f"topoopt search — {summary['workload']} ({summary['cpus']} CPUs, "
-          f"{'pinned to one' if pinned else 'not pinned'})")
-    print(f"  default search: {m['seconds']:.1f} s (aim < {AIM_S:g} s: "
-          f"{'ok' if m['seconds'] < AIM_S else 'MISSED'}); {m['strategy']} "
-          f"{m['iteration_ms']:.3f} ms, {m['topologies']} topologies")
-    print(f"  quality against budget (ratio to the best run of the same variant; best of "
-          f"all {best_known:.3f} ms; " + ", ".join(f"{v} {t:.3f}" for v, t in best_of.items())
-          + ")")
-    print(f"    {'budget':>7} {'variant':>15} {'median':>8} {'worst':>8} {'seconds':>8}")
-    for q in quality:
-        print(f"    {q['budget']:>7} {q['variant']:>15} "
-              f"{q['median_ratio_to_best']:>8.3f} {q['worst_ratio_to_best']:>8.3f} "
-              f"{q['median_seconds']:>8.1f}")
-    print(f"  shipped models, {NODES} nodes:")
-    print(f"    {'model':14} {'variant':>8} {'strategy':32} {'ms':>9} {'× fat-tree':>10} "
-          f"{'× DP rings':>10} {'× eq-bw':>8} {'s':>6}")
-    for r in models:
-        print(f"    {r['model']:14} {r['variant']:>8} {r['strategy'][:32]:32} "
-              f"{r['iteration_ms']:>9.2f} {r['speedup_vs_fat_tree']:>10.2f} "
-              f"{r['speedup_vs_dp_rings']:>10.2f} "
-              f"{r['fat_tree_equal_bw_ms'] / r['iteration_ms']:>8.2f} {r['seconds']:>6.1f}")
-    for r in large:
-        print(f"  {r['model']} on {r['nodes']} nodes, degree {r['degree']}, {r['budget']} "
-              f"iterations, {r['variant']}: {r['seconds']:.1f} s ({r['strategy']}, "
-              f"{r['iteration_ms']:.2f} ms)")
-    return 0
+    return emit(summary, args.json, table)
 
 
 if __name__ == "__main__":
