@@ -30,6 +30,7 @@ class _StateCollector(Collector):
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Any]:
+        """The metric families the snapshot yields now (the registry calls this on each scrape)."""
         yield from self._snapshot()
 
 

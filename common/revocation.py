@@ -80,6 +80,7 @@ class RevocationList:
         self._current = Revoked()
 
     def current(self) -> Revoked:
+        """What is revoked now (the file is reread only when it changed)."""
         try:
             st = self.path.stat()
             stamp = (st.st_mtime_ns, st.st_size)

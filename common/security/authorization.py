@@ -122,6 +122,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
                                                        grpc.RpcMethodHandler | None],
                           handler_call_details: grpc.HandlerCallDetails
                           ) -> grpc.RpcMethodHandler | None:
+        """The method's handler wrapped with the authorisation check (None: unknown method)."""
         handler = continuation(handler_call_details)
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED

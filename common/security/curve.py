@@ -35,6 +35,7 @@ class _SharedAuthenticator(ThreadAuthenticator):
         self.refs = 0
 
     def curve_user_id(self, client_public_key: bytes) -> str:
+        """The User-Id of an admitted key: its node or ``operator:NAME``, else the key (z85)."""
         z = z85.encode(client_public_key)
         return self.users.get(z, z.decode("ascii"))
 
