@@ -18,6 +18,7 @@ from controller.scheduling.collectives import (
     validate_plan,
 )
 from controller.scheduling.handoff import Handoff, confirmations_for, handoffs
+from controller.scheduling.link_budget import LinkBudget, link_budget
 from controller.scheduling.matchings import bipartite_edge_colouring
 from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
 from controller.scheduling.param_server import parameter_server_allreduce
@@ -44,13 +45,7 @@ from controller.scheduling.totient import (
     select_permutations,
     totientperms_allreduce,
 )
-from controller.scheduling.wrht import (
-    LinkBudget,
-    WrhtWavelengthPlan,
-    link_budget,
-    wrht_allreduce,
-    wrht_wavelength_plan,
-)
+from controller.scheduling.wrht import WrhtWavelengthPlan, wrht_allreduce, wrht_wavelength_plan
 
 __all__ = [
     "COLLECTIVES",
