@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import threading
 import tty
 from collections.abc import Callable
@@ -43,3 +44,28 @@ class Pty:
                         pass
 
         return stop_serving
+
+    def serve(self, on_data: Callable[[bytes], bool], name: str,
+              chunk: int = 4096) -> Callable[[], None]:
+        """Hand what the client writes, a chunk at a time, to `on_data` (which returns False to
+        stop serving) on a daemon thread; return the stop function of ``start``.
+
+        A read error (the terminal closed under us, or no reader on the slave side) is waited
+        out, not fatal.
+        """
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    ready, _, _ = select.select([self.master], [], [], 0.1)
+                    if not ready:
+                        continue
+                    data = os.read(self.master, chunk)
+                except OSError:
+                    if self.stop.wait(0.05):
+                        return
+                    continue
+                if data and not on_data(data):
+                    return
+
+        return self.start(loop, name)

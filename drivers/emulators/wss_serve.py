@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import select
 import socket
 import time
 from collections.abc import Callable
@@ -103,31 +101,20 @@ def serve_pty(emulator: WssEmulator) -> tuple[str, Callable[[], None]]:
     and closes the terminal.
     """
     pty = Pty()
-    master, path, stop, send = pty.master, pty.path, pty.stop, pty.send
+    lines = LineSplitter()
 
-    def loop() -> None:
-        lines = LineSplitter()
-        while not stop.is_set():
+    def on_data(data: bytes) -> bool:
+        for line in lines.feed(data):
             try:
-                ready, _, _ = select.select([master], [], [], 0.1)
-                if not ready:
-                    continue
-                data = os.read(master, 4096)
-            except OSError:  # closed under us, or no reader on the slave side
-                if stop.wait(0.05):
-                    return
-                continue
-            for line in lines.feed(data):
-                try:
-                    if not _send_replies(emulator, line, send, stop.wait):
-                        return
-                except OSError:
-                    logger.debug("WSS emulator pty: reply to %r lost", line[:40])
+                if not _send_replies(emulator, line, pty.send, pty.stop.wait):
+                    return False
+            except OSError:
+                logger.debug("WSS emulator pty: reply to %r lost", line[:40])
+        return True
 
-    stop_serving = pty.start(loop, name=f"wss-pty-{emulator.serial_number}")
-
-    logger.info("WSS emulator %s serving on %s", emulator.serial_number, path)
-    return path, stop_serving
+    stop_serving = pty.serve(on_data, f"wss-pty-{emulator.serial_number}")
+    logger.info("WSS emulator %s serving on %s", emulator.serial_number, pty.path)
+    return pty.path, stop_serving
 
 
 # --- command line ---------------------------------------------------------------------------------
