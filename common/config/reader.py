@@ -103,7 +103,6 @@ class TableReader:
             raise self.fail(key, f"expected a table, got {v!r}", "write it as an inline table {…}")
         return dict(v)
 
-
     def array(self, raw: Any, key: str) -> list[dict[str, Any]]:
         """An array of tables (``[[key]]`` entries); none if absent."""
         if raw is None:

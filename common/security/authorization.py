@@ -23,6 +23,7 @@ from common.security.tls import Identity, peer_identity
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Rule:
     """Who may call a method: the roles, and for agent RPCs the request field that must name
@@ -60,7 +61,8 @@ METHOD_RULES: Mapping[str, Rule] = MappingProxyType({
     "GetDeviceLog": READ_RPC,
 })
 """The one table of the Controller service: method name → :class:`Rule`. Every RPC of the
-service must have an entry (checked when an :class:`AuthorizationInterceptor` is built)."""
+service must have an entry (``tests/test_security.py`` checks it against the proto; an
+:class:`AuthorizationInterceptor` checks the table it is given when it is built)."""
 
 AUXILIARY_RULES: Mapping[str, Rule] = MappingProxyType({
     "/grpc.health.v1.Health/Check": READ_RPC,
@@ -69,7 +71,6 @@ AUXILIARY_RULES: Mapping[str, Rule] = MappingProxyType({
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": READ_RPC,
 })
 """Other services on the controller's server (health, reflection), by full method path."""
-
 
 _ROLE_PLURAL = {ROLE_OPERATOR: "operators", ROLE_AGENT: "agents"}
 _TABLE = "common/security/authorization.py METHOD_RULES"
@@ -173,6 +174,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)
     raise AssertionError("grpc context.abort returned")  # abort always raises
+
 
 def _wrap(handler: grpc.RpcMethodHandler, method: str, rule: Rule | None,
           authorize: Callable[[str, Rule | None, Any, grpc.ServicerContext], None]

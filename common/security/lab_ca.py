@@ -78,8 +78,6 @@ def curve_file_text(public: bytes, secret: bytes | None, name: str, now: dt.date
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-
-
 def key_pem(key: Any) -> bytes:
     """A private key as unencrypted PKCS#8 PEM (the format of every ``tls/*.key``)."""
     from cryptography.hazmat.primitives import serialization
