@@ -43,7 +43,6 @@ def measure(tb: EmulatedTestbed, collectives: list[str], sizes: list[int], repea
     """Each collective on both networks at each size: the times, the optical retunes per
     all-reduce and the agents' slot-gate errors."""
     op, clients = tb.operator, tb.clients
-    assert op is not None
     rng = np.random.default_rng(0)
     times: dict[Key, list[float]] = {}
     retunes: dict[tuple[str, int], float] = {}

@@ -143,7 +143,6 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
             Path(tmp), _testbed_file(Path(tmp), mode, base), agent_timeout_s=None) as tb:
         out["line_rate_gbps"] = tb.cfg.fabric.line_rate_gbps
         clients, op = tb.clients, tb.operator
-        assert op is not None
         api0 = sum(c.status()["local_api_bytes"] for c in clients)
         with LoadedFloor() as floor:
             _run_jobs(op, clients, collectives, networks, sizes, repeats, out,

@@ -50,7 +50,6 @@ def measure(tb: EmulatedTestbed, dev: OptincDeviceConfig, sizes: list[int], repe
     """Ring and optinc at each size: the times, the scheduled makespans and the device's
     counters during the runs (raises if a result is wrong)."""
     op, clients = tb.operator, tb.clients
-    assert op is not None
     rng = np.random.default_rng(0)
     times: dict[tuple[str, int], list[float]] = {}
     makespan: dict[tuple[str, int], float] = {}

@@ -89,7 +89,6 @@ def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
     """Start the testbed and the ranks; return the summary."""
     with tempfile.TemporaryDirectory(prefix="bench-torch-backend-") as tmp, \
             EmulatedTestbed(Path(tmp), config, agent_timeout_s=None) as tb:
-        assert tb.operator is not None
         nodes = tb.launched.node_ids[:N]
         tb.operator.submit("bench-torch-backend", nodes, collective, network)
         apis = [tb.launched.agents[n]["local_api"] for n in nodes]

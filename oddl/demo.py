@@ -61,7 +61,6 @@ def _run_leg(tb: EmulatedTestbed, out: DemoOutcome, leg: tuple[str, str, str],
              iterations: int, say: Callable[[str], None]) -> None:
     """Submit one run's job, train through it, check it, cancel it; results into `out`."""
     name, coll, network = leg
-    assert tb.operator is not None
     job = tb.operator.submit(f"demo-{name}", tb.launched.node_ids, coll, network)
     say(f"{job['id']}: {coll} all-reduce on the {network} network")
     expect = None
@@ -101,7 +100,6 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
     with EmulatedTestbed(run_dir, config, agent_timeout_s=None,
                          state=run_dir / "controller.sqlite",
                          progress=demo_progress(say, config, run_dir)) as tb:
-        assert tb.operator is not None
         out = DemoOutcome(tb.cfg, n_params, run_dir)
         for leg in _legs(collective):
             _run_leg(tb, out, leg, iterations, say)

@@ -22,11 +22,15 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.config import TestbedConfig, load_testbed
 from common.errors import ConfigError
 from oddl.procs import ProcessGroup, oddl_command
+
+if TYPE_CHECKING:  # imported where used: `oddl testbed up` needs neither
+    from agents.client import AgentClient
+    from oddl.operator import OperatorClient
 
 logger = logging.getLogger(__name__)
 
@@ -193,19 +197,31 @@ class EmulatedTestbed:
         from agents.client import AgentClient
         from oddl.operator import OperatorClient
 
+
         self.workdir = workdir
         self.group = ProcessGroup(workdir)
         self.clients: list[AgentClient] = []
-        self.operator: OperatorClient | None = None
+        self._operator: OperatorClient | None = None
         try:
             self.launched = launch_emulated(self.group, config, workdir, **launch)
             self.clients = [AgentClient(api) if agent_timeout_s is None else
                             AgentClient(api, timeout_s=agent_timeout_s)
                             for api in self.launched.apis]
-            self.operator = OperatorClient(self.launched.controller, certs=certs)
+            self._operator = OperatorClient(self.launched.controller, certs=certs)
         except BaseException:
             self.close()
             raise
+
+    @property
+    def operator(self) -> OperatorClient:
+        """The operator client of the controller."""
+        assert self._operator is not None  # set once started
+        return self._operator
+
+    @property
+    def metrics(self) -> dict[str, str]:
+        """The metrics address of the controller (key ``controller``) and of each agent."""
+        return self.launched.metrics
 
     @property
     def address(self) -> str:
@@ -226,8 +242,8 @@ class EmulatedTestbed:
         """Close the clients and stop every process (newest first)."""
         for c in self.clients:
             c.close()
-        if self.operator is not None:
-            self.operator.close()
+        if self._operator is not None:
+            self._operator.close()
         self.group.stop_all()
 
     def __enter__(self) -> EmulatedTestbed:

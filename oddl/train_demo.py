@@ -76,7 +76,6 @@ def _worker_args(opts: TrainOptions, cfg: TestbedConfig, data_path: Path) -> lis
 def _train(tb: EmulatedTestbed, opts: TrainOptions, out: TrainOutcome, run_dir: Path,
            say: Callable[[str], None]) -> None:
     """Submit the job, run the training processes to the end, cancel the job; into `out`."""
-    assert tb.operator is not None
     data_path = run_dir / "digits.npz"
     out.sizes = sizes = _write_digits(data_path)
     workers: list[ManagedProcess] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -21,8 +20,8 @@ from agents.client import AgentClient
 from agents.client import allreduce_all as run_on_all
 from common.config import load_testbed
 from common.errors import CollectiveError, OperationRefused
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
+from oddl.launch import EmulatedTestbed, fabric_stats
+from oddl.procs import oddl_command
 from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
 
@@ -32,54 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 
 
-@dataclass
-class RunningTestbed:
-    """A running emulated testbed."""
-
-    address: str
-    resolved: Path
-    clients: list[AgentClient]
-    operator: OperatorClient
-    group: ProcessGroup
-    metrics: dict[str, str]
-
-
-def _start(tmp: Path, config: Path) -> RunningTestbed:
-    group = ProcessGroup(tmp)
-    try:
-        resolved = tmp / "testbed.resolved.toml"
-        group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
-                                              "--resolved", str(resolved)))
-        ctl = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))
-        address = ctl["address"]
-        metrics = {"controller": ctl["metrics"]}
-        cfg = load_testbed(resolved)
-        clients = []
-        for node in cfg.nodes:
-            info = group.start(f"agent-{node.id}", oddl_command(
-                "agent", "serve", "--config", str(resolved), "--node", node.id,
-                "--controller", address))
-            clients.append(AgentClient(info["local_api"], timeout_s=30))
-            metrics[node.id] = info["metrics"]
-        return RunningTestbed(address, resolved, clients, OperatorClient(address), group, metrics)
-    except BaseException:
-        group.stop_all()
-        raise
-
-
-def _stop(tb: RunningTestbed) -> None:
-    for c in tb.clients:
-        c.close()
-    tb.operator.close()
-    tb.group.stop_all()
+RunningTestbed = EmulatedTestbed
+"""A running emulated testbed (oddl.launch): operator, agent clients, processes."""
 
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory) -> Iterator[RunningTestbed]:
-    tb = _start(tmp_path_factory.mktemp("e2e"), EMULATED)
-    yield tb
-    _stop(tb)
+    with EmulatedTestbed(tmp_path_factory.mktemp("e2e"), EMULATED) as tb:
+        yield tb
 
 
 @pytest.fixture
@@ -254,7 +213,7 @@ def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
         text = text.replace(f'id = "n{i}"\nhost = "127.0.0.1"', f'id = "n{i}"\nhost = "127.0.0.{i + 1}"')
     config = tmp_path / "direct.toml"
     config.write_text(text)
-    tb = _start(tmp_path, config)
+    tb = EmulatedTestbed(tmp_path, config)
     try:
         j = tb.operator.submit("direct", [], "ring", "optical")
         addresses = {a["node_id"]: a["data_address"] for a in tb.operator.status()["agents"]}
@@ -266,7 +225,7 @@ def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
             assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
         tb.operator.cancel(j["id"])
     finally:
-        _stop(tb)
+        tb.close()
 
 
 @pytest.mark.parametrize("job", [("halving-doubling", "optical")], indirect=True)
@@ -330,7 +289,7 @@ def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_pa
     text = EMULATED.read_text().replace('link = "fabric"', 'link = "fabric"\ntransport = "relay"')
     config = tmp_path / "relay.toml"
     config.write_text(text)
-    tb = _start(tmp_path, config)
+    tb = EmulatedTestbed(tmp_path, config)
     try:
         assert {c.status()["data_path"] for c in tb.clients} == {
             "relay through the fabric process"}
@@ -341,12 +300,10 @@ def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_pa
             for out in allreduce_all(tb.clients, arrays):
                 assert isinstance(out, np.ndarray) and np.array_equal(out, exact)
             tb.operator.cancel(j["id"])
-        from oddl.demo import _fabric_stats
-
-        stats = _fabric_stats(load_testbed(tb.resolved).fabric.address)
+        stats = fabric_stats(load_testbed(tb.resolved).fabric.address)
         assert "streams" not in stats and stats["delivered"] > 0  # frames went through it
     finally:
-        _stop(tb)
+        tb.close()
 
 
 def test_repeated_collectives_run_without_the_controller_barrier(testbed: RunningTestbed):
