@@ -28,12 +28,12 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from common.errors import OddlError
+from oddl.byte_sizes import parse_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -53,21 +53,6 @@ ALIASES = {
     "size": "message_mb",
 }
 """Short names accepted by ``--sweep`` besides the parameter names."""
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Parse a byte count such as ``4096``, ``256KiB`` or ``1.5MB`` (MB = 10⁶ B)."""
-    m = _SIZE.match(text)
-    unit = m.group(2).lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(
-            f"bad size {text!r}; use a byte count with an optional unit, e.g. 4096, 256KiB, 1MB")
-    return round(float(m.group(1)) * _UNITS[unit])
-
 
 # --------------------------------------------------------------------------- registration
 
