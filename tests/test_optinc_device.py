@@ -332,25 +332,20 @@ def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
 @pytest.mark.timeout(300)
 def test_optinc_job_end_to_end(tmp_path):
     from agents.client import AgentClient
-    from oddl.demo import _fabric_stats
+    from oddl.launch import fabric_stats, launch_emulated
     from oddl.operator import OperatorClient
-    from oddl.procs import ProcessGroup, oddl_command
+    from oddl.procs import ProcessGroup
 
     text = EMULATED.read_text().replace("bits = 8 ", "bits = 8\nnoise_rad = 0.0\n")
     text = text.replace("max_elements = 16777216", "max_elements = 300000")
     config = tmp_path / "optinc.toml"
     config.write_text(text)
-    resolved = tmp_path / "testbed.resolved.toml"
     with ProcessGroup(tmp_path) as group:
-        emu = group.start("emulators", oddl_command("emulate", "testbed", "--config", str(config),
-                                                    "--resolved", str(resolved)))
+        tb = launch_emulated(group, config, tmp_path)
+        emu = tb.emulators
         assert emu["optinc"]["optinc0"] == str(tmp_path / "optinc0.phases.json")
-        ctl = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))
-        clients = [AgentClient(group.start(f"agent-{n}", oddl_command(
-            "agent", "serve", "--config", str(resolved), "--node", n,
-            "--controller", ctl["address"]))["local_api"], timeout_s=30) for n in NODES]
-        op = OperatorClient(ctl["address"])
+        clients = [AgentClient(tb.agents[n]["local_api"], timeout_s=30) for n in NODES]
+        op = OperatorClient(tb.controller)
         try:
             with pytest.raises(OperationRefused, match="has 4 inputs .* the job has 3 nodes"):
                 op.submit("x", ["n0", "n1", "n2"], "optinc", "optical")
@@ -380,7 +375,7 @@ def test_optinc_job_end_to_end(tmp_path):
             assert int(listed[job["id"]]["collectives_done"]) == 4
             sched = op.schedule(job["id"], 4096)
             assert sched.collective == "optinc" and len(sched.slots) == 2
-            device = _fabric_stats(emu["fabric"])["optinc"]["optinc0"]
+            device = fabric_stats(emu["fabric"])["optinc"]["optinc0"]
             assert device["passes"] == 4 and device["inexact_elements"] == 0
             assert device["refused"] == {"nan": 1}
             op.cancel(job["id"])

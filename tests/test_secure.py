@@ -25,6 +25,7 @@ from common.security import (
     secure_channel,
     tls_channel_credentials,
 )
+from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command
 from protos import oddl_pb2 as pb
@@ -50,19 +51,10 @@ def _start(tmp: Path, link: str, transport: str = ""
     config.write_text(text + f'\n[security]\ncerts = "{certs}"\n')
     group = ProcessGroup(tmp)
     try:
-        resolved = tmp / "resolved.toml"
-        emu = group.start("emulators", oddl_command("emulate", "testbed", "--config",
-                                                    str(config), "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
-        clients = []
-        for node in load_testbed(resolved).nodes:
-            info = group.start(f"agent-{node.id}", oddl_command(
-                "agent", "serve", "--config", str(resolved), "--node", node.id,
-                "--controller", address))
-            clients.append(AgentClient(info["local_api"], timeout_s=30))
-        return group, OperatorClient(address, certs=str(certs)), clients, {
-            "address": address, "certs": certs, "fabric": emu.get("fabric", "")}
+        tb = launch_emulated(group, config, tmp, resolved_name="resolved.toml")
+        clients = [AgentClient(api, timeout_s=30) for api in tb.apis]
+        return group, OperatorClient(tb.controller, certs=str(certs)), clients, {
+            "address": tb.controller, "certs": certs, "fabric": tb.fabric}
     except BaseException:
         group.stop_all()
         raise

@@ -20,9 +20,7 @@ import numpy as np
 import pytest
 
 from agents.client import AgentClient, allreduce_all
-from common.config import load_testbed
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
+from oddl.launch import EmulatedTestbed
 from offline.simulator.testbed import calibrate, predict_testbed_allreduce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -36,8 +34,8 @@ REPEATS = 5
 TOLERANCE = 0.15
 
 
-class Bed:
-    """A running emulated testbed: config, agent clients, operator, processes."""
+class Bed(EmulatedTestbed):
+    """A running emulated testbed at RATE_GBPS: config, agent clients, operator, processes."""
 
     def __init__(self, tmp: Path) -> None:
         text = EMULATED.read_text(encoding="utf-8")
@@ -46,31 +44,7 @@ class Bed:
         assert n == 1, "the emulated testbed file has no [fabric] line_rate_gbps line"
         source = tmp / "emulated-4node-10mbps.toml"
         source.write_text(text, encoding="utf-8")
-        self.group = ProcessGroup(tmp)
-        try:
-            resolved = tmp / "testbed.resolved.toml"
-            self.group.start("emulators", oddl_command(
-                "emulate", "testbed", "--config", str(source), "--resolved", str(resolved)))
-            address = self.group.start("controller", oddl_command(
-                "controller", "serve", "--config", str(resolved),
-                "--listen", "127.0.0.1:0"))["address"]
-            self.cfg = load_testbed(resolved)
-            self.clients = []
-            for node in self.cfg.nodes:
-                info = self.group.start(f"agent-{node.id}", oddl_command(
-                    "agent", "serve", "--config", str(resolved), "--node", node.id,
-                    "--controller", address))
-                self.clients.append(AgentClient(info["local_api"], timeout_s=30))
-            self.operator = OperatorClient(address)
-        except BaseException:
-            self.group.stop_all()
-            raise
-
-    def close(self) -> None:
-        for c in self.clients:
-            c.close()
-        self.operator.close()
-        self.group.stop_all()
+        super().__init__(tmp, source)
 
 
 @pytest.fixture(scope="module")

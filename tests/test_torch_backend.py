@@ -8,8 +8,6 @@ their results; the checks here compute the expected values from the same inputs.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,8 +19,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from oddl.operator import OperatorClient  # noqa: E402
-from oddl.procs import ProcessGroup  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -78,45 +74,28 @@ def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
     assert oc.as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory) -> Iterator[list[str]]:
     """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
-    from oddl.launch import launch_emulated
+    from oddl.launch import EmulatedTestbed
 
-    tmp = tmp_path_factory.mktemp("torch-backend")
-    group = ProcessGroup(tmp)
-    operator = None
-    try:
-        launched = launch_emulated(group, EMULATED, tmp)
-        operator = OperatorClient(launched.controller)
-        nodes = [n.id for n in launched.cfg.nodes]
-        job = operator.submit("torch-backend", nodes, "ring", "optical")
-        yield [launched.agents[n]["local_api"] for n in nodes]
-        operator.cancel(job["id"])
-    finally:
-        if operator is not None:
-            operator.close()
-        group.stop_all()
+    with EmulatedTestbed(tmp_path_factory.mktemp("torch-backend"), EMULATED) as tb:
+        nodes = tb.launched.node_ids
+        job = tb.operator.submit("torch-backend", nodes, "ring", "optical")
+        yield tb.launched.apis
+        tb.operator.cancel(job["id"])
 
 
 def run_world(apis: list[str], scenario: str, timeout: float = 150) -> list[dict[str, Any]]:
     """Start the four ranks as torchrun would; their JSON results in rank order."""
-    port = _free_port()
-    procs = []
-    for rank in range(WORLD):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "ODDL_LOCAL_API": ",".join(apis)}
-        env.pop("ODDL_TORCH_FALLBACK", None)
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), scenario], env=env,
-                                      cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+    from oddl.launch import torchrun_env
+    from oddl.procs import free_port
+
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario],
+                              env=torchrun_env(rank, WORLD, port, apis), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(WORLD)]
     results = []
     try:
         for p in procs:

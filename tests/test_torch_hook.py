@@ -31,10 +31,10 @@ from agents.torch_hook import (  # noqa: E402
     OpticalHookState,
     optical_allreduce_hook,
 )
-from common.config import load_testbed  # noqa: E402
 from common.errors import CollectiveError  # noqa: E402
+from oddl.launch import EmulatedTestbed  # noqa: E402
 from oddl.operator import OperatorClient  # noqa: E402
-from oddl.procs import ProcessGroup, oddl_command  # noqa: E402
+from oddl.procs import ProcessGroup  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -123,26 +123,10 @@ class LiveTestbed:
 
 @pytest.fixture(scope="class")
 def testbed(tmp_path_factory) -> Iterator[LiveTestbed]:
-    tmp = tmp_path_factory.mktemp("torch-hook")
-    group = ProcessGroup(tmp)
-    operator = None
-    try:
-        resolved = tmp / "testbed.resolved.toml"
-        group.start("emulators", oddl_command("emulate", "testbed", "--config", str(EMULATED),
-                                              "--resolved", str(resolved)))
-        address = group.start("controller", oddl_command(
-            "controller", "serve", "--config", str(resolved), "--listen", "127.0.0.1:0"))["address"]
-        apis = [group.start(f"agent-{n.id}", oddl_command(
-            "agent", "serve", "--config", str(resolved), "--node", n.id,
-            "--controller", address))["local_api"] for n in load_testbed(resolved).nodes]
-        operator = OperatorClient(address)
-        job = operator.submit("torch-hook", [], "ring", "optical")
-        yield LiveTestbed(apis, operator, group)
-        operator.cancel(job["id"])
-    finally:
-        if operator is not None:
-            operator.close()
-        group.stop_all()
+    with EmulatedTestbed(tmp_path_factory.mktemp("torch-hook"), EMULATED) as tb:
+        job = tb.operator.submit("torch-hook", [], "ring", "optical")
+        yield LiveTestbed(tb.launched.apis, tb.operator, tb.group)
+        tb.operator.cancel(job["id"])
 
 
 def run_ranks(states: list[OpticalHookState], buckets: list[list[Any]]) -> list[list[object]]:
