@@ -6,10 +6,9 @@ job-scale configuration (WSS tables, the transmitters' first channels) and hands
 caller to apply. The barrier collects every node's "ready" for one collective invocation and
 decides: start (same shape and dtype everywhere) or refuse with the reason.
 
-The ``optinc`` collective is not a rank-to-rank plan: every node sends its quantised bucket
-once to the testbed's OptINC device, which broadcasts the quantised mean
-(`drivers.emulators.optinc`). Its schedule is `optinc_schedule`: an upload slot (all nodes
-to the device at once) and a broadcast slot that streams while the upload does (cut-through).
+The ``optinc`` collective (`common.config.OPTINC`) runs on the testbed's OptINC device with
+the two-slot schedule of `controller.optinc_schedule`, not the TT-FR scheduler; its
+registered plan has the devices as extra ranks (`controller.scheduling.optinc`).
 """
 
 from __future__ import annotations
@@ -22,30 +21,33 @@ from typing import Any
 
 import numpy as np
 
-from common.config import OptincDeviceConfig, TestbedConfig
+from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from common.errors import OddlError, OperationRefused
 from controller.devices import Configuration
+from controller.optinc_schedule import (  # house: re-export for controller.optinc_schedule
+    OptincSchedule,
+    optinc_schedule,
+)
 from controller.scheduling import (
     COLLECTIVES,
-    Grid,
-    NodeSpec,
     Schedule,
     TimingModel,
     Topology,
-    WssSpec,
     make_plan,
     schedule_plan,
 )
 from controller.store import Store
+from controller.testbed_model import (  # house: re-export for controller.testbed_model
+    timing_from_config as timing_from_config,
+)
+from controller.testbed_model import (  # house: re-export for controller.testbed_model
+    topology_from_config as topology_from_config,
+)
 from drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
-OPTINC = "optinc"
-"""The in-network collective on an OptINC device. Its registered plan has the devices as extra
-ranks (`controller.scheduling.optinc`); jobs run it with `optinc_schedule`, not the TT-FR
-scheduler."""
 MAX_ELEMENTS = 1 << 36
 """Largest all-reduce (elements) a job accepts: 256 GiB of float32."""
 
@@ -53,90 +55,6 @@ MAX_ELEMENTS = 1 << 36
 def known_collectives() -> list[str]:
     """Every collective a job can name: the registered plans (``optinc`` among them)."""
     return sorted({*COLLECTIVES, OPTINC})
-
-
-@dataclass(frozen=True)
-class OptincSlot:
-    """One slot of an optinc schedule: times from the schedule start, (src, dst, bytes) flows."""
-
-    index: int
-    step: int
-    start_s: float
-    data_start_s: float
-    end_s: float
-    flows: tuple[tuple[str, str, int], ...]
-    guard_s: float = 0.0
-    retuned: bool = False
-
-
-@dataclass(frozen=True)
-class OptincSchedule:
-    """The optinc collective laid out for one bucket size: upload, then broadcast.
-
-    Slot 0: every node sends its levels to the device at once (each on its own input), after a
-    guard of the clock skew; hold = 8·bytes/line rate. Slot 1: the device's splitter T sends
-    the quantised mean to every node; the optics compute while the light passes, so the
-    broadcast streams alongside the upload, ``latency`` later (same hold). Makespan = one
-    pass: guard + hold + margin + latency.
-    """
-
-    device: str
-    n_elems: int
-    itemsize: int
-    level_bytes: int
-    hold_s: float
-    slots: tuple[OptincSlot, OptincSlot]
-    collective: str = OPTINC
-    reconfigurations: int = 0
-
-    @property
-    def makespan_s(self) -> float:
-        """End of the broadcast slot."""
-        return self.slots[1].end_s
-
-    @property
-    def guard_total_s(self) -> float:
-        """The skew guard before the upload."""
-        return sum(s.guard_s for s in self.slots)
-
-    @property
-    def efficiency(self) -> float:
-        """hold / (hold + guard) of the upload."""
-        total = self.hold_s + self.guard_total_s
-        return self.hold_s / total if total > 0 else 1.0
-
-
-def optinc_schedule(nodes: Sequence[str], device: OptincDeviceConfig, timing: TimingModel,
-                    n_elems: int, itemsize: int) -> OptincSchedule:
-    """The two-slot schedule of an optinc all-reduce of `n_elems` elements per node."""
-    level_bytes = n_elems * device.level_itemsize
-    hold = timing.hold_s(level_bytes)
-    latency = device.latency_us * 1e-6
-    up_data = timing.skew_s
-    up_end = up_data + hold + timing.slot_margin_s
-    up = OptincSlot(0, 0, 0.0, up_data, up_end,
-                    tuple((n, device.id, level_bytes) for n in nodes), guard_s=timing.skew_s)
-    down = OptincSlot(1, 1, up_data + latency, up_data + latency, up_end + latency,
-                      tuple((device.id, n, level_bytes) for n in nodes))
-    return OptincSchedule(device.id, n_elems, itemsize, level_bytes, hold, (up, down))
-
-
-def topology_from_config(cfg: TestbedConfig) -> Topology:
-    """The scheduler's view of a testbed file."""
-    grid = Grid(cfg.grid.first_thz, cfg.grid.spacing_ghz, cfg.grid.channels)
-    nodes = tuple(NodeSpec(n.id, n.transmitter, n.rx_channel, cfg.attachment(n.id).wss,
-                           cfg.attachment(n.id).out_port) for n in cfg.nodes)
-    wss = tuple(WssSpec(d.id, d.ports) for d in cfg.devices_of("wss"))
-    return Topology(grid=grid, nodes=nodes, wss=wss)
-
-
-def timing_from_config(cfg: TestbedConfig) -> TimingModel:
-    """The scheduler's timing model from the [timing] and [fabric] tables."""
-    t = cfg.timing
-    return TimingModel(tune_s=t.laser_tune_ms / 1e3, skew_s=t.clock_skew_us / 1e6,
-                       cdr_s=t.cdr_lock_us / 1e6, command_s=t.command_ms / 1e3,
-                       wss_settle_s=t.wss_settle_ms / 1e3, slot_margin_s=t.slot_margin_us / 1e6,
-                       line_rate_bps=cfg.fabric.line_rate_gbps * 1e9)
 
 
 @dataclass(frozen=True)
@@ -438,7 +356,6 @@ class JobManager:
                     f"accepts (max_elements = {dev.max_elements:,}); all-reduce buckets of at "
                     f"most {dev.max_elements:,} elements")
         return ""
-
 
     def abandon_pending(self, job: JobRecord, reason: str) -> list[Barrier]:
         """Fail every barrier of `job` still waiting for nodes (a participant died)."""

@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import NoReturn, TypeVar
 
 import grpc
 
@@ -24,15 +24,18 @@ from common.metrics import Metrics
 from controller.agent_registry import AgentRegistry
 from controller.collective_starts import CollectiveStarts
 from controller.devices import Configuration, DeviceManager, TransactionError
-from controller.jobs import JobManager, timing_from_config, topology_from_config
+from controller.jobs import JobManager, JobRecord
 from controller.slot_executor import SlotExecutor
 from controller.store import Store
+from controller.testbed_model import timing_from_config, topology_from_config
 from controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
 from drivers.interfaces import Route
 from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Controller"].full_name
 
@@ -86,13 +89,20 @@ class ControllerService(pb_grpc.ControllerServicer):
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
         self.registry.monitor(self.stopped)
 
-    def _circuits_ready(self, job, seq: int, slot: int, error: str) -> None:
+    def _circuits_ready(self, job: JobRecord, seq: int, slot: int, error: str) -> None:
         self.starts.circuits_ready(job, seq, slot, error)
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
         self.errors[type(exc).__name__] += 1
         context.abort(status_code(exc), str(exc))
         raise AssertionError("context.abort returns only by raising")  # pragma: no cover
+
+    def _refusing(self, context: grpc.ServicerContext, call: Callable[[], T]) -> T:
+        """`call()`, or its OddlError as the RPC's refusal."""
+        try:
+            return call()
+        except OddlError as exc:
+            self._refuse(context, exc)
 
     def _unknown_node(self, context: grpc.ServicerContext, node_id: str) -> NoReturn:
         known = ", ".join(n.id for n in self.cfg.nodes)
@@ -134,17 +144,11 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     # ---- collectives ------------------------------------------------------------------
     def ReadyCollective(self, request, context):  # noqa: N802
-        try:
-            self.starts.ready(request)
-        except OddlError as exc:
-            self._refuse(context, exc)
+        self._refusing(context, lambda: self.starts.ready(request))
         return pb.ReadyCollectiveReply()
 
     def StartStanding(self, request, context):  # noqa: N802
-        try:
-            self.starts.start_standing(request)
-        except OddlError as exc:
-            self._refuse(context, exc)
+        self._refusing(context, lambda: self.starts.start_standing(request))
         return pb.StartStandingReply()
 
     def ConfirmDelivery(self, request, context):  # noqa: N802
@@ -192,11 +196,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             return pb.ListJobsReply(jobs=[job_pb(j) for j in self.jobs.jobs.values()])
 
     def GetSchedule(self, request, context):  # noqa: N802
-        try:
-            return self.starts.schedule_pb(request.job_id, request.message_bytes,
-                                           request.itemsize)
-        except OddlError as exc:
-            self._refuse(context, exc)
+        return self._refusing(context, lambda: self.starts.schedule_pb(
+            request.job_id, request.message_bytes, request.itemsize))
 
     # ---- reading ----------------------------------------------------------------------
     def GetTopology(self, request, context):  # noqa: N802
