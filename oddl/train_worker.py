@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib
 import json
 import logging
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,89 +82,119 @@ def param_digest(model: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Train `args.epochs` epochs over `network`; emit an epoch line each; return the result."""
+@dataclass
+class _Training:
+    """One network's model, DDP wrapper, data and what its steps measured."""
+
+    model: Any
+    ddp: Any
+    loader: Any
+    sampler: Any
+    optimizer: Any
+    backend: Any
+    """oddl.torch_backend when training over it (its counters are read per step), or None."""
+    state: Any
+    """The optical hook's state, or None."""
+    test: tuple[Any, Any]
+    steps: int = 0
+    step_s: list[float] = field(default_factory=list)
+    per_step: dict[str, list[int]] = field(default_factory=lambda: {
+        "optical_bytes": [], "fallback_bytes": [], "fallback_calls": []})
+
+
+def _setup(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -> _Training:
+    """The model (from the seed), DDP over `network` and the sharded data."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    rank, world = args.rank, args.world
     torch.manual_seed(args.seed)
     model = build_model()
     group, backend = None, None
     if network == "oddl":  # the backend: no hook, DDP's own calls go through the agent
         os.environ["ODDL_LOCAL_API"] = args.agent
-        import oddl.torch_backend as backend
-
+        backend = importlib.import_module("oddl.torch_backend")
         group = dist.new_group(backend="oddl")
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb, process_group=group)
     state = None
     if network == "optical":
         from agents.torch_hook import register
 
-        state = register(ddp, args.agent, world, verify=args.verify,
+        state = register(ddp, args.agent, args.world, verify=args.verify,
                          asynchronous=not args.sync_hook, optinc_bits=args.optinc_bits)
     train_set = TensorDataset(torch.from_numpy(data["x_train"]), torch.from_numpy(data["y_train"]))
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True,
-                                 seed=args.seed)
+    sampler: Any = DistributedSampler(train_set, num_replicas=args.world, rank=args.rank,
+                                      shuffle=True, seed=args.seed)
     loader = DataLoader(train_set, batch_size=args.batch, sampler=sampler)
-    x_test, y_test = torch.from_numpy(data["x_test"]), torch.from_numpy(data["y_test"])
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    return _Training(model, ddp, loader, sampler, torch.optim.Adam(ddp.parameters(), lr=args.lr),
+                     backend, state, (torch.from_numpy(data["x_test"]),
+                                      torch.from_numpy(data["y_test"])))
+
+
+def _epoch(t: _Training, epoch: int) -> dict[str, Any]:
+    """Train one epoch, then test; the epoch's record."""
+    import torch
+
     loss_fn = torch.nn.CrossEntropyLoss()
+    t.sampler.set_epoch(epoch)
+    t.ddp.train()
+    total, correct, loss_sum = 0, 0, 0.0
+    t0 = time.perf_counter()
+    for x, y in t.loader:
+        if t.backend is not None:
+            t.backend.reset_counters()
+        t_step = time.perf_counter()
+        t.optimizer.zero_grad(set_to_none=True)
+        out = t.ddp(x)
+        loss = loss_fn(out, y)
+        loss.backward()
+        t.optimizer.step()
+        t.step_s.append(time.perf_counter() - t_step)
+        if t.backend is not None:
+            sent = t.backend.counters()["total"]
+            for key, values in t.per_step.items():
+                values.append(sent[key])
+        t.steps += 1
+        loss_sum += float(loss) * len(y)
+        correct += int((out.argmax(1) == y).sum())
+        total += len(y)
+    epoch_s = time.perf_counter() - t0
+    t.model.eval()
+    x_test, y_test = t.test
+    with torch.no_grad():
+        test_acc = float((t.model(x_test).argmax(1) == y_test).float().mean())
+    return {"epoch": epoch + 1, "loss": loss_sum / total, "train_accuracy": correct / total,
+            "test_accuracy": test_acc, "epoch_s": epoch_s}
+
+
+def train(network: str, args: argparse.Namespace, data: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Train `args.epochs` epochs over `network`; emit an epoch line each; return the result."""
+    import torch.distributed as dist
+
+    t = _setup(network, args, data)
     epochs: list[dict[str, Any]] = []
-    steps = 0
-    step_s: list[float] = []
-    per_step: dict[str, list[int]] = {"optical_bytes": [], "fallback_bytes": [],
-                                      "fallback_calls": []}
     try:
         for epoch in range(args.epochs):
-            sampler.set_epoch(epoch)
-            ddp.train()
-            total, correct, loss_sum = 0, 0, 0.0
-            t0 = time.perf_counter()
-            for x, y in loader:
-                if backend is not None:
-                    backend.reset_counters()
-                t_step = time.perf_counter()
-                optimizer.zero_grad(set_to_none=True)
-                out = ddp(x)
-                loss = loss_fn(out, y)
-                loss.backward()
-                optimizer.step()
-                step_s.append(time.perf_counter() - t_step)
-                if backend is not None:
-                    sent = backend.counters()["total"]
-                    for key, values in per_step.items():
-                        values.append(sent[key])
-                steps += 1
-                loss_sum += float(loss) * len(y)
-                correct += int((out.argmax(1) == y).sum())
-                total += len(y)
-            epoch_s = time.perf_counter() - t0
-            model.eval()
-            with torch.no_grad():
-                test_acc = float((model(x_test).argmax(1) == y_test).float().mean())
-            record = {"epoch": epoch + 1, "loss": loss_sum / total, "train_accuracy": correct / total,
-                      "test_accuracy": test_acc, "epoch_s": epoch_s}
+            record = _epoch(t, epoch)
             epochs.append(record)
-            emit("epoch", network=network, rank=rank, **record)
+            emit("epoch", network=network, rank=args.rank, **record)
             logger.info("%s epoch %d: loss %.4f, test accuracy %.4f, %.3f s", network, epoch + 1,
-                        record["loss"], test_acc, epoch_s)
+                        record["loss"], record["test_accuracy"], record["epoch_s"])
         dist.barrier()
     except Exception as exc:
         # DDP re-raises a failed hook future as a RuntimeError without the cause; the hook's
         # state has the exact report
-        mismatches = state.stats()["mismatches"] if state is not None else []
+        mismatches = t.state.stats()["mismatches"] if t.state is not None else []
         raise PhaseFailed(network, f"{type(exc).__name__}: {exc}", mismatches) from exc
     finally:
-        hook = state.stats() if state is not None else None
-        if state is not None:
-            state.close()
-    return {"network": network, "rank": rank, "epochs": epochs, "steps": steps,
+        hook = t.state.stats() if t.state is not None else None
+        if t.state is not None:
+            t.state.close()
+    return {"network": network, "rank": args.rank, "epochs": epochs, "steps": t.steps,
             "final_test_accuracy": epochs[-1]["test_accuracy"] if epochs else 0.0,
-            "param_digest": param_digest(model), "hook": hook, "step_s": step_s,
-            "backend": per_step if backend is not None else None}
+            "param_digest": param_digest(t.model), "hook": hook, "step_s": t.step_s,
+            "backend": t.per_step if t.backend is not None else None}
 
 
 def run(args: argparse.Namespace) -> int:

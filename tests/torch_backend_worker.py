@@ -30,6 +30,15 @@ def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
 def collectives(rank: int, world: int) -> dict[str, Any]:
     """Every collective the backend carries, plus MAX without and with the fallback."""
     out: dict[str, Any] = {}
+    _reductions(rank, world, out)
+    _exchanges(rank, world, out)
+    _async_and_fallback(rank, world, out)
+    return out
+
+
+def _reductions(rank: int, world: int, out: dict[str, Any]) -> None:
+    """all_reduce (sum, avg, empty, non-contiguous), broadcast, all_gather, reduce_scatter,
+    reduce."""
     t = inputs(rank, 1000, torch.int64)
     dist.all_reduce(t)
     out["sum_int64"] = t.tolist()
@@ -60,6 +69,10 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     red = inputs(rank, 8, torch.int64)
     dist.reduce(red, dst=1)
     out["reduce_to_1"] = red.tolist() if rank == 1 else None
+
+
+def _exchanges(rank: int, world: int, out: dict[str, Any]) -> None:
+    """gather (refused), all_to_all_single and uneven all_to_all."""
     try:
         dist.gather(inputs(rank, 3, torch.int64), [torch.empty(3, dtype=torch.int64)
                                                    for _ in range(world)] if rank == 0 else None)
@@ -75,6 +88,10 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
     outs = [torch.empty(rank + 1, dtype=torch.int64) for _ in range(world)]
     dist.all_to_all(outs, ins)
     out["all_to_all_uneven"] = [o.tolist() for o in outs]
+
+
+def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
+    """Calls in flight and futures; MAX refused, then carried by the gloo fallback."""
     # async: three calls in flight, then wait; and a future
     xs = [inputs(rank, 100, torch.int64) + k for k in range(3)]
     works = [dist.all_reduce(x, async_op=True) for x in xs]
@@ -109,7 +126,6 @@ def collectives(rank: int, world: int) -> dict[str, Any]:
         dist.send(send, (rank + 1) % world, group=group)
     out["recv_from_left"] = got.tolist()
     out["counters"] = ob.counters()
-    return out
 
 
 def _digits() -> dict[str, np.ndarray]:
