@@ -280,7 +280,7 @@ def test_nothing_listening_is_a_device_error() -> None:
 
 def test_frames_are_logged_with_the_device_name(pm: PowerMeter,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="drivers.powermeter"):
+    with caplog.at_level(logging.DEBUG, logger="drivers.powermeter_link"):
         pm.identify()
     messages = [r.getMessage() for r in caplog.records]
     assert "pm-a >> *IDN?" in messages
