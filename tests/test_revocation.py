@@ -15,14 +15,10 @@ from agents.streamauth import StreamAuth
 from agents.streams import ChunkHead, StreamLink, node_tag
 from common.errors import CollectiveError
 from common.revocation import RevocationList, read_revoked, revoke
-from common.security import (
-    AuthorizationInterceptor,
-    SecurityFiles,
-    init_lab_ca,
-    secure_channel,
-    server_credentials,
-    tls_channel_credentials,
-)
+from common.security.authorization import AuthorizationInterceptor
+from common.security.files import SecurityFiles
+from common.security.lab_ca import init_lab_ca
+from common.security.tls import secure_channel, server_credentials, tls_channel_credentials
 from oddl.procs import oddl_command
 from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
@@ -121,7 +117,7 @@ def test_revoked_keys_leave_the_curve_allow_list(lab):
 
 
 def test_unknown_names_are_refused_with_the_known_ones(lab):
-    from common.security import SecurityError
+    from common.errors import SecurityError
 
     with pytest.raises(SecurityError, match="the nodes are n0, n1, n2"):
         revoke(lab.root, node="n9")

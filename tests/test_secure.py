@@ -18,13 +18,10 @@ from test_e2e import EMULATED, allreduce_all
 
 from agents.client import AgentClient
 from common.config import load_testbed
-from common.security import (
-    SecurityFiles,
-    configure_curve_client,
-    init_lab_ca,
-    secure_channel,
-    tls_channel_credentials,
-)
+from common.security.curve import configure_curve_client
+from common.security.files import SecurityFiles
+from common.security.lab_ca import init_lab_ca
+from common.security.tls import secure_channel, tls_channel_credentials
 from oddl.launch import launch_emulated
 from oddl.operator import OperatorClient
 from oddl.procs import ProcessGroup, oddl_command

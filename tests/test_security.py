@@ -14,29 +14,29 @@ import zmq
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from common.errors import OddlError
-from common.security import (
+from common.errors import OddlError, SecurityError
+from common.security.authorization import (
     METHOD_RULES,
-    ROLE_AGENT,
-    ROLE_OPERATOR,
     AuthorizationInterceptor,
-    CurveKeys,
-    CurveServer,
-    Identity,
     Rule,
-    SecurityError,
-    SecurityFiles,
-    authenticated_user,
-    channel_credentials,
     check_rules,
+)
+from common.security.curve import (
+    CurveServer,
+    authenticated_user,
     configure_curve_client,
-    init_lab_ca,
+    sender_matches,
+    wait_handshake,
+)
+from common.security.files import ROLE_AGENT, ROLE_OPERATOR, CurveKeys, SecurityFiles
+from common.security.lab_ca import init_lab_ca
+from common.security.tls import (
+    Identity,
+    channel_credentials,
     peer_identity,
     secure_channel,
-    sender_matches,
     server_credentials,
     tls_channel_credentials,
-    wait_handshake,
 )
 from oddl import certs_cli
 from protos import oddl_pb2 as pb
