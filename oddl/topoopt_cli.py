@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from common.errors import OddlError
+from oddl.command_line import json_default, parse_or_exit_code
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -102,13 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl topoopt`` with `argv` (without the command name); return the exit code."""
-    parser = argparse.ArgumentParser(prog="oddl topoopt", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="oddl topoopt",
+                                     description=(__doc__ or "").split("\n\n")[0])
     add_arguments(parser)
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    return cmd_topoopt(args)
+    args = parse_or_exit_code(parser, argv)
+    return args if isinstance(args, int) else cmd_topoopt(args)
 
 
 def cmd_topoopt(args: argparse.Namespace) -> int:
@@ -153,7 +152,7 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
     except OddlError as exc:
         print(f"oddl topoopt: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(result.as_dict(), default=_json_default) if args.json
+    print(json.dumps(result.as_dict(), default=json_default) if args.json
           else format_result(result, searched=not args.strategy))
     return EXIT_OK
 
@@ -171,7 +170,7 @@ def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int
     rates = parse_rates(args.sweep_bandwidth)
     note = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     results = sweep_bandwidth(model, cfg, rates, note)
-    print(json.dumps(sweep_as_dict(results), default=_json_default) if args.json
+    print(json.dumps(sweep_as_dict(results), default=json_default) if args.json
           else format_sweep(results))
     return EXIT_OK
 
@@ -200,14 +199,6 @@ def _list_models(as_json: bool) -> int:
         print(f"{'':14} groups: {', '.join(g.name for g in m.groups)}")
     print("sources and assumptions: docs/topoopt.md")
     return EXIT_OK
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def format_result(r: Any, searched: bool = True) -> str:
