@@ -26,9 +26,9 @@ from bench_scheduler import (
     ITEMSIZE,
     TIMING,
     VGG19_PARAMS,
+    baseline_s,
     headline,
     parser,
-    ring_permutations_baseline,
     workload_meta,
 )
 
@@ -96,10 +96,9 @@ def run(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
     """Measure every registered collective (and variant) at every size."""
     rows = []
     for n in sizes:
-        baseline_s, _ = best_of(repeats, lambda n=n: ring_permutations_baseline(n))
-        for name in sorted(COLLECTIVES):
-            for params in VARIANTS.get(name, [{}]):
-                rows.append(measure(name, params, n, repeats, baseline_s))
+        base = baseline_s(n, repeats)
+        rows += [measure(name, params, n, repeats, base)
+                 for name in sorted(COLLECTIVES) for params in VARIANTS.get(name, [{}])]
     return rows
 
 

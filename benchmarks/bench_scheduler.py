@@ -75,12 +75,18 @@ def measure(name: str, n: int, repeats: int, baseline_s: float) -> dict[str, Any
     }
 
 
+def baseline_s(n: int, repeats: int) -> float:
+    """The best time of the trivial baseline at `n` nodes (s)."""
+    best, _ = best_of(repeats, lambda: ring_permutations_baseline(n))
+    return float(best)
+
+
 def run(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
     """Measure every collective at every size, each beside its baseline, one row per pair."""
     rows = []
     for n in sizes:
-        baseline_s, _ = best_of(repeats, lambda n=n: ring_permutations_baseline(n))
-        rows += [measure(name, n, repeats, baseline_s) for name in COLLECTIVES]
+        base = baseline_s(n, repeats)
+        rows += [measure(name, n, repeats, base) for name in COLLECTIVES]
     return rows
 
 

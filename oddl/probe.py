@@ -186,6 +186,15 @@ def _describe(identity: DeviceIdentity) -> str:
             .strip())
 
 
+def _found(base: DeviceProbe, status: str, kind: str, baud: int, found: DeviceIdentity,
+           message: str) -> DeviceProbe:
+    """`base` as a verdict on a device that answered as `kind` at `baud`."""
+    base.status, base.found_kind, base.found_baud = status, kind, baud
+    base.identity = _identity_dict(found)
+    base.message = message
+    return base
+
+
 def _attempt(kind: str, resource: str, baud: int, timeout_s: float,
              name: str) -> tuple[DeviceIdentity | None, str]:
     identify, _ = SERIAL_KINDS[kind]
@@ -213,25 +222,21 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
         for baud in (b for b in SERIAL_KINDS[dev.kind][1] if b != expected_baud):
             found, _ = _attempt(dev.kind, dev.resource, baud, timeout, dev.id)
             if found is not None:
-                base.status, base.found_kind, base.found_baud = WRONG_BAUD, dev.kind, baud
-                base.identity = _identity_dict(found)
-                base.message = (f"the {dev.kind.upper()} on {dev.resource} answers at {baud} "
-                                f"baud, the testbed file says baud = {expected_baud}; set "
-                                f"baud = {baud} for {dev.id} (or set the device back to "
-                                f"{expected_baud})")
-                return base
+                return _found(base, WRONG_BAUD, dev.kind, baud, found,
+                              f"the {dev.kind.upper()} on {dev.resource} answers at {baud} "
+                              f"baud, the testbed file says baud = {expected_baud}; set "
+                              f"baud = {baud} for {dev.id} (or set the device back to "
+                              f"{expected_baud})")
     for other in (k for k in SERIAL_KINDS if k != dev.kind):
         bauds = SERIAL_KINDS[other][1] if serial else SERIAL_KINDS[other][1][:1]
         for baud in bauds:
             found, _ = _attempt(other, dev.resource, baud, timeout, dev.id)
             if found is not None:
-                base.status, base.found_kind, base.found_baud = WRONG_PORT, other, baud
-                base.identity = _identity_dict(found)
-                base.message = (f"{dev.resource} answers as a {other.upper()} "
-                                f"({_describe(found)}), not the {dev.kind.upper()} the testbed "
-                                f"file names; point {dev.id}'s resource at the port the "
-                                f"{dev.kind.upper()} is on")
-                return base
+                return _found(base, WRONG_PORT, other, baud, found,
+                              f"{dev.resource} answers as a {other.upper()} "
+                              f"({_describe(found)}), not the {dev.kind.upper()} the testbed "
+                              f"file names; point {dev.id}'s resource at the port the "
+                              f"{dev.kind.upper()} is on")
     tried = "at any usual baud rate" if serial else f"at {expected_baud} baud"
     base.message = (f"{dev.resource} opened but no {dev.kind.upper()} answered {tried} "
                     f"({error}); check that it is powered and cabled, and that no other "
