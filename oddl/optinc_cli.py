@@ -2,7 +2,8 @@
 
 ``register(subparsers)`` adds the ``optinc`` command to the main parser (each sub-command sets
 ``func``: args → exit code); ``main(argv)`` runs ``oddl optinc <argv>`` on its own (for tests).
-The model and its reconstruction choices are in ``offline.optinc.model``.
+The model and its reconstruction choices are in ``offline.optinc.model``; ``oddl plan optinc``
+is `oddl.optinc_plan`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.errors import OddlError
+from oddl.command_line import parse_or_exit_code
 from offline.optinc import model as om
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -41,21 +43,22 @@ def _phase_bits(text: str) -> int | str | None:
     return value
 
 
-def _nonneg_float(text: str) -> float:
+def _parsed(text: str, kind: type[Any], noun: str) -> Any:
     try:
-        value = float(text)
+        return kind(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+        raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from exc
+
+
+def _nonneg_float(text: str) -> float:
+    value = float(_parsed(text, float, "a number"))
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
+    value = int(_parsed(text, int, "an integer"))
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
     return value
@@ -63,10 +66,7 @@ def _positive_int(text: str) -> int:
 
 def _ranged_int(lo: int, hi: int) -> Any:
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
+        value = int(_parsed(text, int, "an integer"))
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"expected {lo}..{hi}, got {value}")
         return value
@@ -253,90 +253,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ---- oddl plan optinc ---------------------------------------------------------------------
-
-PLAN_PARAMS = ("inputs", "bits", "transceivers", "latency_us")
-
-
-def plan_report(args: argparse.Namespace) -> int:
-    """``oddl plan optinc``: the cascade, its devices and optics, bytes and one-pass time.
-
-    Parameters (``--param KEY=VALUE``): ``inputs`` (N1 of the level-1 devices; 0 picks),
-    ``bits`` (default 8), ``transceivers`` (M, default b/2), ``latency_us`` (per level, 1).
-    """
-    from common.errors import PlanError
-    from controller.scheduling import make_plan, optinc_layout
-
-    params = dict(args.param)
-    unknown = sorted(set(params) - set(PLAN_PARAMS))
-    try:
-        if unknown or args.wavelengths is not None or args.degree is not None:
-            raise PlanError(f"optinc takes the parameters {', '.join(PLAN_PARAMS)} (as --param "
-                            f"KEY=VALUE), not {unknown or ['--wavelengths/--degree']}")
-        bits = int(params.get("bits", 8))
-        m = int(params.get("transceivers") or om.default_transceivers(bits))
-        if args.itemsize < 1 or not args.gbps > 0:
-            raise PlanError("--itemsize must be >= 1 and --gbps positive")
-        n_elems = args.bytes // args.itemsize
-        plan = make_plan("optinc", args.nodes, n_elems, inputs=int(params.get("inputs", 0)))
-        lay = optinc_layout(args.nodes, n_elems, args.itemsize, args.gbps * 1e9, bits=bits,
-                            transceivers=m, inputs=int(params.get("inputs", 0)),
-                            latency_s=float(params.get("latency_us", 1.0)) * 1e-6)
-        per_device = [om.OptincNetwork(n, bits, m, seed=0).hardware() for n in lay.levels]
-    except (PlanError, om.OptincError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    two = len(lay.levels) == 2
-
-    def role(rank: int) -> str:
-        if rank < args.nodes:
-            return "servers"
-        if not two:
-            return "device"
-        return "level-2 device" if rank == plan.n_ranks - 1 else "level-1 devices"
-
-    steps = [{"step": i, "phase": st.phase, "op": str(st.op), "transfers": len(st),
-              "bytes_each": lay.level_bytes,
-              "from": role(int(st.src[0])), "to": role(int(st.dst[0]))}
-             for i, st in enumerate(plan.steps)]
-    out = {"collective": "optinc", **lay.as_dict(), "bytes": args.bytes,
-           "itemsize": args.itemsize, "line_rate_gbps": args.gbps, "plan_ranks": plan.n_ranks,
-           "steps": steps,
-           "device_optics": [{"inputs": n, "mzi_count": hw["mzi_count"],
-                              "attenuator_count": hw["attenuator_count"],
-                              "thresholders": hw["hidden"],
-                              "splitter_loss_db": round(om.splitter_loss_db(n), 2)}
-                             for n, hw in zip(lay.levels, per_device, strict=True)],
-           "mzi_total": sum(hw["mzi_count"] * count for hw, count in
-                            zip(per_device, _devices_per_level(lay.levels), strict=True))}
-    if args.json:
-        print(json.dumps(out))
-        return EXIT_OK
-    shape = (f"one {lay.levels[0]}-input device" if len(lay.levels) == 1 else
-             f"two levels: {lay.levels[1]} devices of {lay.levels[0]} inputs, then one of "
-             f"{lay.levels[1]} inputs")
-    print(f"optinc all-reduce on {args.nodes} nodes: {shape} ({lay.devices} device"
-          f"{'s' if lay.devices != 1 else ''}), {bits}-bit levels on {m} transceivers per server")
-    print(f"  buffer {args.bytes / 1e6:.2f} MB ({n_elems:,} x {args.itemsize} B); each server "
-          f"sends {lay.level_bytes / 1e6:.2f} MB of levels once and receives the result once")
-    print(f"  one pass {lay.one_pass_s * 1e3:.3f} ms at {args.gbps:g} Gbit/s per transceiver "
-          f"(ring all-reduce of the floats: {lay.ring_s * 1e3:.3f} ms)")
-    for level, (n, d) in enumerate(zip(lay.levels, out["device_optics"], strict=True)):
-        where = f"level-{level + 1} " if two else ""
-        print(f"  {where}{n}-input device: {d['mzi_count']} MZIs + {d['attenuator_count']} attenuators, "
-              f"{d['thresholders']} thresholders, splitter T {d['splitter_loss_db']:.2f} dB")
-    print(f"  MZIs in all devices: {out['mzi_total']:,}")
-    print(f"{'step':<6}{'phase':<14}{'op':<8}{'transfers':>10}  from -> to")
-    for st in steps:
-        print(f"{st['step']:<6}{st['phase']:<14}{st['op'].upper():<8}{st['transfers']:>10}  "
-              f"{st['from']} -> {st['to']}")
-    return EXIT_OK
-
-
-def _devices_per_level(levels: tuple[int, ...]) -> list[int]:
-    return [1] if len(levels) == 1 else [levels[1], 1]
-
-
 # ---- wiring -------------------------------------------------------------------------------
 
 
@@ -396,11 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl optinc <argv>``; return the exit code."""
     parser = argparse.ArgumentParser(prog="oddl")
     register(parser.add_subparsers(dest="command"))
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parser.parse_args(["optinc", *args_list])
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_or_exit_code(parser, ["optinc", *(sys.argv[1:] if argv is None else argv)])
+    if isinstance(args, int):
+        return args
     try:
         return int(args.func(args))
     except OddlError as exc:

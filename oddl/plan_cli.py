@@ -124,7 +124,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Print a collective's plan and schedule (text, or one JSON object with --json)."""
     if args.collective == OPTINC:  # devices, not TT-FR slots: its own report
-        from oddl.optinc_cli import plan_report
+        from oddl.optinc_plan import plan_report
 
         return plan_report(args)
     try:
