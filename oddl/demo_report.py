@@ -123,7 +123,6 @@ def optinc_summary(out: DemoOutcome) -> dict[str, Any]:
 def format_optinc_summary(s: dict[str, Any]) -> str:
     """`oddl demo --collective optinc`'s summary for people."""
     r, o, d = s["ring"], s[OPTINC], s["device"]
-    g = s["slot_gate_error"]
 
     def ms(x: float) -> str:
         return f"{x:>17.1f} ms"
@@ -148,15 +147,11 @@ def format_optinc_summary(s: dict[str, Any]) -> str:
         f"OptINC device: {d.get('passes', 0)} passes, {d.get('elements', 0):,} elements, "
         f"MZI model {d.get('elements_per_s', 0.0) / 1e6:.1f} M elements/s, "
         f"{d.get('inexact_elements', 0)} elements missed by the noisy optics",
-        f"slot-gate error: p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs, "
-        f"max {g['max_us']:.1f} µs ({g['samples']} sends)",
+        gate_line(s["slot_gate_error"]),
         f"every all-reduce equal to the exact (quantised, for optinc) reduction: "
         f"{'yes' if s['all_results_exact'] else 'NO'}",
     ]
-    if s["problems"]:
-        lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
-    lines.append(f"logs: {s['run_dir']}")
-    return "\n".join(lines)
+    return "\n".join(lines + closing_lines(s))
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -164,7 +159,6 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("collective") == OPTINC:
         return format_optinc_summary(s)
     o, i = s["optical"], s["ideal"]
-    g = s["slot_gate_error"]
     lines = [
         "",
         f"oddl demo — {s['testbed']}: {s['collective']} all-reduce of "
@@ -181,15 +175,23 @@ def format_summary(s: dict[str, Any]) -> str:
         if s["ratio_optical_over_ideal"] else "iteration-time ratio: n/a",
         f"reconfigurations (transmitter retunes in the job): {s['reconfigurations']}",
         f"guard time spent: {s['guard_time_ms']:.2f} ms",
-        f"slot-gate error: p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs, "
-        f"max {g['max_us']:.1f} µs ({g['samples']} sends)",
+        gate_line(s["slot_gate_error"]),
         fabric_line(s["fabric"]),
         f"every all-reduce equal to the exact reduction: {'yes' if s['all_results_exact'] else 'NO'}",
     ]
-    if s["problems"]:
-        lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
-    lines.append(f"logs: {s['run_dir']}")
-    return "\n".join(lines)
+    return "\n".join(lines + closing_lines(s))
+
+
+def gate_line(g: dict[str, Any]) -> str:
+    """The agents' slot-gate error (`percentiles`) in one line."""
+    return (f"slot-gate error: p50 {g['p50_us']:.1f} µs, p99 {g['p99_us']:.1f} µs, "
+            f"max {g['max_us']:.1f} µs ({g['samples']} sends)")
+
+
+def closing_lines(s: dict[str, Any]) -> list[str]:
+    """The problems found, if any, and where the logs are."""
+    lines = ["problems:", *[f"  {p}" for p in s["problems"]]] if s["problems"] else []
+    return [*lines, f"logs: {s['run_dir']}"]
 
 
 def fabric_line(fabric: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from common.errors import ConfigError
@@ -53,13 +54,17 @@ def connect(args: argparse.Namespace) -> Any:
     return OperatorClient(controller_address(args), certs=certs, operator=operator)
 
 
+def _show(args: argparse.Namespace, data: Any, text: Callable[[Any], str]) -> int:
+    """Print `data` as indented JSON (--json) or as `text(data)`."""
+    print(json.dumps(data, indent=2) if args.json else text(data))
+    return EXIT_OK
+
+
 def cmd_topology(args: argparse.Namespace) -> int:
     """Show nodes, devices and the grid."""
     from oddl.operator import format_topology
 
-    topo = connect(args).topology()
-    print(json.dumps(topo, indent=2) if args.json else format_topology(topo))
-    return EXIT_OK
+    return _show(args, connect(args).topology(), format_topology)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -68,12 +73,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     client = connect(args)
     if args.devices_cmd == "log":
-        entries = client.device_log(args.limit, args.device or "")
-        print(json.dumps(entries, indent=2) if args.json else format_device_log(entries))
-    else:
-        state = client.devices()
-        print(json.dumps(state, indent=2) if args.json else format_devices(state))
-    return EXIT_OK
+        return _show(args, client.device_log(args.limit, args.device or ""), format_device_log)
+    return _show(args, client.devices(), format_devices)
 
 
 def cmd_schedule_show(args: argparse.Namespace) -> int:
@@ -100,9 +101,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Show agents, jobs and counters."""
     from oddl.operator import format_status
 
-    status = connect(args).status()
-    print(json.dumps(status, indent=2) if args.json else format_status(status))
-    return EXIT_OK
+    return _show(args, connect(args).status(), format_status)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

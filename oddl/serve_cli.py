@@ -79,6 +79,13 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _ready_and_metrics(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--ready-file", help="write the ready line (JSON, with the served "
+                    "addresses) here too")
+    sp.add_argument("--metrics", default="127.0.0.1:0",
+                    help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `oddl controller serve` and `oddl agent serve`."""
     ctl = sub.add_parser("controller", help="the central controller").add_subparsers(
@@ -86,9 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = ctl.add_parser("serve", help="run the controller")
     serve.add_argument("--config", required=True)
     serve.add_argument("--listen", help="HOST:PORT (default: [controller] listen)")
-    serve.add_argument("--ready-file", help="write the served address here as JSON")
-    serve.add_argument("--metrics", default="127.0.0.1:0",
-                       help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+    _ready_and_metrics(serve)
     serve.add_argument("--state", help="SQLite file to persist jobs, verified device state and "
                        "events in, and to resume from (default: [controller] state)")
     serve.add_argument("--insecure", action="store_true",
@@ -114,7 +119,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "other users than the agent")
     aserve.add_argument("--data-bind", help="HOST:PORT for direct links (default: node host "
                         "and data_port)")
-    aserve.add_argument("--ready-file")
-    aserve.add_argument("--metrics", default="127.0.0.1:0",
-                        help="Prometheus endpoint HOST:PORT ('' to disable; default %(default)s)")
+    _ready_and_metrics(aserve)
     aserve.set_defaults(func=cmd_agent_serve)

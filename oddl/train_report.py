@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from common.config import TestbedConfig
-from oddl.demo_report import percentiles
+from oddl.demo_report import closing_lines, percentiles
 from oddl.train_workers import WORLD
 
 
@@ -202,10 +202,7 @@ def format_train_summary(s: dict[str, Any]) -> str:
     if s["all_results_exact"] is not None:
         lines.append(f"every all-reduce equal to the exact reduction: "
                      f"{'yes' if s['all_results_exact'] else 'NO'}")
-    if s["problems"]:
-        lines += ["problems:", *[f"  {p}" for p in s["problems"]]]
-    lines.append(f"logs: {s['run_dir']}")
-    return "\n".join(lines)
+    return "\n".join(lines + closing_lines(s))
 
 
 def _format_backend(s: dict[str, Any], o: dict[str, Any], g: dict[str, Any]) -> list[str]:
