@@ -16,17 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One plan step as the agent receives it: tuples of transfers (ranks and element
-    ranges) and the op ("reduce" or "copy"); hashable, so chunk plans are cached by it."""
-
-    op: str
-    src: tuple[int, ...]
-    dst: tuple[int, ...]
-    offset: tuple[int, ...]
-    length: tuple[int, ...]
+from protos.schedule_wire import StepSpec
 
 
 @dataclass(frozen=True)

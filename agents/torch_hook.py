@@ -135,7 +135,7 @@ class OpticalHookState:
 
     def _check_quantised(self, index: int, summed: np.ndarray, gathered: Any) -> None:
         """Raise AllreduceMismatch unless `summed` equals the exact quantised result."""
-        from agents.executor import optinc_expected
+        from agents.optinc_run import optinc_expected
 
         inputs = [t.numpy().astype(summed.dtype, copy=False) for t in gathered]
         expected = optinc_expected(inputs, int(self.optinc_bits or 8))

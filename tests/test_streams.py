@@ -202,7 +202,7 @@ def test_the_transmitter_is_paced_at_the_line_rate(emulated):
 def test_an_agent_without_the_light_table_refuses_to_start_and_says_why(tmp_path):
     from dataclasses import replace
 
-    from agents.agent import _light_phy
+    from agents.data_links import light_phy as _light_phy
     from common.errors import OddlError
 
     cfg = load_testbed(CONFIG)

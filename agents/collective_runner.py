@@ -1,0 +1,297 @@
+"""The agent's collective runner: one all-reduce from the training process's call to its
+outcome report.
+
+It picks the job, starts the collective — through the controller's barrier (`ReadyCollective`,
+then the start signal on the schedule stream) or, when every node holds the bucket's standing
+schedule, by agreeing the start with the peers (`agents.standing`) — decodes the schedule
+(`protos.schedule_wire`) and runs it (`agents.executor`, `agents.optinc_run`) with this node's
+hand-offs: it waits for the controller's grants and confirms arrivals through the controller
+link. A lost peer cancels the collective in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Executor
+from typing import Any
+
+import numpy as np
+
+from agents import localapi
+from agents.agent_jobs import AgentJob, JobTable
+from agents.collective_run import CollectiveRun
+from agents.controller_link import ControllerLink
+from agents.data_links import DataLinks
+from agents.executor import run_collective
+from agents.gate import SlotGate
+from agents.optinc_run import run_optinc
+from agents.standing import Ready, agree, exchange
+from agents.streams import StreamLink
+from common.config import OPTINC, TestbedConfig
+from common.errors import CollectiveError, OperationRefused
+from common.shm import BucketMaps
+from protos import oddl_pb2 as pb
+from protos.schedule_wire import (
+    decode_schedule,
+    ends_where_it_starts,
+    first_data_start,
+    retunes,
+    schedule_sha256,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class CollectiveRunner:
+    """Runs the all-reduces of one node (see the module docstring)."""
+
+    def __init__(self, cfg: TestbedConfig, node_id: str, ctl: ControllerLink, jobs: JobTable,
+                 links: DataLinks, gate: SlotGate, sender: Executor):
+        self.cfg = cfg
+        self.node_id = node_id
+        self.ctl = ctl
+        self.jobs = jobs
+        self.links = links
+        self.gate = gate
+        self.sender = sender
+        self.buckets = BucketMaps()
+        self.done = 0
+        self.shared_bytes = 0
+        self.standing_runs = 0
+        self.starts: deque[tuple[str, int, float, float]] = deque(maxlen=2000)
+        """Per gated collective (job, seq, the all-reduce call's arrival, its first slot's
+        start), local clock: the control overhead is the first slot's start minus the last
+        node's arrival (the barrier or ready exchange, and the launch or standing margin)."""
+        self._called_at = 0.0
+        self._current_job = ""
+        self._cancel = threading.Event()
+        self._running = threading.Event()
+        self._abort_reason = ""
+
+    def close(self) -> None:
+        """Release the shared-memory buckets."""
+        self.buckets.close()
+
+    def abort(self, job_id: str, reason: str) -> None:
+        """End the collective in flight of `job_id` (a peer was lost), with `reason`."""
+        if self._current_job == job_id and self._running.is_set():
+            self._abort_reason = reason
+            self._cancel.set()
+
+    # ---- the call ---------------------------------------------------------------------
+    def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
+        """All-reduce one array (sum) with the job's collective and return the result."""
+        self._called_at = time.time()
+        req = localapi.parse_allreduce(header)
+        array = self._array(req, payload)
+        job = self._job_for(req.job)
+        if job.network == "ideal":
+            seq = job.next_seq
+            job.next_seq += 1
+            return self._run_ideal(job, seq, array)
+        if isinstance(self.links.link, StreamLink) and self.cfg.timing.standing_margin_ms > 0:
+            standing = self._standing(job, array, req.timeout_s)
+            if standing is not None:
+                return standing
+        t_ready = time.time()
+        try:
+            seq = self._ready(job, array)
+        except OperationRefused:
+            # the job may have ended and another started before the stream said so
+            self._refresh_jobs()
+            if not job.ended or req.job:
+                raise
+            job = self._job_for(None, refreshed=True)
+            seq = self._ready(job, array)
+        go = self.ctl.await_go(job, seq, req.timeout_s)
+        if go.error:
+            raise CollectiveError(go.error)
+        t0_local = go.t0_ns / 1e9 - self.ctl.clock.offset_s
+        logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
+                     seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
+        if go.schedule.collective != OPTINC and (not retunes(go.schedule)
+                                                 or ends_where_it_starts(go.schedule)):
+            # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
+            # server) goes through the barrier every time: the controller lays it out anew
+            job.standing[(array.size, array.dtype.str)] = go.schedule
+        return self._run(job, seq, array, go.schedule, t0_local)
+
+    def _array(self, req: localapi.AllreduceRequest, payload: bytes) -> np.ndarray:
+        """The request's array: in the client's shared-memory bucket (run in place) or in
+        the payload."""
+        try:
+            if req.shm is not None:
+                view = self.buckets.open_bucket(req.shm, req.nbytes)
+                array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
+                self.shared_bytes += req.nbytes
+                return array
+            return np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)
+        except ValueError as exc:
+            raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
+                                   "the array bytes") from exc
+
+    def _refresh_jobs(self) -> None:
+        """Ask the controller which jobs this node is in (the event stream may lag a submit)."""
+        wants_peers = hasattr(self.links.link, "set_peers")
+        listed, peers = self.ctl.list_jobs(wants_peers)
+        self.jobs.refresh(listed)
+        if peers:
+            self.links.set_peers(peers)
+
+    def _job_for(self, job_id: str | None, refreshed: bool = False) -> AgentJob:
+        if not refreshed and self.jobs.needs_refresh(job_id):
+            self._refresh_jobs()
+        return self.jobs.pick(job_id)
+
+    # ---- starting a collective --------------------------------------------------------
+    def _ready(self, job: AgentJob, array: np.ndarray) -> int:
+        """Enter the barrier of the job's next collective; return its sequence number."""
+        if job.ended:
+            raise OperationRefused(f"job {job.id} has ended: {job.ended}")
+        seq = job.next_seq
+        self.ctl.ready(pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
+                                                 shape=list(array.shape),
+                                                 dtype=array.dtype.str))
+        job.next_seq += 1
+        return seq
+
+    def _standing(self, job: AgentJob, array: np.ndarray, timeout_s: float
+                  ) -> np.ndarray | None:
+        """Agree with the peers on the next collective; run it on the standing schedule when
+        every node holds one, else return None (the caller enters the controller's barrier
+        with the same sequence number)."""
+        if job.ended:
+            raise OperationRefused(f"job {job.id} has ended: {job.ended}")
+        schedule = job.standing.get((array.size, array.dtype.str))
+        seq = job.next_seq
+        mine = Ready(self.node_id, array.size, array.dtype.str,
+                     time.time() + self.ctl.clock.offset_s, schedule is not None)
+        peers = [n for n in job.nodes if n != self.node_id]
+        self._begin(job)
+        try:
+            theirs = exchange(self.links.link, job.id, seq, mine, peers,
+                              time.time() + timeout_s, self._cancel)
+        except CollectiveError as exc:
+            job.next_seq += 1  # the peers gave this collective up too
+            error = self._aborted(job, seq) or exc
+            # the controller counts it, so a restarted peer continues after it
+            self._report(job, seq, False, str(error), {})
+            raise error from exc
+        finally:
+            self._running.clear()
+        everyone, t0 = agree(mine, theirs, self.cfg.timing.standing_margin_ms / 1e3)
+        if not everyone or schedule is None:
+            return None
+        job.next_seq += 1
+        self.standing_runs += 1
+        if retunes(schedule) and job.rank == 0:
+            self._announce_standing(job, seq, t0, array, schedule)
+        return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s)
+
+    def _announce_standing(self, job: AgentJob, seq: int, t0: float, array: np.ndarray,
+                           schedule: pb.Schedule) -> None:
+        """Tell the controller the agreed start of a standing collective that retunes, without
+        waiting: its first retune is a slot away, and a refusal or a lost message fails the
+        collective where the agents wait for the retune. Every node computes the same start,
+        so one (rank 0) says it: four copies would cost the controller CPU at the moment the
+        agents need it for their first sends."""
+        req = pb.StartStandingRequest(node_id=self.node_id, job_id=job.id, seq=seq,
+                                      t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
+                                      itemsize=array.dtype.itemsize,
+                                      schedule_sha256=schedule_sha256(schedule))
+        self.ctl.send_async(self.ctl.stub.StartStanding, req, f"the start of collective {seq}")
+
+    def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
+        key = (array.size, array.dtype.str)
+        schedule = job.plans.get(key)
+        if schedule is None:
+            schedule = self.ctl.get_schedule(job.id, array.size * array.dtype.itemsize,
+                                             array.dtype.itemsize)
+            job.plans[key] = schedule
+        return self._run(job, seq, array, schedule, 0.0)
+
+    # ---- running it -------------------------------------------------------------------
+    def _begin(self, job: AgentJob) -> None:
+        """Mark a collective of `job` as in flight (a lost peer cancels it)."""
+        self._current_job = job.id
+        self._abort_reason = ""
+        self._cancel.clear()
+        self._running.set()
+
+    def _aborted(self, job: AgentJob, seq: int) -> CollectiveError | None:
+        """The error naming why the collective ended, when a lost peer ended it."""
+        if not self._abort_reason:
+            return None
+        return CollectiveError(f"{self.node_id}: collective {seq} of job {job.id} ended: "
+                               f"{self._abort_reason}")
+
+    def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
+             t0_local: float) -> np.ndarray:
+        decoded = decode_schedule(schedule)
+        run = CollectiveRun(
+            job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,
+            slots=decoded.slots, t0_local=t0_local, network=job.network,
+            receive_timeout_s=decoded.receive_timeout_s,
+            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+        if t0_local > 0:
+            self.starts.append((job.id, seq, self._called_at,
+                                t0_local + first_data_start(schedule)))
+        ok, error = True, ""
+        self._begin(job)
+        try:
+            out = self._execute(run, array, decoded.collective, decoded.device)
+            self.done += 1
+            return out
+        except CollectiveError as exc:
+            ok, error = False, str(exc)
+            job.standing.clear()  # the next collective resynchronises at the barrier
+            aborted = self._aborted(job, seq)
+            if aborted is not None:
+                error = str(aborted)
+                raise aborted from exc
+            raise
+        finally:
+            self._running.clear()
+            self.links.forget(job.id, seq)
+            self.ctl.forget_circuits(job.id, seq)
+            self._report(job, seq, ok, error, run.stats)
+
+    def _execute(self, run: CollectiveRun, array: np.ndarray, collective: str, device: str
+                 ) -> np.ndarray:
+        if collective != OPTINC:
+            return run_collective(run, array, self.links.link, self.gate, cancel=self._cancel,
+                                  handoffs=self, inplace=array.flags.writeable,
+                                  sender=self.sender)
+        dev = self.cfg.optinc_device(device or None)
+        if dev is None:
+            raise CollectiveError(f"{self.node_id}: the schedule uploads to OptINC device "
+                                  f"{device!r}, which this agent's testbed file does not have; "
+                                  "start the agent with the emulator host's resolved file")
+        if self.links.device_link is None:
+            raise CollectiveError(f"{self.node_id}: optinc needs the emulated fabric "
+                                  "(link = \"fabric\"); this testbed has direct links")
+        out = run_optinc(run, array, self.links.device_link, self.gate, dev.id, dev.bits,
+                         cancel=self._cancel)
+        if array.flags.writeable:
+            array[...] = out
+        return out
+
+    def _report(self, job: AgentJob, seq: int, ok: bool, error: str,
+                stats: dict[str, float]) -> None:
+        """Queue the outcome for the controller (sent off the collective's critical path)."""
+        self.ctl.report(pb.ReportCollectiveRequest(
+            node_id=self.node_id, job_id=job.id, seq=seq, ok=ok, error=error,
+            duration_s=stats.get("duration_s", 0.0),
+            gate_error_max_s=stats.get("gate_error_max_s", 0.0)))
+
+    # ---- hand-offs (agents.collective_run.Handoffs) -----------------------------------
+    def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+        """Wait for the controller's word that the slot's retuned transmitters are locked."""
+        self.ctl.wait_circuits(self._current_job, seq, slot, deadline, self._cancel)
+
+    def confirm(self, seq: int, slot: int, src: str) -> None:
+        """Confirm a hand-off arrival to the controller at once."""
+        self.ctl.confirm(self._current_job, seq, slot, src)

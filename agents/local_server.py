@@ -1,0 +1,165 @@
+"""The agent's local API side: the socket the training process talks to.
+
+One thread (`api_loop`) owns the ROUTER socket: it answers status requests at once, queues
+all-reduce requests for the collectives thread (`work_loop`) and hands that thread's results
+back to the clients. The collectives thread runs one all-reduce at a time and turns every
+failure into an error reply of a kind the client maps to a typed error (`agents.client`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from agents import localapi
+from common.errors import CollectiveError, OddlError
+
+logger = logging.getLogger(__name__)
+
+Allreduce = Callable[[dict[str, Any], bytes], np.ndarray]
+"""Runs one all-reduce request (header, payload) and returns the result."""
+
+OnFailure = Callable[[str, str], None]
+"""Told of a failed request: its kind ("lost data", "collective", "refused", "internal")
+and the message."""
+
+
+@dataclass
+class _Request:
+    ident: bytes
+    header: dict[str, Any]
+    payload: bytes
+    shared: bool = False
+
+
+class LocalServer:
+    """The local API socket and the queue between it and the collectives thread."""
+
+    def __init__(self, node_id: str, address: str, group: str | None, stop: threading.Event):
+        self.node_id = node_id
+        self.stop = stop
+        self.api_bytes = 0
+        """Array bytes that came through the socket (shared-memory buckets: none)."""
+        ctx = zmq.Context.instance()
+        self._api = ctx.socket(zmq.ROUTER)
+        self._api.setsockopt(zmq.LINGER, 0)
+        self.address = localapi.bind(self._api, address, node_id, group)
+        self._results = ctx.socket(zmq.PULL)
+        self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
+        self._results.bind(self._results_addr)
+        self._work: queue.Queue[_Request | None] = queue.Queue()
+
+    def close(self) -> None:
+        """Release the sockets (after the threads ended) and the socket file."""
+        self._api.close(0)
+        localapi.unlink(self.address)
+        self._results.close(0)
+
+    def wake(self) -> None:
+        """End the collectives thread once its current request is done."""
+        self._work.put(None)
+
+    def api_loop(self, status: Callable[[], dict[str, Any]]) -> None:
+        """Serve the socket until `stop`: replies out, requests in."""
+        poller = zmq.Poller()
+        poller.register(self._api, zmq.POLLIN)
+        poller.register(self._results, zmq.POLLIN)
+        while not self.stop.is_set():
+            ready = dict(poller.poll(100))
+            if self._results in ready:
+                while True:
+                    try:
+                        self._api.send_multipart(self._results.recv_multipart(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+            if self._api in ready:
+                while True:
+                    try:
+                        frames = self._api.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_api(frames, status)
+
+    def _on_api(self, frames: list[bytes], status: Callable[[], dict[str, Any]]) -> None:
+        ident = frames[0]
+        op = frames[1] if len(frames) > 1 else b""
+        if op == b"status":
+            rid = _rid(frames[2]) if len(frames) > 2 else None
+            self._api.send_multipart([ident, b"ok", json.dumps({**status(), "rid": rid}).encode()])
+        elif op == b"allreduce" and len(frames) == 4:
+            try:
+                header = json.loads(frames[2])
+                if not isinstance(header, dict):
+                    raise ValueError("header is not an object")
+            except (ValueError, RecursionError) as exc:
+                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+                return
+            self.api_bytes += len(frames[3])
+            self._work.put(_Request(ident, header, frames[3], shared="shm" in header))
+        else:
+            self._api.send_multipart([ident, b"error", _err(
+                "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
+                None)])
+
+    def work_loop(self, allreduce: Allreduce, on_failure: OnFailure) -> None:
+        """Run the queued all-reduces one at a time until `stop` (or `wake`)."""
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self._results_addr)
+        try:
+            while not self.stop.is_set():
+                req = self._work.get()
+                if req is None:
+                    return
+                push.send_multipart(self._serve(req, allreduce, on_failure))
+        finally:
+            push.close(0)
+
+    def _serve(self, req: _Request, allreduce: Allreduce, on_failure: OnFailure
+               ) -> list[bytes]:
+        """The reply frames to one all-reduce request."""
+        rid = req.header.get("rid")
+        rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+        try:
+            return _ok(req, allreduce(req.header, req.payload), rid)
+        except CollectiveError as exc:
+            on_failure("lost data" if "lost data" in str(exc) else "collective", str(exc))
+            return [req.ident, b"error", _err("collective", str(exc), rid)]
+        except OddlError as exc:
+            on_failure("refused", str(exc))
+            return [req.ident, b"error", _err("refused", str(exc), rid)]
+        except Exception as exc:  # a defect: report it, keep serving the node
+            logger.exception("%s: all-reduce failed unexpectedly", self.node_id)
+            on_failure("internal", f"internal error: {exc!r}")
+            return [req.ident, b"error", _err(
+                "internal", f"{self.node_id}: internal error ({exc!r}); the agent keeps "
+                "running — please report this with its log", rid)]
+
+
+def _ok(req: _Request, out: np.ndarray, rid: int | None) -> list[bytes]:
+    """The reply frames carrying a result (none when it is in the client's shared bucket)."""
+    meta = {"dtype": out.dtype.str, "shape": list(out.shape), "rid": rid}
+    if req.shared:  # the result is in the client's bucket already
+        return [req.ident, b"ok", json.dumps({**meta, "shm": True}).encode(), b""]
+    return [req.ident, b"ok", json.dumps(meta).encode(), out.tobytes()]
+
+
+def _err(kind: str, message: str, rid: int | None) -> bytes:
+    return json.dumps({"kind": kind, "message": message, "rid": rid}).encode()
+
+
+def _rid(raw: bytes) -> int | None:
+    """The request id a client sent with a status request (echoed in the reply)."""
+    try:
+        return int(raw)
+    except ValueError:
+        return None
