@@ -62,7 +62,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.errors: Counter[str] = Counter()
         self._lock = threading.RLock()
         self.registry = AgentRegistry(cfg, self.jobs, self._lock, self.errors, devices._log)
-        self.agents = self.registry.agents
         self.slots = SlotExecutor(devices, self._circuits_ready, self.errors, metrics)
         self.starts = CollectiveStarts(cfg, self.jobs, devices, self.registry, self.slots,
                                        self._lock, self.errors)

@@ -164,7 +164,7 @@ def test_secure_direct_links_encrypted(tmp_path):
 
 def test_the_controller_refuses_plaintext_beyond_loopback():
     from common.errors import ConfigError
-    from controller.service import ControllerServer
+    from controller.server import ControllerServer
 
     cfg = load_testbed(EMULATED)
     with pytest.raises(ConfigError, match=r"refusing to serve without TLS on 0\.0\.0\.0:0.*"
@@ -173,7 +173,7 @@ def test_the_controller_refuses_plaintext_beyond_loopback():
 
 
 def test_insecure_serves_plaintext_on_purpose_and_says_so(caplog):
-    from controller.service import ControllerServer
+    from controller.server import ControllerServer
 
     cfg = load_testbed(EMULATED)
     server = ControllerServer(cfg, "0.0.0.0:0", metrics_listen=None, insecure=True)
