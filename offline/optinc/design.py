@@ -28,7 +28,7 @@ from offline.optinc.mesh import (
     designed_block,
     from_unitary,
 )
-from offline.optinc.onn import BIAS_SCALE, Shape
+from offline.optinc.shape import BIAS_SCALE, Shape
 
 Float = NDArray[np.float64]
 

@@ -190,6 +190,26 @@ def from_unitary(u: ArrayLike, *, atol: float = 1e-9) -> ClementsMesh:
     diagonal (``T⁻¹·D = D'·T'``), then place the MZIs in light order, each in the first free
     column of matching parity (which yields the rectangular layout).
     """
+    w = _checked_unitary(u, atol)
+    n = w.shape[0]
+    right, left = _null_triangle(w)
+    d = np.diag(w).copy()
+    # U = L1⁻¹ … LK⁻¹ · D · R_R … R_1; move each L⁻¹ (innermost first) through D
+    moved: list[tuple[int, float, float]] = []
+    for m, theta, phi in reversed(left):
+        d1, d2 = d[m], d[m + 1]
+        phi_new = float(np.angle(d1) - np.angle(d2))
+        d2_new = -d2 * np.exp(-1j * theta)
+        d1_new = d2_new * np.exp(-1j * phi)
+        d[m], d[m + 1] = d1_new, d2_new
+        moved.append((m, theta, phi_new))
+    # light order: R_1 … R_R, then the moved ones outermost last: T'_K … T'_1
+    mesh = _place(n, right + moved)
+    mesh.screen[:] = np.mod(np.angle(d), TWO_PI)
+    return mesh
+
+
+def _checked_unitary(u: ArrayLike, atol: float) -> Complex:
     w = np.array(u, dtype=np.complex128)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
         raise OptincError(f"from_unitary needs a square matrix, got shape {w.shape}")
@@ -199,6 +219,14 @@ def from_unitary(u: ArrayLike, *, atol: float = 1e-9) -> ClementsMesh:
     err = float(np.max(np.abs(w.conj().T @ w - np.eye(n))))
     if err > atol:
         raise OptincError(f"from_unitary: matrix is not unitary (max |U†U − I| = {err:.3g})")
+    return w
+
+
+def _null_triangle(w: Complex) -> tuple[list[tuple[int, float, float]],
+                                         list[tuple[int, float, float]]]:
+    """Null `w`'s lower-left triangle in place: (MZIs from the right in light order, MZIs
+    from the left in the order applied), each (top mode, θ, φ); `w` is left diagonal."""
+    n = w.shape[0]
     right: list[tuple[int, float, float]] = []  # light order, first first
     left: list[tuple[int, float, float]] = []  # in the order applied from the left
     for i in range(n - 1):
@@ -219,18 +247,12 @@ def from_unitary(u: ArrayLike, *, atol: float = 1e-9) -> ClementsMesh:
                 t = mzi(theta, phi)
                 w[m : m + 2, :] = t @ w[m : m + 2, :]
                 left.append((m, theta, phi))
-    d = np.diag(w).copy()
-    # U = L1⁻¹ … LK⁻¹ · D · R_R … R_1; move each L⁻¹ (innermost first) through D
-    moved: list[tuple[int, float, float]] = []
-    for m, theta, phi in reversed(left):
-        d1, d2 = d[m], d[m + 1]
-        phi_new = float(np.angle(d1) - np.angle(d2))
-        d2_new = -d2 * np.exp(-1j * theta)
-        d1_new = d2_new * np.exp(-1j * phi)
-        d[m], d[m + 1] = d1_new, d2_new
-        moved.append((m, theta, phi_new))
-    # light order: R_1 … R_R, then the moved ones outermost last: T'_K … T'_1
-    sequence = right + moved
+    return right, left
+
+
+def _place(n: int, sequence: list[tuple[int, float, float]]) -> ClementsMesh:
+    """A mesh with the MZIs of `sequence` (light order), each in the first free column of
+    matching parity."""
     mesh = ClementsMesh(n)
     columns, count = _layout(n)
     slot = {(c, int(top)): int(k) for c, (tops, idx) in enumerate(columns)
@@ -248,7 +270,6 @@ def from_unitary(u: ArrayLike, *, atol: float = 1e-9) -> ClementsMesh:
         last[m] = last[m + 1] = c
     if slot or len(sequence) != count:  # pragma: no cover
         raise OptincError("internal: Clements decomposition did not fill the mesh")
-    mesh.screen[:] = np.mod(np.angle(d), TWO_PI)
     return mesh
 
 

@@ -42,7 +42,8 @@ from offline.optinc.levels import (
     validate_levels,
 )
 from offline.optinc.mesh import ClementsMesh, from_unitary, mzi, quantise_phase
-from offline.optinc.onn import OptincNetwork, default_transceivers
+from offline.optinc.onn import OptincNetwork
+from offline.optinc.shape import default_transceivers
 from offline.optinc.train import TrainResult, train
 
 __all__ = [

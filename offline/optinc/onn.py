@@ -45,12 +45,12 @@ call (a static error of the device for one pass).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from offline.optinc.design import designed_params
 from offline.optinc.levels import (
     MAX_INPUTS,
     OptincError,
@@ -66,58 +66,18 @@ from offline.optinc.mesh import (
     block_param_count,
     quantise_phase,
 )
+from offline.optinc.shape import (
+    BIAS_SCALE,
+    Shape,
+    check_nonneg,
+    check_phase_bits,
+    default_transceivers,
+)
 
 Complex = NDArray[np.complex128]
 Float = NDArray[np.float64]
 
-BIAS_SCALE = 0.6
-"""Threshold of the thresholders times √R (the bias a unit at the top threshold needs ≈ 0)."""
 CHUNK = 4096  # digit-sum tuples per vectorised block
-
-
-def default_transceivers(bits: int) -> int:
-    """PAM4 transceivers (2 bits each) when b is even, else on-off keying (1 bit each)."""
-    return bits // 2 if bits % 2 == 0 and bits > 1 else bits
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Sizes of one network (all derived from N, b, M and the number of blocks R)."""
-
-    n_inputs: int
-    bits: int
-    transceivers: int
-    blocks: int
-
-    @property
-    def digit_bits(self) -> int:
-        """c = b/M bits per transceiver."""
-        return self.bits // self.transceivers
-
-    @property
-    def digit_top(self) -> int:
-        """Largest digit 2**c − 1 (PAM levels − 1)."""
-        return (1 << self.digit_bits) - 1
-
-    @property
-    def k(self) -> int:
-        """Block size: M digit sums + the bias laser."""
-        return self.transceivers + 1
-
-    @property
-    def hidden(self) -> int:
-        """H = R·k thresholders."""
-        return self.blocks * self.k
-
-    @property
-    def sum_levels(self) -> int:
-        """Values a digit sum takes: N·(2**c − 1) + 1."""
-        return self.n_inputs * self.digit_top + 1
-
-    @property
-    def thresholds(self) -> int:
-        """Rounding thresholds of the mean: 2**b − 1 (one block each in the designed network)."""
-        return (1 << self.bits) - 1
 
 
 class OptincNetwork:
@@ -411,29 +371,6 @@ class OptincNetwork:
                  **kwargs: Any) -> OptincNetwork:
         """The textbook exact network before hardware-aware training
         (`offline.optinc.design.designed_params`)."""
-        from offline.optinc.design import designed_params
-
         net = cls(n_inputs, bits, transceivers, **kwargs)
         net.params = designed_params(net.shape)
         return net
-
-
-def check_phase_bits(bits: Any) -> int | None:
-    """None (full precision) or a DAC resolution in 1..24 bits."""
-    if bits is None:
-        return None
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 24:
-        raise OptincError(f"phase_bits must be None (full precision) or an integer in 1..24, "
-                          f"got {bits!r}")
-    return int(bits)
-
-
-def check_nonneg(name: str, value: Any) -> float:
-    """A finite number ≥ 0, or OptincError naming ``name``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise OptincError(f"{name} must be a number, got {value!r}") from exc
-    if not math.isfinite(v) or v < 0:
-        raise OptincError(f"{name} must be finite and ≥ 0, got {value!r}")
-    return v

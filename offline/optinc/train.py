@@ -22,7 +22,8 @@ from numpy.typing import NDArray
 
 from offline.optinc.levels import OptincError
 from offline.optinc.mesh import TWO_PI, block_gradients, block_matrices
-from offline.optinc.onn import OptincNetwork, check_nonneg, check_phase_bits
+from offline.optinc.onn import OptincNetwork
+from offline.optinc.shape import check_nonneg, check_phase_bits
 
 Float = NDArray[np.float64]
 START = ("current", "designed", "random")
@@ -98,52 +99,24 @@ def train(network: OptincNetwork, steps: int = 400, lr: float = 0.01,
     network's DAC resolution; ``noise_rad`` defaults to the network's. ``progress(step, total,
     loss)`` is called about 20 times.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise OptincError(f"steps must be an integer ≥ 0, got {steps!r}")
-    if not (math.isfinite(lr) and lr > 0):
-        raise OptincError(f"lr must be a positive number, got {lr!r}")
-    if start not in START:
-        raise OptincError(f"start must be one of {', '.join(START)}, got {start!r}")
+    _check_train_args(steps, lr, start)
     if phase_bits != "network":
         network.phase_bits = check_phase_bits(phase_bits)
     sigma = network.noise_rad if noise_rad is None else check_nonneg("noise_rad", noise_rad)
     rng = np.random.default_rng(seed)
-    if start == "designed":
-        network.params = OptincNetwork.designed(
-            network.n_inputs, network.bits, network.transceivers, blocks=network.blocks,
-            phase_bits=None).params
-    elif start == "random":
-        network.params = rng.uniform(0.0, TWO_PI, network.param_count)
+    _set_start(network, start, rng)
     before = network.set_exact_fraction(noise_rad=0.0)
     tuples, prob = network.training_set()
     target = network.target_digits(tuples)
     draw = 0.5 * prob + 0.5 / len(prob)
     t0 = time.perf_counter()
     p = network.params.copy()
-    m1, m2 = np.zeros_like(p), np.zeros_like(p)
-    b1, b2, eps = 0.9, 0.999, 1e-12
+    adam = _Adam(p, lr, steps)
     hist: list[tuple[int, float]] = []
     loss = float("nan")
     every = max(1, steps // 20)
-    # keep the phases that decide best (hard thresholders, DAC, the training noise), checked on
-    # the whole set (or on 4096 tuples drawn by probability when it is larger) every `check` steps
-    check = max(1, steps // (40 if len(tuples) <= 4096 else 8))
-    probe = (np.arange(len(tuples)) if len(tuples) <= 4096 else
-             np.unique(rng.choice(len(tuples), size=4096, p=prob)))
-    probe_w = prob[probe] / prob[probe].sum()
-
-    def decides(params: Float) -> float:
-        # with noise in the loop: the mean over fixed noise draws (the same for every check)
-        draws = [np.random.default_rng(seed + 100 + j) for j in range(3)] if sigma > 0 else [None]
-        total = 0.0
-        for gen in draws:
-            eff = network.effective_params(noise_rad=sigma if gen else 0.0, rng=gen,
-                                           params=params)
-            ok = np.all(network.decide(tuples[probe], eff) == target[probe], axis=1)
-            total += float(np.sum(probe_w[ok]))
-        return total / len(draws)
-
-    best, best_frac = p.copy(), decides(p)
+    keeper = _BestPhases(network, tuples, target, prob, sigma, seed, rng, steps)
+    keeper.offer(p)
     for i in range(steps):
         if len(tuples) <= batch:
             idx = np.arange(len(tuples))
@@ -152,19 +125,14 @@ def train(network: OptincNetwork, steps: int = 400, lr: float = 0.01,
         eff = network.effective_params(noise_rad=sigma, rng=rng, params=p)
         wts = np.full(len(idx), 1.0 / len(idx))
         loss, g = loss_and_grad(network, eff, tuples[idx], target[idx], wts, margin)
-        m1 = b1 * m1 + (1 - b1) * g
-        m2 = b2 * m2 + (1 - b2) * g * g
-        lr_i = lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * i / steps)))
-        p -= lr_i * (m1 / (1 - b1 ** (i + 1))) / (np.sqrt(m2 / (1 - b2 ** (i + 1))) + eps)
+        adam.step(p, g, i)
         if i % every == 0 or i == steps - 1:
             hist.append((i + 1, loss))
             if progress is not None:
                 progress(i + 1, steps, loss)
-        if (i + 1) % check == 0 or i == steps - 1:
-            frac = decides(p)
-            if frac >= best_frac:
-                best, best_frac = p.copy(), frac
-    network.params = np.mod(best, TWO_PI)
+        if (i + 1) % keeper.check == 0 or i == steps - 1:
+            keeper.offer(p)
+    network.params = np.mod(keeper.best, TWO_PI)
     exact = network.set_exact_fraction(noise_rad=0.0)
     noisy = None
     if sigma > 0:
@@ -173,3 +141,76 @@ def train(network: OptincNetwork, steps: int = 400, lr: float = 0.01,
     return TrainResult(steps=steps, seconds=time.perf_counter() - t0, final_loss=loss,
                        exact_fraction=exact, exact_fraction_noisy=noisy, start=start,
                        exact_fraction_before=before, history=hist)
+
+
+def _check_train_args(steps: Any, lr: float, start: str) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise OptincError(f"steps must be an integer ≥ 0, got {steps!r}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise OptincError(f"lr must be a positive number, got {lr!r}")
+    if start not in START:
+        raise OptincError(f"start must be one of {', '.join(START)}, got {start!r}")
+
+
+def _set_start(network: OptincNetwork, start: str, rng: np.random.Generator) -> None:
+    """Set the starting phases: the designed network, uniform random ones, or keep them."""
+    if start == "designed":
+        network.params = OptincNetwork.designed(
+            network.n_inputs, network.bits, network.transceivers, blocks=network.blocks,
+            phase_bits=None).params
+    elif start == "random":
+        network.params = rng.uniform(0.0, TWO_PI, network.param_count)
+
+
+class _Adam:
+    """Adam on the phases, with a cosine learning rate from `lr` down to 5 % of it."""
+
+    def __init__(self, p: Float, lr: float, steps: int) -> None:
+        self.m1, self.m2 = np.zeros_like(p), np.zeros_like(p)
+        self.lr, self.steps = lr, steps
+
+    def step(self, p: Float, g: Float, i: int) -> None:
+        """Update `p` in place from gradient `g` at step `i`."""
+        b1, b2, eps = 0.9, 0.999, 1e-12
+        self.m1 = b1 * self.m1 + (1 - b1) * g
+        self.m2 = b2 * self.m2 + (1 - b2) * g * g
+        lr_i = self.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * i / self.steps)))
+        p -= lr_i * (self.m1 / (1 - b1 ** (i + 1))) / (np.sqrt(self.m2 / (1 - b2 ** (i + 1)))
+                                                       + eps)
+
+
+class _BestPhases:
+    """Keep the phases that decide best (hard thresholders, DAC, the training noise), checked
+    on the whole set (or on 4096 tuples drawn by probability when it is larger) every
+    `check` steps."""
+
+    def __init__(self, network: OptincNetwork, tuples: NDArray[np.int64],
+                 target: NDArray[np.int64], prob: Float, sigma: float, seed: int,
+                 rng: np.random.Generator, steps: int) -> None:
+        self.network, self.sigma, self.seed = network, sigma, seed
+        self.check = max(1, steps // (40 if len(tuples) <= 4096 else 8))
+        probe = (np.arange(len(tuples)) if len(tuples) <= 4096 else
+                 np.unique(rng.choice(len(tuples), size=4096, p=prob)))
+        self.tuples, self.target = tuples[probe], target[probe]
+        self.weights = prob[probe] / prob[probe].sum()
+        self.best: Float = np.empty(0)
+        self.best_frac = -math.inf
+
+    def decides(self, params: Float) -> float:
+        """Weighted fraction decided exactly; with noise in the loop, the mean over fixed
+        noise draws (the same for every check)."""
+        sigma, net = self.sigma, self.network
+        draws = ([np.random.default_rng(self.seed + 100 + j) for j in range(3)] if sigma > 0
+                 else [None])
+        total = 0.0
+        for gen in draws:
+            eff = net.effective_params(noise_rad=sigma if gen else 0.0, rng=gen, params=params)
+            ok = np.all(net.decide(self.tuples, eff) == self.target, axis=1)
+            total += float(np.sum(self.weights[ok]))
+        return total / len(draws)
+
+    def offer(self, p: Float) -> None:
+        """Keep a copy of `p` if it decides at least as well as the best so far."""
+        frac = self.decides(p)
+        if frac >= self.best_frac:
+            self.best, self.best_frac = p.copy(), frac
