@@ -13,10 +13,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from common.errors import ConfigError
 from drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
+
+T = TypeVar("T")
 
 
 def listen_arg(text: str) -> str:
@@ -28,26 +30,32 @@ def listen_arg(text: str) -> str:
     return text
 
 
+def checked_arg(text: str, convert: Callable[[str], T], accept: Callable[[T], bool],
+                expected: str) -> T:
+    """The body of an argparse type: `convert(text)`, refused with "expected `expected`" when
+    it does not convert or `accept` says no."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+    if not accept(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+    return value
+
+
 def milliseconds_arg(text: str) -> float:
     """argparse type: a finite time in ms, >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected milliseconds >= 0")
-    return value
+    return checked_arg(text, float, lambda v: math.isfinite(v) and v >= 0, "milliseconds >= 0")
 
 
 def positive_int_arg(text: str) -> int:
     """argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
+    return checked_arg(text, int, lambda v: v >= 1, "a whole number >= 1")
+
+
+def non_negative_int_arg(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    return checked_arg(text, int, lambda v: v >= 0, "a whole number >= 0")
 
 
 @contextmanager
@@ -65,8 +73,8 @@ def stop_on_signal() -> Iterator[threading.Event]:
     try:
         yield stop
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def start_server(handler: ConnectionHandler, listen: str, name: str) -> TcpEmulatorServer:

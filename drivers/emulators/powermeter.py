@@ -21,32 +21,31 @@ seeing). Reconstructed (no source found, chosen to be plausible) and listed in t
 "sensitivity too low" value +9.91E+37 (dBm mode), setting a channel while it logs stops the
 logging, zeroing fails when light is on the input, ``:TRIG:CONF?`` and ``SYST:TIME?`` formats.
 
-The instrument itself (channel settings, readings, logging, triggering, SYSTem) lives in
-`powermeter_model.MeterModel`; this module adds the SCPI loop, the error queue and status
-registers, faults, the TCP handler and the command line.
+The instrument itself (channel settings, readings, logging) lives in
+`powermeter_model.MeterModel`, its command handlers and header table in
+`powermeter_commands.MeterCommands`; this module adds the SCPI loop, the error queue and status
+registers, and faults; `powermeter_serve` the TCP handler and the command line (importable from
+here too).
 
 Run stand-alone with ``python -m drivers.emulators.powermeter --constant-dbm -3``.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from common.errors import ConfigError
-from drivers.emulators.cli import listen_arg, serve_until_signal, start_server
 from drivers.emulators.faults import FaultSettings
+from drivers.emulators.powermeter_commands import MeterCommands
 from drivers.emulators.powermeter_model import (
+    ALL_BLOCK_UNITS,
     TOO_LOW_READING,
-    Handler,
-    MeterModel,
     PowerSource,
     Response,
 )
@@ -54,11 +53,8 @@ from drivers.emulators.scpi import (
     ESR_OPC,
     PLAIN,
     SCPI_ERRORS,
-    LineSplitter,
-    Node,
     ScpiError,
     StatusRegisters,
-    compile_pattern,
     ieee_block,
     match_header,
     nr1,
@@ -70,15 +66,13 @@ from drivers.emulators.scpi import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCPI_ERRORS", "TOO_LOW_READING", "PowerMeterEmulator", "PowerMeterFaults", "Reply",
-           "ieee_block", "parse_ieee_block", "powermeter_connection_handler", "add_arguments",
-           "run"]
+__all__ = ["ERROR_QUEUE_SIZE", "MAX_LINE_BYTES", "SCPI_ERRORS", "TOO_LOW_READING",
+           "PowerMeterEmulator", "PowerMeterFaults", "Reply", "ieee_block", "parse_ieee_block",
+           "powermeter_connection_handler", "add_arguments", "run"]
 
 ERROR_QUEUE_SIZE = 30
-MAX_LINE_BYTES = 65536
 MANUFACTURER = "Keysight Technologies"
 FIRMWARE = "1.0.0-emu"
-ALL_BLOCK_UNITS = ("watt", "channel")
 
 @dataclass
 class PowerMeterFaults(FaultSettings):
@@ -110,17 +104,7 @@ class Reply:
     drop_connection: bool = False
 
 
-@dataclass(frozen=True)
-class _Command:
-    nodes: tuple[Node, ...]
-    handler: Handler
-    query: bool
-    setting: bool
-    stops_logging: bool = False
-    channelled: bool = True
-
-
-class PowerMeterEmulator(MeterModel):
+class PowerMeterEmulator(MeterCommands):
     """A stateful N7744A/N7745A twin; thread-safe, one instance shared by all connections."""
 
     def __init__(self, *, channels: int = 4, power_source: PowerSource | None = None,
@@ -366,158 +350,15 @@ class PowerMeterEmulator(MeterModel):
             return None
         raise ScpiError(-113)
 
-    def _build_commands(self) -> list[_Command]:
-        sense = "SENSe#:[CHANnel#]"
-        table: list[tuple[str, Handler, str, bool]] = [
-            (f"{sense}:POWer:WAVelength", self._wavelength, "qs", True),
-            (f"{sense}:POWer:UNIT", self._unit, "qs", True),
-            (f"{sense}:POWer:ATIMe", self._averaging, "qs", True),
-            (f"{sense}:POWer:RANGe:AUTO", self._auto_range, "qs", True),
-            (f"{sense}:POWer:RANGe:[UPPer]", self._range, "qs", True),
-            (f"{sense}:POWer:GAIN:AUTO", self._auto_gain, "qs", True),
-            (f"{sense}:POWer:REFerence:STATe", self._reference_state, "qs", True),
-            (f"{sense}:POWer:REFerence", self._reference, "qs", True),
-            (f"{sense}:CORRection:COLLect:ZERO", self._zero, "qs", True),
-            (f"{sense}:CORRection:[LOSS]:[INPut]:[MAGNitude]", self._correction, "qs", True),
-            (f"{sense}:FUNCtion:PARameter:LOGGing", self._log_parameters, "qs", True),
-            (f"{sense}:FUNCtion:STATe", self._function_state, "qs", False),
-            (f"{sense}:FUNCtion:RESult", self._function_result, "q", False),
-            ("FETCh#:[CHANnel#]:[SCALar]:POWer:[DC]", self._fetch, "q", False),
-            ("READ#:[CHANnel#]:[SCALar]:POWer:[DC]", self._read, "q", False),
-            ("INITiate#:[CHANnel#]:CONTinuous", self._continuous, "qs", True),
-            ("INITiate#:[CHANnel#]:[IMMediate]", self._initiate, "s", False),
-            ("TRIGger#:[CHANnel#]:INPut", self._trigger_input, "qs", True),
-            ("TRIGger#:[CHANnel#]:OUTPut", self._trigger_output, "qs", True),
-        ]
-        commands = [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops)
-                    for p, h, kind, stops in table]
-        unchannelled: list[tuple[str, Handler, str, bool]] = [
-            ("SENSe#:POWer:WAVelength:ALL", self._wavelength_all, "s", True),
-            ("SENSe#:CORRection:COLLect:ZERO:ALL", self._zero_all, "qs", True),
-            ("FETCh#:[SCALar]:POWer:ALL", self._fetch_all_block, "q", False),
-            ("FETCh#:[SCALar]:POWer:ALL:CSV", self._fetch_all_csv, "q", False),
-            ("READ#:[SCALar]:POWer:ALL", self._read_all_block, "q", False),
-            ("READ#:[SCALar]:POWer:ALL:CSV", self._read_all_csv, "q", False),
-            ("READ#:[SCALar]:POWer:ALL:CONFig", self._all_config, "q", False),
-            ("TRIGger#", self._trigger_node, "s", False),
-            ("TRIGger:CONFiguration", self._trigger_configuration, "qs", False),
-            ("SYSTem:ERRor:[NEXT]", self._system_error, "q", False),
-            ("SYSTem:ERRor:COUNt", self._error_count, "q", False),
-            ("SYSTem:TIME", self._system_time, "qs", False),
-            ("SYSTem:PRESet", self._system_preset, "s", False),
-        ]
-        commands += [_Command(compile_pattern(p), h, "q" in kind, "s" in kind, stops,
-                              channelled=False) for p, h, kind, stops in unchannelled]
-        return commands
 
-def powermeter_connection_handler(emulator: PowerMeterEmulator) -> Callable[[socket.socket],
-                                                                              None]:
-    """A TcpEmulatorServer handler: lines ended by LF, CR or CR-LF in; each response ends
-    with the terminator of its line (binary blocks too)."""
-
-    def handle(conn: socket.socket) -> None:
-        lines = LineSplitter(MAX_LINE_BYTES, emulator.overlong_line)
-        answered_with_cr = False  # the last line ended in CR and got an answer
-        while True:
-            chunk = conn.recv(4096)
-            if not chunk:
-                return
-            for raw, terminator in lines.feed(chunk):
-                if raw is None:  # the LF of a CR-LF split across two reads
-                    if answered_with_cr:
-                        conn.sendall(b"\n")
-                    answered_with_cr = False
-                    continue
-                reply = emulator.process(raw, terminator)
-                answered_with_cr = False
-                if reply.drop_connection:
-                    return
-                if reply.data is None:
-                    continue
-                if reply.delay_s > 0:
-                    time.sleep(reply.delay_s)
-                conn.sendall(reply.data)
-                emulator.note_sent()
-                answered_with_cr = terminator == b"\r"
-
-    return handle
-
-
-# ----- command line (wired by the integrator as `oddl emulate powermeter`) ----------------
-
-def _channels_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 8:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..8 (N7744A: 4, N7745A: 8)")
-    return value
-
-
-def _finite_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number")
-    return value
-
-
-def _noise_arg(text: str) -> float:
-    value = _finite_arg(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a standard deviation >= 0 dB")
-    return value
-
-
-def constant_source(dbm: float) -> PowerSource:
-    """A power source that delivers `dbm` to every channel (a stand-alone meter)."""
-
-    def source(channel: int) -> float | None:
-        return dbm
-
-    return source
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``oddl emulate powermeter`` options to `parser`."""
-    parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg, metavar="HOST:PORT",
-                        help="address to serve on (port 0: any free port)")
-    parser.add_argument("--channels", default=4, type=_channels_arg,
-                        help="meter channels (default 4, N7744A; 8 reports N7745A)")
-    parser.add_argument("--seed", default=0, type=int, help="seed for reading noise and faults")
-    parser.add_argument("--constant-dbm", default=None, type=_finite_arg, metavar="DBM",
-                        help="every channel reads this power (default: no light)")
-    parser.add_argument("--noise-db", default=0.01, type=_noise_arg,
-                        help="standard deviation of the reading noise in dB (default 0.01)")
-    parser.add_argument("--serial", default="EMU0000001", help="serial number *IDN? reports")
-    parser.add_argument("--all-unit", default="watt", choices=ALL_BLOCK_UNITS,
-                        help="unit of the :READ/:FETC:POW:ALL? blocks: watt (the programming "
-                        "guide, default) or channel (the unit each channel is set to)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Serve one emulated meter; print its VISA resource string once; stop on SIGINT/SIGTERM."""
-    source = None if args.constant_dbm is None else constant_source(args.constant_dbm)
-    emulator = PowerMeterEmulator(channels=args.channels, power_source=source, seed=args.seed,
-                                  noise_db=args.noise_db, serial_number=args.serial,
-                                  all_block_unit=args.all_unit)
-    server = start_server(powermeter_connection_handler(emulator), args.listen,
-                          "powermeter-emulator")
-    resource = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
-    logger.info("power meter emulator %s serving on %s", args.serial, resource)
-    return serve_until_signal(server, lambda s: resource)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.powermeter [options]``."""
-    parser = argparse.ArgumentParser(prog="powermeter_emulator",
-                                     description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
+# The servers and the command line live in powermeter_serve; these names stay importable here.
+from drivers.emulators.powermeter_serve import (  # noqa: E402
+    MAX_LINE_BYTES,
+    add_arguments,
+    main,
+    powermeter_connection_handler,
+    run,
+)
 
 if __name__ == "__main__":
     raise SystemExit(main())

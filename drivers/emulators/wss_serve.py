@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from drivers.emulators.cli import (
     listen_arg,
     milliseconds_arg,
+    non_negative_int_arg,
     positive_int_arg,
     serve_pty_until_signal,
     serve_until_signal,
@@ -119,16 +120,6 @@ def serve_pty(emulator: WssEmulator) -> tuple[str, Callable[[], None]]:
 
 # --- command line ---------------------------------------------------------------------------------
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 0")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``oddl emulate wss`` options to `parser`."""
     parser.add_argument("--listen", default="127.0.0.1:0", type=listen_arg,
@@ -137,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve on a pseudo-terminal instead of TCP and print its path")
     parser.add_argument("--ports", default=4, type=positive_int_arg,
                         help="number of out-ports (default 4)")
-    parser.add_argument("--first-channel", default=None, type=_non_negative_int,
+    parser.add_argument("--first-channel", default=None, type=non_negative_int_arg,
                         help="number of the lowest fixed-grid channel (factory: 0)")
     parser.add_argument("--first-thz", default=None, type=float,
                         help="centre of the lowest channel in THz (factory: 191.35)")
@@ -149,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="settle time after RSW/UCA in ms (default 100)")
     parser.add_argument("--restart-ms", default=0.0, type=milliseconds_arg,
                         help="time RES leaves the module deaf, in ms (default 0)")
-    parser.add_argument("--rra-per-line", default=0, type=_non_negative_int,
+    parser.add_argument("--rra-per-line", default=0, type=non_negative_int_arg,
                         help="RRA? entries per line (default 0: the whole array on one line)")
     parser.add_argument("--no-echo", action="store_true", help="do not echo command lines")
     parser.add_argument("--serial", default="SN000001", help="serial number SNO? reports")
