@@ -14,7 +14,7 @@ import numpy as np
 
 from agents.chunkplan import ChunkOp, ChunkPlan
 from agents.collective_run import REDUCE, CancelEither, RunContext
-from agents.streams import ChunkHead, node_tag
+from agents.stream_wire import ChunkHead, node_tag
 
 
 class _Progress:

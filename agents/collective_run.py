@@ -20,7 +20,7 @@ import numpy as np
 
 from agents.chunkplan import busiest_port_bytes
 from agents.gate import SlotGate
-from agents.streams import ChunkHead
+from agents.stream_wire import ChunkHead
 from common.errors import CollectiveError
 from protos.schedule_wire import SlotSpec, StepSpec, confirmations, granted_slots
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from agents.streams import ChunkHead, node_tag
+from agents.stream_wire import ChunkHead, node_tag
 from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)

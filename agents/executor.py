@@ -36,7 +36,7 @@ from agents.optinc_run import (  # house: re-export for agents.optinc_run
     run_optinc,
 )
 from agents.step_by_step import INLINE_SEND, run_steps
-from agents.streams import CHUNK_BYTES
+from agents.stream_wire import CHUNK_BYTES
 from common.config import OPTINC  # house: re-export for common.config
 from protos.schedule_wire import SlotSpec, StepSpec
 

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from agents.streams import HEAD_BYTES, ChunkHead
+from agents.stream_wire import HEAD_BYTES, ChunkHead
 from drivers.emulators.lighttable import COUNTERS, REASONS, LightTable
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.streams import ChunkHead, node_tag
+from agents.stream_wire import ChunkHead, node_tag
 from common.errors import CollectiveError
 
 READY_STEP = 0xFFFFFFF0

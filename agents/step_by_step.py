@@ -14,7 +14,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from agents.collective_run import REDUCE, RunContext
-from agents.streams import CHUNK_BYTES, ChunkHead, node_tag
+from agents.stream_wire import CHUNK_BYTES, ChunkHead, node_tag
 
 logger = logging.getLogger(__name__)
 

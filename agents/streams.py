@@ -21,7 +21,8 @@ Two modes:
   serialisation and checks that the light path held for its whole duration; chunks go where
   the light goes, and are lost when the path changes under them.
 
-Hello on connect: b"ODS1", u16 length, JSON {"job", "src"}. Never pickle.
+The wire form and socket moves are in `agents.stream_wire`, the reading side in
+`agents.stream_inbound`.
 """
 
 from __future__ import annotations
@@ -32,179 +33,31 @@ import socket
 import struct
 import threading
 import time
-import zlib
-from collections import Counter, deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections import Counter
+from collections.abc import Mapping
 
+from agents.stream_inbound import BufferPool, Inbound
+from agents.stream_wire import (  # house: re-export for agents.stream_wire (ChunkHead, HEAD_BYTES, node_tag)
+    CHUNK_BYTES,
+    HEAD_BYTES,
+    HELLO,
+    POLL_S,
+    ChunkHead,
+    Phy,
+    drain_and_close,
+    node_tag,
+    parse_address,
+    recv_exact_blocking,
+    send_all,
+    tune,
+)
 from agents.streamauth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
 from agents.streamauth import REPLY as AUTH_REPLY
 from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
-"""Largest payload of one chunk: big enough that Python's per-chunk cost is small against the
-copy, small enough that sending, receiving and reducing overlap."""
-
-SOCKET_BUFFER = 4 << 20
-POLL_S = 0.05
-HELLO = b"ODS1"
-MAGIC = b"ODC1"
-_HEAD = struct.Struct("<4sIIQQIIdd")
-
-
-def node_tag(node: str) -> int:
-    """A 32-bit tag of a node id, carried in each chunk to detect misrouted light."""
-    return zlib.crc32(node.encode())
-
-
-@dataclass(frozen=True)
-class ChunkHead:
-    """One chunk's header: where its payload goes in the receiver's bucket, and its time on
-    the emulated wire (zeros on direct links)."""
-
-    seq: int
-    step: int
-    offset: int
-    nbytes: int
-    dst_tag: int
-    epoch: int = 0
-    t_start: float = 0.0
-    t_end: float = 0.0
-
-    def pack(self) -> bytes:
-        """The 52-byte wire form."""
-        return _HEAD.pack(MAGIC, self.seq, self.step, self.offset, self.nbytes, self.dst_tag,
-                          self.epoch, self.t_start, self.t_end)
-
-    @staticmethod
-    def unpack(raw: bytes | bytearray | memoryview) -> ChunkHead:
-        """Parse a header; ValueError names what is wrong."""
-        magic, seq, step, offset, nbytes, tag, epoch, t0, t1 = _HEAD.unpack(raw)
-        if magic != MAGIC:
-            raise ValueError(f"bad chunk magic {magic!r}")
-        return ChunkHead(seq, step, offset, nbytes, tag, epoch, t0, t1)
-
-
-HEAD_BYTES = _HEAD.size
-
-
-class Phy(Protocol):
-    """The emulated physical layer: where light goes, and when a chunk is on the wire."""
-
-    def transmit(self, src: str, dst: str | None, nbytes: int,
-                 cancel: threading.Event | None) -> tuple[str | None, str, int, float, float]:
-        """Wait until the transmitter is free, then return (node the light reaches or None,
-        reason when none, path epoch, serialisation start, serialisation end); `dst` given
-        means the ideal electrical network, which delivers to it."""
-
-    def receive(self, src: str, head: ChunkHead, arrived: float,
-                cancel: threading.Event | None) -> str:
-        """Hold the chunk until its delivery time; return "" or why it is lost. `arrived`:
-        when its last byte was read (time.monotonic)."""
-
-    def lost(self, src: str, reason: str, nbytes: int) -> None:
-        """Count a chunk whose light reached no receiver."""
-
-
-MAX_CHUNK = 64 << 20
-"""A header announcing a bigger payload is garbage: the stream is dropped."""
-
-
-class _Pool:
-    """Recycled payload buffers, so a chunk costs no allocation (and no page faults)."""
-
-    def __init__(self, keep: int = 64):
-        self._free: list[bytearray] = []
-        self._keep = keep
-        self._lock = threading.Lock()
-
-    def take(self, nbytes: int) -> bytearray:
-        with self._lock:  # the most recently used first: still in the caches
-            for i in range(len(self._free) - 1, -1, -1):
-                if len(self._free[i]) >= nbytes:
-                    return self._free.pop(i)
-        return bytearray(max(nbytes, CHUNK_BYTES))
-
-    def give(self, buf: bytearray) -> None:
-        with self._lock:
-            if len(self._free) < self._keep:
-                self._free.append(buf)
-
-
-class _Inbound:
-    """One accepted stream and the thread that reads it: every chunk is read as soon as it
-    arrives (so a sender never waits for this node to turn to it, which could deadlock a
-    plan whose receiver hears several senders) and queued, in order, for the executor."""
-
-    def __init__(self, sock: socket.socket, pool: _Pool, cond: threading.Condition,
-                 name: str, on_malformed: Callable[[str], None]):
-        self.sock = sock
-        self.queue: deque[tuple[ChunkHead, bytearray, float]] = deque()
-        self.alive = True
-        self.lent: bytearray | None = None
-        self._pool = pool
-        self._cond = cond
-        self._on_malformed = on_malformed
-        self._thread = threading.Thread(target=self._read, name=name, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        head_buf = bytearray(HEAD_BYTES)
-        try:
-            while True:
-                if not _recv_all(self.sock, memoryview(head_buf)):
-                    return
-                head = ChunkHead.unpack(head_buf)
-                if head.nbytes > MAX_CHUNK:
-                    raise ValueError(f"a chunk of {head.nbytes} B (at most {MAX_CHUNK})")
-                buf = self._pool.take(head.nbytes)
-                if not _recv_all(self.sock, memoryview(buf)[:head.nbytes]):
-                    return
-                with self._cond:
-                    self.queue.append((head, buf, time.monotonic()))
-                    self._cond.notify_all()
-        except (ValueError, struct.error) as exc:
-            self._on_malformed(str(exc))
-        except OSError:
-            pass
-        finally:
-            with self._cond:
-                self.alive = False
-                self._cond.notify_all()
-            self.close()
-
-    def recycle(self) -> None:
-        """Return the buffer lent out by the last chunk taken."""
-        if self.lent is not None:
-            self._pool.give(self.lent)
-            self.lent = None
-
-    def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader blocked in recv
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
-        except OSError:
-            pass
-
-
-def _parse_address(address: str) -> tuple[str, int]:
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
-    return host.strip("[]"), int(port)
+__all__ = ["CHUNK_BYTES", "HEAD_BYTES", "ChunkHead", "Phy", "StreamLink", "node_tag"]
 
 
 class StreamLink:
@@ -216,7 +69,7 @@ class StreamLink:
         self.auth = auth
         self.tag = node_tag(node_id)
         self.phy = phy
-        host, port = _parse_address(bind)
+        host, port = parse_address(bind)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -226,8 +79,8 @@ class StreamLink:
         self.address = f"tcp://{host}:{self._listener.getsockname()[1]}"
         self._peers: dict[str, str] = {}
         self._out: dict[tuple[str, str], socket.socket] = {}
-        self._in: dict[tuple[str, str], list[_Inbound]] = {}
-        self._pool = _Pool()
+        self._in: dict[tuple[str, str], list[Inbound]] = {}
+        self._pool = BufferPool()
         self._cond = threading.Condition()
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
@@ -263,11 +116,11 @@ class StreamLink:
             raise CollectiveError(f"{self.node_id}: no data address for peer {dst}; it has not "
                                   "registered with the controller")
         try:
-            sock = socket.create_connection(_parse_address(address), timeout=5.0)
+            sock = socket.create_connection(parse_address(address), timeout=5.0)
         except OSError as exc:
             raise CollectiveError(f"{self.node_id}: cannot reach {dst} at {address} ({exc}); "
                                   "is its agent running?") from exc
-        _tune(sock)
+        tune(sock)
         try:
             self._hello(sock, job, dst)
         except (OSError, AuthError) as exc:
@@ -294,7 +147,7 @@ class StreamLink:
         msg["nonce"] = cn.hex()
         raw = json.dumps(msg).encode()
         sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
-        reply = _recv_exact_blocking(sock, len(AUTH_REPLY) + NONCE_BYTES + MAC_BYTES)
+        reply = recv_exact_blocking(sock, len(AUTH_REPLY) + NONCE_BYTES + MAC_BYTES)
         if reply[:len(AUTH_REPLY)] != AUTH_REPLY:
             raise AuthError("the peer does not run secure mode")
         sn = reply[len(AUTH_REPLY):len(AUTH_REPLY) + NONCE_BYTES]
@@ -323,11 +176,11 @@ class StreamLink:
     def _handshake(self, sock: socket.socket) -> None:
         try:
             sock.settimeout(5.0)
-            head = _recv_exact_blocking(sock, 6)
+            head = recv_exact_blocking(sock, 6)
             if head[:4] != HELLO:
                 raise ValueError(f"bad hello {head[:4]!r}")
             (n,) = struct.unpack("<H", head[4:])
-            hello = json.loads(_recv_exact_blocking(sock, n))
+            hello = json.loads(recv_exact_blocking(sock, n))
             key = (str(hello["job"]), str(hello["src"]))
             if self.auth is not None:
                 self._prove(sock, hello, key)
@@ -339,9 +192,9 @@ class StreamLink:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.malformed += 1
             logger.warning("%s: refused a data connection (%s)", self.node_id, exc)
-            _drain_and_close(sock)
+            drain_and_close(sock)
             return
-        _tune(sock)
+        tune(sock)
         sock.settimeout(None)
         with self._cond:
             if self._stop.is_set():
@@ -349,7 +202,7 @@ class StreamLink:
                 return
             # a sender that reconnects opens a new stream; what the old one delivered in
             # full comes first
-            self._in.setdefault(key, []).append(_Inbound(
+            self._in.setdefault(key, []).append(Inbound(
                 sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
                 lambda why, src=key[1]: self._malformed(src, why)))
             self._cond.notify_all()
@@ -366,7 +219,7 @@ class StreamLink:
             raise AuthError(f"a stream from {src!r} sent a malformed nonce")
         sn = self.auth.nonce()
         sock.sendall(AUTH_REPLY + sn + self.auth.server_proof(src, job, cn, sn))
-        self.auth.check_client(src, job, cn, sn, _recv_exact_blocking(sock, MAC_BYTES))
+        self.auth.check_client(src, job, cn, sn, recv_exact_blocking(sock, MAC_BYTES))
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
@@ -388,8 +241,8 @@ class StreamLink:
         for attempt in (1, 2):
             sock = self._connect(job, to)
             try:
-                _send_all(sock, raw, deadline_s, cancel, self._stop)
-                _send_all(sock, payload, deadline_s, cancel, self._stop)
+                send_all(sock, raw, deadline_s, cancel, self._stop)
+                send_all(sock, payload, deadline_s, cancel, self._stop)
                 break
             except OSError as exc:  # reset, broken pipe, closed: reconnect, resend the chunk
                 self._drop_out(job, to, sock)
@@ -492,69 +345,3 @@ class StreamLink:
             for sock in self._out.values():
                 sock.close()
             self._out.clear()
-
-
-def _drain_and_close(sock: socket.socket, limit: int = 1 << 20, seconds: float = 2.0) -> None:
-    """Read what a refused client still sends (up to a limit), then close: closing with
-    unread data would reset the connection under the client's feet."""
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(0.2)
-        end = time.monotonic() + seconds
-        got = 0
-        while got < limit and time.monotonic() < end:
-            try:
-                part = sock.recv(65536)
-            except TimeoutError:
-                continue
-            if not part:
-                break
-            got += len(part)
-    except OSError:
-        pass
-    finally:
-        sock.close()
-
-
-def _recv_exact_blocking(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        part = sock.recv(n - len(data))
-        if not part:
-            raise ConnectionError("peer closed the connection")
-        data += part
-    return bytes(data)
-
-
-def _recv_all(sock: socket.socket, view: memoryview) -> bool:
-    """Fill `view` from a blocking socket; False at a clean end of the stream before the
-    first byte, ConnectionError at an end in the middle."""
-    pos, n = 0, len(view)
-    while pos < n:
-        got = sock.recv_into(view[pos:], n - pos)
-        if got == 0:
-            if pos == 0:
-                return False
-            raise ConnectionError("the stream ended in the middle of a chunk")
-        pos += got
-    return True
-
-
-def _send_all(sock: socket.socket, data: bytes | memoryview, stall_s: float,
-              cancel: threading.Event | None, stop: threading.Event) -> None:
-    """Send everything; CollectiveError after `stall_s` without progress or on cancel."""
-    view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
-    pos, n = 0, len(view)
-    last = time.monotonic()
-    while pos < n:
-        try:
-            sent = sock.send(view[pos:])
-        except TimeoutError:
-            if cancel is not None and cancel.is_set():
-                raise CollectiveError("cancelled while sending") from None
-            if stop.is_set() or time.monotonic() - last > stall_s:
-                raise CollectiveError(f"the receiver took nothing for {stall_s:.1f} s "
-                                      "(stalled or failed peer)") from None
-            continue
-        pos += sent
-        last = time.monotonic()

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from agents.lightphy import LightPhy
-from agents.streams import ChunkHead, StreamLink, node_tag
+from agents.stream_wire import ChunkHead, node_tag
+from agents.streams import StreamLink
 from common.config import load_testbed
 from common.errors import CollectiveError
 from drivers.emulators import lighttable
