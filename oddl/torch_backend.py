@@ -53,10 +53,12 @@ from oddl.torch_channel import (
     Channel,
     UnsupportedCollective,
     as_numpy,
+    block_exchange,
     channel_for,
     count,
     counters,
     flat_sum,
+    handshake,
     reset_counters,
 )
 
@@ -68,6 +70,8 @@ __all__ = ["BACKEND", "ENV_API", "ENV_FALLBACK", "ENV_JOB", "OddlProcessGroup",
 BACKEND = "oddl"
 _SUMS = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.AVG: "AVG"}
 HANDSHAKE_TIMEOUT_S = 60.0
+
+
 def _reduce_name(opts: Any) -> str:
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
     for known, name in _SUMS.items():
@@ -270,7 +274,8 @@ class OddlProcessGroup(dist.ProcessGroup):
             return list(torch.split(t, list(sizes), dim=0))
 
         def run() -> list[torch.Tensor]:
-            self._exchange(splits(output, output_split_sizes, "output"),
+            block_exchange(self._channel, self._rank, world,
+                           splits(output, output_split_sizes, "output"),
                            splits(input, input_split_sizes, "input"), "all_to_all_single")
             return [output]
         return self._work("all_to_all_single", run, opts)
@@ -278,38 +283,10 @@ class OddlProcessGroup(dist.ProcessGroup):
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: Any = None) -> Any:
         def run() -> list[torch.Tensor]:
-            self._exchange(list(outputs), list(inputs), "all_to_all")
+            block_exchange(self._channel, self._rank, self._world, list(outputs), list(inputs),
+                           "all_to_all")
             return outputs
         return self._work("all_to_all", run, opts)
-
-    def _exchange(self, outs: list[torch.Tensor], ins: list[torch.Tensor], what: str) -> None:
-        """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
-        what rank i sends to rank j, each block sized to the largest (agreed by a first small
-        all-reduce of the sizes)."""
-        world, me = self._world, self._rank
-        if len(outs) != world or len(ins) != world:
-            raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
-                                        f"for a world of {world}")
-        dtypes = {t.dtype for t in (*outs, *ins)}
-        if len(dtypes) != 1:
-            raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
-        sizes = np.zeros((world, world), dtype=np.int64)
-        sizes[me] = [t.numel() for t in ins]
-        self._channel.sum_(sizes)
-        for i in range(world):
-            if sizes[i, me] != outs[i].numel():
-                raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
-                                      f"{me}, which expects {outs[i].numel()}")
-        cap = int(sizes.max())
-        first = as_numpy(ins[0], what)
-        blocks = np.zeros((world, world, cap), dtype=first.dtype)
-        for j, t in enumerate(ins):
-            blocks[me, j, :t.numel()] = as_numpy(t, what).reshape(-1)
-        self._channel.sum_(blocks.reshape(-1))
-        for i, o in enumerate(outs):
-            o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
-        count(what, optical=blocks.nbytes + sizes.nbytes)
-
 
     # -- what the optics do not carry: the fallback, or a clear error --
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -373,26 +350,6 @@ class OddlProcessGroup(dist.ProcessGroup):
 
 # ---- creation and registration -------------------------------------------------------------
 
-def _handshake(channel: Channel, rank: int, world: int) -> None:
-    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
-    v = np.zeros(world + 1, dtype=np.int64)
-    v[rank], v[world] = 1, 1
-    try:
-        channel.sum_(v)
-    except CollectiveError as exc:
-        raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
-                              f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "
-                              f"exactly the {world} nodes of this world, and does every rank "
-                              f"talk to its own node's agent ({ENV_API})?") from exc
-    if int(v[world]) != world or (v[:world] != 1).any():
-        missing = [r for r in range(world) if v[r] == 0]
-        doubled = [r for r in range(world) if v[r] > 1]
-        raise ConfigError(f"the job has {int(v[world])} nodes for a world of {world}"
-                          f"{'; no rank ' + str(missing) if missing else ''}"
-                          f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
-                          "one rank per node of the job, each with its own agent")
-
-
 def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
     """The creator torch.distributed calls for ``init_process_group("oddl")``."""
     rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
@@ -409,7 +366,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, HANDSHAKE_TIMEOUT_S)
     try:
-        channel.submit("handshake", lambda: _handshake(channel, rank, world)).wait()
+        channel.submit("handshake", lambda: handshake(channel, rank, world)).wait()
     finally:
         channel.client.timeout_s = saved
     fallback = None

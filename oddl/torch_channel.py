@@ -1,5 +1,6 @@
 """The oddl torch backend's side of the local agent: one AgentClient and one FIFO worker
-thread per process, the byte counters, and tensors as numpy arrays the agent can sum.
+thread per process, the byte counters, tensors as numpy arrays the agent can sum, and the
+sums the backend's collectives are built of (the all-to-all block exchange, the handshake).
 
 Used by oddl.torch_backend (see there); only importable where torch is installed.
 """
@@ -198,3 +199,52 @@ def flat_sum(channel: Channel, tensors: list[torch.Tensor], what: str) -> np.nda
         raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
     buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
     return channel.sum_(buf)
+
+
+def block_exchange(channel: Channel, me: int, world: int, outs: list[torch.Tensor],
+                   ins: list[torch.Tensor], what: str) -> None:
+    """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
+    what rank i sends to rank j, each block sized to the largest (agreed by a first small
+    all-reduce of the sizes)."""
+    if len(outs) != world or len(ins) != world:
+        raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
+                                    f"for a world of {world}")
+    dtypes = {t.dtype for t in (*outs, *ins)}
+    if len(dtypes) != 1:
+        raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
+    sizes = np.zeros((world, world), dtype=np.int64)
+    sizes[me] = [t.numel() for t in ins]
+    channel.sum_(sizes)
+    for i in range(world):
+        if sizes[i, me] != outs[i].numel():
+            raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
+                                  f"{me}, which expects {outs[i].numel()}")
+    cap = int(sizes.max())
+    first = as_numpy(ins[0], what)
+    blocks = np.zeros((world, world, cap), dtype=first.dtype)
+    for j, t in enumerate(ins):
+        blocks[me, j, :t.numel()] = as_numpy(t, what).reshape(-1)
+    channel.sum_(blocks.reshape(-1))
+    for i, o in enumerate(outs):
+        o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
+    count(what, optical=blocks.nbytes + sizes.nbytes)
+
+
+def handshake(channel: Channel, rank: int, world: int) -> None:
+    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
+    v = np.zeros(world + 1, dtype=np.int64)
+    v[rank], v[world] = 1, 1
+    try:
+        channel.sum_(v)
+    except CollectiveError as exc:
+        raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
+                              f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "
+                              f"exactly the {world} nodes of this world, and does every rank "
+                              f"talk to its own node's agent ({ENV_API})?") from exc
+    if int(v[world]) != world or (v[:world] != 1).any():
+        missing = [r for r in range(world) if v[r] == 0]
+        doubled = [r for r in range(world) if v[r] > 1]
+        raise ConfigError(f"the job has {int(v[world])} nodes for a world of {world}"
+                          f"{'; no rank ' + str(missing) if missing else ''}"
+                          f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
+                          "one rank per node of the job, each with its own agent")

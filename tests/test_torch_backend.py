@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import json_from_fresh_interpreter
 
 torch = pytest.importorskip("torch")
 
@@ -56,14 +57,14 @@ def test_a_missing_agent_address_names_the_variable(monkeypatch):
 
 
 def test_the_handshake_catches_a_job_of_another_size():
-    import oddl.torch_backend as ob
+    import oddl.torch_channel as oc
     from common.errors import ConfigError
 
     # four ranks that are really the same rank (or a job of four nodes for a world of 2)
     with pytest.raises(ConfigError, match="the job has 4 nodes for a world of 2; no rank "
                                           r"\[1\]; ranks given twice \[0\]"):
-        ob._handshake(_FakeChannel(4), 0, 2)  # type: ignore[arg-type]
-    ob._handshake(_FakeChannel(1), 0, 1)  # a world of one: the sum is the input
+        oc.handshake(_FakeChannel(4), 0, 2)  # type: ignore[arg-type]
+    oc.handshake(_FakeChannel(1), 0, 1)  # a world of one: the sum is the input
 
 
 def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
@@ -197,10 +198,7 @@ def test_train_demo_with_the_backend_reports_bytes_per_iteration(tmp_path: Path)
     code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
             "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 1, "
             "'ring', True, backend='oddl')))")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180)
     assert s["ok"], s["problems"]
     assert s["backend"] == "oddl" and s["all_results_exact"] is None  # not claimed here
     oddl, gloo = s["oddl"], s["gloo"]
