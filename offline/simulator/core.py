@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from common.config import OPTINC_MAX_INPUTS as COMMON_OPTINC_MAX_INPUTS
 from common.errors import OddlError
 from controller.scheduling import Op, Plan, Step, TimingModel, make_plan
 from offline.simulator.sipring import RULES
@@ -41,8 +43,10 @@ NORMS = ("node", "lambda")
 
 SIP_RULES = RULES
 
-OPTINC_MAX_INPUTS = 64
-"""Largest OptINC device the model builds (offline.optinc.model.MAX_INPUTS)."""
+T = TypeVar("T")
+
+OPTINC_MAX_INPUTS = COMMON_OPTINC_MAX_INPUTS
+"""Largest OptINC device the model builds (`common.config.OPTINC_MAX_INPUTS`)."""
 
 PAPER: dict[str, Any] = {"model": "vgg19", "nodes": 1024, "gbps": 100.0, "fat-tree": 1.6,
                          "sip-ring": 1.7, "wrht": (0.7559, 0.8081)}
@@ -174,6 +178,11 @@ class SimConfig:
 
     def validate(self) -> None:
         """Raise SimulationError naming the first bad value and the accepted range."""
+        self._validate_job()
+        self._validate_network()
+
+    def _validate_job(self) -> None:
+        """The model, sizes, rates and the modes (normalisation, SiP rule, message size)."""
         self.profile  # noqa: B018 (raises for an unknown model)
         if self.nodes < 2:
             raise SimulationError(f"nodes must be >= 2; got {self.nodes}")
@@ -206,6 +215,9 @@ class SimConfig:
                                                     or self.message_mb == -1)):
             raise SimulationError(
                 f"message_mb must be > 0, or -1 for the model's gradient; got {self.message_mb}")
+
+    def _validate_network(self) -> None:
+        """Latencies, overlap, the fat-tree, wavelengths and OptINC's levels."""
         non_negative = ("latency_us", "step_overhead_us", "ring_hop_latency_us",
                         "tune_us", "skew_us", "cdr_us",
                         "command_us", "wss_ms", "ft_hop_latency_us", "topoopt_setup_s",
@@ -300,6 +312,20 @@ def _plan(config: SimConfig, collective: str, cache: dict[tuple[Any, ...], Plan]
     if plan is None:
         plan = cache[key] = make_plan(collective, config.nodes, config.elements, **params)
     return plan
+
+
+def per_shape(plan: Plan, derive: Callable[[Step], T]) -> Iterator[tuple[Step, T]]:
+    """The plan's non-empty steps, each with ``derive(step)``, computed once per distinct
+    (src, dst) arrays (a plan's steps share them; it keeps them alive, so ids are unique)."""
+    done: dict[tuple[int, int], T] = {}
+    for step in plan.steps:
+        if not len(step):
+            continue
+        key = (id(step.src), id(step.dst))
+        hit = done.get(key)
+        if hit is None:
+            hit = done[key] = derive(step)
+        yield step, hit
 
 
 def _busy_steps(plan: Plan) -> int:

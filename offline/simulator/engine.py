@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from common.errors import OddlError
-from controller.scheduling import Grid, Plan, Schedule, TimingModel, Topology, schedule_plan
+from controller.scheduling import Grid, Plan, Schedule, Step, TimingModel, Topology, schedule_plan
 from offline.simulator.core import (
     LABELS,
     NORMS,
@@ -75,6 +75,7 @@ from offline.simulator.core import (
     _node_bytes,
     _plan,
     _reduce_s,
+    per_shape,
 )
 from offline.simulator.optical import (
     _advance,
@@ -334,20 +335,16 @@ def _run_fattree(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
     tor_cap = hpt * b / config.ft_oversub  # bit/s out of (and into) one ToR
     pod_cap = hpt * tpp * b / (config.ft_oversub * config.ft_core_oversub)
     hop = config.ft_hop_latency_us * 1e-6
-    shape: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
     total = 0.0
     tiers = [0, 0, 0]
-    for step in plan.steps:
-        if not len(step):
-            continue
-        key = (id(step.src), id(step.dst))
-        hit = shape.get(key)
-        if hit is None:
-            xr = rack[step.src] != rack[step.dst]
-            xp = pod[step.src] != pod[step.dst]
-            switches = 5 if xp.any() else 3 if xr.any() else 1
-            hit = shape[key] = (xr, xp, switches)
-        xr, xp, switches = hit
+
+    def crossings(step: Step) -> tuple[np.ndarray, np.ndarray, int]:
+        """(crosses racks, crosses pods, switches on the longest path) per transfer."""
+        xr = rack[step.src] != rack[step.dst]
+        xp = pod[step.src] != pod[step.dst]
+        return xr, xp, 5 if xp.any() else 3 if xr.any() else 1
+
+    for step, (xr, xp, switches) in per_shape(plan, crossings):
         tiers[(switches - 1) // 2] += 1
         bits = step.length * (8.0 * config.itemsize)
         t = max(np.bincount(step.src, bits, n).max(), np.bincount(step.dst, bits, n).max()) / b

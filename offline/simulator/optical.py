@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from controller.scheduling import Plan
+from controller.scheduling import Plan, Step
 from offline.simulator.core import (
     OPTINC_MAX_INPUTS,
     SimConfig,
@@ -21,6 +21,7 @@ from offline.simulator.core import (
     _node_bytes,
     _plan,
     _reduce_s,
+    per_shape,
 )
 from offline.simulator.sipring import SipRingAllocator
 
@@ -98,55 +99,76 @@ def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
     circuits of a configuration stay until the next reconfiguration; a step whose pairs have
     no wavelengths waits for one, which allocates for the demand still outstanding."""
     plan = _plan(config, config.collective, cache)
-    n, w = plan.n_ranks, config.sip_wavelengths
-    lam = config.rate_bps / w if config.bandwidth_norm == "node" else config.rate_bps
-    delta = config.sip_delta_us * 1e-6
-    live = config.sip_live_factor * delta
+    n = plan.n_ranks
+    ring = _SipRing(config, n)
+    delta, live = ring.delta, ring.live
     hop = config.ring_hop_latency_us * 1e-6
-    allocator = SipRingAllocator(n, w, config.sip_segment_rule, config.seed)
-    pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
-    cur_codes = np.empty(0, dtype=np.int64)
-    cur_lams = np.empty(0)
-    t, configs, draws, shares, max_hops, random = 0.0, 0, 0, 0, 0, False
+    t, max_hops = 0.0, 0
 
-    def configure(codes: np.ndarray, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        nonlocal draws, shares
-        if allocator.lp_size < SIP_LP_BUDGET or allocator.cached(codes, demand):
-            got = allocator.allocate(codes, demand, draw=draws < SIP_DRAW_BUDGET)
-            draws += got[2]
-            return got
-        shares += 1
-        return codes, _equal_share(codes, n, w, config.sip_segment_rule), False
+    def pair_codes(step: Step) -> tuple[np.ndarray, np.ndarray, int]:
+        """(distinct src·n+dst codes, each transfer's code index, most ring segments)."""
+        pair = step.src.astype(np.int64) * n + step.dst
+        codes, inv = np.unique(pair, return_inverse=True)
+        return codes, inv, int(((codes % n - codes // n) % n).max())
 
-    for step in plan.steps:
-        if not len(step):
-            continue
-        key = (id(step.src), id(step.dst))
-        hit = pairs.get(key)
-        if hit is None:
-            pair = step.src.astype(np.int64) * n + step.dst
-            codes, inv = np.unique(pair, return_inverse=True)
-            hops = int(((codes % n - codes // n) % n).max())
-            hit = pairs[key] = (codes, inv, hops)
-        codes, inv, hops = hit
+    for step, (codes, inv, hops) in per_shape(plan, pair_codes):
         max_hops = max(max_hops, hops)
         remaining = np.bincount(inv, weights=step.length * (8.0 * config.itemsize),
                                 minlength=len(codes))
-        if configs == 0:  # the first configuration, for the first step's demand
-            cur_codes, cur_lams, random = configure(codes, remaining)
-            t, configs = delta, 1
+        if ring.configs == 0:  # the first configuration, for the first step's demand
+            ring.configure(codes, remaining)
+            t = delta
         t = _advance(t, config.step_s + hops * hop, delta, live)
+        t = ring.run_step(t, codes, remaining)
+    return _finish(config, "sip-ring", config.collective, t, _dark_s(t, delta, live),
+                   _reduce_s(plan, config), steps=plan.n_steps, configurations=ring.configs,
+                   lp_solves=ring.allocator.solves, random_draws=ring.draws,
+                   equal_share_configurations=ring.shares, cycles=math.ceil(t / (delta + live)),
+                   duty=live / (delta + live), wavelength_gbps=ring.lam / 1e9,
+                   longest_circuit_segments=max_hops, segment_rule=config.sip_segment_rule)
+
+
+class _SipRing:
+    """SiP-Ring over one collective: the allocator, the configuration in force, the counts."""
+
+    def __init__(self, config: SimConfig, n: int) -> None:
+        self.config, self.n, self.w = config, n, config.sip_wavelengths
+        self.lam = config.rate_bps / self.w if config.bandwidth_norm == "node" else config.rate_bps
+        self.delta = config.sip_delta_us * 1e-6
+        self.live = config.sip_live_factor * self.delta
+        self.allocator = SipRingAllocator(n, self.w, config.sip_segment_rule, config.seed)
+        self.cur_codes = np.empty(0, dtype=np.int64)
+        self.cur_lams = np.empty(0)
+        self.random = False
+        self.configs = self.draws = self.shares = 0
+
+    def configure(self, codes: np.ndarray, demand: np.ndarray) -> None:
+        """Allocate wavelengths for `demand` on the pairs `codes` (an LP, a random draw, or an
+        equal share when the LP would be too large)."""
+        alloc = self.allocator
+        self.configs += 1
+        if alloc.lp_size < SIP_LP_BUDGET or alloc.cached(codes, demand):
+            got = alloc.allocate(codes, demand, draw=self.draws < SIP_DRAW_BUDGET)
+            self.draws += got[2]
+            self.cur_codes, self.cur_lams, self.random = got
+            return
+        self.shares += 1
+        self.cur_codes, self.random = codes, False
+        self.cur_lams = _equal_share(codes, self.n, self.w, self.config.sip_segment_rule)
+
+    def run_step(self, t: float, codes: np.ndarray, remaining: np.ndarray) -> float:
+        """Carry one step's `remaining` bits per pair from time `t`; return when it ends."""
+        delta, live = self.delta, self.live
         for _ in range(SIP_MAX_CONFIGS_PER_STEP):
-            rate = _lookup(cur_codes, cur_lams, codes) * lam
+            rate = _lookup(self.cur_codes, self.cur_lams, codes) * self.lam
             act = remaining > 0
             if (rate[act] > 0).all():
-                t = _advance(t, float((remaining[act] / rate[act]).max()), delta, live)
-                break
+                return _advance(t, float((remaining[act] / rate[act]).max()), delta, live)
             # some pairs have no circuit: the others run until a reconfiguration can change
             # that (the next one if this draw was random, else the one after the first of
             # them finishes), then the ring is configured for what is still outstanding
             moving = act & (rate > 0)
-            if random or not moving.any():
+            if self.random or not moving.any():
                 end = _window_end(t, delta, live)
                 used = end - max(t, end - live)
             else:
@@ -158,22 +180,13 @@ def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
             remaining[remaining < 1e-6] = 0.0
             act = remaining > 0
             if not act.any():
-                t = _advance(t, used, delta, live)
-                break
+                return _advance(t, used, delta, live)
             t = end + delta
-            cur_codes, cur_lams, random = configure(codes[act], remaining[act])
-            configs += 1
-        else:
-            raise SimulationError(
-                f"SiP-Ring: a step of {config.collective} waited through "
-                f"{SIP_MAX_CONFIGS_PER_STEP} reconfigurations without finishing; raise "
-                "sip_wavelengths or sip_live_factor")
-    return _finish(config, "sip-ring", config.collective, t, _dark_s(t, delta, live),
-                   _reduce_s(plan, config), steps=plan.n_steps, configurations=configs,
-                   lp_solves=allocator.solves, random_draws=draws,
-                   equal_share_configurations=shares, cycles=math.ceil(t / (delta + live)),
-                   duty=live / (delta + live), wavelength_gbps=lam / 1e9,
-                   longest_circuit_segments=max_hops, segment_rule=config.sip_segment_rule)
+            self.configure(codes[act], remaining[act])
+        raise SimulationError(
+            f"SiP-Ring: a step of {self.config.collective} waited through "
+            f"{SIP_MAX_CONFIGS_PER_STEP} reconfigurations without finishing; raise "
+            "sip_wavelengths or sip_live_factor")
 
 
 # --------------------------------------------------------------------------- WRHT, TopoOpt
