@@ -10,16 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import run_oddl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-def oddl(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run `oddl ARGS` and return the finished process."""
-    return subprocess.run([sys.executable, "-m", "oddl", *args], capture_output=True, text=True,
-                          timeout=timeout, input=stdin,
-                          env={**os.environ, **(env or {})})
+oddl = run_oddl
+"""Run `oddl ARGS` and return the finished process."""
 
 
 @pytest.fixture(scope="module")

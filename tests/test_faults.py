@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import wait_until
 from test_e2e import EMULATED, allreduce_all
 
 from common.errors import CollectiveError, ControllerUnavailable
@@ -50,13 +51,7 @@ def bench(tmp_path):
     b.close()
 
 
-def _wait(predicate, timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {timeout} s")
+_wait = wait_until
 
 
 def test_kill_an_agent_mid_collective_then_rejoin(bench: Bench):

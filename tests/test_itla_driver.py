@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from helpers import close_child, first_line, start_child, stop_with_sigterm
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
@@ -291,26 +289,20 @@ def test_cli_serves_until_sigterm(mode: str) -> None:
     args = [sys.executable, "-m", "drivers.emulators.itla", "--serial", "CLI-1",
             "--time-to-lock-ms", "5", "--seed", "7"]
     args += ["--pty"] if mode == "pty" else ["--listen", "127.0.0.1:0"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = start_child(args)
     try:
         assert proc.stdout is not None
-        address = proc.stdout.readline().strip()
+        address = first_line(proc)
         assert address.startswith("socket://127.0.0.1:" if mode == "tcp" else "/dev/")
         d = ItlaDriver(SerialTransport(address, name="cli-laser"), name="cli-laser")
         try:
             assert d.identify().serial_number == "CLI-1"
         finally:
             d.close()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert stop_with_sigterm(proc) == 0
         assert proc.stdout.read() == ""  # exactly one line of output
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        close_child(proc)
 
 
 def test_the_driver_waits_out_the_start_up_window(

@@ -13,9 +13,6 @@ pytla and the MSA text disagree (DIS in ``is_disabled()``).
 from __future__ import annotations
 
 import importlib.resources
-import os
-import signal
-import subprocess
 import sys
 import time
 import types
@@ -23,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import close_child, first_line, start_child, stop_with_sigterm
 
 from drivers.emulators.itla import ItlaEmulator, serve_pty
 
@@ -182,11 +180,9 @@ def test_pytla_against_oddl_emulate_itla_pty_with_bench_timings() -> None:
     """`oddl emulate itla --pty` as a lab user starts it, with slow start-up and enable."""
     args = [sys.executable, "-m", "drivers.emulators.itla", "--pty", "--serial", "SLOW-1",
             "--startup-ms", "2500", "--enable-ms", "300", "--time-to-lock-ms", "100"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = start_child(args)
     try:
-        assert proc.stdout is not None
-        path = proc.stdout.readline().strip()
+        path = first_line(proc)
         laser = itla.ITLA(path, 9600, version="1.2", timeout=2.0, sleep_time=0.01)
         laser.connect()
         try:
@@ -200,11 +196,6 @@ def test_pytla_against_oddl_emulate_itla_pty_with_bench_timings() -> None:
             assert FatalError.DIS not in laser.get_error_fatal()
         finally:
             laser._device.close()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert stop_with_sigterm(proc) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        close_child(proc)

@@ -11,8 +11,6 @@ The emulator runs as its own process, started the way a lab user starts it.
 from __future__ import annotations
 
 import importlib.util
-import os
-import selectors
 import signal
 import struct
 import subprocess
@@ -24,6 +22,7 @@ from types import ModuleType
 
 import pytest
 import pyvisa
+from helpers import first_line, start_child
 
 pytestmark = pytest.mark.e2e
 
@@ -46,14 +45,9 @@ def resource() -> Iterator[str]:
     """`oddl emulate powermeter` in its own process; yields the resource string it prints."""
     cmd = [sys.executable, "-m", "oddl", "emulate", "powermeter", "--constant-dbm", str(DBM),
            "--noise-db", "0", "--serial", "MY-CLIENTS"]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+    with start_child(cmd, capture_stderr=True) as proc:
         try:
-            assert proc.stdout is not None
-            with selectors.DefaultSelector() as sel:
-                sel.register(proc.stdout, selectors.EVENT_READ)
-                assert sel.select(timeout=30), "oddl emulate powermeter printed nothing"
-            line = proc.stdout.readline().decode().strip()
+            line = first_line(proc, 30, "oddl emulate powermeter")
             assert line.startswith("TCPIP0::127.0.0.1::") and line.endswith("::SOCKET"), line
             yield line
         finally:

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import selectors
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 from fakes import FakeClock
+from helpers import close_child, first_line, start_child, stop_with_sigterm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -600,29 +597,21 @@ def test_run_prints_resource_serves_and_stops_on_sigterm() -> None:
             "from drivers.emulators import powermeter as m\n"
             "p = argparse.ArgumentParser(); m.add_arguments(p)\n"
             "sys.exit(m.run(p.parse_args(sys.argv[1:])))\n")
-    with subprocess.Popen([sys.executable, "-c", code, "--constant-dbm", "-4.25",
-                           "--noise-db", "0"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+    with start_child([sys.executable, "-c", code, "--constant-dbm", "-4.25",
+                      "--noise-db", "0"], capture_stderr=True) as proc:
         try:
             assert proc.stdout is not None
-            with selectors.DefaultSelector() as sel:
-                sel.register(proc.stdout, selectors.EVENT_READ)
-                assert sel.select(timeout=15), "emulator printed nothing"
-            line = proc.stdout.readline().decode().strip()
+            line = first_line(proc, 15, "emulator")
             parts = line.split("::")
             assert parts[0] == "TCPIP0" and parts[1] == "127.0.0.1" and parts[3] == "SOCKET"
             c = Client(("127.0.0.1", int(parts[2])))
             c.send(b":READ3:POW?\n")
             assert float(c.line()) == pytest.approx(-4.25)
             c.close()
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=10) == 0
-            assert proc.stdout.read() == b""   # exactly one line
+            assert stop_with_sigterm(proc) == 0
+            assert proc.stdout.read() == ""   # exactly one line
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            close_child(proc)
 
 
 def test_nan_power_reads_as_no_light() -> None:

@@ -9,10 +9,7 @@ agents, then the gloo baseline.
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import json_from_fresh_interpreter
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -272,12 +270,6 @@ class TestHookOverTheEmulatedTestbed:
 # ---- oddl demo --train, end to end --------------------------------------------------------
 
 
-def _run_in_fresh_interpreter(code: str, *args: str,
-                              timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
 def test_train_demo_matches_gloo_and_every_bucket_is_exact(tmp_path: Path):
@@ -289,9 +281,7 @@ def test_train_demo_matches_gloo_and_every_bucket_is_exact(tmp_path: Path):
     code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
             "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 2, "
             "'ring', True)))")
-    proc = _run_in_fresh_interpreter(code, str(tmp_path / "run"), timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180)
     assert s["ok"], s["problems"]
     assert s["all_results_exact"]
     opt, gloo = s["optical"], s["gloo"]
@@ -341,10 +331,7 @@ def test_train_demo_fails_when_an_allreduce_is_wrong(tmp_path: Path):
             "'ring', True, worker_module='corrupting_worker')))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180, env=env)
     assert not s["ok"] and not s["all_results_exact"]
     assert any(p.startswith("rank 2: the optical all-reduce differed from the exact reduction")
                and "element 7" in p for p in s["problems"]), s["problems"]

@@ -13,11 +13,7 @@
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import selectors
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -27,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import serial
+from helpers import close_child, first_line, start_child, stop_with_sigterm
 
 from drivers.emulators.wss import WssEmulator, serve_pty
 from drivers.interfaces import BLOCKED_DB, Route
@@ -195,25 +192,13 @@ def test_driver_over_a_pty(pty_wss: tuple[WssEmulator, str]) -> None:
 @pytest.mark.parametrize("entry", [["oddl.cli", "emulate", "wss"], ["drivers.emulators.wss"]],
                          ids=["oddl-emulate-wss", "module"])
 def test_emulate_wss_pty_command(entry: list[str]) -> None:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", *entry, "--pty",
-                             "--serial", "SN000777", "--settle-ms", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = start_child([sys.executable, "-m", *entry, "--pty",
+                        "--serial", "SN000777", "--settle-ms", "1"], capture_stderr=True)
     try:
-        assert proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        assert sel.select(timeout=20), "the emulator printed no path"
-        path = proc.stdout.readline().decode().strip()
+        path = first_line(proc, 20, "the emulator (no path)")
         assert re.fullmatch(r"/dev/pts/\d+", path), path
         with serial.Serial(path, 115200, timeout=0.5) as port:
             assert exchange(port, b"SNO?\r\n", 3) == [b"SNO?", b"SN000777", b"OK"]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert stop_with_sigterm(proc) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        close_child(proc)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import selectors
-import signal
 import socket
-import subprocess
 import sys
 from decimal import Decimal
 
 import pytest
 from fakes import FakeClock
+from helpers import close_child, first_line, start_child, stop_with_sigterm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -512,30 +509,19 @@ def test_add_arguments_defaults_and_validation() -> None:
 
 
 def test_run_serves_prints_url_and_exits_0_on_sigterm() -> None:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
+    proc = start_child(
         [sys.executable, "-m", "drivers.emulators.wss", "--listen", "127.0.0.1:0",
-         "--settle-ms", "1", "--serial", "CLI-7", "--ports", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+         "--settle-ms", "1", "--serial", "CLI-7", "--ports", "2"], capture_stderr=True)
     try:
         assert proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        assert sel.select(timeout=10), "the emulator printed no address"
-        url = proc.stdout.readline().decode().strip()
+        url = first_line(proc, 10, "the emulator (no address)")
         m = re.fullmatch(r"socket://127\.0\.0\.1:(\d+)", url)
         assert m, url
         with socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=2) as sock:
             sock.sendall(b"SNO?\r\nURA 1,3,0.0\r\n")
             assert read_lines(sock, 5) == [b"SNO?", b"CLI-7", b"OK", b"URA 1,3,0.0",
                                            b"RER"]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=5) == 0
-        assert proc.stdout.read() == b""  # exactly one line on stdout
+        assert stop_with_sigterm(proc, 5) == 0
+        assert proc.stdout.read() == ""  # exactly one line on stdout
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        close_child(proc)

@@ -1,0 +1,105 @@
+"""Helpers the tests share for child processes: a command that serves until SIGTERM, the
+`oddl` command line, and code run in a fresh interpreter.
+
+The emulated testbed itself is started with `oddl.launch` (`EmulatedTestbed`,
+`launch_emulated`, `RestartableTestbed`), the same launcher the demos and benchmarks use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository."""
+
+
+def start_child(argv: list[str], capture_stderr: bool = False) -> subprocess.Popen[str]:
+    """Start `argv` unbuffered with its stdout (and, if asked, its stderr) as text pipes."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE if capture_stderr else None, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def first_line(proc: subprocess.Popen[str], timeout: float = 20.0,
+               what: str = "the emulator") -> str:
+    """The child's first stdout line (the address it serves on), stripped; fails the test
+    if none comes within `timeout` s."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=timeout), f"{what} printed nothing"
+    return proc.stdout.readline().strip()
+
+
+def close_child(proc: subprocess.Popen[Any]) -> None:
+    """Kill the child if it still runs and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@contextmanager
+def serving(argv: list[str], timeout: float = 20.0, what: str = "the emulator",
+            capture_stderr: bool = False) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start `argv`, wait for its first stdout line (the address it serves on) and yield
+    (process, line); on leaving, a process still running is killed and its pipes closed."""
+    proc = start_child(argv, capture_stderr)
+    try:
+        yield proc, first_line(proc, timeout, what)
+    finally:
+        close_child(proc)
+
+
+def stop_with_sigterm(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
+    """SIGTERM, then the exit code (within `timeout` s)."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+def run_oddl(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `oddl ARGS` (this interpreter's) and return the finished process."""
+    return subprocess.run([sys.executable, "-m", "oddl", *args], capture_output=True, text=True,
+                          timeout=timeout, input=stdin, env={**os.environ, **(env or {})})
+
+
+def run_in_fresh_interpreter(code: str, *args: str, timeout: float,
+                             env: dict[str, str] | None = None
+                             ) -> subprocess.CompletedProcess[str]:
+    """`python -c CODE ARGS` from the repository (a process that has not used gRPC yet)."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def json_from_fresh_interpreter(code: str, *args: str, timeout: float,
+                                env: dict[str, str] | None = None) -> Any:
+    """Run `code` as `run_in_fresh_interpreter` does; it must succeed; its last stdout line
+    as JSON."""
+    proc = run_in_fresh_interpreter(code, *args, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.05) -> float:
+    """Poll `predicate` until it is true; the seconds that took. Fails the test after
+    `timeout` s, naming `what`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(interval)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
