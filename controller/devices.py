@@ -9,6 +9,11 @@ half-applied without the operator being told.
 
 Per-slot retunes during a collective take the fast path (`retune`): the transmitters named
 in a slot are tuned in parallel, each within its guard time, and the lock is checked.
+
+Its values (``Configuration``, ``TransactionError``, ``DeviceEvent``) are
+``controller.device_types``, the safety limits ``controller.device_limits``, opening drivers from the testbed file
+``controller.device_drivers``, and watching the devices (restoring one that lost the verified
+configuration) ``controller.device_watch``.
 """
 
 from __future__ import annotations
@@ -18,16 +23,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from common.config import DeviceConfig, TestbedConfig
-from common.errors import DeviceError, OddlError, SafetyLimitError
+from common.config import TestbedConfig
+from common.errors import DeviceError, OddlError
+from controller.device_drivers import open_driver
+from controller.device_limits import check_limits
+from controller.device_types import (
+    Configuration,  # house: re-export for controller.device_types (also used here)
+    DeviceEvent,
+    TransactionError,  # house: re-export for controller.device_types (also used here)
+    describe_change,
+)
+from controller.device_watch import DeviceWatch
 from controller.store import Store
 from drivers.interfaces import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
     Route,
     TransceiverState,
     TunableTransceiver,
@@ -36,70 +47,11 @@ from drivers.interfaces import (
 
 logger = logging.getLogger(__name__)
 
-
-class TransactionError(DeviceError):
-    """A configuration could not be applied; `report` says what happened to every device."""
-
-    def __init__(self, message: str, report: list[str]):
-        super().__init__(message + "\n  " + "\n  ".join(report) if report else message)
-        self.report = report
+__all__ = ["Configuration", "DeviceEvent", "DeviceManager", "TransactionError"]
 
 
-@dataclass(frozen=True)
-class Configuration:
-    """Target state: transmitter → channel, WSS → {channel: Route}."""
 
-    channels: Mapping[str, int] = field(default_factory=dict)
-    wss_tables: Mapping[str, Mapping[int, Route]] = field(default_factory=dict)
-
-    def merged_over(self, base: Configuration) -> Configuration:
-        """This configuration with everything it does not name taken from `base`."""
-        tables = {w: dict(t) for w, t in base.wss_tables.items()}
-        for w, t in self.wss_tables.items():
-            tables.setdefault(w, {}).update(t)
-        return Configuration({**base.channels, **self.channels}, tables)
-
-
-@dataclass
-class DeviceEvent:
-    """One entry of the device log."""
-
-    time_ns: int
-    device: str
-    action: str
-    ok: bool
-    detail: str = ""
-
-
-def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
-    """Open the real driver for a device of the testbed file."""
-    from drivers.transport import SerialTransport
-
-    if dev.kind == "itla":
-        from drivers.itla import ItlaDriver, ItlaTimeouts
-
-        timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
-                                enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
-        return ItlaDriver(SerialTransport(dev.resource, name=dev.id, baudrate=dev.baud or 9600,
-                                          timeout=dev.timeout_s), name=dev.id,
-                          timeouts=timeouts, poll_interval_s=0.001)
-    if dev.kind == "wss":
-        from drivers.wss import FlexgridWss, WssLimits
-
-        limits = WssLimits(channels=grid_channels, ports=dev.ports,
-                           max_attenuation_db=dev.attenuation_range_db[1])
-        return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
-                                           baudrate=dev.baud or 115200, timeout=dev.timeout_s),
-                           name=dev.id, timeout=dev.timeout_s, limits=limits)
-    if dev.kind == "powermeter":
-        from drivers.powermeter import PowerMeter
-
-        return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
-                          timeout_s=max(dev.timeout_s, 1.0))
-    raise SafetyLimitError(f"{dev.id}: unknown device kind {dev.kind!r}")
-
-
-class DeviceManager:
+class DeviceManager(DeviceWatch):
     """Owns the drivers of a testbed and the last verified configuration."""
 
     def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None,
@@ -210,45 +162,10 @@ class DeviceManager:
             except Exception:  # closing must never raise during shutdown
                 logger.exception("closing a driver failed")
         self._pool.shutdown(wait=False)
-
     # ---- validation -------------------------------------------------------------------
     def check_limits(self, target: Configuration) -> None:
         """Raise SafetyLimitError naming the setting and the limit; nothing is sent."""
-        grid = self.cfg.grid
-        for tx, ch in target.channels.items():
-            dev = self._device(tx, "itla")
-            wss = self.cfg.device(self.cfg.attachment(self._node_of(tx)).wss)
-            lo, hi = wss.channels_allowed
-            if not (1 <= ch <= grid.channels and lo <= ch <= hi):
-                raise SafetyLimitError(f"{dev.id}: channel {ch} is not allowed (grid 1..{grid.channels}, "
-                                       f"{wss.id}.channels_allowed [{lo}, {hi}]); pick an allowed channel")
-        for wss_id, table in target.wss_tables.items():
-            dev = self._device(wss_id, "wss")
-            lo, hi = dev.channels_allowed
-            alo, ahi = dev.attenuation_range_db
-            for ch, route in table.items():
-                if not lo <= ch <= hi:
-                    raise SafetyLimitError(f"{wss_id}: channel {ch} is outside channels_allowed "
-                                           f"[{lo}, {hi}]; change the route or the testbed file")
-                if not (1 <= route.port <= dev.ports or route.port == BLOCKED_PORT):
-                    raise SafetyLimitError(f"{wss_id}: port {route.port} does not exist "
-                                           f"(1..{dev.ports}, or {BLOCKED_PORT} to block)")
-                if route.attenuation_db != BLOCKED_DB and not alo <= route.attenuation_db <= ahi:
-                    raise SafetyLimitError(f"{wss_id}: attenuation {route.attenuation_db} dB on "
-                                           f"channel {ch} is outside [{alo}, {ahi}] dB "
-                                           f"(or {BLOCKED_DB} to block)")
-
-    def _device(self, device_id: str, kind: str) -> DeviceConfig:
-        dev = self.cfg.device(device_id)
-        if dev.kind != kind:
-            raise SafetyLimitError(f"{device_id} is a {dev.kind}, not a {kind}")
-        return dev
-
-    def _node_of(self, transmitter: str) -> str:
-        for n in self.cfg.nodes:
-            if n.transmitter == transmitter:
-                return n.id
-        raise SafetyLimitError(f"{transmitter} is not the transmitter of any node")
+        check_limits(self.cfg, target)
 
     # ---- transactions -----------------------------------------------------------------
     def transact(self, change: Configuration, *, reason: str = "", timeout: float = 10.0
@@ -272,7 +189,7 @@ class DeviceManager:
             for dev in list(target.channels) + list(target.wss_tables):
                 self.verified_ns[dev] = now
             self._persist(target, list(target.channels) + list(target.wss_tables), now)
-            self._log("*", f"transaction {reason}", True, _describe(before, target))
+            self._log("*", f"transaction {reason}", True, describe_change(before, target))
             return target
 
     def _apply(self, target: Configuration, before: Configuration, timeout: float
@@ -284,8 +201,9 @@ class DeviceManager:
         for wss_id, table in tables.items():
             self.drivers[wss_id].stage(dict(table))
             self._log(wss_id, "stage", True, f"{len(table)} channels")
-        futures = {w: self._pool.submit(self._apply_wss, w, w in tables, timeout)
-                   for w in target.wss_tables}
+        futures: dict[str, Future[Any]] = {
+            w: self._pool.submit(self._apply_wss, w, w in tables, timeout)
+            for w in target.wss_tables}
         futures.update({tx: self._pool.submit(self._tune_and_read, tx, ch,
                                               before.channels.get(tx) != ch, timeout)
                         for tx, ch in target.channels.items()})
@@ -414,105 +332,6 @@ class DeviceManager:
                     self.verified_ns[tx] = now
                 self._persist(self.verified, list(channels), now)
         return errors
-
-    # ---- watching -----------------------------------------------------------------------
-    def check(self) -> list[str]:
-        """Read the transmitters and switches back; restore one that no longer holds the
-        verified configuration (power-cycled, reset, or its link dropped and came back),
-        reopening its driver if the link broke. Skipped while a transaction or a retune holds
-        the devices. Returns the ids restored."""
-        if not self._lock.acquire(blocking=False):
-            return []
-        try:
-            restored = []
-            for dev_id in [*self.verified.channels, *self.verified.wss_tables]:
-                if self._restore_if_lost(dev_id):
-                    restored.append(dev_id)
-            for dev in self.cfg.devices_of("powermeter"):
-                self._reconnect_meter(dev)
-            return restored
-        finally:
-            self._lock.release()
-
-    def _restore_if_lost(self, dev_id: str) -> bool:
-        dev = self.cfg.device(dev_id)
-        try:
-            if self._holds(dev_id):
-                self.unreachable.pop(dev_id, None)
-                return False
-        except OddlError as exc:
-            try:  # the link broke: a new connection, as at start-up
-                fresh = open_driver(dev, self.cfg.grid.channels)
-            except OddlError as again:
-                if dev_id not in self.unreachable:
-                    self._log(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
-                self.unreachable[dev_id] = str(again)
-                return False
-            old, self.drivers[dev_id] = self.drivers.get(dev_id), fresh
-            if old is not None:
-                try:
-                    old.close()
-                except Exception:  # the old link is gone anyway
-                    logger.debug("closing the old driver of %s failed", dev_id, exc_info=True)
-        try:
-            if self._holds(dev_id):  # reconnected, the device kept its state
-                self._log(dev_id, "check", True, "link restored; the device kept its state")
-                self.unreachable.pop(dev_id, None)
-                return False
-            if dev_id in self.verified.channels:
-                self._bring_up(dev_id, self.verified.channels[dev_id])
-            else:
-                drv = self.drivers[dev_id]
-                drv.stage(dict(self.verified.wss_tables[dev_id]))
-                drv.apply()
-            if not self._holds(dev_id):
-                raise DeviceError("still differs from the verified configuration after "
-                                  "restoring it", device=dev_id)
-        except OddlError as exc:
-            self.unreachable[dev_id] = str(exc)
-            self._log(dev_id, "restore", False, str(exc))
-            return False
-        self.unreachable.pop(dev_id, None)
-        self.verified_ns[dev_id] = time.time_ns()
-        self._log(dev_id, "restore", True, "it no longer held the verified configuration "
-                  "(power cycle or reset?); re-applied it")
-        return True
-
-    def _reconnect_meter(self, dev: Any) -> None:
-        """A meter holds no configuration of ours: only its link is checked and reopened."""
-        drv = self.drivers.get(dev.id)
-        try:
-            if drv is not None:
-                drv.identify()
-                self.unreachable.pop(dev.id, None)
-                return
-        except OddlError:
-            pass
-        try:
-            fresh = open_driver(dev, self.cfg.grid.channels)
-            fresh.identify()
-        except OddlError as exc:
-            self.unreachable[dev.id] = str(exc)
-            return
-        self.drivers[dev.id] = fresh
-        if drv is not None:
-            try:
-                drv.close()
-            except Exception:  # the old link is gone anyway
-                logger.debug("closing the old driver of %s failed", dev.id, exc_info=True)
-        self.unreachable.pop(dev.id, None)
-        self._log(dev.id, "check", True, "link restored")
-
-    def _holds(self, dev_id: str) -> bool:
-        """Whether the device reads back as the verified configuration says."""
-        if dev_id in self.verified.channels:
-            st: TransceiverState = self.drivers[dev_id].state()
-            return (st.channel == self.verified.channels[dev_id] and st.locked
-                    and st.output_enabled)
-        active = self.drivers[dev_id].read_active()
-        return all(active.get(ch) == route
-                   for ch, route in self.verified.wss_tables[dev_id].items())
-
     # ---- reading ----------------------------------------------------------------------
     def read_states(self) -> dict[str, dict[str, Any]]:
         """Read every transmitter and WSS back; unreachable devices carry their error."""
@@ -549,10 +368,3 @@ class DeviceManager:
         (logger.info if ok else logger.warning)("device %s: %s %s %s", device, action,
                                                 "ok" if ok else "FAILED", detail)
 
-
-def _describe(before: Configuration, after: Configuration) -> str:
-    changes = [f"{tx} ch {before.channels.get(tx)}→{ch}" for tx, ch in after.channels.items()
-               if before.channels.get(tx) != ch]
-    changes += [f"{w} table" for w, t in after.wss_tables.items()
-                if dict(t) != dict(before.wss_tables.get(w, {}))]
-    return ", ".join(changes) or "no change"

@@ -17,7 +17,7 @@ import pytest
 
 from common.config import TestbedConfig, load_testbed
 from common.errors import DeviceError, SafetyLimitError
-from controller.devices import open_driver
+from controller.device_drivers import open_driver
 from drivers.interfaces import (
     BLOCKED_DB,
     Route,

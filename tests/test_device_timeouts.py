@@ -9,7 +9,7 @@ import pytest
 
 from common.config import parse_testbed
 from common.errors import ConfigError
-from controller.devices import open_driver
+from controller.device_drivers import open_driver
 
 LAB = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "lab-4node.toml"
 

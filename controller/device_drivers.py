@@ -1,0 +1,38 @@
+"""Opening the real driver of a device named in the testbed file (ITLA, WSS, power meter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.config import DeviceConfig
+from common.errors import SafetyLimitError
+
+__all__ = ["open_driver"]
+
+
+def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
+    """Open the real driver for a device of the testbed file."""
+    from drivers.transport import SerialTransport
+
+    if dev.kind == "itla":
+        from drivers.itla import ItlaDriver, ItlaTimeouts
+
+        timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
+                                enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
+        return ItlaDriver(SerialTransport(dev.resource, name=dev.id, baudrate=dev.baud or 9600,
+                                          timeout=dev.timeout_s), name=dev.id,
+                          timeouts=timeouts, poll_interval_s=0.001)
+    if dev.kind == "wss":
+        from drivers.wss import FlexgridWss, WssLimits
+
+        limits = WssLimits(channels=grid_channels, ports=dev.ports,
+                           max_attenuation_db=dev.attenuation_range_db[1])
+        return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
+                                           baudrate=dev.baud or 115200, timeout=dev.timeout_s),
+                           name=dev.id, timeout=dev.timeout_s, limits=limits)
+    if dev.kind == "powermeter":
+        from drivers.powermeter import PowerMeter
+
+        return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
+                          timeout_s=max(dev.timeout_s, 1.0))
+    raise SafetyLimitError(f"{dev.id}: unknown device kind {dev.kind!r}")
