@@ -17,11 +17,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from common.config import EMULATED, TestbedConfig, dump_testbed, load_testbed
+from common.config import EMULATED, DeviceConfig, TestbedConfig, dump_testbed, load_testbed
 from common.errors import ConfigError
 from drivers.emulators.fabric import Fabric, OpticalModel
 from drivers.emulators.lighttable import HEARTBEAT_S, LightPublisher, LightTable
@@ -83,48 +84,11 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
     ports = _ports_of(reuse) if reuse is not None else {}
     if reuse is not None and fabric_listen is None and reuse.fabric.address:
         fabric_listen = reuse.fabric.address.removeprefix("tcp://")
-    from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
-    from drivers.emulators.powermeter import PowerMeterEmulator, powermeter_connection_handler
-    from drivers.emulators.wss import WssEmulator, wss_connection_handler
-
     tb = EmulatedTestbed(cfg)
-    grid, timing = cfg.grid, cfg.timing
     try:
         for i, dev in enumerate(cfg.devices):
-            if not dev.emulated:
-                continue
-            serial = dev.serial or f"EMU-{dev.id}"
-            if dev.kind == "itla":
-                emu = ItlaEmulator(serial_number=serial, first_thz=grid.first_thz,
-                                   spacing_ghz=grid.spacing_ghz, channels=grid.channels,
-                                   time_to_lock_s=timing.laser_tune_ms / 1e3,
-                                   power_dbm=dev.power_dbm, seed=cfg.seed * 1000 + i)
-                _inject(emu, dev.faults, dev.id)
-                tb.lasers[dev.id] = emu
-                server = TcpEmulatorServer(itla_connection_handler(emu), host,
-                                           ports.get(dev.id, 0), name=dev.id)
-                tb.resources[dev.id] = server.url
-            elif dev.kind == "wss":
-                emu = WssEmulator(ports=dev.ports, first_thz=grid.first_thz,
-                                  spacing_ghz=grid.spacing_ghz, channels=grid.channels,
-                                  first_channel=1,  # grid numbering, not the factory plan's 0
-                                  settle_s=timing.wss_settle_ms / 1e3, serial_number=serial,
-                                  seed=cfg.seed * 1000 + i)
-                _inject(emu, dev.faults, dev.id)
-                tb.switches[dev.id] = emu
-                server = TcpEmulatorServer(wss_connection_handler(emu), host,
-                                           ports.get(dev.id, 0), name=dev.id)
-                tb.resources[dev.id] = server.url
-            else:
-                emu = PowerMeterEmulator(channels=dev.channels, serial_number=serial,
-                                         power_source=_meter_source(tb, dev.id),
-                                         seed=cfg.seed * 1000 + i)
-                _inject(emu, dev.faults, dev.id)
-                tb.meters[dev.id] = emu
-                server = TcpEmulatorServer(powermeter_connection_handler(emu), host,
-                                           ports.get(dev.id, 0), name=dev.id)
-                tb.resources[dev.id] = f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET"
-            tb.servers[dev.id] = server
+            if dev.emulated:
+                _start_device(tb, dev, cfg.seed * 1000 + i, host, ports.get(dev.id, 0))
         missing = [n.transmitter for n in cfg.nodes if n.transmitter not in tb.lasers]
         missing += [d.id for d in cfg.devices_of("wss") if d.id not in tb.switches]
         if missing:
@@ -134,23 +98,63 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
                               "the emulator host)")
         tb.model = OpticalModel(cfg, tb.lasers, tb.switches)
         if cfg.fabric.link == "fabric":
-            _start_optinc(tb, phases_dir)
-            curve = None
-            if cfg.security.enabled:
-                from common.security import CurveServer, SecurityFiles
-
-                files = SecurityFiles.load(cfg.security.certs)
-                curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(),
-                                    name="fabric")
-            if cfg.fabric.transport == "streams" and not cfg.security.enabled:
-                _start_light_table(tb, reuse.fabric.light_table if reuse else None)
-            tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
-                               fabric_listen or cfg.fabric.listen, curve=curve,
-                               devices=tb.optinc, light=tb.light)
+            _start_fabric(tb, phases_dir, fabric_listen, reuse)
     except BaseException:
         tb.close()
         raise
     return tb
+
+
+def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
+                  port: int) -> None:
+    """Start the emulator of one emulated device and its TCP server (`port` 0: any)."""
+    from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
+    from drivers.emulators.powermeter import PowerMeterEmulator, powermeter_connection_handler
+    from drivers.emulators.wss import WssEmulator, wss_connection_handler
+
+    grid, timing = tb.cfg.grid, tb.cfg.timing
+    serial = dev.serial or f"EMU-{dev.id}"
+    emu: Any
+    if dev.kind == "itla":
+        emu = tb.lasers[dev.id] = ItlaEmulator(
+            serial_number=serial, first_thz=grid.first_thz, spacing_ghz=grid.spacing_ghz,
+            channels=grid.channels, time_to_lock_s=timing.laser_tune_ms / 1e3,
+            power_dbm=dev.power_dbm, seed=seed)
+        handler = itla_connection_handler(emu)
+    elif dev.kind == "wss":
+        emu = tb.switches[dev.id] = WssEmulator(
+            ports=dev.ports, first_thz=grid.first_thz, spacing_ghz=grid.spacing_ghz,
+            channels=grid.channels, first_channel=1,  # grid numbering, not the factory plan's 0
+            settle_s=timing.wss_settle_ms / 1e3, serial_number=serial, seed=seed)
+        handler = wss_connection_handler(emu)
+    else:
+        emu = tb.meters[dev.id] = PowerMeterEmulator(
+            channels=dev.channels, serial_number=serial,
+            power_source=_meter_source(tb, dev.id), seed=seed)
+        handler = powermeter_connection_handler(emu)
+    _inject(emu, dev.faults, dev.id)
+    server = tb.servers[dev.id] = TcpEmulatorServer(handler, host, port, name=dev.id)
+    tb.resources[dev.id] = (server.url if dev.kind != "powermeter" else
+                            f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET")
+
+
+def _start_fabric(tb: EmulatedTestbed, phases_dir: str | Path | None,
+                  fabric_listen: str | None, reuse: TestbedConfig | None) -> None:
+    """OptINC devices, the light table (streams without CURVE) and the fabric server."""
+    cfg = tb.cfg
+    assert tb.model is not None
+    _start_optinc(tb, phases_dir)
+    curve = None
+    if cfg.security.enabled:
+        from common.security import CurveServer, SecurityFiles
+
+        files = SecurityFiles.load(cfg.security.certs)
+        curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(), name="fabric")
+    if cfg.fabric.transport == "streams" and not cfg.security.enabled:
+        _start_light_table(tb, reuse.fabric.light_table if reuse else None)
+    tb.fabric = Fabric(tb.model, cfg.fabric.line_rate_gbps * 1e9,
+                       fabric_listen or cfg.fabric.listen, curve=curve, devices=tb.optinc,
+                       light=tb.light)
 
 
 def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
@@ -200,7 +204,8 @@ def _ports_of(resolved: TestbedConfig) -> dict[str, int]:
     return ports
 
 
-def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
+def _inject(emulator: Any, faults: Mapping[str, Any], device: str) -> None:
+    """Apply the `faults` table of a device of the testbed file to its emulator."""
     if not faults:
         return
     try:
@@ -209,7 +214,7 @@ def _inject(emulator: Any, faults: dict[str, Any], device: str) -> None:
         raise ConfigError(f"devices ({device}).faults: {exc}") from exc
 
 
-def _meter_source(tb: EmulatedTestbed, meter_id: str):  # noqa: ANN202 (closure)
+def _meter_source(tb: EmulatedTestbed, meter_id: str) -> Callable[[int], float | None]:
     """power_source(channel) for a meter: the light at the WSS port its tap watches."""
     taps = tb.cfg.meter_taps()
 
