@@ -1,14 +1,14 @@
 """Pieces every offline command module shares (`oddl simulate`, `topoopt`, `optinc`, `plan`).
 
-`parse_or_exit_code` runs argparse for a module's own ``main(argv)`` and turns argparse's exit
-into a return code; `json_default` writes numpy scalars and non-finite floats in ``--json``.
+`run_alone` and `parse_or_exit_code` run argparse for a module's own ``main(argv)`` and turn
+argparse's exit into a return code; `json_default` writes numpy scalars and non-finite floats in ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 EXIT_USAGE = 2
@@ -23,6 +23,17 @@ def parse_or_exit_code(parser: argparse.ArgumentParser, argv: Sequence[str] | No
         return parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+
+
+def run_alone(prog: str, doc: str | None,
+              add_arguments: Callable[[argparse.ArgumentParser], None],
+              command: Callable[[argparse.Namespace], int], argv: Sequence[str] | None) -> int:
+    """Run one command on its own: a parser named `prog` described by `doc`'s first paragraph,
+    its arguments, then `command` on them; return the exit code."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    add_arguments(parser)
+    args = parse_or_exit_code(parser, argv)
+    return args if isinstance(args, int) else command(args)
 
 
 def json_default(o: Any) -> Any:

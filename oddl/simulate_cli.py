@@ -33,7 +33,7 @@ from typing import Any
 
 from common.errors import OddlError
 from oddl.byte_sizes import parse_size
-from oddl.command_line import json_default, parse_or_exit_code
+from oddl.command_line import json_default, run_alone
 from oddl.simulate_plot import plot
 from oddl.simulate_text import format_sweep, format_table
 
@@ -109,11 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl simulate`` with `argv` (without the command name); return the exit code."""
-    parser = argparse.ArgumentParser(prog="oddl simulate",
-                                     description=(__doc__ or "").split("\n\n")[0])
-    add_arguments(parser)
-    args = parse_or_exit_code(parser, argv)
-    return args if isinstance(args, int) else cmd_simulate(args)
+    return run_alone("oddl simulate", __doc__, add_arguments, cmd_simulate, argv)
 
 
 # --------------------------------------------------------------------------- the command
@@ -121,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """The ``oddl simulate`` command."""
-    from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
+    from offline.simulator.engine import SimConfig, simulate, sweep
 
     try:
         if args.list_models:
@@ -139,10 +135,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         else:
             result = simulate(config, systems)
             text = format_table(result)
-    except SimulationError as exc:
-        print(f"oddl simulate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OddlError as exc:
+    except OddlError as exc:  # SimulationError among them
         print(f"oddl simulate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(result.as_dict(), default=json_default) if args.json else text)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from common.errors import OddlError
-from oddl.command_line import json_default, parse_or_exit_code
+from oddl.command_line import json_default, run_alone
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -103,11 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl topoopt`` with `argv` (without the command name); return the exit code."""
-    parser = argparse.ArgumentParser(prog="oddl topoopt",
-                                     description=(__doc__ or "").split("\n\n")[0])
-    add_arguments(parser)
-    args = parse_or_exit_code(parser, argv)
-    return args if isinstance(args, int) else cmd_topoopt(args)
+    return run_alone("oddl topoopt", __doc__, add_arguments, cmd_topoopt, argv)
 
 
 def cmd_topoopt(args: argparse.Namespace) -> int:

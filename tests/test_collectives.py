@@ -8,17 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import PlanError
-from controller.scheduling import registry
-from controller.scheduling.collectives import (
+from controller.scheduling import (
+    COLLECTIVES,
     Op,
     Plan,
     Step,
     execute_plan,
     halving_doubling_allreduce,
+    make_plan,
+    register_collective,
+    registry,
     ring_allreduce,
     validate_plan,
 )
-from controller.scheduling.registry import COLLECTIVES, make_plan, register_collective
 
 INT64 = np.iinfo(np.int64)
 
