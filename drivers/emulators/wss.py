@@ -108,6 +108,27 @@ class WssFaults(FaultSettings):
         self.validate()
 
 
+def _check_settings(*, ports: int, channels: int, first_channel: int, spacing_ghz: float,
+                    settle_s: float, restart_s: float, rra_per_line: int, max_flex_channels: int,
+                    max_attenuation_db: float, startup_state: str) -> None:
+    """Raise ConfigError naming the WssEmulator arguments that are out of range."""
+    if (ports < 1 or ports >= BLOCKED_PORT or channels < 1 or first_channel < 0
+            or spacing_ghz <= 0 or settle_s < 0 or restart_s < 0 or rra_per_line < 0
+            or max_flex_channels < 1):
+        raise ConfigError(
+            f"WSS emulator: ports={ports}, channels={channels}, first_channel="
+            f"{first_channel}, spacing_ghz={spacing_ghz}, settle_s={settle_s}, restart_s="
+            f"{restart_s}, rra_per_line={rra_per_line}, max_flex_channels="
+            f"{max_flex_channels}; expected 1 <= ports < {BLOCKED_PORT}, channels >= 1, "
+            "first_channel >= 0, spacing > 0, times >= 0, rra_per_line >= 0")
+    if not 0 <= max_attenuation_db < BLOCKED_DB:
+        raise ConfigError(f"WSS emulator: max_attenuation_db={max_attenuation_db}; "
+                          f"expected 0 <= max < {BLOCKED_DB}")
+    if startup_state not in STARTUP_STATES:
+        raise ConfigError(f"WSS emulator: startup_state={startup_state!r}; expected one "
+                          f"of {', '.join(STARTUP_STATES)}")
+
+
 class WssEmulator:
     """A 1xK flexgrid WSS: channel plan, staged and active arrays, settle period, faults.
 
@@ -125,21 +146,10 @@ class WssEmulator:
                  max_flex_channels: int = 96, startup_state: str = "SAB",
                  restart_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
                  seed: int = 0, faults: WssFaults | None = None) -> None:
-        if (ports < 1 or ports >= BLOCKED_PORT or channels < 1 or first_channel < 0
-                or spacing_ghz <= 0 or settle_s < 0 or restart_s < 0 or rra_per_line < 0
-                or max_flex_channels < 1):
-            raise ConfigError(
-                f"WSS emulator: ports={ports}, channels={channels}, first_channel="
-                f"{first_channel}, spacing_ghz={spacing_ghz}, settle_s={settle_s}, restart_s="
-                f"{restart_s}, rra_per_line={rra_per_line}, max_flex_channels="
-                f"{max_flex_channels}; expected 1 <= ports < {BLOCKED_PORT}, channels >= 1, "
-                "first_channel >= 0, spacing > 0, times >= 0, rra_per_line >= 0")
-        if not 0 <= max_attenuation_db < BLOCKED_DB:
-            raise ConfigError(f"WSS emulator: max_attenuation_db={max_attenuation_db}; "
-                              f"expected 0 <= max < {BLOCKED_DB}")
-        if startup_state not in STARTUP_STATES:
-            raise ConfigError(f"WSS emulator: startup_state={startup_state!r}; expected one "
-                              f"of {', '.join(STARTUP_STATES)}")
+        _check_settings(ports=ports, channels=channels, first_channel=first_channel,
+                        spacing_ghz=spacing_ghz, settle_s=settle_s, restart_s=restart_s,
+                        rra_per_line=rra_per_line, max_flex_channels=max_flex_channels,
+                        max_attenuation_db=max_attenuation_db, startup_state=startup_state)
         self.factory_plan = FixedPlan(first_channel, first_thz, spacing_ghz, channels)
         if window_thz is None:
             window_thz = (FACTORY_WINDOW_THZ if self.factory_plan == FACTORY_PLAN
