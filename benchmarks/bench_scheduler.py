@@ -59,9 +59,14 @@ def measure(name: str, n: int, repeats: int, baseline_s: float) -> dict[str, Any
     plan_s, plan = best_of(repeats, plan_only)
     sched_s, sched = best_of(repeats, lambda: schedule_plan(plan, nodes, topo, TIMING, ITEMSIZE))
     total_s, _ = best_of(repeats, plan_and_schedule)
+    return {"collective": name, "n_nodes": n,
+            **schedule_row(plan, sched, plan_s, sched_s, total_s, baseline_s)}
+
+
+def schedule_row(plan: Plan, sched: Schedule, plan_s: float, sched_s: float, total_s: float,
+                 baseline_s: float) -> dict[str, Any]:
+    """A row's figures: the plan and schedule's size, their times and the baseline's."""
     return {
-        "collective": name,
-        "n_nodes": n,
         "steps": plan.n_steps,
         "slots": len(sched.slots),
         "retunes": sched.reconfigurations,

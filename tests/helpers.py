@@ -93,6 +93,17 @@ def json_from_fresh_interpreter(code: str, *args: str, timeout: float,
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def train_demo_summary(run_dir: Path, epochs: int, options: str = "", timeout: float = 180,
+                       env: dict[str, str] | None = None) -> Any:
+    """`oddl demo --train` (ring, JSON) with `epochs` epochs in a fresh interpreter (this one
+    may have used gRPC, and the demo forks its testbed processes); its summary. `options`:
+    more keyword arguments of `run_train_demo` as source text, e.g. ``", backend='oddl'"``."""
+    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
+            "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), "
+            f"{epochs}, 'ring', True{options})))")
+    return json_from_fresh_interpreter(code, str(run_dir), timeout=timeout, env=env)
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
                interval: float = 0.05) -> float:
     """Poll `predicate` until it is true; the seconds that took. Fails the test after

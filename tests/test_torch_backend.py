@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import json_from_fresh_interpreter
+from helpers import train_demo_summary
 
 torch = pytest.importorskip("torch")
 
@@ -195,10 +195,7 @@ def test_ddp_and_fully_shard_train_as_gloo_does(apis: list[str]):
 @pytest.mark.timeout(200)
 def test_train_demo_with_the_backend_reports_bytes_per_iteration(tmp_path: Path):
     pytest.importorskip("sklearn")
-    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
-            "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 1, "
-            "'ring', True, backend='oddl')))")
-    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180)
+    s = train_demo_summary(tmp_path / "run", 1, ", backend='oddl'")
     assert s["ok"], s["problems"]
     assert s["backend"] == "oddl" and s["all_results_exact"] is None  # not claimed here
     oddl, gloo = s["oddl"], s["gloo"]

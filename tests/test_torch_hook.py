@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import json_from_fresh_interpreter
+from helpers import train_demo_summary
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -278,10 +278,7 @@ def test_train_demo_matches_gloo_and_every_bucket_is_exact(tmp_path: Path):
 
     # a fresh interpreter: this one has used gRPC (the fixture above), and the demo forks its
     # testbed processes
-    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
-            "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 2, "
-            "'ring', True)))")
-    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180)
+    s = train_demo_summary(tmp_path / "run", 2)
     assert s["ok"], s["problems"]
     assert s["all_results_exact"]
     opt, gloo = s["optical"], s["gloo"]
@@ -326,12 +323,9 @@ sys.exit(train_worker.main())
 def test_train_demo_fails_when_an_allreduce_is_wrong(tmp_path: Path):
     pytest.importorskip("sklearn")
     (tmp_path / "corrupting_worker.py").write_text(CORRUPTING_WORKER)
-    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
-            "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), 1, "
-            "'ring', True, worker_module='corrupting_worker')))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
-    s = json_from_fresh_interpreter(code, str(tmp_path / "run"), timeout=180, env=env)
+    s = train_demo_summary(tmp_path / "run", 1, ", worker_module='corrupting_worker'", env=env)
     assert not s["ok"] and not s["all_results_exact"]
     assert any(p.startswith("rank 2: the optical all-reduce differed from the exact reduction")
                and "element 7" in p for p in s["problems"]), s["problems"]
