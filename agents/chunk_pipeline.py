@@ -92,7 +92,7 @@ def _send_all(ctx: RunContext, plan: ChunkPlan, progress: _Progress) -> None:
             return
         ctx.link.send_chunk(run.job_id, dst, ChunkHead(run.seq, op.step, op.offset,
                                                        op.n * item, node_tag(dst)),
-                            memoryview(buf[op.offset:op.offset + op.n]).cast("B"),
+                            buf[op.offset:op.offset + op.n].data.cast("B"),
                             run.receive_timeout_s, ctx.stop, run.gated)
         progress.bump("sent")
 
@@ -104,7 +104,7 @@ def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
     target = buf[op.offset:op.offset + op.n]
     copy = run.steps[op.step].op != REDUCE
     head, payload = ctx.link.recv_chunk(run.job_id, src, run.seq, op.step, ctx.deadline(op.step),
-                                        ctx.stop, memoryview(target).cast("B") if copy else None)
+                                        ctx.stop, target.data.cast("B") if copy else None)
     ctx.check_head(head, src, op.step, op.offset, op.n)
     if op.last:
         # the flow's light has done its work once its last chunk is in: confirm before

@@ -42,12 +42,12 @@ class AgentClient:
         self.timeout_s = timeout_s
         self.shared_memory = shared_memory
         self._bucket: SharedBucket | None = None
-        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         # the agent going away (killed, restarted) ends a waiting request at once, and a
         # request is not sent into a connection that is not there
-        self._events = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED
-                                                     | zmq.EVENT_DISCONNECTED)
+        self._events: zmq.Socket[bytes] = self._sock.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._connected = False
         self._sock.connect(address)
         self._rid = 0

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from agents.chunkplan import busiest_port_bytes
-from agents.gate import SlotGate
+from agents.gate import Cancel, SlotGate
 from agents.stream_wire import ChunkHead
 from common.errors import CollectiveError
 from protos.schedule_wire import SlotSpec, StepSpec, confirmations, granted_slots
@@ -33,13 +33,13 @@ class ChunkLink(Protocol):
     ZeroMQ links of `agents.dataplane`)."""
 
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
-                   deadline_s: float, cancel: threading.Event | None = None,
+                   deadline_s: float, cancel: Cancel | None = None,
                    optical: bool = False) -> None:
         """Send one chunk (on the optical network where the light goes); give up after
         `deadline_s` without progress or on cancel."""
 
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: threading.Event | None = None, into: memoryview | None = None
+                   cancel: Cancel | None = None, into: memoryview | None = None
                    ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step); CollectiveError at `deadline`. The
         payload may be read straight into `into` when it fits exactly."""

@@ -209,7 +209,7 @@ class FabricLink(_ZmqChunks):
         """`curve` = (this node's CurveKeys, the fabric's public key) in secure mode."""
         self.node_id = node_id
         self.inbox = Inbox(node_id)
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         rx = ctx.socket(zmq.DEALER)
         rx.setsockopt(zmq.IDENTITY, node_id.encode())
         rx.setsockopt(zmq.LINGER, 0)
@@ -257,7 +257,7 @@ class DirectLink(_ZmqChunks):
         self.inbox = Inbox(node_id)
         self._security = security
         self._curve = None
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         rx = ctx.socket(zmq.ROUTER)
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
@@ -283,7 +283,7 @@ class DirectLink(_ZmqChunks):
 
     def set_peers(self, peers: Mapping[str, str]) -> None:
         """Connect to each peer's data address (idempotent)."""
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         with self._lock:
             for node, address in peers.items():
                 if node == self.node_id or node in self._peers:

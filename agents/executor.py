@@ -65,9 +65,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     if not run.gated:
         ctx.ideal_timing(started)
     chunk = max(1, CHUNK_BYTES // buf.itemsize)
-    order = tuple(tuple(sorted({d for s, d in zip(st.src, st.dst, strict=True) if s == run.rank},
-                               key=lambda d, k=k: ctx.slot_start(k, run.nodes[d])))
-                  for k, st in enumerate(run.steps))
+    order = tuple(_send_order(ctx, k) for k in range(len(run.steps)))
     plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
     # small collectives run step by step with inline sends: one thread, no hand-over per
     # chunk; large ones pipeline their chunks across steps on the sender thread
@@ -84,3 +82,10 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     run.stats["duration_s"] = time.time() - started
     run.stats["gate_error_max_s"] = ctx.worst_gate_s
     return buf.reshape(buffer.shape)
+
+
+def _send_order(ctx: RunContext, k: int) -> tuple[int, ...]:
+    """The ranks this node sends to in step k, in the order of their slots."""
+    step, run = ctx.run.steps[k], ctx.run
+    dsts = {d for s, d in zip(step.src, step.dst, strict=True) if s == run.rank}
+    return tuple(sorted(dsts, key=lambda d: ctx.slot_start(k, run.nodes[d])))

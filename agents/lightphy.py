@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from agents.gate import Cancel
 from agents.stream_wire import HEAD_BYTES, ChunkHead
 from drivers.emulators.lighttable import COUNTERS, REASONS, LightTable
 
@@ -63,7 +64,7 @@ class LightPhy:
 
     # ---- transmitter ------------------------------------------------------------------
     def transmit(self, src: str, dst: str | None, nbytes: int,
-                 cancel: threading.Event | None) -> tuple[str | None, str, int, float, float]:
+                 cancel: Cancel | None) -> tuple[str | None, str, int, float, float]:
         ser = 8.0 * (nbytes + HEAD_BYTES) / self.rate
         with self._lock:
             t0 = max(self.clock(), self._tx_free)
@@ -83,7 +84,7 @@ class LightPhy:
 
     # ---- receiver ---------------------------------------------------------------------
     def receive(self, src: str, head: ChunkHead, arrived: float,
-                cancel: threading.Event | None) -> str:
+                cancel: Cancel | None) -> str:
         now = self.clock()
         ser = head.t_end - head.t_start
         with self._lock:
@@ -167,7 +168,7 @@ class LightPhy:
         return float(self._row[_C["worst_late_s"]])
 
 
-def _sleep_until(clock: Callable[[], float], t: float, cancel: threading.Event | None) -> None:
+def _sleep_until(clock: Callable[[], float], t: float, cancel: Cancel | None) -> None:
     while True:
         remaining = t - clock()
         if remaining <= 0 or (cancel is not None and cancel.is_set()):

@@ -49,7 +49,7 @@ class LocalServer:
         self.stop = stop
         self.api_bytes = 0
         """Array bytes that came through the socket (shared-memory buckets: none)."""
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
         self.address = localapi.bind(self._api, address, node_id, group)
@@ -112,7 +112,7 @@ class LocalServer:
 
     def work_loop(self, allreduce: Allreduce, on_failure: OnFailure) -> None:
         """Run the queued all-reduces one at a time until `stop` (or `wake`)."""
-        push = zmq.Context.instance().socket(zmq.PUSH)
+        push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(self._results_addr)
         try:

@@ -110,7 +110,7 @@ def run_optinc(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: SlotGat
         worst_gate = gate.wait_until(run.t0_local + up.data_start_s, cancel)
     upload = {**base, "step": OPTINC_LEVELS_STEP, "bits": bits, "elems": int(x.size),
               "scale": scale, "dtype": levels.dtype.str}
-    link.send(upload, memoryview(levels.view(np.uint8)))
+    link.send(upload, levels.view(np.uint8).data)
     reply = _take_optinc(link, run, OPTINC_LEVELS_STEP, device,
                          _optinc_deadline(run, down, True), cancel)
     mean = _check_mean(run, reply, upload)

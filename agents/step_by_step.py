@@ -85,7 +85,7 @@ def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
                 m = min(chunk, off + n - o)
                 ctx.link.send_chunk(run.job_id, dst, ChunkHead(run.seq, k, o, m * source.itemsize,
                                                                tag),
-                                    memoryview(source[o:o + m]).cast("B"), run.receive_timeout_s,
+                                    source[o:o + m].data.cast("B"), run.receive_timeout_s,
                                     ctx.stop, run.gated)
         logger.debug("%s seq %d step %d: sent to %s", run.me, run.seq, k, dst)
 

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from agents.gate import Cancel
 from common.errors import CollectiveError
 
 CHUNK_BYTES = 1 << 20
@@ -68,13 +69,13 @@ class Phy(Protocol):
     """The emulated physical layer: where light goes, and when a chunk is on the wire."""
 
     def transmit(self, src: str, dst: str | None, nbytes: int,
-                 cancel: threading.Event | None) -> tuple[str | None, str, int, float, float]:
+                 cancel: Cancel | None) -> tuple[str | None, str, int, float, float]:
         """Wait until the transmitter is free, then return (node the light reaches or None,
         reason when none, path epoch, serialisation start, serialisation end); `dst` given
         means the ideal electrical network, which delivers to it."""
 
     def receive(self, src: str, head: ChunkHead, arrived: float,
-                cancel: threading.Event | None) -> str:
+                cancel: Cancel | None) -> str:
         """Hold the chunk until its delivery time; return "" or why it is lost. `arrived`:
         when its last byte was read (time.monotonic)."""
 
@@ -150,7 +151,7 @@ def recv_all(sock: socket.socket, view: memoryview) -> bool:
 
 
 def send_all(sock: socket.socket, data: bytes | memoryview, stall_s: float,
-              cancel: threading.Event | None, stop: threading.Event) -> None:
+              cancel: Cancel | None, stop: threading.Event) -> None:
     """Send everything; CollectiveError after `stall_s` without progress or on cancel."""
     view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
     pos, n = 0, len(view)

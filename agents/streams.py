@@ -35,7 +35,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
+from functools import partial
 
+from agents.gate import Cancel
 from agents.stream_inbound import BufferPool, Inbound
 from agents.stream_wire import (  # house: re-export for agents.stream_wire (ChunkHead, HEAD_BYTES, node_tag)
     CHUNK_BYTES,
@@ -204,7 +206,7 @@ class StreamLink:
             # full comes first
             self._in.setdefault(key, []).append(Inbound(
                 sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
-                lambda why, src=key[1]: self._malformed(src, why)))
+                partial(self._malformed, key[1])))
             self._cond.notify_all()
 
     def _prove(self, sock: socket.socket, hello: dict, key: tuple[str, str]) -> None:
@@ -223,20 +225,21 @@ class StreamLink:
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
-                   deadline_s: float, cancel: threading.Event | None = None,
+                   deadline_s: float, cancel: Cancel | None = None,
                    optical: bool = False) -> None:
         """Send one chunk to `dst` (with emulated optics on the optical network: where the
         light goes); blocks while the receiver is not reading, for at most `deadline_s`
         without progress."""
         to = dst
         if self.phy is not None:
-            to, reason, epoch, t0, t1 = self.phy.transmit(self.node_id, dst if not optical
-                                                          else None, len(payload), cancel)
+            light, reason, epoch, t0, t1 = self.phy.transmit(self.node_id, dst if not optical
+                                                             else None, len(payload), cancel)
             head = ChunkHead(head.seq, head.step, head.offset, head.nbytes, head.dst_tag,
                              epoch, t0, t1)
-            if to is None:
+            if light is None:
                 self.phy.lost(self.node_id, reason, len(payload))
                 return
+            to = light
         raw = head.pack()
         for attempt in (1, 2):
             sock = self._connect(job, to)
@@ -257,7 +260,7 @@ class StreamLink:
 
     # ---- receiving --------------------------------------------------------------------
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: threading.Event | None = None, into: memoryview | None = None
+                   cancel: Cancel | None = None, into: memoryview | None = None
                    ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step), its payload valid until the next call
         for this source; CollectiveError at `deadline` (time.time()) or on cancel, naming
@@ -312,7 +315,7 @@ class StreamLink:
                        src, why)
 
     def _missing(self, job: str, src: str, seq: int, step: int, lost: str,
-                 cancel: threading.Event | None = None) -> str:
+                 cancel: Cancel | None = None) -> str:
         if cancel is not None and cancel.is_set():
             return f"{self.node_id}: collective {seq} of job {job} was cancelled"
         where = f" for step {step} of collective {seq}" if seq >= 0 else ""

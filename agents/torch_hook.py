@@ -105,8 +105,8 @@ class OpticalHookState:
             self.client.close()
 
     # ---- the work of one bucket -------------------------------------------------------
-    def _reduce(self, index: int, array: np.ndarray, reference: torch.Tensor | None,
-                work: Any) -> np.ndarray:
+    def _reduce(self, index: int, array: np.ndarray,
+                reference: torch.Tensor | list[torch.Tensor] | None, work: Any) -> np.ndarray:
         """Sum `array` through the agent; check it against the reference; return the sum."""
         if self._failed:
             # the job's collective sequence is broken; do not wait for the agent's timeout
@@ -149,7 +149,8 @@ class OpticalHookState:
                 self.mismatches.append(message)
             raise AllreduceMismatch(message)
 
-    def _check(self, index: int, summed: np.ndarray, reference: torch.Tensor) -> None:
+    def _check(self, index: int, summed: np.ndarray,
+               reference: torch.Tensor | list[torch.Tensor]) -> None:
         """Raise AllreduceMismatch if `summed` is off the exact sum by more than the bound."""
         exact = reference[0].numpy()
         abs_sum = reference[1].numpy()
@@ -197,7 +198,7 @@ def optical_allreduce_hook(state: OpticalHookState,
     except TypeError as exc:
         raise TypeError(f"the optical hook needs a numpy-compatible gradient dtype, not "
                         f"{buffer.dtype}") from exc
-    reference: torch.Tensor | None = None
+    reference: torch.Tensor | list[torch.Tensor] | None = None
     work: Any = None
     if state.verify and state.optinc_bits is not None:
         # optinc's reference needs every rank's bucket: gather them (in bucket order, here)
@@ -227,7 +228,7 @@ def optical_allreduce_hook(state: OpticalHookState,
                 if not isinstance(exc, AllreduceMismatch):
                     state.errors.append(f"bucket {index}: {exc}")
             logger.error("optical all-reduce of bucket %d failed: %s", index, exc)
-            future.set_exception(exc)
+            future.set_exception(exc)  # type: ignore[arg-type]  # torch types it as the result
 
     if state._executor is not None:
         state._executor.submit(run)

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 
 from common.errors import CollectiveError, ConfigError
 from oddl.torch_channel import (
@@ -87,7 +87,7 @@ class OddlProcessGroup(dist.ProcessGroup):
 
     def __init__(self, rank: int, world: int, channel: Channel, fallback: Any = None,
                  name: str = ""):
-        super().__init__(rank, world)
+        super().__init__(rank, world)  # type: ignore[call-arg]  # the (rank, size) constructor
         self._rank, self._world = rank, world
         self._channel = channel
         self._fallback = fallback
@@ -135,7 +135,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         return self._work(kind, run, opts)
 
     # -- collectives --
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         opts = opts or dist.AllreduceOptions()
         name = self._sum_kind("all_reduce", opts)
         if name is None:
@@ -159,7 +159,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             return tensors
         return self._work("all_reduce", run, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         root = (opts or dist.BroadcastOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
@@ -180,7 +180,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         count(what, optical=buf.nbytes)
         return self._channel.sum_(buf)
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
                   opts: Any = None) -> Any:
         def run() -> list[list[torch.Tensor]]:
             for outs, t in zip(outputs, inputs, strict=True):
@@ -205,7 +205,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             return [output]
         return self._work("all_gather_into_tensor", run, opts)
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
                        opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
         name = self._sum_kind("reduce_scatter", opts)
@@ -289,7 +289,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         return self._work("all_to_all", run, opts)
 
     # -- what the optics do not carry: the fallback, or a clear error --
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         """SUM/AVG as an all-reduce (every rank gets the result, the root as gloo's)."""
         opts = opts or dist.ReduceOptions()
         if _reduce_name(opts) in ("SUM", "AVG"):
@@ -300,14 +300,14 @@ class OddlProcessGroup(dist.ProcessGroup):
         self._fallback_or_refuse(name, f"reduction {_reduce_name(opts)} is not a sum")
         return self._via_fallback(name, tensors, lambda fb: fb.reduce(tensors, opts), opts)
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
                opts: Any = None) -> Any:
         self._fallback_or_refuse("gather", "gather is not implemented over the optics (use "
                                  "all_gather, which is)")
         return self._via_fallback("gather", inputs,
                                   lambda fb: fb.gather(outputs, inputs, opts), opts)
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
                 opts: Any = None) -> Any:
         self._fallback_or_refuse("scatter", "scatter is not implemented over the optics (use "
                                  "broadcast, which is)")
@@ -329,8 +329,8 @@ class OddlProcessGroup(dist.ProcessGroup):
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base
-    reduce_scatter_single = _reduce_scatter_base
-    all_to_all_single = alltoall_base
+    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
+    all_to_all_single = alltoall_base  # type: ignore[assignment]
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         """Each tensor is summed in turn (one agent call each), in the list's order."""
