@@ -44,11 +44,11 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from drivers.emulators.faults import FaultSettings
+from drivers.emulators.faults import LinkFaults
 from drivers.emulators.itla_register_model import DARK_DBM, ItlaRegisterModel
 from drivers.itla_frames import checksum_ok
 
@@ -76,26 +76,20 @@ class OpticalOutput:
 
 
 @dataclass
-class ItlaFaults(FaultSettings):
+class ItlaFaults(LinkFaults):
     """Faults to inject; set fields from a test (``emu.faults.no_answer = 2``) or from config.
 
-    Counters count down by one per received frame (``error_next_write`` per valid write).
+    Counters count down by one per received frame (``error_next_write`` per valid write). A
+    garbage answer is four random bytes with a bad checksum, executed all the same; a reset
+    turns the output off.
     """
 
     LABEL = "itla"
 
-    no_answer: int = 0
-    """Drop the next k frames unexecuted (no answer)."""
-    no_answer_always: bool = False
-    """Never answer (a dead or unplugged module)."""
-    late_s: float = 0.0
-    """Delay every answer by this many seconds."""
     late_next: int = 0
     """Delay only the next k answers, by ``late_next_s``."""
     late_next_s: float = 0.0
     """Delay used by ``late_next``."""
-    garbage: int = 0
-    """Execute the next k frames but answer with four random bytes (bad checksum)."""
     truncate: int = 0
     """Execute the next k frames but send only the first two bytes of the answer."""
     lose_byte: int = 0
@@ -103,19 +97,8 @@ class ItlaFaults(FaultSettings):
     module's frame boundary slips until the host resynchronises (MSA: single NOP bytes)."""
     error_next_write: int = 0
     """Refuse the next k otherwise valid writes with XE / EXF (execution failure)."""
-    reset_next: bool = False
-    """On the next frame, reset to the power-on state (output off); that frame is lost."""
     stuck_pending: bool = False
     """Pending operations never finish (until this is cleared, or a reset / output off)."""
-    drop_probability: float = 0.0
-    """Chance (seeded) that any frame goes unanswered."""
-    garbage_probability: float = 0.0
-    """Chance (seeded) that any answer is garbage."""
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-
 
 
 class ItlaEmulator(ItlaRegisterModel):
@@ -188,12 +171,7 @@ class ItlaEmulator(ItlaRegisterModel):
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
         with self._lock:
-            merged = {f.name: getattr(self.faults, f.name) for f in fields(ItlaFaults)}
-            unknown = sorted(set(changes) - set(merged))
-            if unknown:
-                raise ConfigError(f"itla faults: unknown key(s) {', '.join(unknown)}")
-            merged.update(changes)
-            self.faults = ItlaFaults.from_mapping(merged)
+            self.faults = self.faults.merged(changes)
     # -- physical read-out and inspection --
 
     def optical_output(self, now: float | None = None) -> OpticalOutput | None:
@@ -260,17 +238,10 @@ class ItlaEmulator(ItlaRegisterModel):
                 self._power_on()
                 logger.info("ITLA emulator %s: injected reset", self.serial_number)
                 return None, 0.0
-            if f.no_answer_always:
-                return None, 0.0
-            if f.no_answer > 0:
-                f.no_answer -= 1
-                return None, 0.0
-            if f.drop_probability and self._rng.random() < f.drop_probability:
+            if f.drop_answer(self._rng):
                 return None, 0.0
             reply = self._execute(frame, self._clock())
-            if f.garbage > 0 or (f.garbage_probability
-                                 and self._rng.random() < f.garbage_probability):
-                f.garbage = max(0, f.garbage - 1)
+            if f.garble_answer(self._rng):
                 return self._garbage(), delay
             if f.truncate > 0:
                 f.truncate -= 1

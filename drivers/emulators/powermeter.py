@@ -38,9 +38,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from common.errors import ConfigError
 from drivers.emulators.faults import FaultSettings
 from drivers.emulators.powermeter_commands import MeterCommands
 from drivers.emulators.powermeter_model import (
@@ -90,9 +89,6 @@ class PowerMeterFaults(FaultSettings):
     reset_on_next_line: bool = False
 
     LABEL = "powermeter"
-
-    def __post_init__(self) -> None:
-        self.validate()
 
 
 @dataclass(frozen=True)
@@ -157,13 +153,7 @@ class PowerMeterEmulator(MeterCommands):
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
         with self._lock:
-            merged: dict[str, object] = {f.name: getattr(self.faults, f.name)
-                                         for f in fields(PowerMeterFaults)}
-            unknown = sorted(set(changes) - set(merged))
-            if unknown:
-                raise ConfigError(f"powermeter faults: unknown key(s) {', '.join(unknown)}")
-            merged.update(changes)
-            self.faults = PowerMeterFaults.from_mapping(merged)
+            self.faults = self.faults.merged(changes)
 
     def trigger(self, channel: int) -> None:
         """Pulse the electrical trigger input of `channel` (SME: one sample, CME: start).

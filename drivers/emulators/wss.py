@@ -35,11 +35,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ConfigError
-from drivers.emulators.faults import FaultSettings
+from drivers.emulators.faults import LinkFaults
 from drivers.emulators.wss_commands import Refused, execute
 from drivers.interfaces import Route
 from drivers.wss_protocol import (
@@ -79,33 +79,17 @@ _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
 
 @dataclass
-class WssFaults(FaultSettings):
+class WssFaults(LinkFaults):
     """Faults to inject; set fields from a test (``emu.faults.no_answer = 2``) or from config.
 
-    Counters (`no_answer`, `garbage`, `error_next`) count down one per received line.
+    Counters (`no_answer`, `garbage`, `error_next`) count down one per received line. A garbage
+    answer is one line of random non-ASCII bytes; a reset leaves both arrays all-blocked.
     """
 
     LABEL = "wss"
 
-    no_answer: int = 0
-    """Drop the answers to the next k lines (the lines are not executed)."""
-    no_answer_always: bool = False
-    """Never answer (a dead or unplugged module)."""
-    late_s: float = 0.0
-    """Delay every answer by this many seconds."""
-    garbage: int = 0
-    """Answer the next k lines with one line of random non-ASCII bytes."""
     error_next: int = 0
     """Answer the next k lines with ``VER`` (not executed)."""
-    reset_next: bool = False
-    """On the next line, reset (both arrays all-blocked); that line gets no answer."""
-    drop_probability: float = 0.0
-    """Chance (seeded) that any line goes unanswered."""
-    garbage_probability: float = 0.0
-    """Chance (seeded) that any line is answered with garbage."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
 
 def _check_settings(*, ports: int, channels: int, first_channel: int, spacing_ghz: float,
@@ -232,12 +216,7 @@ class WssEmulator:
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
         with self._lock:
-            merged = {f.name: getattr(self.faults, f.name) for f in fields(WssFaults)}
-            unknown = sorted(set(changes) - set(merged))
-            if unknown:
-                raise ConfigError(f"wss faults: unknown key(s) {', '.join(unknown)}")
-            merged.update(changes)
-            self.faults = WssFaults.from_mapping(merged)
+            self.faults = self.faults.merged(changes)
 
     def slice_range_thz(self, first: int, last: int) -> tuple[float, float]:
         """Low and high edge (THz) of flexgrid slices first..last."""
@@ -323,14 +302,10 @@ class WssEmulator:
             if t < self.restart_until:
                 logger.debug("WSS emulator: %r lost while restarting", line)
                 return []
-            if f.no_answer_always or f.no_answer > 0 or self._roll(f.drop_probability):
-                if f.no_answer > 0:
-                    f.no_answer -= 1
+            if f.drop_answer(self._rng):
                 logger.debug("WSS emulator: not answering %r", line)
                 return []
-            if f.garbage > 0 or self._roll(f.garbage_probability):
-                if f.garbage > 0:
-                    f.garbage -= 1
+            if f.garble_answer(self._rng):
                 return [(f.late_s, self._garbage())]
             if not line.strip(" \t"):
                 return []
