@@ -1,8 +1,8 @@
 """What the schedule encoders read of the scheduling core's schedules, as protocols.
 
-`protos` sits below `controller` in the layer contract, so the codec cannot import
-`controller.scheduling.scheduler.Schedule` or `controller.jobs.OptincSchedule`; it states the
-attributes it reads instead, and any object that has them (the core's, a test's) encodes.
+`protos` sits below `controller` in the layer contract, so the codec cannot import the
+core's `Schedule` or the controller's `controller.optinc_schedule.OptincSchedule`; it states
+the attributes it reads instead, and any object that has them (the core's, a test's) encodes.
 Read-only properties, so frozen dataclasses match.
 """
 
@@ -66,8 +66,8 @@ class RetuneShape(Protocol):
     def transmitter(self) -> str: ...
 
 
-class SlotShape(Protocol):
-    """One slot of a schedule: absolute times, its circuits, their bytes and retunes."""
+class TimedSlotShape(Protocol):
+    """What every slot has: its index, its plan step and its times."""
 
     @property
     def index(self) -> int: ...
@@ -79,6 +79,11 @@ class SlotShape(Protocol):
     def data_start_s(self) -> float: ...
     @property
     def end_s(self) -> float: ...
+
+
+class SlotShape(TimedSlotShape, Protocol):
+    """One slot of a schedule: absolute times, its circuits, their bytes and retunes."""
+
     @property
     def bytes(self) -> np.ndarray: ...
     def circuits(self) -> Sequence[CircuitShape]:
@@ -101,7 +106,20 @@ class TopologyShape(Protocol):
     def grid(self) -> GridShape: ...
 
 
-class ScheduleShape(Protocol):
+class TotalsShape(Protocol):
+    """What every schedule reports: element size and its time totals."""
+
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def guard_total_s(self) -> float: ...
+    @property
+    def makespan_s(self) -> float: ...
+    @property
+    def efficiency(self) -> float: ...
+
+
+class ScheduleShape(TotalsShape, Protocol):
     """A plan laid out in time on a topology (`controller.scheduling.Schedule`)."""
 
     @property
@@ -109,50 +127,25 @@ class ScheduleShape(Protocol):
     @property
     def topology(self) -> TopologyShape: ...
     @property
-    def itemsize(self) -> int: ...
-    @property
     def slots(self) -> Sequence[SlotShape]: ...
     @property
     def start_s(self) -> float: ...
     @property
     def reconfigurations(self) -> int: ...
-    @property
-    def guard_total_s(self) -> float: ...
-    @property
-    def makespan_s(self) -> float: ...
-    @property
-    def efficiency(self) -> float: ...
 
 
-class OptincSlotShape(Protocol):
+class OptincSlotShape(TimedSlotShape, Protocol):
     """One slot of an optinc schedule: times from the schedule start, (src, dst, bytes)."""
 
-    @property
-    def index(self) -> int: ...
-    @property
-    def step(self) -> int: ...
-    @property
-    def start_s(self) -> float: ...
-    @property
-    def data_start_s(self) -> float: ...
-    @property
-    def end_s(self) -> float: ...
     @property
     def flows(self) -> Sequence[tuple[str, str, int]]: ...
 
 
-class OptincScheduleShape(Protocol):
-    """The optinc collective laid out for one bucket (`controller.jobs.OptincSchedule`)."""
+class OptincScheduleShape(TotalsShape, Protocol):
+    """The optinc collective laid out for one bucket
+    (`controller.optinc_schedule.OptincSchedule`)."""
 
     @property
     def n_elems(self) -> int: ...
     @property
-    def itemsize(self) -> int: ...
-    @property
     def slots(self) -> Sequence[OptincSlotShape]: ...
-    @property
-    def guard_total_s(self) -> float: ...
-    @property
-    def makespan_s(self) -> float: ...
-    @property
-    def efficiency(self) -> float: ...

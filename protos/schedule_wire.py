@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from common.config import OPTINC
 from protos import oddl_pb2 as pb
-from protos.schedule_shapes import OptincScheduleShape, ScheduleShape
+from protos.schedule_shapes import OptincScheduleShape, ScheduleShape, TotalsShape
 
 if TYPE_CHECKING:
     from common.config import TestbedConfig
@@ -100,11 +100,8 @@ def encode_schedule(sched: ScheduleShape, job_id: str, receive_timeout_s: float
                     ) -> pb.Schedule:
     """The wire form of a schedule, times relative to its start, with the plan's transfers,
     the receive timeout and each slot's hand-offs."""
-    out = pb.Schedule(job_id=job_id, collective=sched.plan.collective,
-                      n_elems=sched.plan.n_elems, itemsize=sched.itemsize,
-                      reconfigurations=sched.reconfigurations,
-                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
-                      efficiency=sched.efficiency, receive_timeout_s=receive_timeout_s)
+    out = _header(sched, job_id, sched.plan.collective, sched.plan.n_elems,
+                  sched.reconfigurations, receive_timeout_s)
     for step in sched.plan.steps:
         out.steps.add(op=str(step.op), src=step.src.tolist(), dst=step.dst.tolist(),
                       offset=step.offset.tolist(), length=step.length.tolist())
@@ -135,10 +132,7 @@ def encode_optinc_schedule(sched: OptincScheduleShape, job_id: str, receive_time
     """The wire form of an optinc schedule: two slots whose circuits name the device as the
     destination (upload) and the source (broadcast); no plan steps (no rank-to-rank data),
     no retunes and so no hand-offs."""
-    out = pb.Schedule(job_id=job_id, collective=OPTINC, n_elems=sched.n_elems,
-                      itemsize=sched.itemsize, reconfigurations=0,
-                      guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
-                      efficiency=sched.efficiency, receive_timeout_s=receive_timeout_s)
+    out = _header(sched, job_id, OPTINC, sched.n_elems, 0, receive_timeout_s)
     for slot in sched.slots:
         ps = out.slots.add(index=slot.index, step=slot.step, start_ns=round(slot.start_s * 1e9),
                            data_start_ns=round(slot.data_start_s * 1e9),
@@ -146,6 +140,15 @@ def encode_optinc_schedule(sched: OptincScheduleShape, job_id: str, receive_time
         for src, dst, nbytes in slot.flows:
             ps.circuits.add(src=src, dst=dst, bytes=nbytes)
     return out
+
+
+def _header(sched: TotalsShape, job_id: str, collective: str, n_elems: int,
+            reconfigurations: int, receive_timeout_s: float) -> pb.Schedule:
+    """A wire schedule with its totals and no slots yet."""
+    return pb.Schedule(job_id=job_id, collective=collective, n_elems=n_elems,
+                       itemsize=sched.itemsize, reconfigurations=reconfigurations,
+                       guard_total_s=sched.guard_total_s, makespan_s=sched.makespan_s,
+                       efficiency=sched.efficiency, receive_timeout_s=receive_timeout_s)
 
 
 # ---- decoding (the agents) -----------------------------------------------------------------
