@@ -192,9 +192,7 @@ def schedule_plan(
     job = JobNodes(topology, nodes, plan.n_ranks)
     held = _initial_held(job, initial_channels)
     initial = _channel_map(job, held)
-    lay = _Layout(job, held, timing, itemsize, float(start_s))
-    for step_index, round_index, (src, dst, elems) in _rounds(plan, job):
-        lay.add(step_index, round_index, src, dst, elems)
+    lay = _lay_out(_rounds(plan, job), job, held, timing, itemsize, float(start_s))
     return Schedule(
         plan=plan,
         nodes=job.node_ids,
@@ -203,7 +201,7 @@ def schedule_plan(
         itemsize=itemsize,
         slots=tuple(lay.slots),
         start_s=float(start_s),
-        end_s=lay.t,
+        end_s=lay.end_s,
         reconfigurations=lay.reconfigurations,
         guard_total_s=lay.guard_total,
         hold_total_s=lay.hold_total,
@@ -243,56 +241,57 @@ def _rounds(plan: Plan, job: JobNodes) -> Iterator[tuple[int, int, Round]]:
             yield step_index, round_index, r
 
 
-class _Layout:
-    """Slots laid end to end from `start_s`, with the channel each transmitter holds."""
+@dataclass(frozen=True)
+class _Laid:
+    """Slots laid end to end, with their totals."""
 
-    def __init__(self, job: JobNodes, held: np.ndarray, timing: TimingModel, itemsize: int,
-                 start_s: float) -> None:
-        self.job, self.held, self.itemsize = job, held, itemsize
-        self.bits_per_elem = 8.0 * itemsize / timing.line_rate_bps
-        self.guard_retune, self.guard_plain = timing.guard_s, timing.skew_s
-        self.margin = timing.slot_margin_s
-        self.slots: list[Slot] = []
-        self.starts: list[float] = []
-        self.t = start_s
-        self.guard_total = self.hold_total = 0.0
-        self.reconfigurations = 0
-        self.last: tuple[np.ndarray, np.ndarray] | None = None
+    slots: list[Slot]
+    starts: list[float]
+    end_s: float
+    reconfigurations: int
+    guard_total: float
+    hold_total: float
 
-    def _retunes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(flows whose transmitter retunes, the channels they held); updates `held`."""
-        last = self.last
+
+def _lay_out(rounds: Iterator[tuple[int, int, Round]], job: JobNodes, held: np.ndarray,
+             timing: TimingModel, itemsize: int, start_s: float) -> _Laid:
+    """One slot per round, each starting where the previous one ended; `held` (the channel
+    each transmitter holds) is updated as transmitters retune."""
+    bits_per_elem = 8.0 * itemsize / timing.line_rate_bps
+    guard_retune, guard_plain, margin = timing.guard_s, timing.skew_s, timing.slot_margin_s
+    slots: list[Slot] = []
+    starts: list[float] = []
+    t = start_s
+    guard_total = hold_total = 0.0
+    reconfigurations = 0
+    last: tuple[np.ndarray, np.ndarray] | None = None
+    for step_index, round_index, (src, dst, elems) in rounds:
         if last is not None and src is last[0] and dst is last[1]:
-            return _NO_FLOWS, _NO_FLOWS  # same circuits as the previous slot
-        self.last = (src, dst)
-        need = self.job.rx_channel[dst]
-        mask = self.held[src] != need
-        if not mask.any():
-            return _NO_FLOWS, _NO_FLOWS
-        retune_flows = read_only(np.flatnonzero(mask))
-        movers = src[retune_flows]
-        retune_from = read_only(self.held[movers])
-        self.held[movers] = need[retune_flows]
-        return retune_flows, retune_from
-
-    def add(self, step_index: int, round_index: int, src: np.ndarray, dst: np.ndarray,
-            elems: np.ndarray) -> None:
-        """Append the slot of one round, starting where the previous one ended."""
-        retune_flows, retune_from = self._retunes(src, dst)
+            retune_flows = retune_from = _NO_FLOWS  # same circuits as the previous slot
+        else:
+            need = job.rx_channel[dst]
+            mask = held[src] != need
+            if mask.any():
+                retune_flows = read_only(np.flatnonzero(mask))
+                movers = src[retune_flows]
+                retune_from = read_only(held[movers])
+                held[movers] = need[retune_flows]
+            else:
+                retune_flows = retune_from = _NO_FLOWS
+            last = (src, dst)
         n_retunes = len(retune_flows)
-        guard = self.guard_retune if n_retunes else self.guard_plain
-        hold = int(elems.max()) * self.bits_per_elem
-        t = self.t
+        guard = guard_retune if n_retunes else guard_plain
+        hold = int(elems.max()) * bits_per_elem
         data_start = t + guard
-        end = data_start + hold + self.margin
-        self.slots.append(Slot(len(self.slots), step_index, round_index, t, data_start, end,
-                               guard, hold, src, dst, elems, self.itemsize, retune_flows,
-                               retune_from, self.job))
-        self.starts.append(t)
-        self.reconfigurations += n_retunes
-        self.guard_total += guard
-        self.hold_total += hold
-        self.t = end
+        end = data_start + hold + margin
+        slots.append(Slot(len(slots), step_index, round_index, t, data_start, end, guard, hold,
+                          src, dst, elems, itemsize, retune_flows, retune_from, job))
+        starts.append(t)
+        reconfigurations += n_retunes
+        guard_total += guard
+        hold_total += hold
+        t = end
+    return _Laid(slots, starts, t, reconfigurations, guard_total, hold_total)
 
 
 def _initial_held(job: JobNodes, initial: Mapping[str, int | None] | None) -> np.ndarray:
