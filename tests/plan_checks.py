@@ -9,6 +9,17 @@ from controller.scheduling import Plan, TimingModel, execute_plan, validate_plan
 TIMING = TimingModel(1e-6, 1e-7, 1e-6, 0.0, 0.1, 1e-6, 100e9)
 """Fast-transceiver timing at 100 Gbit/s for plan tests."""
 
+TESTBED_TIMING = TimingModel(
+    tune_s=2e-3,
+    skew_s=1e-4,
+    cdr_s=1e-5,
+    command_s=2e-3,
+    wss_settle_s=0.1,
+    slot_margin_s=6e-4,
+    line_rate_bps=10e9,
+)
+"""ITLA-class timing at 10 Gbit/s (2 ms retunes) for the scheduler tests."""
+
 
 def assert_allreduce(plan: Plan, seed: int) -> None:
     """Every rank ends with the exact int64 sum (wrapping addition is associative)."""

@@ -9,33 +9,24 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import TESTBED_TIMING
 
 from common.errors import ScheduleError
 from controller.scheduling import (
     IN_PORT,
+    Circuit,
     Grid,
     NodeSpec,
-    Op,
     Plan,
     Schedule,
-    Step,
     TimingModel,
     Topology,
     WssSpec,
-    bipartite_edge_colouring,
     make_plan,
     schedule_plan,
 )
 
-TIMING = TimingModel(
-    tune_s=2e-3,
-    skew_s=1e-4,
-    cdr_s=1e-5,
-    command_s=2e-3,
-    wss_settle_s=0.1,
-    slot_margin_s=6e-4,
-    line_rate_bps=10e9,
-)
+TIMING = TESTBED_TIMING
 
 
 def timings() -> st.SearchStrategy[TimingModel]:
@@ -82,6 +73,26 @@ def held_before(schedule: Schedule, initial: dict[str, int | None]) -> list[dict
     return states
 
 
+def check_circuits(circuits: list[Circuit], topo: Topology) -> None:
+    """Contention-free, checked from the circuits themselves; each on its receiver's channel."""
+    for key in (
+        lambda c: c.transmitter,
+        lambda c: c.dst,
+        lambda c: (c.wss, c.in_port, c.channel),
+        lambda c: (c.wss, c.out_port, c.channel),
+    ):
+        assert len({key(c) for c in circuits}) == len(circuits)
+    for c in circuits:
+        d = topo.node(c.dst)
+        assert (c.channel, c.wss, c.out_port, c.in_port) == (
+            d.rx_channel,
+            d.wss,
+            d.out_port,
+            IN_PORT,
+        )
+        assert c.transmitter == topo.node(c.src).transmitter
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     job=jobs(),
@@ -100,24 +111,8 @@ def test_schedule_properties(job, timing: TimingModel, itemsize: int, start: flo
     t = start
     retunes = 0
     for i, slot in enumerate(s.slots):
-        # contention-free, checked from the circuits themselves
         circuits = slot.circuits()
-        for key in (
-            lambda c: c.transmitter,
-            lambda c: c.dst,
-            lambda c: (c.wss, c.in_port, c.channel),
-            lambda c: (c.wss, c.out_port, c.channel),
-        ):
-            assert len({key(c) for c in circuits}) == len(circuits)
-        for c in circuits:
-            d = topo.node(c.dst)
-            assert (c.channel, c.wss, c.out_port, c.in_port) == (
-                d.rx_channel,
-                d.wss,
-                d.out_port,
-                IN_PORT,
-            )
-            assert c.transmitter == topo.node(c.src).transmitter
+        check_circuits(circuits, topo)
         # timing: back to back, in step order, guard before the data window
         assert slot.index == i
         assert slot.start_s == pytest.approx(t, abs=1e-9)
@@ -188,75 +183,6 @@ def test_node_view_lists_each_nodes_flows(job) -> None:
                 slot.data_start_s,
                 slot.end_s,
             )
-
-
-def _one_step_plan(n: int, pairs: list[tuple[int, int]], length: int = 5) -> Plan:
-    src = np.array([p[0] for p in pairs], dtype=np.int64)
-    dst = np.array([p[1] for p in pairs], dtype=np.int64)
-    off = np.zeros(len(pairs), dtype=np.int64)
-    ln = np.full(len(pairs), length, dtype=np.int64)
-    return Plan("hand-made", n, length, (Step(src, dst, off, ln, Op.REDUCE),))
-
-
-def test_all_to_one_is_split_into_n_minus_1_rounds() -> None:
-    n = 6
-    topo = Topology.single_wss(n)
-    plan = _one_step_plan(n, [(r, 0) for r in range(1, n)])
-    s = schedule_plan(plan, topo.node_ids, topo, TIMING, itemsize=4)
-    s.check_contention_free()
-    assert len(s.slots) == n - 1
-    assert [x.round for x in s.slots] == list(range(n - 1))
-    assert sorted(int(x.src_rank[0]) for x in s.slots) == list(range(1, n))
-    assert all(x.n_flows == 1 and x.step == 0 for x in s.slots)
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    n=st.integers(2, 10),
-    data=st.data(),
-)
-def test_any_step_splits_into_max_degree_rounds(n: int, data: st.DataObject) -> None:
-    pairs = data.draw(
-        st.lists(
-            st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda p: p[0] != p[1]),
-            min_size=1,
-            max_size=40,
-        )
-    )
-    topo = Topology.single_wss(n)
-    s = schedule_plan(_one_step_plan(n, pairs, length=3), topo.node_ids, topo, TIMING, itemsize=2)
-    s.check_contention_free()
-    merged = Counter(pairs)
-    degree = max(
-        max(Counter(p[0] for p in merged).values()), max(Counter(p[1] for p in merged).values())
-    )
-    assert len(s.slots) == degree
-    got = Counter()
-    for slot in s.slots:
-        for a, b, nbytes in zip(
-            slot.src_rank.tolist(), slot.dst_rank.tolist(), slot.bytes.tolist(), strict=True
-        ):
-            assert (a, b) not in got, "a merged flow was split over two rounds"
-            got[a, b] = nbytes
-    assert got == {p: k * 3 * 2 for p, k in merged.items()}  # duplicates merged, bytes summed
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=60))
-def test_edge_colouring_is_proper_with_max_degree_colours(edges: list[tuple[int, int]]) -> None:
-    left = np.array([e[0] for e in edges], dtype=np.int64)
-    right = np.array([e[1] for e in edges], dtype=np.int64)
-    colour = bipartite_edge_colouring(left, right)  # multigraphs too
-    assert len(colour) == len(edges)
-    if not edges:
-        return
-    degree = max(max(Counter(left.tolist()).values()), max(Counter(right.tolist()).values()))
-    assert colour.min() >= 0 and colour.max() == degree - 1
-    for side in (left, right):
-        seen = set()
-        for v, c in zip(side.tolist(), colour.tolist(), strict=True):
-            assert (v, c) not in seen
-            seen.add((v, c))
 
 
 def test_ring_on_4_nodes_retunes_only_at_the_start() -> None:
@@ -427,74 +353,6 @@ def test_ring_at_1024_nodes_shares_arrays_and_retunes_once() -> None:
     view = s.node_view("node5")
     assert len(view) == 2 * 2046
     assert {e.peer for e in view} == {"node4", "node6"}
-
-
-# --------------------------------------------------------------------------- topology
-
-
-def test_grid_maps_channels_and_frequencies() -> None:
-    grid = Grid(193.1, 100.0, 48)
-    assert grid.frequency_thz(1) == 193.1
-    assert grid.frequency_thz(4) == pytest.approx(193.4)
-    assert grid.channel_of(193.4) == 4
-    assert grid.channel_of(193.4004) == 4
-    assert grid.channel_of(193.45) is None
-    assert grid.channel_of(193.0) is None
-    with pytest.raises(ScheduleError, match="channel 49 is off the grid; use 1..48"):
-        grid.frequency_thz(49)
-
-
-def test_timing_guard_is_command_tune_skew_cdr() -> None:
-    assert TIMING.guard_s == pytest.approx(2e-3 + 2e-3 + 1e-4 + 1e-5)
-    assert TIMING.hold_s(1250) == pytest.approx(1e-6)
-    with pytest.raises(ScheduleError, match="tune_s must be a finite time >= 0 s; got -1"):
-        dataclasses.replace(TIMING, tune_s=-1.0)
-    with pytest.raises(ScheduleError, match="line_rate_bps must be positive"):
-        dataclasses.replace(TIMING, line_rate_bps=0.0)
-
-
-@pytest.mark.parametrize(
-    ("nodes", "wss", "message"),
-    [
-        (
-            [NodeSpec("a", "t1", 1, "w", 1), NodeSpec("a", "t2", 2, "w", 2)],
-            2,
-            "node id 'a' appears twice",
-        ),
-        (
-            [NodeSpec("a", "t1", 1, "w", 1), NodeSpec("b", "t1", 2, "w", 2)],
-            2,
-            "transmitter id 't1'",
-        ),
-        (
-            [NodeSpec("a", "t1", 1, "w", 1), NodeSpec("b", "t2", 1, "w", 2)],
-            2,
-            "both receive on channel 1",
-        ),
-        (
-            [NodeSpec("a", "t1", 1, "w", 1), NodeSpec("b", "t2", 2, "w", 1)],
-            2,
-            "both hang on out-port 1",
-        ),
-        ([NodeSpec("a", "t1", 1, "w", 3)], 2, "out-ports 1..2"),
-        ([NodeSpec("a", "t1", 9, "w", 1)], 2, "channel 9, off the grid"),
-        ([NodeSpec("a", "t1", 1, "v", 1)], 2, "unknown WSS 'v'"),
-    ],
-)
-def test_topology_checks_its_invariants(nodes: list[NodeSpec], wss: int, message: str) -> None:
-    with pytest.raises(ScheduleError, match=message):
-        Topology(Grid(193.1, 100.0, 8), tuple(nodes), (WssSpec("w", wss),))
-
-
-def test_single_wss_helper() -> None:
-    topo = Topology.single_wss(3)
-    assert topo.node_ids == ("node0", "node1", "node2")
-    assert topo.node("node2") == NodeSpec("node2", "tx2", 3, "wss0", 3)
-    assert topo.wss_spec("wss0").ports == 3
-    with pytest.raises(ScheduleError, match="grid has 2"):
-        Topology.single_wss(3, Grid(193.1, 100.0, 2))
-    with pytest.raises(ScheduleError, match="unknown node 'x'; known: 'node0'"):
-        topo.node("x")
 
 
 def test_node_view_refuses_nodes_outside_the_job() -> None:
