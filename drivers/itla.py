@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
-from collections.abc import Callable
 from types import TracebackType
 
 from common.errors import DeviceError, DeviceTimeout, SafetyLimitError
@@ -43,7 +41,6 @@ from drivers.itla_registers import (
     ItlaLimits,
     ItlaStatus,
 )
-from drivers.transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +55,7 @@ class ItlaDriver(ItlaLink):
     then close); ``close()`` alone leaves the light as it is.
     """
 
-    def __init__(self, transport: Transport, name: str = "itla", *,
-                 timeout_s: float | None = None, retries: int = 2,
-                 poll_interval_s: float = 0.01, timeouts: ItlaTimeouts | None = None,
-                 recover_link: bool = True,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        super().__init__(transport, name, timeout_s=timeout_s, retries=retries,
-                         poll_interval_s=poll_interval_s, timeouts=timeouts,
-                         recover_link=recover_link, clock=clock, sleep=sleep)
+    def _init_state(self) -> None:
         self.tune_history: deque[float] = deque(maxlen=10_000)
         """Measured time-to-lock of each set_channel, seconds (newest last)."""
         self.last_time_to_lock_s: float | None = None
@@ -74,9 +63,6 @@ class ItlaDriver(ItlaLink):
         self._grid: tuple[int, int] | None = None  # (first channel MHz, spacing MHz)
 
     # -- context management --
-
-    def __enter__(self) -> ItlaDriver:
-        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -31,7 +31,7 @@ from drivers.itla_frames import (
     encode_request,
 )
 from drivers.itla_registers import Access, ItlaExecutionError, Register, nop_error, register
-from drivers.transport import Transport
+from drivers.transport import Transport, TransportOwner
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ItlaTimeouts:
                 raise ValueError(f"ITLA timeout {name}={value}: expected a number of seconds > 0")
 
 
-class ItlaLink:
+class ItlaLink(TransportOwner):
     """Request/reply exchanges with an OIF ITLA module behind `transport`, and its registers.
 
     One lock covers each request/reply exchange (and multi-frame sequences such as string
@@ -107,6 +107,10 @@ class ItlaLink:
         self._lock = threading.RLock()
         self._absent: set[int] = set()  # optional registers this module answered RNI for
         self._closed = False
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Set up what a subclass keeps besides the link (called last by the constructor)."""
 
     @property
     def timeout_s(self) -> float:
@@ -116,13 +120,6 @@ class ItlaLink:
     @timeout_s.setter
     def timeout_s(self, value: float) -> None:
         self.timeouts.reply_s = value
-
-    def close(self) -> None:
-        """Release the link; the optical state is left as it is."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._transport.close()
 
     # -- exchanges --
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, Self
 
 import serial
 
@@ -38,6 +39,33 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Release the link."""
+
+
+class TransportOwner:
+    """A driver that owns one `Transport` and a lock; subclasses set the fields below.
+
+    Used as a context manager, leaving the block closes the link.
+    """
+
+    name: str
+    _transport: Transport
+    _lock: threading.RLock
+    _closed: bool
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the link; the optical state is left as it is. Safe to call twice."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._transport.close()
+                logger.debug("%s: link closed", self.name)
 
 
 class SerialTransport:

@@ -26,11 +26,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from types import TracebackType
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from drivers.interfaces import DeviceIdentity, Route
-from drivers.transport import Transport
+from drivers.transport import Transport, TransportOwner
 from drivers.wss_codec import (
     ATTENUATION_STEP_DB,
     InvalidRouteTable,
@@ -103,7 +102,7 @@ class WssCommandError(DeviceError):
 
 # --- driver -------------------------------------------------------------------------------------
 
-class FlexgridWss:
+class FlexgridWss(TransportOwner):
     """A flexgrid WSS on an ASCII serial link (any Transport: serial port, socket://, fake).
 
     Implements ``drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
@@ -131,21 +130,6 @@ class FlexgridWss:
         self._after_resync = False
         self._closed = False
         self._last_port: dict[int, int] = {}
-
-    def __enter__(self) -> FlexgridWss:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Release the link; the optical state is left as it is."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._transport.close()
-                logger.debug("%s: link closed", self.name)
 
     # operations --------------------------------------------------------------------------------
     def identify(self) -> DeviceIdentity:

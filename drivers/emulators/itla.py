@@ -180,7 +180,7 @@ class ItlaEmulator(ItlaRegisterModel):
             t = self._clock() if now is None else now
             if not self._emitting(t):
                 return None
-            mhz = self._channel_mhz(self._full_channel()) + self._ftf
+            mhz = self._channel_mhz(self._channel) + self._ftf
             return OpticalOutput(mhz / 1e6, self._pwr / 100)
 
     def snapshot(self) -> dict[str, Any]:
@@ -188,7 +188,7 @@ class ItlaEmulator(ItlaRegisterModel):
         with self._lock:
             self._settle(self._clock())
             return {"output_enabled": self._sena, "pending": self._pending is not None,
-                    "channel": self._full_channel(), "power_dbm": self._pwr / 100,
+                    "channel": self._channel, "power_dbm": self._pwr / 100,
                     "first_mhz": self._fcf_mhz(), "grid_mhz": self._grid_mhz(),
                     "ftf_mhz": self._ftf, "regs": dict(self._regs),
                     "aea": (self._aea, self._aea_pos)}

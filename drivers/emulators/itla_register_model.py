@@ -161,9 +161,6 @@ class ItlaRegisterModel:
     def _channel_mhz(self, channel: int) -> int:
         return self._fcf_mhz() + (channel - 1) * self._grid_mhz()
 
-    def _full_channel(self) -> int:
-        return self._channel
-
     def _in_range(self, mhz: int) -> bool:
         return self._lfl <= mhz <= self._lfh
 
@@ -275,7 +272,7 @@ class ItlaRegisterModel:
         return self._ok(reg, value & 0xFFFF)
 
     def _register_value(self, reg: int, now: float) -> int | None:
-        lf = split_mhz(min(max(0, self._channel_mhz(self._full_channel()) + self._ftf),
+        lf = split_mhz(min(max(0, self._channel_mhz(self._channel) + self._ftf),
                            65_535_999_999))
         lfl, lfh = split_mhz(self._lfl), split_mhz(self._lfh)
         values: dict[int, int] = {
@@ -329,10 +326,7 @@ class ItlaRegisterModel:
             if channel < 1 or not self._in_range(self._channel_mhz(channel)):
                 return self._xe(reg, RVE)
             self._channel = channel
-            if self._sena:
-                self._start_pending(PENDING_TUNE, now)
-                return self._ok(reg, data, Status.CP)
-            return self._ok(reg, data)
+            return self._tuned(reg, data, PENDING_TUNE, now)
         if reg == 0x65:
             self._channel_h = data
             return self._ok(reg, data)
@@ -345,11 +339,15 @@ class ItlaRegisterModel:
             if abs(value) > self._ftfr:
                 return self._xe(reg, RVE)
             self._ftf = value
-            if self._sena:
-                self._start_pending(PENDING_FINE, now)
-                return self._ok(reg, data, Status.CP)
-            return self._ok(reg, data)
+            return self._tuned(reg, data, PENDING_FINE, now)
         return self._write_grid(reg, data, value)
+
+    def _tuned(self, reg: int, data: int, flag: int, now: float) -> bytes:
+        """The reply to an accepted tuning write: CP while the light retunes, OK when dark."""
+        if self._sena:
+            self._start_pending(flag, now)
+            return self._ok(reg, data, Status.CP)
+        return self._ok(reg, data)
 
     def _write_grid(self, reg: int, data: int, value: int) -> bytes:
         if reg == 0x35:
@@ -393,7 +391,7 @@ class ItlaRegisterModel:
             if self._pending is not None:
                 return self._xe(0x32, CIP)
             return self._ok(0x32, data)
-        if not self._in_range(self._channel_mhz(self._full_channel())):
+        if not self._in_range(self._channel_mhz(self._channel)):
             return self._xe(0x32, IVC)
         self._sena = True
         self._start_pending(PENDING_ENABLE, now)

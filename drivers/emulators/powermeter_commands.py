@@ -76,6 +76,15 @@ class Command:
 
 
 
+def _two_parameters(params: list[str]) -> tuple[str, str]:
+    """Exactly two non-empty parameters (-109 missing, -108 too many)."""
+    if len(params) < 2 or not all(params):
+        raise ScpiError(-109)
+    if len(params) > 2:
+        raise ScpiError(-108)
+    return params[0], params[1]
+
+
 class MeterCommands(MeterModel):
     """The command handlers; mixed into PowerMeterEmulator, which holds its lock around each."""
 
@@ -195,12 +204,9 @@ class MeterCommands(MeterModel):
         c = self._ch[ch - 1]
         if query:
             return f"{nr1(c.log_points)},{nr3(c.log_averaging_s)}"
-        if len(params) < 2 or not all(params):
-            raise ScpiError(-109)
-        if len(params) > 2:
-            raise ScpiError(-108)
-        points = parse_number(params[0], PLAIN, *LOGGING_POINTS_RANGE, 100)
-        averaging = parse_number(params[1], TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
+        first, second = _two_parameters(params)
+        points = parse_number(first, PLAIN, *LOGGING_POINTS_RANGE, 100)
+        averaging = parse_number(second, TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
         c.log_points, c.log_averaging_s = round(points), averaging
         return None
 
@@ -208,12 +214,9 @@ class MeterCommands(MeterModel):
         c = self._ch[ch - 1]
         if query:
             return f"{c.log_function},{'PROGRESS' if c.log_running else 'COMPLETE'}"
-        if len(params) < 2 or not all(params):
-            raise ScpiError(-109)
-        if len(params) > 2:
-            raise ScpiError(-108)
-        function = parse_choice(params[0], {"LOGG": "LOGG", "LOGGING": "LOGG", "NONE": "NONE"})
-        action = parse_choice(params[1], {"STAR": "STAR", "START": "STAR", "STOP": "STOP"})
+        first, second = _two_parameters(params)
+        function = parse_choice(first, {"LOGG": "LOGG", "LOGGING": "LOGG", "NONE": "NONE"})
+        action = parse_choice(second, {"STAR": "STAR", "START": "STAR", "STOP": "STOP"})
         if action == "STOP":
             self._stop_logging(ch)
             return None
