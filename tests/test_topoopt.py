@@ -1,5 +1,5 @@
-"""TopoOpt co-optimisation: job models, topology from traffic, routing, the search, the
-``topoopt`` collective on the testbed and ``oddl topoopt``."""
+"""TopoOpt co-optimisation: job models, topology from traffic, routing, the search and
+``oddl topoopt`` (the ``topoopt`` collective on the testbed: test_topoopt_collective.py)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,8 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-import controller.scheduling.topoopt  # noqa: F401  (registers "topoopt")
-from common.config import load_testbed
-from common.errors import OperationRefused, PlanError
-from controller.jobs import JobManager, timing_from_config, topology_from_config
-from controller.scheduling import (
-    TimingModel,
-    Topology,
-    execute_plan,
-    make_plan,
-    schedule_plan,
-    select_permutations,
-    validate_plan,
-)
-from controller.scheduling.topoopt import topoopt_allreduce
+from controller.scheduling import select_permutations
 from oddl import topoopt_cli
 from offline.simulator.engine import SimConfig, simulate
 from offline.topoopt.evaluation import FatTree, NetParams, evaluate
@@ -49,10 +34,6 @@ from offline.topoopt.routing import ecmp_loads
 from offline.topoopt.search import SearchConfig, co_optimise, evaluate_strategy
 from offline.topoopt.topology import build_topology, dp_ring_jumps
 from offline.workloads import MODELS as SIM_MODELS
-
-ROOT = Path(__file__).resolve().parents[1]
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
-TIMING = TimingModel(1e-6, 1e-7, 1e-6, 0.0, 0.1, 1e-6, 100e9)
 
 TOY = JobModel("toy", (
     LayerGroup("emb", 1_000_000, 4, 64, 0.1, kind="embedding"),
@@ -288,69 +269,6 @@ def test_degree_beyond_the_transceivers_is_refused() -> None:
     with pytest.raises(TopoOptError, match="degree 6 needs 6 transceivers per node, but the "
                        "nodes have 4; use --degree 4 or less"):
         SearchConfig(nodes=16, degree=6, transceivers=4).validate()
-
-
-# --------------------------------------------------------------------------- testbed
-
-
-@settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 12), n_elems=st.integers(0, 70), degree=st.sampled_from([2, 4, 6]),
-       both=st.booleans(), seed=st.integers(0, 2**31))
-def test_topoopt_plan_is_an_exact_allreduce(n: int, n_elems: int, degree: int, both: bool,
-                                            seed: int) -> None:
-    try:
-        plan = make_plan("topoopt", n, n_elems, degree=degree, both_directions=both)
-    except PlanError as exc:
-        assert "degree" in str(exc)
-        return
-    validate_plan(plan)
-    rng = np.random.default_rng(seed)
-    info = np.iinfo(np.int64)
-    inputs = [rng.integers(info.min, info.max, size=n_elems, dtype=np.int64, endpoint=True)
-              for _ in range(n)]
-    with np.errstate(over="ignore"):
-        expected = np.sum(np.stack(inputs), axis=0, dtype=np.int64) if n else None
-        outputs = execute_plan(plan, inputs)
-    for out in outputs:
-        assert np.array_equal(out, expected)
-
-
-def test_degree_two_plan_is_one_fixed_ring_and_never_retunes() -> None:
-    plan = topoopt_allreduce(4, 1000)
-    assert plan.n_steps == 6
-    for step in plan.steps:
-        assert step.src.tolist() == [0, 1, 2, 3] and step.dst.tolist() == [1, 2, 3, 0]
-    topo = Topology.single_wss(4)
-    sched = schedule_plan(plan, topo.node_ids, topo, TIMING, 4)
-    assert sched.slots[0].retuned
-    assert not any(s.retuned for s in sched.slots[1:])
-    again = schedule_plan(plan, topo.node_ids, topo, TIMING, 4,
-                          initial_channels=sched.final_channels)
-    assert again.reconfigurations == 0
-    # the authors' picks for degree 4 on 4 nodes are 1 and 3 = 4 - 1: each neighbour pair
-    # gets two circuits (docs/topoopt.md §2.1); degree 6 cannot be served
-    four = topoopt_allreduce(4, 12, degree=4)
-    assert sorted(set(zip(four.steps[0].src.tolist(), four.steps[0].dst.tolist(),
-                          strict=True))) == sorted({(i, (i + p) % 4) for i in range(4)
-                                                     for p in (1, 3)})
-    with pytest.raises(PlanError, match="topoopt: totientperms degree 6 is too large for 4 "
-                       "nodes.* use 4"):
-        topoopt_allreduce(4, 10, degree=6)
-
-
-def test_a_topoopt_job_is_configured_once_at_admission_and_keeps_it() -> None:
-    cfg = load_testbed(EMULATED)
-    jm = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    job, target = jm.admit("train", [], "topoopt", "optical", {}, 0)
-    nodes = job.nodes
-    assert len(target.channels) == len(nodes) and target.wss_tables
-    held: dict[str, int | None] = {n.id: target.channels[n.transmitter] for n in cfg.nodes}
-    for size in (1000, 250_000, 3):  # collectives of any size reuse the admission's circuits
-        sched = jm.schedule(job, size, 4, held)
-        assert sched.reconfigurations == 0
-        held = dict(sched.final_channels)
-    with pytest.raises(OperationRefused, match="use degree 2"):
-        jm.admit("big", [], "topoopt", "optical", {"degree": "4"}, 0)
 
 
 # --------------------------------------------------------------------------- CLI
