@@ -20,7 +20,7 @@ import numpy as np
 from bench_common import allreduce_results, check_exact, emit, percentiles
 
 from agents.client import AgentClient
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed
 from oddl.operator import OperatorClient
 
 
@@ -38,7 +38,7 @@ Key = tuple[str, str, int]
 """(collective, network, bytes)"""
 
 
-def measure(tb: EmulatedTestbed, collectives: list[str], sizes: list[int], repeats: int
+def measure(tb: RunningTestbed, collectives: list[str], sizes: list[int], repeats: int
             ) -> tuple[dict[Key, list[float]], dict[tuple[str, int], float], list[float]]:
     """Each collective on both networks at each size: the times, the optical retunes per
     all-reduce and the agents' slot-gate errors."""
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     collectives = args.collective.split(",")
-    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+    with tempfile.TemporaryDirectory() as tmp, RunningTestbed(
             Path(tmp), Path(args.config), agent_timeout_s=None) as tb:
         times, retunes, gate = measure(tb, collectives, sizes, args.repeats)
     results = []

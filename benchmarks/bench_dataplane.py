@@ -36,7 +36,7 @@ from bench_common import emit
 
 from agents.client import AgentClient, allreduce_all
 from oddl.demo_report import percentiles
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, write_config
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
 from oddl.operator import OperatorClient
 
 N = 4
@@ -139,7 +139,7 @@ def oddl_times(mode: str, sizes: list[int], repeats: int, collectives: list[str]
     """Start the emulated testbed with `mode` links and time every (collective, network)."""
     out: dict[str, Any] = {"times": {}, "overruns": {}, "late": {}, "control": {},
                            "gate_errors": []}
-    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+    with tempfile.TemporaryDirectory() as tmp, RunningTestbed(
             Path(tmp), _testbed_file(Path(tmp), mode, base), agent_timeout_s=None) as tb:
         out["line_rate_gbps"] = tb.cfg.fabric.line_rate_gbps
         clients, op = tb.clients, tb.operator

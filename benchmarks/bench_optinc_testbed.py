@@ -32,7 +32,7 @@ from bench_common import allreduce_results, check_float_sum, emit, run_meta
 
 from agents.executor import optinc_expected
 from common.config import OptincDeviceConfig
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, fabric_stats
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, fabric_stats
 
 
 def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -> int:
@@ -44,7 +44,7 @@ def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -
     return int(np.count_nonzero(outs[0] != want))
 
 
-def measure(tb: EmulatedTestbed, dev: OptincDeviceConfig, sizes: list[int], repeats: int
+def measure(tb: RunningTestbed, dev: OptincDeviceConfig, sizes: list[int], repeats: int
             ) -> tuple[dict[tuple[str, int], list[float]], dict[tuple[str, int], float],
                        dict[str, Any]]:
     """Ring and optinc at each size: the times, the scheduled makespans and the device's
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(float(s) * 1_000_000) // 4 * 4 for s in args.sizes_mb.split(",")]
-    with tempfile.TemporaryDirectory() as tmp, EmulatedTestbed(
+    with tempfile.TemporaryDirectory() as tmp, RunningTestbed(
             Path(tmp), Path(args.config), agent_timeout_s=600) as tb:
         dev = tb.cfg.optinc_device(None)
         if dev is None:

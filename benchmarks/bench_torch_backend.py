@@ -27,7 +27,7 @@ from typing import Any
 
 from bench_common import emit
 
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, torchrun_env
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, torchrun_env
 from oddl.procs import free_port
 
 N = 4
@@ -88,7 +88,7 @@ def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
         network: str) -> dict[str, Any]:
     """Start the testbed and the ranks; return the summary."""
     with tempfile.TemporaryDirectory(prefix="bench-torch-backend-") as tmp, \
-            EmulatedTestbed(Path(tmp), config, agent_timeout_s=None) as tb:
+            RunningTestbed(Path(tmp), config, agent_timeout_s=None) as tb:
         nodes = tb.launched.node_ids[:N]
         tb.operator.submit("bench-torch-backend", nodes, collective, network)
         apis = [tb.launched.agents[n]["local_api"] for n in nodes]

@@ -29,7 +29,7 @@ from agents.executor import OPTINC, optinc_expected
 from common.errors import OddlError
 from oddl.demo_report import DemoOutcome, build_summary, device_delta, format_summary
 from oddl.demo_workload import integer_check, train
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, Progress, fabric_stats
+from oddl.launch import DEFAULT_TESTBED, Progress, RunningTestbed, fabric_stats
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +52,12 @@ def _legs(collective: str) -> list[tuple[str, str, str]]:
     return [("optical", collective, "optical"), ("ideal", collective, "ideal")]
 
 
-def _optinc_stats(tb: EmulatedTestbed, device_id: str) -> dict[str, Any]:
+def _optinc_stats(tb: RunningTestbed, device_id: str) -> dict[str, Any]:
     stats: dict[str, Any] = fabric_stats(tb.launched.fabric).get(OPTINC, {}).get(device_id, {})
     return stats
 
 
-def _run_leg(tb: EmulatedTestbed, out: DemoOutcome, leg: tuple[str, str, str],
+def _run_leg(tb: RunningTestbed, out: DemoOutcome, leg: tuple[str, str, str],
              iterations: int, say: Callable[[str], None]) -> None:
     """Submit one run's job, train through it, check it, cancel it; results into `out`."""
     name, coll, network = leg
@@ -97,7 +97,7 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
         if progress:
             print(f"[demo] {msg}", flush=True)
 
-    with EmulatedTestbed(run_dir, config, agent_timeout_s=None,
+    with RunningTestbed(run_dir, config, agent_timeout_s=None,
                          state=run_dir / "controller.sqlite",
                          progress=demo_progress(say, config, run_dir)) as tb:
         out = DemoOutcome(tb.cfg, n_params, run_dir)

@@ -6,7 +6,7 @@ benchmarks and the end-to-end tests share. Each process runs the same command a 
 `ProcessGroup` that stops them in reverse order.
 
 - `launch_emulated`: start everything in a given group; returns what the processes reported.
-- `EmulatedTestbed`: the same in a group of its own, with an operator client and one agent
+- `RunningTestbed`: the same in a group of its own, with an operator client and one agent
   client a node; closes everything (a context manager).
 - `RestartableTestbed`: processes that fault tests and the soak kill, stall and restart.
 - `write_config`: a copy of a testbed file with edits (line rate, heartbeat, security, ...).
@@ -182,7 +182,7 @@ def torchrun_env(rank: int, world: int, port: int, apis: list[str]) -> dict[str,
 # ---- a running testbed with its clients -----------------------------------------------------
 
 
-class EmulatedTestbed:
+class RunningTestbed:
     """An emulated testbed in a process group of its own, with an operator client
     (`operator`) and one agent client a node (`clients`, node order); `close()` (or leaving
     the ``with`` block) closes the clients and stops every process.
@@ -246,7 +246,7 @@ class EmulatedTestbed:
             self._operator.close()
         self.group.stop_all()
 
-    def __enter__(self) -> EmulatedTestbed:
+    def __enter__(self) -> RunningTestbed:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from common.config import TestbedConfig
 from common.errors import OddlError
 from oddl.demo import demo_progress
-from oddl.launch import DEFAULT_TESTBED, EmulatedTestbed, fabric_stats
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, fabric_stats
 from oddl.procs import ManagedProcess
 from oddl.train_report import (
     TrainOptions,
@@ -73,7 +73,7 @@ def _worker_args(opts: TrainOptions, cfg: TestbedConfig, data_path: Path) -> lis
     return args
 
 
-def _train(tb: EmulatedTestbed, opts: TrainOptions, out: TrainOutcome, run_dir: Path,
+def _train(tb: RunningTestbed, opts: TrainOptions, out: TrainOutcome, run_dir: Path,
            say: Callable[[str], None]) -> None:
     """Submit the job, run the training processes to the end, cancel the job; into `out`."""
     data_path = run_dir / "digits.npz"
@@ -130,7 +130,7 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
             print(f"[train] {msg}", flush=True)
 
     out = TrainOutcome()
-    with EmulatedTestbed(run_dir, config, agent_timeout_s=10,
+    with RunningTestbed(run_dir, config, agent_timeout_s=10,
                          progress=demo_progress(say, config, run_dir)) as tb:
         if len(tb.cfg.nodes) != WORLD:
             raise OddlError(f"the training demo needs {WORLD} nodes; {config} has "

@@ -1,7 +1,7 @@
 """Helpers the tests share for child processes: a command that serves until SIGTERM, the
 `oddl` command line, and code run in a fresh interpreter.
 
-The emulated testbed itself is started with `oddl.launch` (`EmulatedTestbed`,
+The emulated testbed itself is started with `oddl.launch` (`RunningTestbed`,
 `launch_emulated`, `RestartableTestbed`), the same launcher the demos and benchmarks use.
 """
 

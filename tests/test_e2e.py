@@ -20,7 +20,7 @@ from agents.client import AgentClient
 from agents.client import allreduce_all as run_on_all
 from common.config import load_testbed
 from common.errors import CollectiveError, OperationRefused
-from oddl.launch import EmulatedTestbed, fabric_stats
+from oddl.launch import RunningTestbed, fabric_stats
 from oddl.procs import oddl_command
 from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
@@ -31,13 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 
 
-RunningTestbed = EmulatedTestbed
-"""A running emulated testbed (oddl.launch): operator, agent clients, processes."""
-
-
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory) -> Iterator[RunningTestbed]:
-    with EmulatedTestbed(tmp_path_factory.mktemp("e2e"), EMULATED) as tb:
+    with RunningTestbed(tmp_path_factory.mktemp("e2e"), EMULATED) as tb:
         yield tb
 
 
@@ -213,7 +209,7 @@ def test_direct_links_on_distinct_loopback_addresses(tmp_path: Path):
         text = text.replace(f'id = "n{i}"\nhost = "127.0.0.1"', f'id = "n{i}"\nhost = "127.0.0.{i + 1}"')
     config = tmp_path / "direct.toml"
     config.write_text(text)
-    tb = EmulatedTestbed(tmp_path, config)
+    tb = RunningTestbed(tmp_path, config)
     try:
         j = tb.operator.submit("direct", [], "ring", "optical")
         addresses = {a["node_id"]: a["data_address"] for a in tb.operator.status()["agents"]}
@@ -289,7 +285,7 @@ def test_the_relay_transport_still_carries_every_frame_through_the_fabric(tmp_pa
     text = EMULATED.read_text().replace('link = "fabric"', 'link = "fabric"\ntransport = "relay"')
     config = tmp_path / "relay.toml"
     config.write_text(text)
-    tb = EmulatedTestbed(tmp_path, config)
+    tb = RunningTestbed(tmp_path, config)
     try:
         assert {c.status()["data_path"] for c in tb.clients} == {
             "relay through the fabric process"}

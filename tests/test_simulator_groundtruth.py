@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from agents.client import AgentClient, allreduce_all
-from oddl.launch import EmulatedTestbed
+from oddl.launch import RunningTestbed
 from offline.simulator.testbed import calibrate, predict_testbed_allreduce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -34,7 +34,7 @@ REPEATS = 5
 TOLERANCE = 0.15
 
 
-class Bed(EmulatedTestbed):
+class Bed(RunningTestbed):
     """A running emulated testbed at RATE_GBPS: config, agent clients, operator, processes."""
 
     def __init__(self, tmp: Path) -> None:

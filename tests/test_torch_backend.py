@@ -78,9 +78,9 @@ def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory) -> Iterator[list[str]]:
     """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
-    from oddl.launch import EmulatedTestbed
+    from oddl.launch import RunningTestbed
 
-    with EmulatedTestbed(tmp_path_factory.mktemp("torch-backend"), EMULATED) as tb:
+    with RunningTestbed(tmp_path_factory.mktemp("torch-backend"), EMULATED) as tb:
         nodes = tb.launched.node_ids
         job = tb.operator.submit("torch-backend", nodes, "ring", "optical")
         yield tb.launched.apis

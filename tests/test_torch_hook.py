@@ -30,7 +30,7 @@ from agents.torch_hook import (  # noqa: E402
     optical_allreduce_hook,
 )
 from common.errors import CollectiveError  # noqa: E402
-from oddl.launch import EmulatedTestbed  # noqa: E402
+from oddl.launch import RunningTestbed  # noqa: E402
 from oddl.operator import OperatorClient  # noqa: E402
 from oddl.procs import ProcessGroup  # noqa: E402
 
@@ -121,7 +121,7 @@ class LiveTestbed:
 
 @pytest.fixture(scope="class")
 def testbed(tmp_path_factory) -> Iterator[LiveTestbed]:
-    with EmulatedTestbed(tmp_path_factory.mktemp("torch-hook"), EMULATED) as tb:
+    with RunningTestbed(tmp_path_factory.mktemp("torch-hook"), EMULATED) as tb:
         job = tb.operator.submit("torch-hook", [], "ring", "optical")
         yield LiveTestbed(tb.launched.apis, tb.operator, tb.group)
         tb.operator.cancel(job["id"])
