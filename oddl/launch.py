@@ -197,7 +197,6 @@ class RunningTestbed:
         from agents.client import AgentClient
         from oddl.operator import OperatorClient
 
-
         self.workdir = workdir
         self.group = ProcessGroup(workdir)
         self.clients: list[AgentClient] = []
