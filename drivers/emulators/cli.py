@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import signal
 import threading
@@ -17,6 +18,8 @@ from typing import Any, TypeVar
 
 from common.errors import ConfigError
 from drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -109,3 +112,14 @@ def serve_pty_until_signal(start: Callable[[], tuple[str, Callable[[], None]]]) 
         finally:
             stop_pty()
     return 0
+
+
+def serve_tcp_or_pty(args: argparse.Namespace, handler: ConnectionHandler,
+                     start_pty: Callable[[], tuple[str, Callable[[], None]]], name: str) -> int:
+    """Serve an emulator over TCP at ``args.listen``, or on a pseudo-terminal with
+    ``args.pty``; print its URL or path once and serve until SIGINT/SIGTERM."""
+    if args.pty:
+        return serve_pty_until_signal(start_pty)
+    server = start_server(handler, args.listen, name)
+    logger.info("%s (serial %s) serving on %s", name, args.serial, server.url)
+    return serve_until_signal(server, lambda s: s.url)

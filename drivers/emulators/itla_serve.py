@@ -14,13 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from drivers.emulators.cli import (
-    listen_arg,
-    milliseconds_arg,
-    serve_pty_until_signal,
-    serve_until_signal,
-    start_server,
-)
+from drivers.emulators.cli import listen_arg, milliseconds_arg, serve_tcp_or_pty
 from drivers.emulators.ptyserve import Pty
 
 if TYPE_CHECKING:
@@ -133,11 +127,8 @@ def run(args: argparse.Namespace) -> int:
                             enable_time_s=None if enable_ms is None else enable_ms / 1000,
                             startup_s=args.startup_ms / 1000,
                             lock_jitter_s=args.jitter_ms / 1000, seed=args.seed)
-    if not args.pty:
-        server = start_server(itla_connection_handler(emulator), args.listen, "itla-emulator")
-        logger.info("ITLA emulator %s serving on %s", args.serial, server.url)
-        return serve_until_signal(server, lambda s: s.url)
-    return serve_pty_until_signal(lambda: serve_pty(emulator))
+    return serve_tcp_or_pty(args, itla_connection_handler(emulator),
+                            lambda: serve_pty(emulator), "itla-emulator")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,7 @@ from drivers.emulators.cli import (
     milliseconds_arg,
     non_negative_int_arg,
     positive_int_arg,
-    serve_pty_until_signal,
-    serve_until_signal,
-    start_server,
+    serve_tcp_or_pty,
 )
 from drivers.emulators.ptyserve import Pty
 
@@ -159,11 +157,8 @@ def run(args: argparse.Namespace) -> int:
                            restart_s=args.restart_ms / 1000.0, rra_per_line=args.rra_per_line,
                            echo=not args.no_echo, serial_number=args.serial, seed=args.seed,
                            **plan)
-    if not args.pty:
-        server = start_server(wss_connection_handler(emulator), args.listen, "wss-emulator")
-        logger.info("WSS emulator %s serving on %s", args.serial, server.url)
-        return serve_until_signal(server, lambda s: s.url)
-    return serve_pty_until_signal(lambda: serve_pty(emulator))
+    return serve_tcp_or_pty(args, wss_connection_handler(emulator),
+                            lambda: serve_pty(emulator), "wss-emulator")
 
 
 def main(argv: list[str] | None = None) -> int:
