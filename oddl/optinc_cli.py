@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from common.config import OPTINC
 from common.errors import OddlError
 from oddl.command_line import parse_or_exit_code
 from offline.optinc import model as om
@@ -258,7 +259,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``optinc train`` and ``optinc eval`` to the main parser's sub-parsers."""
-    top = subparsers.add_parser("optinc", help="OptINC: train and evaluate the optical network")
+    top = subparsers.add_parser(OPTINC, help="OptINC: train and evaluate the optical network")
     sub = top.add_subparsers(dest="optinc_cmd", metavar="{train,eval}")
     sub.required = True
 
@@ -312,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl optinc <argv>``; return the exit code."""
     parser = argparse.ArgumentParser(prog="oddl")
     register(parser.add_subparsers(dest="command"))
-    args = parse_or_exit_code(parser, ["optinc", *(sys.argv[1:] if argv is None else argv)])
+    args = parse_or_exit_code(parser, [OPTINC, *(sys.argv[1:] if argv is None else argv)])
     if isinstance(args, int):
         return args
     try:

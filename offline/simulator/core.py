@@ -14,13 +14,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from common.config import OPTINC
 from common.config import OPTINC_MAX_INPUTS as COMMON_OPTINC_MAX_INPUTS
 from common.errors import OddlError
 from controller.scheduling import Op, Plan, Step, TimingModel, make_plan
 from offline.simulator.sipring import RULES
 from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 
-SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", "optinc")
+SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", OPTINC)
 """Every simulated system, in table order."""
 
 LABELS = {
@@ -30,7 +31,7 @@ LABELS = {
     "sip-ring": "SiP-Ring",
     "wrht": "WRHT (optical ring)",
     "topoopt": "TopoOpt (TotientPerms)",
-    "optinc": "OptINC (in-network ONN)",
+    OPTINC: "OptINC (in-network ONN)",
 }
 
 PLAN_SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring")

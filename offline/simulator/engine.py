@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from common.config import OPTINC
 from common.errors import OddlError
 from controller.scheduling import Grid, Plan, Schedule, Step, TimingModel, Topology, schedule_plan
 from offline.simulator.core import (
@@ -367,5 +368,5 @@ _RUNNERS: dict[str, Callable[[SimConfig, dict[tuple[Any, ...], Plan]], SystemRes
     "sip-ring": _run_sipring,
     "wrht": _run_wrht,
     "topoopt": _run_topoopt,
-    "optinc": _run_optinc,
+    OPTINC: _run_optinc,
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from common.config import OPTINC
 from controller.scheduling import Plan, Step
 from offline.simulator.core import (
     OPTINC_MAX_INPUTS,
@@ -295,8 +296,8 @@ def _run_optinc(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> System
     mzis = (config.nodes // levels[0]) * levels[0] * (levels[0] - 1) // 2
     if len(levels) > 1:
         mzis += levels[1] * (levels[1] - 1) // 2
-    label = "optinc" if len(levels) == 1 else f"optinc({levels[0]}x{levels[1]})"
-    return _finish(config, "optinc", label, network_s, 0.0, 0.0,
+    label = OPTINC if len(levels) == 1 else f"{OPTINC}({levels[0]}x{levels[1]})"
+    return _finish(config, OPTINC, label, network_s, 0.0, 0.0,
                    levels=len(levels), inputs=list(levels), devices=devices,
                    mzis_unitary_diagonal=mzis, bits=config.optinc_bits, transceivers=m,
                    wire_bytes=elems * config.optinc_bits / 8, one_pass_ms=wire_s * 1e3,
