@@ -182,7 +182,7 @@ class Fabric:
         self.rate = line_rate_bps
         self.clock = clock
         self.stats = FabricStats()
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -226,7 +226,7 @@ class Fabric:
             wait_ms = 50.0
             if self._heap:
                 wait_ms = max(0.0, min(wait_ms, (self._heap[0].deliver_at - now) * 1000.0))
-            if poller.poll(wait_ms):
+            if poller.poll(int(wait_ms)):  # whole ms, as pyzmq would round it
                 while True:
                     try:
                         frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)

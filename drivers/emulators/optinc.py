@@ -316,7 +316,7 @@ class OptincDevice:
                 self._checker = ThreadPoolExecutor(1, thread_name_prefix=f"{self.id}-check")
             self._checks = [f for f in self._checks if not f.done()]
             self._checks.append(self._checker.submit(self._count_inexact, x, out))
-        payload = memoryview(out.view(np.uint8))
+        payload = out.view(np.uint8).data
         at = p.arrival + self.latency_s
         return [Outgoing(node, self._header(job, seq, LEVELS_STEP, node, bits=self.bits,
                                             elems=elems, scale=p.header["scale"],

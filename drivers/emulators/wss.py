@@ -146,10 +146,10 @@ class WssEmulator:
         self.ports = ports
         self.settle_s = settle_s
         self.restart_s = restart_s
-        self.serial_number = serial_number
-        self.manufacture_date = manufacture_date
-        self.firmware = firmware
-        self.hardware = hardware
+        self.serial_number: str = serial_number
+        self.manufacture_date: str = manufacture_date
+        self.firmware: str = firmware
+        self.hardware: str = hardware
         self.max_attenuation_db = max_attenuation_db
         self.echo = echo
         self.rra_per_line = rra_per_line
