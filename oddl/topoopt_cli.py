@@ -48,7 +48,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the topoopt options to a parser."""
-    from offline.topoopt.search import DEFAULT_BUDGET
+    from offline.topoopt.search_config import DEFAULT_BUDGET
 
     job = p.add_argument_group("job")
     job.add_argument("--model", help="shipped model (see --list-models)")
@@ -110,12 +110,8 @@ def cmd_topoopt(args: argparse.Namespace) -> int:
     """The ``oddl topoopt`` command."""
     from offline.topoopt.evaluation import NetParams
     from offline.topoopt.model import Memory, parse_strategy
-    from offline.topoopt.search import (
-        SearchConfig,
-        SearchProgress,
-        co_optimise,
-        evaluate_strategy,
-    )
+    from offline.topoopt.search import co_optimise, evaluate_strategy
+    from offline.topoopt.search_config import SearchConfig, SearchProgress
 
     def progress(p: SearchProgress) -> None:
         print(f"topoopt: {p.network}: iteration {p.iteration}/{p.budget}, best "

@@ -31,7 +31,8 @@ from offline.topoopt.model import (
 from offline.topoopt.model_files import ModelFileError, load_model_file
 from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
 from offline.topoopt.routing import ecmp_loads
-from offline.topoopt.search import SearchConfig, co_optimise, evaluate_strategy
+from offline.topoopt.search import co_optimise, evaluate_strategy
+from offline.topoopt.search_config import SearchConfig
 from offline.topoopt.topology import build_topology, dp_ring_jumps
 from offline.workloads import MODELS as SIM_MODELS
 

@@ -12,6 +12,7 @@ import pytest
 from common.errors import OddlError
 from controller.scheduling.totient import totient_picks
 from oddl import topoopt_cli
+from offline.topoopt.annealing import anneal_authors
 from offline.topoopt.authors import (
     authors_rings,
     authors_split,
@@ -22,7 +23,8 @@ from offline.topoopt.authors import (
 from offline.topoopt.model import MODELS, JobModel, LayerGroup, Traffic, traffic
 from offline.topoopt.our_construction import mp_matchings
 from offline.topoopt.profiles import DLRM_MS, VGG_MS
-from offline.topoopt.search import SearchConfig, anneal_authors, co_optimise
+from offline.topoopt.search import co_optimise
+from offline.topoopt.search_config import SearchConfig
 from offline.topoopt.sweep import parse_rates
 from offline.topoopt.topology import _ring_route, build_topology
 

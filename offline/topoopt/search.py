@@ -46,18 +46,15 @@ from offline.topoopt.model import (
     memory_bytes,
     traffic,
 )
-from offline.topoopt.search_config import (  # house: re-export for offline.topoopt.search_config
-    DEFAULT_BUDGET,
+from offline.topoopt.search_config import (
+    DEFAULT_BUDGET,  # house: re-export for offline.topoopt.search_config
     Progress,
     SearchConfig,
-    SearchProgress,
     SearchStats,
 )
 from offline.topoopt.topology import FabricTopology, build_topology
 
-__all__ = ["DEFAULT_BUDGET", "Outcome", "SearchConfig", "SearchProgress", "SearchResult",
-           "SearchStats", "anneal", "anneal_authors", "co_optimise", "evaluate_strategy",
-           "initial_strategy"]
+__all__ = ["DEFAULT_BUDGET", "Outcome", "SearchResult", "co_optimise", "evaluate_strategy"]
 
 
 @dataclass(frozen=True)
