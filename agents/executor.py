@@ -38,10 +38,9 @@ from agents.optinc_run import (  # house: re-export for agents.optinc_run
 from agents.step_by_step import INLINE_SEND, run_steps
 from agents.stream_wire import CHUNK_BYTES
 from common.config import OPTINC  # house: re-export for common.config
-from protos.schedule_wire import SlotSpec, StepSpec
 
-__all__ = ["OPTINC", "ChunkLink", "CollectiveRun", "Handoffs", "SlotSpec", "StepSpec",
-           "optinc_encode", "optinc_expected", "optinc_scale", "run_collective", "run_optinc"]
+__all__ = ["OPTINC", "ChunkLink", "CollectiveRun", "Handoffs", "optinc_encode",
+           "optinc_expected", "optinc_scale", "run_collective", "run_optinc"]
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from agents.chunkplan import busiest_port_bytes, chunk_plan
-from agents.executor import StepSpec
 from controller.scheduling import make_plan
+from protos.schedule_wire import StepSpec
 
 
 def _steps(plan) -> tuple[StepSpec, ...]:

@@ -8,11 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from agents.executor import CollectiveRun, StepSpec, run_collective
+from agents.executor import CollectiveRun, run_collective
 from agents.gate import SlotGate
 from agents.streams import StreamLink
 from common.errors import CollectiveError
 from controller.scheduling import make_plan
+from protos.schedule_wire import StepSpec
 
 
 def _steps(plan):
@@ -119,3 +120,57 @@ def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot
     assert not ends_where_it_starts(_wire_schedule([[("a", 2, False)], [("a", 3, True)]]))
     # a first circuit that needs a retune: where the laser starts is not known
     assert not ends_where_it_starts(_wire_schedule([[("a", 2, True)], [("a", 2, False)]]))
+
+
+def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
+    from controller.scheduling import Grid, TimingModel, Topology, schedule_plan
+    from protos.schedule_wire import decode_schedule, encode_schedule
+
+    timing = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3,
+                         wss_settle_s=0.01, slot_margin_s=1e-4, line_rate_bps=10e9)
+    topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
+    nodes = tuple(topo.node_ids)
+    plan = make_plan("halving-doubling", 4, 1000)
+    decoded = decode_schedule(encode_schedule(schedule_plan(plan, nodes, topo, timing, 8),
+                                              "job-1", 2.0))
+    assert any(s.handoffs for s in decoded.slots)
+    calls: dict[str, list[tuple]] = {nd: [] for nd in nodes}
+
+    class Grants:
+        def __init__(self, node: str):
+            self.node = node
+
+        def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+            calls[self.node].append(("wait", slot))
+
+        def confirm(self, seq: int, slot: int, src: str) -> None:
+            calls[self.node].append(("confirm", slot, src))
+
+    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
+    for link in links.values():
+        link.set_peers({p: other.address for p, other in links.items()})
+    arrays = [np.arange(1000, dtype=np.int64) * (r + 1) for r in range(4)]
+    outs: list[object] = [None] * 4
+    t0 = time.time() + 0.2
+
+    def go(r: int) -> None:
+        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
+                            receive_timeout_s=decoded.receive_timeout_s)
+        outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate(),
+                                 handoffs=Grants(nodes[r]))
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for link in links.values():
+        link.close()
+    for out in outs:
+        assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    for node in nodes:
+        assert {c[1:] for c in calls[node] if c[0] == "confirm"} == {
+            (j, src) for s in decoded.slots for j, src, dst in s.handoffs if dst == node}
+        assert {c[1] for c in calls[node] if c[0] == "wait"} == {
+            s.index for s in decoded.slots if s.changes_circuits
+            and any(a == node for a, _b in s.pairs)}
