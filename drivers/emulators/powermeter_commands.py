@@ -106,15 +106,21 @@ class MeterCommands(MeterModel):
         setattr(c, name, parse_choice(one_parameter(params), choices))
         return None
 
+    def _number_setting(self, ch: int, params: list[str], query: bool, name: str,
+                        units: dict[str, float], bounds: tuple[float, float],
+                        default: float) -> Response | None:
+        """A numeric setting of channel `ch` named `name`, in `units`, inside `bounds`."""
+        c = self._ch[ch - 1]
+        if query:
+            return nr3(getattr(c, name))
+        setattr(c, name, parse_number(one_parameter(params), units, *bounds, default))
+        return None
+
     # ----- per-channel settings ------------------------------------------------------------
 
     def _wavelength(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
-        if query:
-            return nr3(c.wavelength_m)
-        c.wavelength_m = parse_number(one_parameter(params), LENGTH_UNITS, *WAVELENGTH_RANGE_M,
-                                      1550e-9)
-        return None
+        return self._number_setting(ch, params, query, "wavelength_m", LENGTH_UNITS,
+                                    WAVELENGTH_RANGE_M, 1550e-9)
 
     def _wavelength_all(self, ch: int, params: list[str], query: bool) -> Response | None:
         metres = parse_number(one_parameter(params), LENGTH_UNITS, *WAVELENGTH_RANGE_M, 1550e-9)
@@ -165,12 +171,8 @@ class MeterCommands(MeterModel):
         return self._flag(ch, params, query, "reference_relative")
 
     def _reference(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
-        if query:
-            return nr3(c.reference_dbm)
-        c.reference_dbm = parse_number(one_parameter(params), DBM_UNITS,
-                                       *REFERENCE_RANGE_DBM, 0.0)
-        return None
+        return self._number_setting(ch, params, query, "reference_dbm", DBM_UNITS,
+                                    REFERENCE_RANGE_DBM, 0.0)
 
     def _zero(self, ch: int, params: list[str], query: bool) -> Response | None:
         """ZERO: measure the electrical offset (needs a dark input); ZERO? 0 = it worked."""
@@ -191,12 +193,8 @@ class MeterCommands(MeterModel):
         return None
 
     def _correction(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
-        if query:
-            return nr3(c.correction_db)
-        c.correction_db = parse_number(one_parameter(params), DB_UNITS, *CORRECTION_RANGE_DB,
-                                       0.0)
-        return None
+        return self._number_setting(ch, params, query, "correction_db", DB_UNITS,
+                                    CORRECTION_RANGE_DB, 0.0)
 
     # ----- logging ------------------------------------------------------------------------
 
