@@ -1,8 +1,8 @@
 """The fast data plane: one TCP stream per (job, peer), chunks received into reused buffers.
 
-A collective's transfers are cut into chunks (`CHUNK_BYTES`). Each chunk goes on the wire as a
-fixed binary header (`ChunkHead`) followed by its payload, on a persistent TCP connection from
-the sender to the receiver that belongs to one job. At the receiver a thread per stream reads
+A collective's transfers are cut into chunks (`agents.stream_wire.CHUNK_BYTES`). Each chunk
+goes on the wire as a fixed binary header (`ChunkHead`) followed by its payload, on a
+persistent TCP connection from the sender to the receiver that belongs to one job. At the receiver a thread per stream reads
 every chunk as soon as it arrives into a recycled buffer (no allocation, no page faults per
 message) and queues it; the collective executor takes chunks in order and reduces each into
 the bucket. One kernel copy in, one out, per hop. Because every stream is always drained, a
@@ -40,7 +40,6 @@ from functools import partial
 from agents.gate import Cancel
 from agents.stream_inbound import BufferPool, Inbound
 from agents.stream_wire import (  # house: re-export for agents.stream_wire (ChunkHead, HEAD_BYTES, node_tag)
-    CHUNK_BYTES,
     HEAD_BYTES,
     HELLO,
     POLL_S,
@@ -59,7 +58,7 @@ from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CHUNK_BYTES", "HEAD_BYTES", "ChunkHead", "Phy", "StreamLink", "node_tag"]
+__all__ = ["HEAD_BYTES", "ChunkHead", "Phy", "StreamLink", "node_tag"]
 
 
 class StreamLink:
