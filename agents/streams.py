@@ -3,11 +3,11 @@
 A collective's transfers are cut into chunks (`agents.stream_wire.CHUNK_BYTES`). Each chunk
 goes on the wire as a fixed binary header (`ChunkHead`) followed by its payload, on a
 persistent TCP connection from the sender to the receiver that belongs to one job. At the
-receiver a thread per stream reads every chunk as soon as it arrives into a recycled buffer
-(no allocation, no page faults per message) and queues it; the collective executor takes chunks in order and reduces each into
-the bucket. One kernel copy in, one out, per hop. Because every stream is always drained, a
-sender never waits for the receiver to turn to it: a node that hears several senders in one
-step cannot deadlock them through full socket buffers.
+receiver a thread per stream reads every chunk as soon as it arrives into a recycled buffer (no
+allocation, no page faults per message) and queues it; the collective executor takes chunks in
+order and reduces each into the bucket. One kernel copy in, one out, per hop. Because every
+stream is always drained, a sender never waits for the receiver to turn to it: a node that
+hears several senders in one step cannot deadlock them through full socket buffers.
 
 Streams are ordered, so chunks are taken in the order they were sent. Chunks of an older
 collective (left behind by a failed one) are skipped; a chunk from further ahead than the
