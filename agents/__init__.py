@@ -1,1 +1,2 @@
-"""The per-node agent: link to the controller, local API for the training process, and the collective runner."""
+"""The per-node agent: link to the controller, local API for the training process, and the
+collective runner."""

@@ -39,7 +39,7 @@ from functools import partial
 
 from agents.gate import Cancel
 from agents.stream_inbound import BufferPool, Inbound
-from agents.stream_wire import (  # house: re-export for agents.stream_wire (ChunkHead, HEAD_BYTES, node_tag)
+from agents.stream_wire import (  # house: re-export for agents.stream_wire
     HEAD_BYTES,
     HELLO,
     POLL_S,

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="override"
+# (c10d's ProcessGroup stubs overload its methods; the backend API calls them with lists)
 """A `torch.distributed` backend named ``oddl``: every collective crosses the optical circuits.
 
     import oddl.torch_backend  # registers the backend
@@ -135,7 +137,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         return self._work(kind, run, opts)
 
     # -- collectives --
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         opts = opts or dist.AllreduceOptions()
         name = self._sum_kind("all_reduce", opts)
         if name is None:
@@ -159,7 +161,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             return tensors
         return self._work("all_reduce", run, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         root = (opts or dist.BroadcastOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
@@ -180,7 +182,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         count(what, optical=buf.nbytes)
         return self._channel.sum_(buf)
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: Any = None) -> Any:
         def run() -> list[list[torch.Tensor]]:
             for outs, t in zip(outputs, inputs, strict=True):
@@ -205,7 +207,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             return [output]
         return self._work("all_gather_into_tensor", run, opts)
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
         name = self._sum_kind("reduce_scatter", opts)
@@ -289,7 +291,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         return self._work("all_to_all", run, opts)
 
     # -- what the optics do not carry: the fallback, or a clear error --
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         """SUM/AVG as an all-reduce (every rank gets the result, the root as gloo's)."""
         opts = opts or dist.ReduceOptions()
         if _reduce_name(opts) in ("SUM", "AVG"):
@@ -300,14 +302,14 @@ class OddlProcessGroup(dist.ProcessGroup):
         self._fallback_or_refuse(name, f"reduction {_reduce_name(opts)} is not a sum")
         return self._via_fallback(name, tensors, lambda fb: fb.reduce(tensors, opts), opts)
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],  # type: ignore[override]
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> Any:
         self._fallback_or_refuse("gather", "gather is not implemented over the optics (use "
                                  "all_gather, which is)")
         return self._via_fallback("gather", inputs,
                                   lambda fb: fb.gather(outputs, inputs, opts), opts)
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],  # type: ignore[override]
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                 opts: Any = None) -> Any:
         self._fallback_or_refuse("scatter", "scatter is not implemented over the optics (use "
                                  "broadcast, which is)")
