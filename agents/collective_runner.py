@@ -202,7 +202,7 @@ class CollectiveRunner:
                                       t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
                                       itemsize=array.dtype.itemsize,
                                       schedule_sha256=schedule_sha256(schedule))
-        self.ctl.send_async(self.ctl.stub.StartStanding, req, f"the start of collective {seq}")
+        self.ctl.start_standing(req)
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
         key = (array.size, array.dtype.str)
@@ -261,6 +261,10 @@ class CollectiveRunner:
 
     def _execute(self, run: CollectiveRun, array: np.ndarray, collective: str, device: str
                  ) -> np.ndarray:
+        if run.receive_timeout_s <= 0:
+            raise CollectiveError(f"{self.node_id}: the schedule of collective {run.seq} carries "
+                                  "no receive timeout: the controller runs an older oddl than "
+                                  "this agent; run the same version on both")
         if collective != OPTINC:
             return run_collective(run, array, self.links.link, self.gate, cancel=self._cancel,
                                   handoffs=self, inplace=array.flags.writeable,

@@ -258,6 +258,10 @@ class ControllerLink:
         self.send_async(self.stub.ConfirmDelivery, req,
                         f"the arrival from {src} (collective {seq}, slot {slot})")
 
+    def start_standing(self, req: pb.StartStandingRequest) -> None:
+        """Announce the agreed start of a standing collective that retunes, without waiting."""
+        self.send_async(self.stub.StartStanding, req, f"the start of collective {req.seq}")
+
     def send_async(self, method: Any, req: Any, what: str) -> None:
         """Send a one-way message to the controller now; log (not raise) a failure, which
         the collective then meets as a missing grant at its receive timeout."""
