@@ -86,6 +86,7 @@ class SerialTransport:
             ) from exc
 
     def write(self, data: bytes) -> None:
+        """Send all of `data` (logged at DEBUG); DeviceError when the port fails."""
         logger.debug("%s >> %s", self.name, data.hex(" "))
         try:
             self._port.write(data)
@@ -106,6 +107,7 @@ class SerialTransport:
             raise DeviceError(f"read failed on {self.url}: {exc}", device=self.name) from exc
 
     def read_exact(self, n: int, timeout: float) -> bytes:
+        """Read exactly `n` bytes within `timeout` s or raise DeviceTimeout."""
         deadline = time.monotonic() + timeout
         buf = bytearray(self._pending[:n])
         del self._pending[:n]
@@ -127,6 +129,7 @@ class SerialTransport:
         return bytes(buf)
 
     def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
+        """Read up to and including `terminator` within `timeout` s or raise DeviceTimeout."""
         deadline = time.monotonic() + timeout
         buf = self._pending
         while (end := buf.find(terminator)) < 0:
@@ -146,6 +149,7 @@ class SerialTransport:
         return line
 
     def reset_input(self) -> None:
+        """Discard bytes already received and not read."""
         self._pending.clear()
         try:
             self._port.reset_input_buffer()
@@ -153,6 +157,7 @@ class SerialTransport:
             pass
 
     def close(self) -> None:
+        """Close the port (errors from a port already gone are ignored)."""
         try:
             self._port.close()
         except (serial.SerialException, OSError):

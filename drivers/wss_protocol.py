@@ -104,6 +104,7 @@ class FixedPlan:
 
     @property
     def last_channel(self) -> int:
+        """The highest channel number of the plan."""
         return self.first_channel + self.channels - 1
 
     def centre_thz(self, channel: int) -> float:
@@ -111,6 +112,7 @@ class FixedPlan:
         return self.first_thz + (channel - self.first_channel) * self.spacing_ghz / 1000.0
 
     def contains(self, channel: int) -> bool:
+        """Whether `channel` is one of the plan's channels."""
         return self.first_channel <= channel <= self.last_channel
 
     def window_thz(self) -> tuple[float, float]:

@@ -85,6 +85,7 @@ def _run_target(name: str, runs: int, max_time: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the fuzz targets named on the command line; print the results."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", default="all", help="comma-separated names, or all")
