@@ -17,3 +17,14 @@ class FakeClock:
         self.t += dt
 
     sleep = advance
+
+
+class Optics:
+    """A mutable stand-in for the lasers and WSS in front of a power meter: dBm per meter
+    channel (`dbm`), None or absent = dark; call it as the meter's power source."""
+
+    def __init__(self) -> None:
+        self.dbm: dict[int, float | None] = {}
+
+    def __call__(self, channel: int) -> float | None:
+        return self.dbm.get(channel)

@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import pyvisa
-from fakes import FakeClock
-from pyvisa import constants
-from pyvisa.errors import VisaIOError
+from fakes import FakeClock, Optics
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from drivers.emulators.powermeter import (
     PowerMeterEmulator,
-    ieee_block,
     powermeter_connection_handler,
 )
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.interfaces import DeviceIdentity
 from drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
-
-
-class Optics:
-    """dBm arriving at each meter channel; None = dark."""
-
-    def __init__(self) -> None:
-        self.dbm: dict[int, float | None] = {}
-
-    def __call__(self, channel: int) -> float | None:
-        return self.dbm.get(channel)
 
 
 @pytest.fixture
@@ -285,179 +271,3 @@ def test_frames_are_logged_with_the_device_name(pm: PowerMeter,
     messages = [r.getMessage() for r in caplog.records]
     assert "pm-a >> *IDN?" in messages
     assert any(m.startswith("pm-a << Keysight Technologies") for m in messages)
-
-
-# --- protocol tests: exact frames, no emulator -----------------------------------------------
-
-NO_ERROR = (":SYST:ERR?", '+0,"No error"')
-
-
-class ScriptedResource:
-    """Stands in for a pyvisa resource: each write must match the script; reads replay it."""
-
-    def __init__(self, script: list[tuple[str, str | bytes | None]]) -> None:
-        self.script = list(script)
-        self.pending = b""
-        self.timeout = 1000.0
-        self.closed = False
-
-    def write(self, message: str) -> int:
-        assert self.script, f"unexpected write {message!r}"
-        sent, reply = self.script.pop(0)
-        assert message == sent
-        if isinstance(reply, bytes):
-            self.pending += reply
-        elif reply is not None:
-            self.pending += (reply + "\n").encode()
-        return len(message)
-
-    def read(self) -> str:
-        line, sep, self.pending = self.pending.partition(b"\n")
-        if not sep:
-            raise VisaIOError(constants.StatusCode.error_timeout)
-        return line.decode("ascii")
-
-    def read_raw(self) -> bytes:
-        return self.read().encode() + b"\n"
-
-    def read_bytes(self, count: int, break_on_termchar: bool = False) -> bytes:
-        if len(self.pending) < count:
-            raise VisaIOError(constants.StatusCode.error_timeout)
-        out, self.pending = self.pending[:count], self.pending[count:]
-        return out
-
-    def close(self) -> None:
-        self.closed = True
-
-    def assert_all_consumed(self) -> None:
-        assert not self.script, f"not sent: {self.script}"
-        assert not self.pending, f"not read: {self.pending!r}"
-
-
-def scripted(script: list[tuple[str, str | bytes | None]]) -> tuple[PowerMeter,
-                                                                    ScriptedResource]:
-    link = ScriptedResource(script)
-    return PowerMeter.from_resource(link, name="pm-x"), link  # type: ignore[arg-type]
-
-
-def test_protocol_settings_and_readings() -> None:
-    pm, link = scripted([
-        (":SENS2:POW:WAV 1550.1200NM", None), NO_ERROR,
-        (":SENS2:POW:ATIM 0.0005S", None), NO_ERROR,
-        (":SENS2:POW:RANG:AUTO 1", None), NO_ERROR,
-        (":SENS2:CORR -0.5000DB", None), NO_ERROR,
-        (":SENS2:POW:UNIT 0", None), NO_ERROR,
-        (":SENS2:POW:REF:STAT?", "+0"),
-        (":INIT2:CONT OFF", None), NO_ERROR,
-        (":READ2:POW?", "-1.23400000E+01"),
-        (":FETC2:POW?", "+9.91000000E+37"),
-        (":SENS2:POW:WAV?", "+1.55012000E-06"),
-    ])
-    with pm:
-        pm.set_wavelength_nm(2, 1550.12)
-        pm.set_averaging_time_s(2, 5e-4)
-        pm.set_auto_range(2, True)
-        pm.set_correction_db(2, -0.5)
-        pm.set_unit_dbm(2)
-        assert pm.read_power_dbm(2) == pytest.approx(-12.34)
-        assert pm.fetch_power_dbm(2) is None
-        assert pm.wavelength_nm(2) == pytest.approx(1550.12)
-    link.assert_all_consumed()
-    assert link.closed
-
-
-def test_protocol_unknown_unit_is_queried_once() -> None:
-    pm, link = scripted([
-        (":SENS1:POW:UNIT?", "+0"),
-        (":SENS1:POW:REF:STAT?", "+0"),
-        (":INIT1:CONT OFF", None), NO_ERROR,
-        (":SENS1:POW:ATIM?", "+1.00000000E-01"),
-        (":READ1:POW?", "-3.0"),
-        (":READ1:POW?", "-3.5"),
-    ])
-    assert pm.read_power_dbm(1) == pytest.approx(-3.0)
-    assert pm.read_power_dbm(1) == pytest.approx(-3.5)
-    link.assert_all_consumed()
-
-
-def test_protocol_logging() -> None:
-    values = [1e-3, 2.5e-6, 0.0]
-    block = ieee_block(struct.pack("<3f", *values)) + b"\n"
-    pm, link = scripted([
-        (":SENS1:POW:REF:STAT?", "+0"),
-        (":SENS1:POW:UNIT?", "+1"),
-        (":TRIG1:INP SME", None), NO_ERROR,
-        (":SENS1:FUNC:PAR:LOGG 3,0.001S", None), NO_ERROR,
-        (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
-        (":SENS1:FUNC:STAT?", "LOGGING_STABILITY,COMPLETE"),
-        (":SENS1:FUNC:RES?", block),
-    ])
-    pm.start_logging(1, 3, 1e-3, trigger="SME")
-    np.testing.assert_array_equal(pm.logging_result(1), np.array(values, dtype=np.float32))
-    link.assert_all_consumed()
-
-
-def test_protocol_logging_in_dbm_and_relative_is_converted_to_watts() -> None:
-    dbm_block = ieee_block(struct.pack("<2f", -10.0, 9.91e37)) + b"\n"
-    db_block = ieee_block(struct.pack("<1f", 3.0)) + b"\n"
-    pm, link = scripted([
-        (":SENS1:POW:REF:STAT?", "+0"),
-        (":SENS1:POW:UNIT?", "+0"),
-        (":TRIG1:INP IGN", None), NO_ERROR,
-        (":SENS1:FUNC:PAR:LOGG 2,0.001S", None), NO_ERROR,
-        (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
-        (":SENS1:FUNC:STAT?", "LOGGING_STABILITY,COMPLETE"),
-        (":SENS1:FUNC:RES?", dbm_block),
-        (":SENS1:POW:REF:STAT 1", None), NO_ERROR,
-        (":SENS1:POW:REF:STAT?", "+1"),
-        (":TRIG1:INP IGN", None), NO_ERROR,
-        (":SENS1:FUNC:PAR:LOGG 1,0.001S", None), NO_ERROR,
-        (":SENS1:FUNC:STAT LOGG,STAR", None), NO_ERROR,
-        (":SENS1:FUNC:STAT?", "LOGGING_STABILITY,COMPLETE"),
-        (":SENS1:POW:REF?", "-13.0"),
-        (":SENS1:FUNC:RES?", db_block),
-    ])
-    pm.start_logging(1, 2, 1e-3)
-    np.testing.assert_allclose(pm.logging_result(1), [1e-4, 0.0], rtol=1e-6)
-    pm.set_reference_relative(1, True)
-    pm.start_logging(1, 1, 1e-3)
-    np.testing.assert_allclose(pm.logging_result(1), [1e-4], rtol=1e-6)   # -13 dBm + 3 dB
-    link.assert_all_consumed()
-
-
-@pytest.mark.parametrize("reply", [b"garbage\n", b"#0\n", b"#2x8" + b"\0" * 8 + b"\n",
-                                   b"#13abc\n", b"#14abcdX"])
-def test_protocol_bad_block_is_a_protocol_error(reply: bytes) -> None:
-    pm, link = scripted([
-        (":SENS1:FUNC:STAT?", "NONE,COMPLETE"),
-        (":SENS1:POW:REF:STAT?", "+0"),
-        (":SENS1:POW:UNIT?", "+1"),
-        (":SENS1:FUNC:RES?", reply),
-    ])
-    with pytest.raises(ProtocolError):
-        pm.logging_result(1)
-
-
-def test_protocol_queued_error_names_the_command() -> None:
-    pm, link = scripted([
-        (":SENS1:POW:WAV 1300.0000NM", None),
-        (":SYST:ERR?", '-221,"Settings conflict"'),
-        (":SYST:ERR?", '+0,"No error"'),
-    ])
-    with pytest.raises(DeviceError, match=r"':SENS1:POW:WAV 1300.0000NM' refused.*-221"):
-        pm.set_wavelength_nm(1, 1300)
-    link.assert_all_consumed()
-
-
-@pytest.mark.parametrize("sent, answer, call", [
-    ("*IDN?", "Keysight,N7744A", lambda pm: pm.identify()),
-    (":SENS1:POW:WAV?", "1.2.3", lambda pm: pm.wavelength_nm(1)),
-    (":SENS1:POW:WAV?", "NAN", lambda pm: pm.wavelength_nm(1)),
-    (":SENS1:FUNC:STAT?", "LOGGING", lambda pm: pm.logging_state(1)),
-    (":SYST:ERR?", "no error", lambda pm: pm.errors()),
-])
-def test_protocol_malformed_answers(sent: str, answer: str, call) -> None:
-    pm, link = scripted([(sent, answer)])
-    with pytest.raises(ProtocolError):
-        call(pm)
-    link.assert_all_consumed()
