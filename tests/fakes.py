@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drivers.emulators.wss import WssEmulator
+
+LAB_WSS_PLAN = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
+"""The emulated testbed's WSS plan (channels 1..48 every 100 GHz from 193.1 THz)."""
+
 
 class FakeClock:
     """A clock the test advances by hand (`advance`), or that moves only when the code under
@@ -28,3 +36,10 @@ class Optics:
 
     def __call__(self, channel: int) -> float | None:
         return self.dbm.get(channel)
+
+
+def lab_wss(**kw: Any) -> WssEmulator:
+    """A WSS emulator on the emulated testbed's plan; `kw` adds or overrides arguments."""
+    from drivers.emulators.wss import WssEmulator
+
+    return WssEmulator(**{**LAB_WSS_PLAN, **kw})

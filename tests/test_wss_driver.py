@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from fakes import LAB_WSS_PLAN as LAB
 
 from common.errors import DeviceTimeout, ProtocolError
 from drivers.emulators.tcpserve import TcpEmulatorServer
@@ -17,7 +18,6 @@ from drivers.transport import SerialTransport
 from drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
 from drivers.wss_protocol import WssErrorCode
 
-LAB = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
 BLOCKED = Route(99, BLOCKED_DB)
 
 SETTLE_S = 0.005
