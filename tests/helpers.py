@@ -21,6 +21,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository."""
+EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
+"""The emulated four-node testbed file."""
 
 
 def start_child(argv: list[str], capture_stderr: bool = False) -> subprocess.Popen[str]:

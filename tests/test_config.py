@@ -6,13 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import EMULATED, ROOT
 
 from common.config import dump_testbed, load_testbed, parse_testbed
 from common.errors import ConfigError
 from oddl.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 LAB = ROOT / "deploy" / "testbeds" / "lab-4node.toml"
 
 

@@ -10,10 +10,10 @@ devices named in the file (one transmitter, one WSS and one meter), and restore 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import EMULATED
 
 from common.config import TestbedConfig, load_testbed
 from common.errors import DeviceError, SafetyLimitError
@@ -24,9 +24,6 @@ from drivers.interfaces import (
     TunableTransceiver,
     WavelengthSelectiveSwitch,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 
 
 @pytest.fixture(scope="module")

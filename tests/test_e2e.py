@@ -15,6 +15,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers import EMULATED
 
 from agents.client import AgentClient
 from agents.client import allreduce_all as run_on_all
@@ -27,8 +28,6 @@ from protos import oddl_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import EMULATED
 
 from agents.dataplane import FabricLink
 from agents.executor import (
@@ -40,8 +40,6 @@ from drivers.emulators.host import start_emulated_testbed
 from drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
 from offline.optinc import model as om
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 NODES = ("n0", "n1", "n2", "n3")
 BITS = 8
 

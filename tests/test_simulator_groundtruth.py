@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import EMULATED
 
 from agents.client import AgentClient, allreduce_all
 from oddl.launch import RunningTestbed
@@ -25,8 +26,6 @@ from offline.simulator.testbed import calibrate, predict_testbed_allreduce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 RATE_GBPS = 0.01
 TINY_ELEMS = 64
 LARGE_ELEMS = 65_536

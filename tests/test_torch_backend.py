@@ -16,13 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import train_demo_summary
+from helpers import EMULATED, ROOT, train_demo_summary
 
 torch = pytest.importorskip("torch")
 
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 WORKER = Path(__file__).resolve().parent / "torch_backend_worker.py"
 WORLD = 4
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import train_demo_summary
+from helpers import EMULATED, train_demo_summary
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -34,8 +34,6 @@ from oddl.launch import RunningTestbed  # noqa: E402
 from oddl.operator import OperatorClient  # noqa: E402
 from oddl.procs import ProcessGroup  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 WORLD = 4
 
 
