@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -57,14 +58,25 @@ def _start(tmp: Path, link: str, transport: str = ""
         raise
 
 
+@contextmanager
+def _running(tmp: Path, link: str, transport: str = ""
+             ) -> Iterator[tuple[OperatorClient, list[AgentClient], dict]]:
+    """`_start`, then the operator, the agent clients and the testbed's addresses; closes
+    the clients and stops the processes on leaving."""
+    group, op, clients, info = _start(tmp, link, transport)
+    try:
+        yield op, clients, info
+    finally:
+        for c in clients:
+            c.close()
+        op.close()
+        group.stop_all()
+
+
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory) -> Iterator[tuple[OperatorClient, list[AgentClient], dict]]:
-    group, op, clients, info = _start(tmp_path_factory.mktemp("secure"), "fabric")
-    yield op, clients, info
-    for c in clients:
-        c.close()
-    op.close()
-    group.stop_all()
+    with _running(tmp_path_factory.mktemp("secure"), "fabric") as running:
+        yield running
 
 
 def _exact(clients: list[AgentClient], seed: int) -> bool:
@@ -133,31 +145,19 @@ def test_strangers_are_kept_out(secure, tmp_path):
 
 def test_secure_direct_links(tmp_path):
     """Secure direct links: mutually authenticated TCP streams (agents/streamauth.py)."""
-    group, op, clients, _info = _start(tmp_path, "direct")
-    try:
+    with _running(tmp_path, "direct") as (op, clients, _info):
         op.submit("secure-direct", [], "ring", "optical")
         assert _exact(clients, 2)
         # the lab path keeps its speed in secure mode: streams whose ends proved their keys
         assert {c.status()["data_path"] for c in clients} == {"tcp streams, authenticated"}
-    finally:
-        for c in clients:
-            c.close()
-        op.close()
-        group.stop_all()
 
 
 def test_secure_direct_links_encrypted(tmp_path):
     """transport = "curve": the direct links as ZeroMQ CURVE sockets (encrypted)."""
-    group, op, clients, _info = _start(tmp_path, "direct", transport="curve")
-    try:
+    with _running(tmp_path, "direct", transport="curve") as (op, clients, _info):
         op.submit("secure-curve", [], "ring", "ideal")
         assert _exact(clients, 1)
         assert {c.status()["data_path"] for c in clients} == {"zeromq with curve"}
-    finally:
-        for c in clients:
-            c.close()
-        op.close()
-        group.stop_all()
 
 
 # ---- secure by default: no plaintext control beyond loopback unless asked for ----------------
