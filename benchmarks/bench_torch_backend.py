@@ -139,16 +139,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
-    lines = [f"oddl torch backend vs the agent's own all-reduce ({summary['collective']}, "
-             f"{summary['network']} network, {N} ranks, median of {summary['repeats']}, rank 0)",
-             f"{'size':>8}{'backend':>12}{'agent':>12}{'ratio':>8}{'pairs':>8}"
-             f"{'async_op':>12}{'ratio':>8}"]
-    for r in summary["rows"]:
-        lines.append(
-            f"{r['size_mb']:>6g}MB{r['backend_ms']:>10.1f}ms{r['agent_ms']:>10.1f}ms"
-            f"{r['ratio']:>8.3f}{r['pair_ratio_median']:>8.3f}{r['async_ms']:>10.1f}ms"
-            f"{r['async_ratio']:>8.3f}{'' if r['meets_1_05'] else '  (aim ≤ 1.05)'}")
-    return lines
+    return [f"oddl torch backend vs the agent's own all-reduce ({summary['collective']}, "
+            f"{summary['network']} network, {N} ranks, median of {summary['repeats']}, rank 0)",
+            f"{'size':>8}{'backend':>12}{'agent':>12}{'ratio':>8}{'pairs':>8}"
+            f"{'async_op':>12}{'ratio':>8}",
+            *(f"{r['size_mb']:>6g}MB{r['backend_ms']:>10.1f}ms{r['agent_ms']:>10.1f}ms"
+              f"{r['ratio']:>8.3f}{r['pair_ratio_median']:>8.3f}{r['async_ms']:>10.1f}ms"
+              f"{r['async_ratio']:>8.3f}{'' if r['meets_1_05'] else '  (aim ≤ 1.05)'}"
+              for r in summary["rows"])]
 
 
 if __name__ == "__main__":
