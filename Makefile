@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
-	@echo "make test    - run the whole test suite (lint included)"
+	@echo "make test    - run the whole test suite (make lint included)"
+	@echo "make lint    - ruff, stale generated code, the layer contracts (import-linter), mypy"
 	@echo "make bench   - run the benchmarks and write benchmarks/results/"
 	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
 	@echo "make soak    - 10 minutes of traffic under kills and stalls (SOAK_ARGS=--minutes 60)"
@@ -32,13 +33,15 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/oddl demo
 
-test: $(TORCH_STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/python protos/generate.py --check
+test: $(TORCH_STAMP) lint
 	$(BIN)/python -m pytest -q
 
+# style, the generated code, the floors (docs/decisions/0011-the-house.md) and the types
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python protos/generate.py --check
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 protos: $(STAMP)
 	$(BIN)/python protos/generate.py

@@ -60,7 +60,7 @@ class Agent:
         self._stop = threading.Event()
         security = None
         if cfg.security.enabled:
-            from common.security import SecurityFiles
+            from common.security.files import SecurityFiles
 
             security = SecurityFiles.load(cfg.security.certs)
         self.ctl = ControllerLink(cfg, node_id, controller, security, self._stop)

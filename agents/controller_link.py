@@ -54,7 +54,7 @@ class ControllerLink:
         self.controller = controller
         self.stop = stop
         if security is not None:
-            from common.security import secure_channel, tls_channel_credentials
+            from common.security.tls import secure_channel, tls_channel_credentials
 
             self._channel = secure_channel(controller,
                                            tls_channel_credentials(security.agent_tls(node_id)))

@@ -181,7 +181,7 @@ class _Receiver:
                 break
             if self._router:
                 if self._check_sender:
-                    from common.security import sender_matches
+                    from common.security.curve import sender_matches
 
                     if not sender_matches(frames[0].bytes, frames[-1]):
                         self._inbox.malformed += 1
@@ -215,7 +215,7 @@ class FabricLink(_ZmqChunks):
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
         if curve is not None:
-            from common.security import configure_curve_client
+            from common.security.curve import configure_curve_client
 
             configure_curve_client(rx, *curve)
         rx.connect(fabric_address)
@@ -262,7 +262,7 @@ class DirectLink(_ZmqChunks):
         rx.setsockopt(zmq.LINGER, 0)
         rx.setsockopt(zmq.RCVHWM, 100000)
         if security is not None:
-            from common.security import CurveServer
+            from common.security.curve import CurveServer
 
             self._curve = CurveServer(security.curve_keys(node_id),
                                       security.curve_clients(operators=False),
@@ -293,7 +293,7 @@ class DirectLink(_ZmqChunks):
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.SNDHWM, 100000)
                 if self._security is not None:
-                    from common.security import configure_curve_client
+                    from common.security.curve import configure_curve_client
 
                     configure_curve_client(s, self._security.curve_keys(self.node_id),
                                            self._security.curve_public(node))

@@ -29,18 +29,10 @@ from agents.chunk_pipeline import run_pipelined
 from agents.chunkplan import chunk_plan
 from agents.collective_run import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
 from agents.gate import SlotGate
-from agents.optinc_run import (  # house: re-export for agents.optinc_run
-    optinc_encode,
-    optinc_expected,
-    optinc_scale,
-    run_optinc,
-)
 from agents.step_by_step import INLINE_SEND, run_steps
 from agents.stream_wire import CHUNK_BYTES
-from common.config import OPTINC  # house: re-export for common.config
 
-__all__ = ["OPTINC", "ChunkLink", "CollectiveRun", "Handoffs", "optinc_encode",
-           "optinc_expected", "optinc_scale", "run_collective", "run_optinc"]
+__all__ = ["ChunkLink", "CollectiveRun", "Handoffs", "run_collective"]
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,

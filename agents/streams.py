@@ -39,8 +39,7 @@ from functools import partial
 
 from agents.gate import Cancel
 from agents.stream_inbound import BufferPool, Inbound
-from agents.stream_wire import (  # house: re-export for agents.stream_wire
-    HEAD_BYTES,
+from agents.stream_wire import (
     HELLO,
     POLL_S,
     ChunkHead,
@@ -58,7 +57,7 @@ from common.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HEAD_BYTES", "ChunkHead", "Phy", "StreamLink", "node_tag"]
+__all__ = ["StreamLink"]
 
 
 class StreamLink:

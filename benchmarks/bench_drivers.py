@@ -22,8 +22,9 @@ import time
 import numpy as np
 
 from common.config import load_testbed
-from controller.devices import Configuration, DeviceManager
-from controller.service import default_configuration
+from controller.device_types import Configuration
+from controller.devices import DeviceManager
+from controller.server import default_configuration
 from drivers.emulators.host import start_emulated_testbed
 from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer

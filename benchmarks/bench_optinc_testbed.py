@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from bench_common import allreduce_results, check_float_sum, emit, run_meta
 
-from agents.executor import optinc_expected
+from agents.optinc_run import optinc_expected
 from common.config import OptincDeviceConfig
 from oddl.launch import DEFAULT_TESTBED, RunningTestbed, fabric_stats
 

@@ -31,7 +31,8 @@ from typing import Any
 from bench_common import emit
 
 from offline.topoopt.model import MODELS, describe
-from offline.topoopt.search import DEFAULT_BUDGET, SearchConfig, co_optimise
+from offline.topoopt.search import SearchConfig, co_optimise
+from offline.topoopt.search_config import DEFAULT_BUDGET
 
 AIM_S = 60.0
 NODES, DEGREE, GBPS = 128, 4, 100.0

@@ -37,7 +37,7 @@ class DeviceWatch:
     def _bring_up(self, tx: str, channel: int) -> None:
         raise NotImplementedError
 
-    def _log(self, device: str, action: str, ok: bool, detail: str = "") -> None:
+    def log_event(self, device: str, action: str, ok: bool, detail: str = "") -> None:
         raise NotImplementedError
 
     def check(self) -> list[str]:
@@ -69,7 +69,7 @@ class DeviceWatch:
                 fresh = open_driver(dev, self.cfg.grid.channels)
             except OddlError as again:
                 if dev_id not in self.unreachable:
-                    self._log(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
+                    self.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
                 self.unreachable[dev_id] = str(again)
                 return False
             old, self.drivers[dev_id] = self.drivers.get(dev_id), fresh
@@ -80,7 +80,7 @@ class DeviceWatch:
                     logger.debug("closing the old driver of %s failed", dev_id, exc_info=True)
         try:
             if self._holds(dev_id):  # reconnected, the device kept its state
-                self._log(dev_id, "check", True, "link restored; the device kept its state")
+                self.log_event(dev_id, "check", True, "link restored; the device kept its state")
                 self.unreachable.pop(dev_id, None)
                 return False
             if dev_id in self.verified.channels:
@@ -94,11 +94,11 @@ class DeviceWatch:
                                   "restoring it", device=dev_id)
         except OddlError as exc:
             self.unreachable[dev_id] = str(exc)
-            self._log(dev_id, "restore", False, str(exc))
+            self.log_event(dev_id, "restore", False, str(exc))
             return False
         self.unreachable.pop(dev_id, None)
         self.verified_ns[dev_id] = time.time_ns()
-        self._log(dev_id, "restore", True, "it no longer held the verified configuration "
+        self.log_event(dev_id, "restore", True, "it no longer held the verified configuration "
                   "(power cycle or reset?); re-applied it")
         return True
 
@@ -125,7 +125,7 @@ class DeviceWatch:
             except Exception:  # the old link is gone anyway
                 logger.debug("closing the old driver of %s failed", dev.id, exc_info=True)
         self.unreachable.pop(dev.id, None)
-        self._log(dev.id, "check", True, "link restored")
+        self.log_event(dev.id, "check", True, "link restored")
 
     def _holds(self, dev_id: str) -> bool:
         """Whether the device reads back as the verified configuration says."""

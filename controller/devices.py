@@ -31,9 +31,9 @@ from common.errors import DeviceError, OddlError
 from controller.device_drivers import open_driver
 from controller.device_limits import check_limits
 from controller.device_types import (
-    Configuration,  # house: re-export for controller.device_types (also used here)
+    Configuration,
     DeviceEvent,
-    TransactionError,  # house: re-export for controller.device_types (also used here)
+    TransactionError,
     describe_change,
 )
 from controller.device_watch import DeviceWatch
@@ -47,7 +47,7 @@ from drivers.interfaces import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Configuration", "DeviceEvent", "DeviceManager", "TransactionError"]
+__all__ = ["DeviceEvent", "DeviceManager"]
 
 
 
@@ -91,10 +91,10 @@ class DeviceManager(DeviceWatch):
     def initialise(self, target: Configuration) -> None:
         """Bring every transmitter up (grid, power, channel, output on) and apply `target`."""
         for dev in self.cfg.devices_of("itla"):
-            self._log(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
+            self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
             self._bring_up(dev.id, target.channels.get(dev.id, 1))
         for dev in self.cfg.devices_of("wss"):
-            self._log(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
+            self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
         self.transact(target, reason="initialise")
 
     def _bring_up(self, tx: str, channel: int) -> None:
@@ -140,7 +140,7 @@ class DeviceManager(DeviceWatch):
             for dev in restored:
                 self.verified_ns[dev] = now
             self._persist(stored, restored, now)
-            self._log("*", "reconcile after restart", True,
+            self.log_event("*", "reconcile after restart", True,
                       f"adopted {', '.join(adopted) or 'nothing'}; "
                       f"restored {', '.join(restored) or 'nothing'}")
             return {"adopted": adopted, "restored": restored}
@@ -182,14 +182,14 @@ class DeviceManager(DeviceWatch):
                 self.transactions_failed += 1
                 report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
                 report += self._roll_back(before, timeout)
-                self._log("*", f"transaction {reason}", False, "; ".join(report))
+                self.log_event("*", f"transaction {reason}", False, "; ".join(report))
                 raise TransactionError("reconfiguration failed and was rolled back", report) from exc
             self.verified = target
             now = time.time_ns()
             for dev in list(target.channels) + list(target.wss_tables):
                 self.verified_ns[dev] = now
             self._persist(target, list(target.channels) + list(target.wss_tables), now)
-            self._log("*", f"transaction {reason}", True, describe_change(before, target))
+            self.log_event("*", f"transaction {reason}", True, describe_change(before, target))
             return target
 
     def _apply(self, target: Configuration, before: Configuration, timeout: float
@@ -200,7 +200,7 @@ class DeviceManager(DeviceWatch):
                   if dict(t) != dict(before.wss_tables.get(w, {}))}
         for wss_id, table in tables.items():
             self.drivers[wss_id].stage(dict(table))
-            self._log(wss_id, "stage", True, f"{len(table)} channels")
+            self.log_event(wss_id, "stage", True, f"{len(table)} channels")
         futures: dict[str, Future[Any]] = {
             w: self._pool.submit(self._apply_wss, w, w in tables, timeout)
             for w in target.wss_tables}
@@ -230,7 +230,7 @@ class DeviceManager(DeviceWatch):
         drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
         if changed:
             self._timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
-            self._log(wss_id, "apply", True)
+            self.log_event(wss_id, "apply", True)
         return self._timed(wss_id, "read", drv.read_active)
 
     def _tune_and_read(self, tx: str, channel: int, changed: bool, timeout: float
@@ -244,7 +244,7 @@ class DeviceManager(DeviceWatch):
         t_lock = self._timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
         self.reconfigurations += 1
-        self._log(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
+        self.log_event(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
         return t_lock
 
     def _read_all(self, target: Configuration) -> dict[str, Any]:
@@ -323,7 +323,7 @@ class DeviceManager(DeviceWatch):
                 f.result()
             except OddlError as exc:
                 errors.append(f"{tx}: {exc}")
-                self._log(tx, "tune", False, str(exc))
+                self.log_event(tx, "tune", False, str(exc))
         with self._lock:
             if not errors:
                 self.verified = Configuration(channels).merged_over(self.verified)
@@ -360,7 +360,8 @@ class DeviceManager(DeviceWatch):
             for t, d, a, ok, det in self.store.events(self.events.maxlen or 2000):
                 self.events.append(DeviceEvent(t, d, a, ok, det))
 
-    def _log(self, device: str, action: str, ok: bool, detail: str = "") -> None:
+    def log_event(self, device: str, action: str, ok: bool, detail: str = "") -> None:
+        """Record an event in the device log (kept in memory and in the store)."""
         event = DeviceEvent(time.time_ns(), device, action, ok, detail)
         self.events.append(event)
         if self.store is not None:

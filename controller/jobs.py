@@ -23,8 +23,8 @@ import numpy as np
 
 from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from common.errors import OddlError, OperationRefused
-from controller.devices import Configuration
-from controller.optinc_schedule import (  # house: re-export for controller.optinc_schedule
+from controller.device_types import Configuration
+from controller.optinc_schedule import (
     OptincSchedule,
     optinc_schedule,
 )
@@ -37,10 +37,10 @@ from controller.scheduling import (
     schedule_plan,
 )
 from controller.store import Store
-from controller.testbed_model import (  # house: re-export for controller.testbed_model
+from controller.testbed_model import (
     timing_from_config as timing_from_config,
 )
-from controller.testbed_model import (  # house: re-export for controller.testbed_model
+from controller.testbed_model import (
     topology_from_config as topology_from_config,
 )
 from drivers.interfaces import Route

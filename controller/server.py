@@ -21,10 +21,12 @@ from grpc_reflection.v1alpha import reflection
 from common.config import TestbedConfig
 from common.errors import ConfigError, OddlError
 from common.metrics import Metrics, counter, gauge
-from controller.devices import Configuration, DeviceManager
+from controller.device_types import Configuration
+from controller.devices import DeviceManager
 from controller.servicer import SERVICE_NAME, ControllerService
 from controller.store import Store
 from drivers.interfaces import Route
+from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
@@ -60,10 +62,15 @@ class ControllerServer:
         interceptors = []
         if cfg.security.enabled:
             from common.revocation import RevocationList
-            from common.security import AuthorizationInterceptor, SecurityFiles, server_credentials
+            from common.security.authorization import AuthorizationInterceptor
+            from common.security.files import SecurityFiles
+            from common.security.tls import server_credentials
 
             self.security = SecurityFiles.load(cfg.security.certs)
+            # the rule table is checked against the service at start-up: an RPC without a
+            # rule, or a rule naming a request field that does not exist, stops the server
             interceptors.append(AuthorizationInterceptor(
+                service_descriptor=pb.DESCRIPTOR.services_by_name["Controller"],
                 revocations=RevocationList(self.security.root)))
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                              thread_name_prefix="grpc"),

@@ -23,7 +23,8 @@ from common.errors import OddlError, OperationRefused, SafetyLimitError
 from common.metrics import Metrics
 from controller.agent_registry import AgentRegistry
 from controller.collective_starts import CollectiveStarts
-from controller.devices import Configuration, DeviceManager, TransactionError
+from controller.device_types import Configuration, TransactionError
+from controller.devices import DeviceManager
 from controller.jobs import JobManager, JobRecord
 from controller.slot_executor import SlotExecutor
 from controller.store import Store
@@ -61,7 +62,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.jobs = JobManager(cfg, self.topology, self.timing, store)
         self.errors: Counter[str] = Counter()
         self._lock = threading.RLock()
-        self.registry = AgentRegistry(cfg, self.jobs, self._lock, self.errors, devices._log)
+        self.registry = AgentRegistry(cfg, self.jobs, self._lock, self.errors, devices.log_event)
         self.slots = SlotExecutor(devices, self._circuits_ready, self.errors, metrics)
         self.starts = CollectiveStarts(cfg, self.jobs, devices, self.registry, self.slots,
                                        self._lock, self.errors)

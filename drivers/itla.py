@@ -28,7 +28,6 @@ from drivers.interfaces import DeviceIdentity, TransceiverState
 from drivers.itla_frames import (
     SENA,
     Status,
-    encode_request,  # house: re-export for drivers.itla_frames
     join_mhz,
     split_mhz,
 )
@@ -44,7 +43,7 @@ from drivers.itla_registers import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ItlaDriver", "ItlaTimeouts", "encode_request"]
+__all__ = ["ItlaDriver", "ItlaTimeouts"]
 
 
 class ItlaDriver(ItlaLink):

@@ -161,7 +161,7 @@ def _local_api() -> Callable[[bytes], None]:
 def _chunk_head() -> Callable[[bytes], None]:
     import struct
 
-    from agents.streams import HEAD_BYTES, ChunkHead
+    from agents.stream_wire import HEAD_BYTES, ChunkHead
 
     def run(data: bytes) -> None:
         try:
@@ -273,7 +273,7 @@ class _Controller:
         with cls.lock:
             if cls.server is None:
                 from common.config import load_testbed
-                from controller.service import ControllerServer
+                from controller.server import ControllerServer
                 from drivers.emulators.host import start_emulated_testbed
 
                 cls.tb = start_emulated_testbed(load_testbed(CONFIG))

@@ -20,9 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_command_tree
 from common.security.files import DEFAULT_CURVE_SERVERS, MANIFEST
 from common.security.lab_ca import init_lab_ca
+from oddl.command_line import run_command_tree
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cmd_init", "cmd_revoke", "cmd_rotate",
            "main", "register"]

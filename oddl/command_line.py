@@ -1,4 +1,4 @@
-"""Pieces every offline command module shares (`oddl simulate`, `topoopt`, `optinc`, `plan`).
+"""Pieces the command modules share (`oddl simulate`, `topoopt`, `optinc`, `plan`, `certs`).
 
 `run_alone` and `parse_or_exit_code` run argparse for a module's own ``main(argv)`` and turn
 argparse's exit into a return code; `json_default` writes numpy scalars and non-finite floats in ``--json``.
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-EXIT_USAGE = 2
-"""Exit code of a usage error (argparse's own)."""
+from common.errors import OddlError
+from oddl.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 
 def parse_or_exit_code(parser: argparse.ArgumentParser, argv: Sequence[str] | None
@@ -43,3 +44,24 @@ def json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def run_command_tree(register: Callable[[Any], Any], argv: Sequence[str] | None = None, *,
+                     prefix: Sequence[str] = (), dest: str = "cmd", required: bool = True,
+                     prog: str = "oddl") -> int:
+    """Parse ``prefix + argv`` (`argv` defaults to ``sys.argv[1:]``) with the subcommands
+    `register` adds, run the chosen ``func`` and return its exit code.
+
+    A usage error returns argparse's code (2; 0 after ``--help``); an :class:`OddlError`
+    prints ``failed: <message>`` on stderr and returns :data:`EXIT_FAILED`.
+    """
+    parser = argparse.ArgumentParser(prog=prog)
+    register(parser.add_subparsers(dest=dest, required=required))
+    args = parse_or_exit_code(parser, [*prefix, *(sys.argv[1:] if argv is None else argv)])
+    if isinstance(args, int):
+        return args
+    try:
+        return int(args.func(args))
+    except OddlError as exc:
+        print(f"failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED

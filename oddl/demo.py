@@ -9,7 +9,7 @@ exits 1 if any differs. Everything it started is stopped, also on Ctrl-C and on 
 
 With ``--collective optinc`` the two runs are ring all-reduce and optinc (both on the optical
 network): optinc's results are checked against the exact *quantised* reduction
-(`agents.executor.optinc_expected`), which they equal except where the OptINC device's
+(`agents.optinc_run.optinc_expected`), which they equal except where the OptINC device's
 noisy optics missed a level — the device counts those elements, and the demo fails unless every
 difference is one of them. The summary compares final accuracy and all-reduce time to ring.
 """
@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.executor import OPTINC, optinc_expected
+from agents.optinc_run import optinc_expected
+from common.config import OPTINC
 from common.errors import OddlError
 from oddl.demo_report import DemoOutcome, build_summary, device_delta, format_summary
 from oddl.demo_workload import integer_check, train

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.executor import OPTINC
-from common.config import TestbedConfig
+from common.config import OPTINC, TestbedConfig
 from oddl.demo_workload import RunResult, model_shape
 
 

@@ -32,7 +32,8 @@ class OperatorClient:
         self.address = address
         self.timeout_s = timeout_s
         if certs:
-            from common.security import SecurityFiles, secure_channel, tls_channel_credentials
+            from common.security.files import SecurityFiles
+            from common.security.tls import secure_channel, tls_channel_credentials
 
             files = SecurityFiles.load(certs)
             self._channel = secure_channel(address,

@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 
 from common.config import OPTINC
-from common.errors import OddlError
-from oddl.command_line import parse_or_exit_code
+from oddl.command_line import run_command_tree
+from oddl.exit_codes import EXIT_OK
 from offline.optinc import model as om
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SWEEP_NOISE = (0.0, 0.0005, 0.002, 0.02)
 SWEEP_PHASE_BITS: tuple[int | None, ...] = (8, 10, 12, 14, 16, None)
 SWEEP_SAMPLES = 4096
@@ -311,17 +310,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oddl optinc <argv>``; return the exit code."""
-    parser = argparse.ArgumentParser(prog="oddl")
-    register(parser.add_subparsers(dest="command"))
-    args = parse_or_exit_code(parser, [OPTINC, *(sys.argv[1:] if argv is None else argv)])
-    if isinstance(args, int):
-        return args
-    try:
-        return int(args.func(args))
-    except OddlError as exc:
-        print(f"failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-
+    return run_command_tree(register, argv, prefix=(OPTINC,), dest="command", required=False)
 
 if __name__ == "__main__":
     sys.exit(main())

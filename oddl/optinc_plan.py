@@ -13,9 +13,9 @@ from typing import Any
 
 from common.config import OPTINC
 from common.errors import PlanError
+from oddl.exit_codes import EXIT_OK, EXIT_USAGE
 from offline.optinc import model as om
 
-EXIT_OK, EXIT_USAGE = 0, 2
 PLAN_PARAMS = ("inputs", "bits", "transceivers", "latency_us")
 
 

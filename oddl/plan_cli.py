@@ -25,11 +25,11 @@ from typing import Any
 from common.config import OPTINC
 from common.errors import PlanError, ScheduleError
 from oddl.byte_sizes import parse_size
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from oddl.plan_describe import DETAIL_NODES, Built, build, describe, jsonable
 from oddl.plan_text import format_text, mb, ms
 from oddl.schedule_plot import plot_schedule
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_BYTES = 100_000_000
 """Buffer size when `--bytes` is not given: 100 MB."""
 PLOT_MAX_NODES = 64

@@ -13,8 +13,7 @@ import os
 from typing import Any
 
 from common.errors import ConfigError
-
-EXIT_OK, EXIT_FAILED = 0, 1
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK
 
 
 def register(devices_sub: Any) -> argparse.ArgumentParser:

@@ -39,7 +39,7 @@ def print_ready(info: dict[str, Any], ready_file: str | None) -> None:
 def cmd_controller_serve(args: argparse.Namespace) -> int:
     """Run the controller until SIGINT/SIGTERM."""
     from common.config import load_testbed
-    from controller.service import ControllerServer
+    from controller.server import ControllerServer
 
     cfg = load_testbed(args.config)
     server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,

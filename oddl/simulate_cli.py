@@ -34,10 +34,9 @@ from typing import Any
 from common.errors import OddlError
 from oddl.byte_sizes import parse_size
 from oddl.command_line import json_default, run_alone
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from oddl.simulate_plot import plot
 from oddl.simulate_text import format_sweep, format_table
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 ALIASES = {
     "rate": "gbps",

@@ -32,8 +32,7 @@ from typing import Any
 
 from common.errors import OddlError
 from oddl.command_line import json_default, run_alone
-
-EXIT_OK, EXIT_USAGE = 0, 2
+from oddl.exit_codes import EXIT_OK, EXIT_USAGE
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

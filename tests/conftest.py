@@ -1,8 +1,15 @@
-"""Shared test options: `--hardware FILE` runs the driver conformance suite on a lab testbed."""
+"""Shared test options (`--hardware FILE` runs the driver conformance suite on a lab testbed) and
+the lab CAs the security tests share."""
 
 from __future__ import annotations
 
 import pytest
+
+from common.security.files import SecurityFiles
+from common.security.lab_ca import init_lab_ca
+
+LAB_NODES = ("n0", "n1", "n2", "n3")
+"""The nodes of the shared lab CAs (`lab`, `other_lab`)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -10,3 +17,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run the driver conformance suite against the devices of this lab "
                           "testbed file instead of the emulators (changes laser channels and "
                           "WSS routes on the bench)")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
+    return init_lab_ca(tmp_path_factory.mktemp("lab") / "certs", LAB_NODES,
+                       operators=("operator", "alice"))
+
+
+@pytest.fixture(scope="module")
+def other_lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
+    """A second, unrelated lab CA (its certificates must not get in)."""
+    return init_lab_ca(tmp_path_factory.mktemp("other") / "certs", LAB_NODES)

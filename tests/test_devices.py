@@ -9,8 +9,9 @@ import pytest
 
 from common.config import load_testbed
 from common.errors import SafetyLimitError
-from controller.devices import Configuration, DeviceManager, TransactionError
-from controller.service import default_configuration
+from controller.device_types import Configuration, TransactionError
+from controller.devices import DeviceManager
+from controller.server import default_configuration
 from drivers.emulators.fabric import INSERTION_LOSS_DB
 from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
 from drivers.interfaces import Route

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,6 +16,16 @@ from common.errors import CollectiveError
 from controller.scheduling import make_plan
 from protos.schedule_wire import StepSpec
 
+
+def _on_every_rank(n: int, go: Callable[[int], None], links: dict[str, StreamLink]) -> None:
+    """Run `go(rank)` for every rank at once, wait for all, then close the links."""
+    threads = [threading.Thread(target=go, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for link in links.values():
+        link.close()
 
 def _steps(plan):
     return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
@@ -44,13 +55,7 @@ def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = f
         except CollectiveError as exc:
             outs[r] = exc
 
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for link in links.values():
-        link.close()
+    _on_every_rank(n, go, links)
     return outs
 
 
@@ -159,13 +164,7 @@ def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
         outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate(),
                                  handoffs=Grants(nodes[r]))
 
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for link in links.values():
-        link.close()
+    _on_every_rank(4, go, links)
     for out in outs:
         assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
     for node in nodes:

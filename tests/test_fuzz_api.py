@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from common.config import load_testbed, parse_testbed
 from common.errors import ConfigError
-from controller.service import ControllerServer
+from controller.server import ControllerServer
 from drivers.emulators.host import start_emulated_testbed
 from protos import oddl_pb2 as pb
 

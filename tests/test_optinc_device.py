@@ -20,22 +20,14 @@ import pytest
 from helpers import EMULATED
 
 from agents.dataplane import FabricLink
-from agents.executor import (
-    CollectiveRun,
-    optinc_encode,
-    optinc_expected,
-    optinc_scale,
-    run_optinc,
-)
+from agents.executor import CollectiveRun
 from agents.gate import SlotGate
+from agents.optinc_run import optinc_encode, optinc_expected, optinc_scale, run_optinc
 from common.config import load_testbed, parse_testbed
 from common.errors import CollectiveError, ConfigError, OperationRefused
-from controller.jobs import (
-    JobManager,
-    optinc_schedule,
-    timing_from_config,
-    topology_from_config,
-)
+from controller.jobs import JobManager
+from controller.optinc_schedule import optinc_schedule
+from controller.testbed_model import timing_from_config, topology_from_config
 from drivers.emulators.host import start_emulated_testbed
 from drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
 from offline.optinc import model as om

@@ -11,8 +11,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agents.stream_wire import ChunkHead, node_tag
 from agents.streamauth import StreamAuth
-from agents.streams import ChunkHead, StreamLink, node_tag
+from agents.streams import StreamLink
 from common.errors import CollectiveError
 from common.revocation import RevocationList, read_revoked, revoke
 from common.security.authorization import AuthorizationInterceptor

@@ -91,7 +91,7 @@ def _links(tb: EmulatedTestbed, rate_bps: float) -> dict[str, StreamLink]:
 
 def _light(tb: EmulatedTestbed, laser: str, channel: int) -> None:
     """Tune an emulated laser (over its frame interface) and route channels 1-4 to ports 1-4."""
-    from drivers.itla import encode_request
+    from drivers.itla_frames import encode_request
 
     emu = tb.lasers[laser]
     emu.handle_frame(encode_request(0x32, 0x00, write=True))
@@ -163,7 +163,7 @@ def test_a_retune_under_a_chunk_loses_it(emulated):
         t = threading.Thread(target=lambda: got.append(_recv_or_error(links["n1"])))
         t.start()
         _send(links["n0"], "n1", 1, b"z" * 50_000)
-        from drivers.itla import encode_request
+        from drivers.itla_frames import encode_request
 
         tb.lasers["laser0"].handle_frame(encode_request(0x30, 3, write=True))  # retune now
         t.join(30)

@@ -17,7 +17,6 @@ from controller.scheduling.collectives import (
     ring_allreduce,
     validate_plan,
 )
-from controller.scheduling.handoff import Handoff, confirmations_for, handoffs
 from controller.scheduling.link_budget import LinkBudget, link_budget
 from controller.scheduling.matchings import bipartite_edge_colouring
 from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
@@ -53,7 +52,6 @@ __all__ = [
     "Circuit",
     "CollectiveBuilder",
     "Grid",
-    "Handoff",
     "LinkBudget",
     "NodeEvent",
     "NodeSpec",
@@ -70,10 +68,8 @@ __all__ = [
     "bipartite_edge_colouring",
     "candidate_jumps",
     "circulant_diameter",
-    "confirmations_for",
     "execute_plan",
     "halving_doubling_allreduce",
-    "handoffs",
     "link_budget",
     "make_plan",
     "optinc_allreduce",

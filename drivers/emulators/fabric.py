@@ -249,7 +249,7 @@ class Fabric:
             self._send([ident, b"S", json.dumps(stats).encode()])
         elif kind == b"D" and len(frames) == 4:
             if self._curve is not None:
-                from common.security import sender_matches
+                from common.security.curve import sender_matches
 
                 if not sender_matches(ident, frames[-1]):
                     self._lose(None, "sender identity does not match its CURVE key",

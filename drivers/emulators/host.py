@@ -146,7 +146,8 @@ def _start_fabric(tb: EmulatedTestbed, phases_dir: str | Path | None,
     _start_optinc(tb, phases_dir)
     curve = None
     if cfg.security.enabled:
-        from common.security import CurveServer, SecurityFiles
+        from common.security.curve import CurveServer
+        from common.security.files import SecurityFiles
 
         files = SecurityFiles.load(cfg.security.certs)
         curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(), name="fabric")

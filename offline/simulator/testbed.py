@@ -100,7 +100,7 @@ def predict_testbed_allreduce(
     **params: object,
 ) -> TestbedPrediction:
     """Predict one all-reduce of `n_elems` elements over all nodes of the testbed `cfg`."""
-    from controller.jobs import timing_from_config, topology_from_config
+    from controller.testbed_model import timing_from_config, topology_from_config
 
     if network not in NETWORKS:
         raise OddlError(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")

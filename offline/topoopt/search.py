@@ -47,14 +47,13 @@ from offline.topoopt.model import (
     traffic,
 )
 from offline.topoopt.search_config import (
-    DEFAULT_BUDGET,  # house: re-export for offline.topoopt.search_config
     Progress,
     SearchConfig,
     SearchStats,
 )
 from offline.topoopt.topology import FabricTopology, build_topology
 
-__all__ = ["DEFAULT_BUDGET", "Outcome", "SearchResult", "co_optimise", "evaluate_strategy"]
+__all__ = ["Outcome", "SearchResult", "co_optimise", "evaluate_strategy"]
 
 
 @dataclass(frozen=True)
