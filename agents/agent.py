@@ -184,8 +184,10 @@ class Agent:
         self.links.set_peers(dict(event.peers))
 
     def on_ended(self, event: pb.JobEnded) -> None:
-        """A job ended: its collectives fail, its streams go."""
+        """A job ended: its collective in flight ends (a call that named no job moves to the
+        live one), its streams go."""
         self.jobs.ended(event.job_id, event.reason)
+        self.runner.abort(event.job_id, f"the job ended ({event.reason or 'no reason given'})")
         self.links.forget(event.job_id)
 
     def on_peer_lost(self, event: pb.PeerLost) -> None:

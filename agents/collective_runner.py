@@ -66,6 +66,9 @@ class CollectiveRunner:
         start), local clock: the control overhead is the first slot's start minus the last
         node's arrival (the barrier or ready exchange, and the launch or standing margin)."""
         self._called_at = 0.0
+        self._data_moved = False
+        """Whether the call in flight got past the barrier or ready exchange into its data
+        phase (its buffer may be partly reduced; it is never run a second time)."""
         self._current_job = ""
         self._cancel = threading.Event()
         self._running = threading.Event()
@@ -88,6 +91,26 @@ class CollectiveRunner:
         req = localapi.parse_allreduce(header)
         array = self._array(req, payload)
         job = self._job_for(req.job)
+        self._data_moved = False
+        try:
+            return self._allreduce_on(job, req, array)
+        except (OperationRefused, CollectiveError):
+            if req.job or self._data_moved:
+                raise
+            # a call that names no job runs on the one this node knows to be live; a job may
+            # have ended and another started before the event stream said so (a submit
+            # right after a cancel): ask the controller and, if no data moved yet, run on
+            # the live job instead
+            self._refresh_jobs()
+            if not job.ended:
+                raise
+            live = self._job_for(None, refreshed=True)
+            logger.info("%s: job %s ended under a call that named no job; running it on %s",
+                        self.node_id, job.id, live.id)
+            return self._allreduce_on(live, req, array)
+
+    def _allreduce_on(self, job: AgentJob, req: localapi.AllreduceRequest, array: np.ndarray
+                      ) -> np.ndarray:
         if job.network == "ideal":
             seq = job.next_seq
             job.next_seq += 1
@@ -97,15 +120,7 @@ class CollectiveRunner:
             if standing is not None:
                 return standing
         t_ready = time.time()
-        try:
-            seq = self._ready(job, array)
-        except OperationRefused:
-            # the job may have ended and another started before the stream said so
-            self._refresh_jobs()
-            if not job.ended or req.job:
-                raise
-            job = self._job_for(None, refreshed=True)
-            seq = self._ready(job, array)
+        seq = self._ready(job, array)
         go = self.ctl.await_go(job, seq, req.timeout_s)
         if go.error:
             raise CollectiveError(go.error)
@@ -230,6 +245,7 @@ class CollectiveRunner:
 
     def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
              t0_local: float) -> np.ndarray:
+        self._data_moved = True
         decoded = decode_schedule(schedule)
         run = CollectiveRun(
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,
