@@ -28,7 +28,8 @@ class OptincError(OddlError):
     """An OptINC model, phase file or input is invalid; nothing was computed."""
 
 
-def _check_bits(bits: Any) -> int:
+def check_bits(bits: Any) -> int:
+    """Return ``bits`` as an int, or raise OptincError when it is not a whole number in 1..MAX_BITS."""
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= MAX_BITS:
         raise OptincError(f"bits must be an integer in 1..{MAX_BITS}, got {bits!r}")
     return int(bits)
@@ -88,7 +89,7 @@ def encode_levels(values: ArrayLike, bits: int, scale: float) -> NDArray[np.int6
     then ``decode_levels(mean of levels)`` is the mean of the values up to quantisation.
     Raises OptincError on NaN/Inf or a non-positive scale.
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     v = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(v)):
         raise OptincError("values contain NaN or Inf; refusing to encode")
@@ -100,7 +101,7 @@ def encode_levels(values: ArrayLike, bits: int, scale: float) -> NDArray[np.int6
 
 def decode_levels(levels: ArrayLike, bits: int, scale: float) -> Float:
     """Return ``(level − 2**(bits−1))·scale``, the inverse of ``encode_levels``."""
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     return (np.asarray(levels, dtype=np.float64) - (1 << (bits - 1))) * scale
 
 

@@ -54,12 +54,12 @@ from offline.optinc.design import designed_params
 from offline.optinc.levels import (
     MAX_INPUTS,
     OptincError,
+    check_bits,
     check_transceivers,
     exact_mean,
     to_digits,
     validate_levels,
 )
-from offline.optinc.levels import _check_bits as check_bits
 from offline.optinc.mesh import (
     TWO_PI,
     block_matrices,
