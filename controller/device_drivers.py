@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.config import DeviceConfig
+from common.config import DeviceConfig, GridConfig, channel_map
 from common.errors import SafetyLimitError
 
 __all__ = ["open_driver"]
 
 
-def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
-    """Open the real driver for a device of the testbed file."""
+def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
+    """Open the real driver for a device of the testbed file on the testbed's `grid`."""
+    grid = grid or GridConfig()
     from drivers.transport import SerialTransport
 
     if dev.kind == "itla":
@@ -25,11 +26,16 @@ def open_driver(dev: DeviceConfig, grid_channels: int = 48) -> Any:
     if dev.kind == "wss":
         from drivers.wss import FlexgridWss, WssLimits
 
-        limits = WssLimits(channels=grid_channels, ports=dev.ports,
+        limits = WssLimits(channels=grid.channels, ports=dev.ports,
                            max_attenuation_db=dev.attenuation_range_db[1])
+        mapped = None
+        if dev.module_plan is not None:
+            lo, hi = dev.channels_allowed
+            mapped, _ = channel_map(grid.first_thz, grid.spacing_ghz, range(lo, hi + 1),
+                                    dev.module_plan)
         return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
                                            baudrate=dev.baud or 115200, timeout=dev.timeout_s),
-                           name=dev.id, timeout=dev.timeout_s, limits=limits)
+                           name=dev.id, timeout=dev.timeout_s, limits=limits, channel_map=mapped)
     if dev.kind == "powermeter":
         from drivers.powermeter import PowerMeter
 

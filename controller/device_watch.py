@@ -66,7 +66,7 @@ class DeviceWatch:
                 return False
         except OddlError as exc:
             try:  # the link broke: a new connection, as at start-up
-                fresh = open_driver(dev, self.cfg.grid.channels)
+                fresh = open_driver(dev, self.cfg.grid)
             except OddlError as again:
                 if dev_id not in self.unreachable:
                     self.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
@@ -113,7 +113,7 @@ class DeviceWatch:
         except OddlError:
             pass
         try:
-            fresh = open_driver(dev, self.cfg.grid.channels)
+            fresh = open_driver(dev, self.cfg.grid)
             fresh.identify()
         except OddlError as exc:
             self.unreachable[dev.id] = str(exc)

@@ -81,7 +81,7 @@ class DeviceManager(DeviceWatch):
             if dev.id in self.drivers:
                 continue
             try:
-                self.drivers[dev.id] = open_driver(dev, self.cfg.grid.channels)
+                self.drivers[dev.id] = open_driver(dev, self.cfg.grid)
             except OddlError as exc:
                 failures.append(f"{dev.id} ({dev.resource}): {exc}")
         if failures:

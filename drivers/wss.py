@@ -30,6 +30,7 @@ from dataclasses import replace
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from drivers.interfaces import DeviceIdentity, Route
 from drivers.transport import Transport, TransportOwner
+from drivers.wss_channels import ChannelNumbering
 from drivers.wss_codec import (
     ATTENUATION_STEP_DB,
     InvalidRouteTable,
@@ -108,12 +109,16 @@ class FlexgridWss(TransportOwner):
     Implements ``drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
     lock, so one driver may be shared between threads. Times are in seconds. `checksum`
     frames every command and requires framed replies; `echo` is whether the module echoes.
+    `channel_map` ({testbed channel: module channel}, from the testbed file's
+    ``module_plan``) makes every route table, block and read-back speak the testbed's channel
+    numbers while the wire carries the module's.
     """
 
     def __init__(self, transport: Transport, name: str = "wss", *,
                  settle_timeout: float = 5.0, timeout: float = 1.0,
                  limits: WssLimits | None = None, resync_quiet: float = 0.05,
-                 checksum: bool = False, echo: bool = True) -> None:
+                 checksum: bool = False, echo: bool = True,
+                 channel_map: Mapping[int, int] | None = None) -> None:
         self.name = name
         self.limits = limits or WssLimits()
         self._fixed_limits = self.limits  # the configured (fixed-grid) limits, for CHW 50/100
@@ -130,6 +135,7 @@ class FlexgridWss(TransportOwner):
         self._after_resync = False
         self._closed = False
         self._last_port: dict[int, int] = {}
+        self.numbering = ChannelNumbering(name, channel_map)
 
     # operations --------------------------------------------------------------------------------
     def identify(self) -> DeviceIdentity:
@@ -148,8 +154,9 @@ class FlexgridWss(TransportOwner):
         sent) for an empty table, an unknown channel or port, or a bad attenuation.
         """
         self.limits.validate(table)
+        wire = self.numbering.to_module(table)
         with self._lock:
-            self._exchange(format_ura(table))
+            self._exchange(format_ura(wire))
             self._last_port.update({ch: r.port for ch, r in table.items()})
 
     def apply(self, timeout: float | None = None) -> None:
@@ -160,15 +167,17 @@ class FlexgridWss(TransportOwner):
                           ) -> None:
         """Route the channels of `table` at once (UCA) and wait until they have settled."""
         self.limits.validate(table)
+        wire = self.numbering.to_module(table)
         with self._lock:
-            self._switch(format_ura(table, "UCA"), timeout)
+            self._switch(format_ura(wire, "UCA"), timeout)
             self._last_port.update({ch: r.port for ch, r in table.items()})
 
     def read_active(self) -> dict[int, Route]:
         """Read the active array (RRA?) as {channel: Route}; 99 / 99.9 dB mean blocked."""
         with self._lock:
             lines = self._exchange("RRA?", results=_MAX_RESULT_LINES)
-        return parse_rra(lines, device=self.name) if lines else {}
+        active = parse_rra(lines, device=self.name) if lines else {}
+        return self.numbering.from_module(active)
 
     def block(self, channel: int, timeout: float | None = None) -> None:
         """Block `channel` at 99.9 dB (on its last staged port, or 99), apply and settle."""
@@ -191,6 +200,7 @@ class FlexgridWss(TransportOwner):
 
         Back on a fixed grid the driver's limits are the configured ones again.
         """
+        self.numbering.refuse_plan_change("CHW")
         with self._lock:
             self._switch(f"CHW {int(ghz)}", timeout)
             if ghz:
@@ -202,6 +212,7 @@ class FlexgridWss(TransportOwner):
         The module must be in flexgrid mode (``set_channel_width(0)``). The driver's limits
         then cover the defined channel numbers.
         """
+        self.numbering.refuse_plan_change("DCC")
         if not plan:
             raise InvalidRouteTable("empty channel plan: define at least one channel")
         for ch, (s0, s1) in plan.items():

@@ -18,9 +18,9 @@ Sources (cited in docs/devices/wss.md): the vendor command reference as quoted i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 
+from common.config import FixedPlan
 from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "FACTORY_WINDOW_THZ",
     "SLICE_GHZ",
     "ChecksumError",
-    "FixedPlan",
     "WssErrorCode",
     "checksum",
     "frame",
@@ -91,34 +90,6 @@ def unframe(line: str) -> tuple[str, bool]:
         raise ChecksumError(f"checksum ${got:04X} of {text[:40]!r} should be "
                             f"${checksum(text):04X}")
     return text, True
-
-
-@dataclass(frozen=True)
-class FixedPlan:
-    """A fixed-grid channel plan: numbers ``first_channel ..`` centred every `spacing_ghz`."""
-
-    first_channel: int
-    first_thz: float
-    spacing_ghz: float
-    channels: int
-
-    @property
-    def last_channel(self) -> int:
-        """The highest channel number of the plan."""
-        return self.first_channel + self.channels - 1
-
-    def centre_thz(self, channel: int) -> float:
-        """Centre frequency (THz) of `channel`."""
-        return self.first_thz + (channel - self.first_channel) * self.spacing_ghz / 1000.0
-
-    def contains(self, channel: int) -> bool:
-        """Whether `channel` is one of the plan's channels."""
-        return self.first_channel <= channel <= self.last_channel
-
-    def window_thz(self) -> tuple[float, float]:
-        """Low and high edge of the plan's passbands."""
-        half = self.spacing_ghz / 2000.0
-        return self.first_thz - half, self.centre_thz(self.last_channel) + half
 
 
 FACTORY_PLAN = FixedPlan(first_channel=0, first_thz=191.350, spacing_ghz=50.0, channels=96)

@@ -4,7 +4,8 @@ the testbed file expects, before any job runs.
 Finds serial ports (pyserial's ``list_ports``) and VISA resources (pyvisa-py), then identifies
 every device of the testbed file over its own protocol: an ITLA reads its identity registers
 (DevTyp, MFGR, Model, SerNo) in MSA frames at the configured baud, a WSS answers its identity
-queries (SNO?, MFD?), a power meter ``*IDN?``. A device that does not answer is tried as the
+queries (SNO?, MFD?) and its grid (CHW?, checked against the channel numbering the file
+gives it), a power meter ``*IDN?``. A device that does not answer is tried as the
 other serial kind (a wrong port) and at the other usual baud rates (a wrong baud rate), so the
 message can say which. Probing only reads: no register write, no setting, no output change
 (drivers are closed, never shut down, since an ITLA shutdown switches the laser off).
@@ -17,10 +18,10 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from common.config import DeviceConfig, TestbedConfig
+from common.config import DeviceConfig, GridConfig, TestbedConfig
 from common.errors import DeviceError, OddlError
 from drivers.interfaces import DeviceIdentity
 
@@ -148,14 +149,20 @@ def identify_itla(resource: str, baud: int, timeout_s: float, name: str) -> Devi
 
 
 def identify_wss(resource: str, baud: int, timeout_s: float, name: str) -> DeviceIdentity:
-    """Ask a flexgrid WSS for its identity (SNO?, MFD?)."""
+    """Ask a flexgrid WSS for its identity (SNO?, MFD?) and its grid (CHW?, when it knows it)."""
     from drivers.transport import SerialTransport
     from drivers.wss import FlexgridWss
 
     transport = SerialTransport(resource, name=name, baudrate=baud, timeout=timeout_s)
     driver = FlexgridWss(transport, name=name, timeout=timeout_s)
     try:
-        return driver.identify()
+        identity = driver.identify()
+        try:
+            width = driver.channel_width()
+        except DeviceError as exc:  # a module without CHW?: identified all the same
+            logger.info("%s: CHW? not answered (%s); its grid is not checked", name, exc)
+            return identity
+        return replace(identity, extra=(*identity.extra, ("channel_width_ghz", str(width))))
     finally:
         driver.close()
 
@@ -282,6 +289,30 @@ def _check_identity(dev: DeviceConfig, identity: DeviceIdentity,
     return probe
 
 
+def check_wss_grid(result: DeviceProbe, dev: DeviceConfig, grid: GridConfig) -> DeviceProbe:
+    """An identified WSS on a fixed grid other than the one its channels are numbered by (the
+    file's ``module_plan``, else the testbed's grid) is a mismatch: the controller's channel
+    numbers would land on other frequencies."""
+    text = (result.identity or {}).get("channel_width_ghz")
+    if dev.kind != "wss" or result.status != OK or text is None:
+        return result
+    width = int(text)
+    expected = dev.module_plan.spacing_ghz if dev.module_plan else grid.spacing_ghz
+    if width == 0:
+        result.message += ("; flexgrid mode (CHW? = 0): its channels are the ones DCC defined, "
+                           "check DCC? against the testbed's grid")
+    elif abs(width - expected) > 1e-6:
+        source = (f"its module_plan says {expected:g} GHz" if dev.module_plan else
+                  f"the testbed's grid numbers channels every {expected:g} GHz")
+        result.status = MISMATCH
+        result.message = (f"on a {width} GHz fixed grid (CHW? = {width}), but {source}; the "
+                          "controller's channels would land on other frequencies: add "
+                          f"module_plan (first_channel, first_thz, spacing_ghz = {width}, "
+                          f"channels) for {dev.id} from the module's datasheet "
+                          "(docs/devices/wss.md), or set the module's grid")
+    return result
+
+
 def probe_device(dev: DeviceConfig) -> DeviceProbe:
     """Probe one device of the testbed file (emulated ones are skipped)."""
     if dev.emulated:
@@ -319,7 +350,7 @@ def probe(cfg: TestbedConfig, *, scan: bool = True, identify_unlisted: bool = Tr
         report.serial_ports = list(ports) if ports is not None else list_serial_ports()
         report.visa_resources, note = list_visa_resources()
         report.notes.append(note)
-    report.devices = [probe_device(dev) for dev in cfg.devices]
+    report.devices = [check_wss_grid(probe_device(dev), dev, cfg.grid) for dev in cfg.devices]
     if scan and identify_unlisted:
         claimed = [d.resource for d in cfg.devices]
         for port in report.serial_ports:

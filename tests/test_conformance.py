@@ -44,7 +44,7 @@ def bench(request: pytest.FixtureRequest) -> Iterator[TestbedConfig]:
 
 def _driver(cfg: TestbedConfig, kind: str) -> Any:
     dev = cfg.devices_of(kind)[0]
-    return dev, open_driver(dev, cfg.grid.channels)
+    return dev, open_driver(dev, cfg.grid)
 
 
 @pytest.fixture

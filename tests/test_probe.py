@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fakes import lab_wss
 
-from common.config import dump_testbed, load_testbed
+from common.config import FixedPlan, dump_testbed, load_testbed
 from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
 from drivers.emulators.powermeter import PowerMeterEmulator, powermeter_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
@@ -89,11 +90,15 @@ def bench() -> Iterator[dict[str, str]]:
         stops.append(itla_tcp.close)
         gated = BaudGatedPty(itla_tcp.address, 115200)
         stops.append(gated.close)
-        wss = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-1")))
+        # the switches number their channels as the testbed's grid does, but one on its
+        # factory plan (50 GHz from channel 0)
+        wss = TcpEmulatorServer(wss_connection_handler(lab_wss(serial_number="WSS-1")))
         stops.append(wss.close)
-        wss_pty, stop = serve_wss_pty(WssEmulator(serial_number="WSS-P"))
+        wss_factory = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-F")))
+        stops.append(wss_factory.close)
+        wss_pty, stop = serve_wss_pty(lab_wss(serial_number="WSS-P"))
         stops.append(stop)
-        wss_tcp = TcpEmulatorServer(wss_connection_handler(WssEmulator(serial_number="WSS-2")))
+        wss_tcp = TcpEmulatorServer(wss_connection_handler(lab_wss(serial_number="WSS-2")))
         stops.append(wss_tcp.close)
         wss_at_57600 = BaudGatedPty(wss_tcp.address, 57600)
         stops.append(wss_at_57600.close)
@@ -111,7 +116,7 @@ def bench() -> Iterator[dict[str, str]]:
         meter_host, meter_port = meter.address
         yield {
             "itla": itla_path, "itla_at_115200": gated.path, "wss": wss.url,
-            "wss_at_57600": wss_at_57600.path, "wss_pty": wss_pty,
+            "wss_at_57600": wss_at_57600.path, "wss_pty": wss_pty, "wss_factory": wss_factory.url,
             "dead_port": os.ttyname(dead_slave),
             "meter": f"TCPIP0::{meter_host}::{meter_port}::SOCKET",
             "silent_meter": f"TCPIP0::127.0.0.1::{silent.getsockname()[1]}::SOCKET",
@@ -185,6 +190,21 @@ def test_a_wss_on_its_pseudo_terminal_and_a_laser_pointed_at_it(
     laser0 = by_id["laser0"]
     assert (laser0.status, laser0.found_kind) == (WRONG_PORT, "wss")
     assert "WSS-P" in laser0.message
+
+
+def test_a_wss_on_another_grid_than_its_channel_numbering(bench: dict[str, str]) -> None:
+    cfg = _testbed({"wss0": bench["wss_factory"]})   # 50 GHz module, 100 GHz testbed grid
+    wss0 = {d.device: d for d in probe(cfg, scan=False).devices}["wss0"]
+    assert wss0.status == MISMATCH and wss0.identity["serial_number"] == "WSS-F"
+    assert "50 GHz fixed grid" in wss0.message and "module_plan" in wss0.message
+    plan = FixedPlan(first_channel=0, first_thz=191.35, spacing_ghz=50.0, channels=96)
+    mapped = _testbed({"wss0": bench["wss_factory"]}, wss0={"module_plan": plan})
+    assert {d.device: d.status for d in probe(mapped, scan=False).devices}["wss0"] == OK
+    wrong = replace(plan, spacing_ghz=100.0)
+    said = {d.device: d for d in probe(_testbed({"wss0": bench["wss_factory"]},
+                                                wss0={"module_plan": wrong}),
+                                       scan=False).devices}["wss0"]
+    assert said.status == MISMATCH and "module_plan says 100 GHz" in said.message
 
 
 def test_another_unit_and_a_missing_meter(bench: dict[str, str]) -> None:

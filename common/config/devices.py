@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from common.config.channel_plan import FixedPlan, channel_map
 from common.config.reader import REQUIRED, Spec, TableReader
 from common.config.schema import (
     DEVICE_KINDS,
@@ -22,7 +23,8 @@ _COMMON_DEVICE_KEYS = {"id", "kind", "resource", "baud", "timeout_s", "serial", 
 DEVICE_KEYS_BY_KIND = {
     "itla": _COMMON_DEVICE_KEYS | {"power_dbm", "power_range_dbm", "lock_timeout_s",
                                    "enable_timeout_s", "startup_timeout_s"},
-    "wss": _COMMON_DEVICE_KEYS | {"ports", "attenuation_range_db", "channels_allowed"},
+    "wss": _COMMON_DEVICE_KEYS | {"ports", "attenuation_range_db", "channels_allowed",
+                                  "module_plan"},
     "powermeter": _COMMON_DEVICE_KEYS | {"channels"},
 }
 _DEFAULT_BAUD = {"itla": 9600, "wss": 115200, "powermeter": 0}
@@ -73,6 +75,7 @@ class DeviceSections(TableReader):
             "lock_timeout_s": (self.num(positive=True), 5.0),
             "enable_timeout_s": (self.num(positive=True), 30.0),
             "startup_timeout_s": (self.num(positive=True), 10.0),
+            "module_plan": (self.module_plan, None),
         }
         return {k: v for k, v in spec.items() if k in DEVICE_KEYS_BY_KIND[kind]}
 
@@ -87,6 +90,33 @@ class DeviceSections(TableReader):
             if lo < 1 or hi > grid.channels:
                 raise self.fail(f"{key}.channels_allowed", f"[{lo}, {hi}] leaves the grid "
                                 f"(channels 1..{grid.channels})", "keep it inside the grid")
+            if dev.module_plan is not None:
+                self.check_module_plan(dev, dev.module_plan, key, grid)
+
+    def module_plan(self, v: Any, key: str) -> FixedPlan:
+        """Converter of a WSS's ``module_plan = {first_channel, first_thz, spacing_ghz, channels}``."""
+        values = self.table(self.anytable(v, key), key, {
+            "first_channel": (self.integer(0, 9999), REQUIRED),
+            "first_thz": (self.num(150.0, 250.0), REQUIRED),
+            "spacing_ghz": (self.num(1.0, 400.0), REQUIRED),
+            "channels": (self.integer(1, 9999), REQUIRED)})
+        return FixedPlan(**values)
+
+    def check_module_plan(self, dev: DeviceConfig, plan: FixedPlan, key: str,
+                          grid: GridConfig) -> None:
+        """Every allowed testbed channel must be the centre of one of the module's channels."""
+        lo, hi = dev.channels_allowed
+        _, missing = channel_map(grid.first_thz, grid.spacing_ghz, range(lo, hi + 1), plan)
+        if missing:
+            first = missing[0]
+            mapped = [c for c in range(lo, hi + 1) if c not in {m.channel for m in missing}]
+            fix = (f"narrow channels_allowed to channels the module has (e.g. [{mapped[0]}, "
+                   f"{_run_end(mapped)}]) or correct module_plan from the module's datasheet"
+                   if mapped else "correct module_plan from the module's datasheet")
+            raise self.fail(f"{key}.module_plan", f"testbed channel {first.channel} "
+                            f"({first.thz:.4f} THz) is the centre of no module channel "
+                            f"({plan.describe()}; {len(missing)} channel(s) of "
+                            f"channels_allowed [{lo}, {hi}] are not)", fix)
 
     def optinc_device(self, entry: dict[str, Any], key: str) -> OptincDeviceConfig:
         """One `kind = "optinc"` device: keys, emulated resource, phase file for this N and b."""
@@ -133,3 +163,13 @@ class DeviceSections(TableReader):
                             f"{inputs} and bits = {bits}",
                             f"train phases for this device (`{train}`)")
         return str(p)
+
+
+def _run_end(channels: list[int]) -> int:
+    """The last channel of the unbroken run that starts `channels`."""
+    end = channels[0]
+    for c in channels[1:]:
+        if c != end + 1:
+            break
+        end = c
+    return end

@@ -68,6 +68,10 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         entry = {k: list(v) if isinstance(v, tuple) else v for k, v in entry.items()}
         if not entry.get("faults"):
             entry.pop("faults", None)
+        if "module_plan" in entry:
+            plan = entry.pop("module_plan")
+            if plan is not None:
+                entry["module_plan"] = as_table(plan)
         doc["devices"].append(entry)
     for o in cfg.optinc:
         doc["devices"].append({k: v for k, v in as_table(o).items()

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from common.config.channel_plan import FixedPlan
 from common.errors import ConfigError
 
 EMULATED = "emulated"
@@ -154,6 +155,9 @@ class DeviceConfig:
     """ITLA: how long enabling the output may take."""
     startup_timeout_s: float = 10.0
     """ITLA: how long commands refused as "initialising" (CII) after a reset are retried."""
+    module_plan: FixedPlan | None = None
+    """WSS: the module's own fixed-grid channel plan, when it does not number channels as the
+    testbed's grid does (the driver maps each testbed channel onto it by frequency)."""
 
     @property
     def emulated(self) -> bool:

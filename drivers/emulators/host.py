@@ -22,7 +22,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from common.config import EMULATED, DeviceConfig, TestbedConfig, dump_testbed, load_testbed
+from common.config import (
+    EMULATED,
+    DeviceConfig,
+    FixedPlan,
+    TestbedConfig,
+    dump_testbed,
+    load_testbed,
+)
 from common.errors import ConfigError
 from drivers.emulators.fabric import Fabric, OpticalModel
 from drivers.emulators.lighttable import HEARTBEAT_S, LightPublisher, LightTable
@@ -122,9 +129,11 @@ def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
             power_dbm=dev.power_dbm, seed=seed)
         handler = itla_connection_handler(emu)
     elif dev.kind == "wss":
+        # the module's own plan when the file states one, else the testbed's grid numbering
+        plan = dev.module_plan or FixedPlan(1, grid.first_thz, grid.spacing_ghz, grid.channels)
         emu = tb.switches[dev.id] = WssEmulator(
-            ports=dev.ports, first_thz=grid.first_thz, spacing_ghz=grid.spacing_ghz,
-            channels=grid.channels, first_channel=1,  # grid numbering, not the factory plan's 0
+            ports=dev.ports, first_thz=plan.first_thz, spacing_ghz=plan.spacing_ghz,
+            channels=plan.channels, first_channel=plan.first_channel,
             settle_s=timing.wss_settle_ms / 1e3, serial_number=serial, seed=seed)
         handler = wss_connection_handler(emu)
     else:

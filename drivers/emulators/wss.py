@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.config import FixedPlan
 from common.errors import ConfigError
 from drivers.emulators.faults import LinkFaults
 from drivers.emulators.wss_commands import Refused, execute
@@ -49,7 +50,6 @@ from drivers.wss_protocol import (
     FACTORY_WINDOW_THZ,
     SLICE_GHZ,
     ChecksumError,
-    FixedPlan,
     WssErrorCode,
     frame,
     unframe,

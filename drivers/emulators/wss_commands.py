@@ -23,11 +23,11 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
+from common.config import FixedPlan
 from drivers.interfaces import Route
 from drivers.wss_protocol import (
     BLOCKED_DB,
     BLOCKED_PORT,
-    FixedPlan,
     WssErrorCode,
 )
 
