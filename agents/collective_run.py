@@ -22,7 +22,13 @@ from agents.chunkplan import busiest_port_bytes
 from agents.gate import Cancel, SlotGate
 from agents.stream_wire import ChunkHead
 from common.errors import CollectiveError
-from protos.schedule_wire import SlotSpec, StepSpec, confirmations, granted_slots
+from protos.schedule_wire import (
+    SlotSpec,
+    StepSpec,
+    confirmations,
+    continuing_slots,
+    granted_slots,
+)
 
 REDUCE = "reduce"
 COPY = "copy"
@@ -115,6 +121,8 @@ class RunContext:
     slot_of: dict[tuple[int, str, str], SlotSpec] = field(default_factory=dict)
     step_end: dict[int, float] = field(default_factory=lambda: defaultdict(float))
     granted: frozenset[int] = frozenset()
+    continuing: frozenset[int] = frozenset()
+    """Slots that keep the previous slot's circuits: their sends wait for no edge."""
     to_confirm: frozenset[tuple[int, str]] = frozenset()
     worst_gate_s: float = 0.0
 
@@ -123,6 +131,8 @@ class RunContext:
         if run.gated and self.handoffs is not None:
             self.granted = granted_slots(run.slots)
             self.to_confirm = confirmations(run.slots, me)
+        if run.gated:
+            self.continuing = continuing_slots(run.slots)
         for slot in run.slots:
             for pair in slot.pairs:
                 self.slot_of[(slot.step, *pair)] = slot
@@ -149,22 +159,28 @@ class RunContext:
         slot changes a circuit, then the slot's data start."""
         self.wait_edge(self.grant(step, dst))
 
-    def grant(self, step: int, dst: str) -> float:
+    def grant(self, step: int, dst: str) -> float | None:
         """Wait for the controller's grant of the slot of this node's send of `step` to `dst`
-        when it changes a circuit; return the slot's data start on the local clock."""
+        when it changes a circuit; return the slot's data start on the local clock, or None
+        when the slot keeps the previous slot's circuits (the send follows the previous
+        slot's at once: this node's sends go out in step order)."""
         run, me = self.run, self.run.me
         slot = self.slot_of.get((step, me, dst))
         if slot is None:
             raise CollectiveError(f"{me}: the schedule has no slot for step {step} {me}->{dst}; "
                                   "the plan and schedule disagree")
+        if slot.index in self.continuing:
+            return None
         edge = run.t0_local + slot.data_start_s
         if slot.index in self.granted and self.handoffs is not None:
             self.handoffs.wait_circuits(run.seq, slot.index,
                                         max(edge, time.time()) + run.receive_timeout_s)
         return edge
 
-    def wait_edge(self, edge: float) -> None:
-        """Wait for a slot edge on the gate; keep the worst release error."""
+    def wait_edge(self, edge: float | None) -> None:
+        """Wait for a slot edge on the gate (None: no edge); keep the worst release error."""
+        if edge is None:
+            return
         self.worst_gate_s = max(self.worst_gate_s, self.gate.wait_until(edge, self.stop))
 
     def confirm(self, step: int, src: str) -> None:

@@ -6,7 +6,9 @@ of the step. Transfers move in chunks: a step's sends run on a sender thread whi
 executor receives and reduces chunk by chunk into the bucket, in place. On the optical
 network every send waits for the data window of the slot whose circuit reaches its
 destination (slot edges are local: t0 converted to this agent's clock plus the slot's
-offset), and, when that slot changes a circuit, for the controller's grant; the arrivals a
+offset), and, when that slot changes a circuit, for the controller's grant; a slot that keeps
+every circuit of the slot before it (the ring's steps) has no edge: its sends follow the
+previous slot's as soon as their data is ready (decision record 0013); the arrivals a
 circuit change waits for are confirmed as they come in (both as the encoded schedule says:
 `protos.schedule_wire`). On the ideal network sends go as soon as the data is ready. A receive
 that has not arrived by its slot's end plus the receive timeout fails the collective with a

@@ -212,6 +212,21 @@ def granted_slots(slots: Iterable[SlotSpec]) -> frozenset[int]:
     return frozenset(s.index for s in slots if s.changes_circuits)
 
 
+def continuing_slots(slots: Iterable[SlotSpec]) -> frozenset[int]:
+    """The slots that keep every circuit of the slot before them: they change no circuit and
+    carry exactly its (src, dst) pairs, so each transmitter's light already reaches the same
+    receiver and no other transmitter can reach it. A send of such a slot needs no slot edge:
+    it may follow the previous slot's sends as soon as its data is ready."""
+    out: set[int] = set()
+    previous: SlotSpec | None = None
+    for slot in sorted(slots, key=lambda s: s.index):
+        if (previous is not None and slot.index == previous.index + 1
+                and not slot.changes_circuits and set(slot.pairs) == set(previous.pairs)):
+            out.add(slot.index)
+        previous = slot
+    return frozenset(out)
+
+
 def confirmations(slots: Iterable[SlotSpec], node: str) -> frozenset[tuple[int, str]]:
     """The arrivals (slot index, src) that `node` confirms to the controller."""
     return frozenset((j, src) for s in slots for j, src, dst in s.handoffs if dst == node)

@@ -173,3 +173,71 @@ def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
         assert {c[1] for c in calls[node] if c[0] == "wait"} == {
             s.index for s in decoded.slots if s.changes_circuits
             and any(a == node for a, _b in s.pairs)}
+
+
+def _decoded(collective: str, elems: int = 1000):
+    from controller.scheduling import Grid, TimingModel, Topology, schedule_plan
+    from protos.schedule_wire import decode_schedule, encode_schedule
+
+    timing = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3,
+                         wss_settle_s=0.01, slot_margin_s=1e-4, line_rate_bps=10e9)
+    topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
+    nodes = tuple(topo.node_ids)
+    plan = make_plan(collective, 4, elems)
+    return nodes, decode_schedule(encode_schedule(schedule_plan(plan, nodes, topo, timing, 8),
+                                                  "job-1", 2.0))
+
+
+def test_slots_that_keep_the_previous_circuits_continue_it():
+    from protos.schedule_wire import continuing_slots
+
+    _, ring = _decoded("ring")
+    assert [s.changes_circuits for s in ring.slots] == [True] + [False] * 5
+    assert continuing_slots(ring.slots) == {1, 2, 3, 4, 5}
+    _, hd = _decoded("halving-doubling")
+    # partners 1, 2 apart, then 2, 1 apart: only the third slot keeps the second's circuits
+    same = [sorted(s.pairs) == sorted(p.pairs)
+            for s, p in zip(hd.slots[1:], hd.slots[:-1], strict=True)]
+    assert same == [False, True, False]
+    assert continuing_slots(hd.slots) == {2}
+
+
+def test_a_send_that_continues_the_previous_slots_circuits_waits_for_no_edge():
+    nodes, decoded = _decoded("ring", 100_000)
+    edges: dict[str, list[float]] = {nd: [] for nd in nodes}
+
+    class RecordingGate(SlotGate):
+        def __init__(self, node: str):
+            super().__init__()
+            self.node = node
+
+        def wait_until(self, t_local, cancel=None):
+            edges[self.node].append(t_local)
+            return super().wait_until(t_local, cancel)
+
+    class Grants:
+        def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+            pass
+
+        def confirm(self, seq: int, slot: int, src: str) -> None:
+            pass
+
+    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
+    for link in links.values():
+        link.set_peers({p: other.address for p, other in links.items()})
+    arrays = [np.arange(100_000, dtype=np.int64) * (r + 1) for r in range(4)]
+    outs: list[object] = [None] * 4
+    t0 = time.time() + 0.2
+
+    def go(r: int) -> None:
+        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
+                            receive_timeout_s=decoded.receive_timeout_s)
+        outs[r] = run_collective(run, arrays[r], links[nodes[r]], RecordingGate(nodes[r]),
+                                 handoffs=Grants())
+
+    _on_every_rank(4, go, links)
+    for out in outs:
+        assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    # each node waited for the first slot's edge only: slots 1-5 keep its circuits
+    for node in nodes:
+        assert edges[node] == [t0 + decoded.slots[0].data_start_s]
