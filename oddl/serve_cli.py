@@ -8,21 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import threading
 from typing import Any
 
 from common.errors import ConfigError
+from common.signals import StopSignals
 from oddl.exit_codes import EXIT_OK
 
 
 def wait_for_signal() -> None:
     """Block until SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
+    with StopSignals() as stop:
+        stop.wait()
 
 
 def print_ready(info: dict[str, Any], ready_file: str | None) -> None:

@@ -9,14 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from common.errors import ConfigError
+from common.signals import StopSignals
 from drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
 
 logger = logging.getLogger(__name__)
@@ -61,25 +58,6 @@ def non_negative_int_arg(text: str) -> int:
     return checked_arg(text, int, lambda v: v >= 0, "a whole number >= 0")
 
 
-@contextmanager
-def stop_on_signal() -> Iterator[threading.Event]:
-    """An event set by SIGINT/SIGTERM while the block runs (handlers restored after)."""
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, _on_signal)
-    try:
-        yield stop
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def start_server(handler: ConnectionHandler, listen: str, name: str) -> TcpEmulatorServer:
     """Bind an emulator's TCP server; a busy or bad address is a ConfigError naming the fix."""
     host, port = parse_listen(listen)
@@ -93,22 +71,20 @@ def start_server(handler: ConnectionHandler, listen: str, name: str) -> TcpEmula
 def serve_until_signal(server: TcpEmulatorServer, announce: Callable[[TcpEmulatorServer], str]
                        ) -> int:
     """Print `announce(server)` once (the line callers wait for), serve until SIGINT/SIGTERM."""
-    with stop_on_signal() as stop, server:
+    with StopSignals() as stop, server:
         print(announce(server), flush=True)
-        while not stop.wait(0.2):
-            pass
+        stop.wait()
     return 0
 
 
 def serve_pty_until_signal(start: Callable[[], tuple[str, Callable[[], None]]]) -> int:
     """Start a pseudo-terminal server (`start()` returns its path and its stop function),
     print the path once (the line callers wait for), serve until SIGINT/SIGTERM."""
-    with stop_on_signal() as stop:
+    with StopSignals() as stop:
         path, stop_pty = start()
         try:
             print(path, flush=True)
-            while not stop.wait(0.2):
-                pass
+            stop.wait()
         finally:
             stop_pty()
     return 0

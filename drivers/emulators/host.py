@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from common.config import (
     load_testbed,
 )
 from common.errors import ConfigError
+from common.signals import StopSignals
 from drivers.emulators.fabric import Fabric, OpticalModel
 from drivers.emulators.lighttable import HEARTBEAT_S, LightPublisher, LightTable
 from drivers.emulators.tcpserve import TcpEmulatorServer
@@ -257,20 +257,17 @@ def run(args: argparse.Namespace) -> int:
     phases_dir = Path(args.resolved).resolve().parent if args.resolved else None
     reuse = load_testbed(args.reuse) if args.reuse else None
     tb = start_emulated_testbed(cfg, args.host, phases_dir=phases_dir, reuse=reuse)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
-        text = dump_testbed(tb.resolved)
-        if args.resolved:
-            Path(args.resolved).write_text(text, encoding="utf-8")
-        print(json.dumps({"ready": True, "resolved": args.resolved or "",
-                          "fabric": tb.fabric.address if tb.fabric else "",
-                          "devices": tb.resources,
-                          "optinc": {k: d.phases_path for k, d in tb.optinc.items()}}),
-              flush=True)
-        while not stop.wait(0.5):
-            pass
+        with StopSignals() as stop:
+            text = dump_testbed(tb.resolved)
+            if args.resolved:
+                Path(args.resolved).write_text(text, encoding="utf-8")
+            print(json.dumps({"ready": True, "resolved": args.resolved or "",
+                              "fabric": tb.fabric.address if tb.fabric else "",
+                              "devices": tb.resources,
+                              "optinc": {k: d.phases_path for k, d in tb.optinc.items()}}),
+                  flush=True)
+            stop.wait()
     finally:
         tb.close()
         sys.stdout.flush()
