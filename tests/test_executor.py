@@ -127,55 +127,8 @@ def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot
     assert not ends_where_it_starts(_wire_schedule([[("a", 2, True)], [("a", 2, False)]]))
 
 
-def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
-    from controller.scheduling import Grid, TimingModel, Topology, schedule_plan
-    from protos.schedule_wire import decode_schedule, encode_schedule
-
-    timing = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3,
-                         wss_settle_s=0.01, slot_margin_s=1e-4, line_rate_bps=10e9)
-    topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
-    nodes = tuple(topo.node_ids)
-    plan = make_plan("halving-doubling", 4, 1000)
-    decoded = decode_schedule(encode_schedule(schedule_plan(plan, nodes, topo, timing, 8),
-                                              "job-1", 2.0))
-    assert any(s.handoffs for s in decoded.slots)
-    calls: dict[str, list[tuple]] = {nd: [] for nd in nodes}
-
-    class Grants:
-        def __init__(self, node: str):
-            self.node = node
-
-        def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
-            calls[self.node].append(("wait", slot))
-
-        def confirm(self, seq: int, slot: int, src: str) -> None:
-            calls[self.node].append(("confirm", slot, src))
-
-    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
-    for link in links.values():
-        link.set_peers({p: other.address for p, other in links.items()})
-    arrays = [np.arange(1000, dtype=np.int64) * (r + 1) for r in range(4)]
-    outs: list[object] = [None] * 4
-    t0 = time.time() + 0.2
-
-    def go(r: int) -> None:
-        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
-                            receive_timeout_s=decoded.receive_timeout_s)
-        outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate(),
-                                 handoffs=Grants(nodes[r]))
-
-    _on_every_rank(4, go, links)
-    for out in outs:
-        assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
-    for node in nodes:
-        assert {c[1:] for c in calls[node] if c[0] == "confirm"} == {
-            (j, src) for s in decoded.slots for j, src, dst in s.handoffs if dst == node}
-        assert {c[1] for c in calls[node] if c[0] == "wait"} == {
-            s.index for s in decoded.slots if s.changes_circuits
-            and any(a == node for a, _b in s.pairs)}
-
-
 def _decoded(collective: str, elems: int = 1000):
+    """The nodes and the decoded schedule of `collective` on a 4-node single-WSS testbed."""
     from controller.scheduling import Grid, TimingModel, Topology, schedule_plan
     from protos.schedule_wire import decode_schedule, encode_schedule
 
@@ -186,6 +139,72 @@ def _decoded(collective: str, elems: int = 1000):
     plan = make_plan(collective, 4, elems)
     return nodes, decode_schedule(encode_schedule(schedule_plan(plan, nodes, topo, timing, 8),
                                                   "job-1", 2.0))
+
+
+class _Recorder:
+    """Per node, the grants waited for, the arrivals confirmed and the slot edges gated on."""
+
+    def __init__(self, nodes: tuple[str, ...]):
+        self.calls: dict[str, list[tuple]] = {nd: [] for nd in nodes}
+        self.edges: dict[str, list[float]] = {nd: [] for nd in nodes}
+
+    def handoffs(self, node: str):
+        calls = self.calls[node]
+
+        class Grants:
+            def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
+                calls.append(("wait", slot))
+
+            def confirm(self, seq: int, slot: int, src: str) -> None:
+                calls.append(("confirm", slot, src))
+
+        return Grants()
+
+    def gate(self, node: str) -> SlotGate:
+        edges = self.edges[node]
+
+        class RecordingGate(SlotGate):
+            def wait_until(self, t_local, cancel=None):
+                edges.append(t_local)
+                return super().wait_until(t_local, cancel)
+
+        return RecordingGate()
+
+
+def _run_gated(nodes, decoded, elems: int) -> tuple[_Recorder, float]:
+    """Run the decoded schedule on real stream links from t0 = now + 0.2 s, check the exact
+    sum at every node; return what each node waited for and confirmed, and t0."""
+    seen = _Recorder(nodes)
+    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
+    for link in links.values():
+        link.set_peers({p: other.address for p, other in links.items()})
+    arrays = [np.arange(elems, dtype=np.int64) * (r + 1) for r in range(len(nodes))]
+    outs: list[object] = [None] * len(nodes)
+    t0 = time.time() + 0.2
+
+    def go(r: int) -> None:
+        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
+                            receive_timeout_s=decoded.receive_timeout_s)
+        outs[r] = run_collective(run, arrays[r], links[nodes[r]], seen.gate(nodes[r]),
+                                 handoffs=seen.handoffs(nodes[r]))
+
+    _on_every_rank(len(nodes), go, links)
+    for out in outs:
+        assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    return seen, t0
+
+
+def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
+    nodes, decoded = _decoded("halving-doubling")
+    assert any(s.handoffs for s in decoded.slots)
+    seen, _ = _run_gated(nodes, decoded, 1000)
+    for node in nodes:
+        calls = seen.calls[node]
+        assert {c[1:] for c in calls if c[0] == "confirm"} == {
+            (j, src) for s in decoded.slots for j, src, dst in s.handoffs if dst == node}
+        assert {c[1] for c in calls if c[0] == "wait"} == {
+            s.index for s in decoded.slots if s.changes_circuits
+            and any(a == node for a, _b in s.pairs)}
 
 
 def test_slots_that_keep_the_previous_circuits_continue_it():
@@ -204,40 +223,7 @@ def test_slots_that_keep_the_previous_circuits_continue_it():
 
 def test_a_send_that_continues_the_previous_slots_circuits_waits_for_no_edge():
     nodes, decoded = _decoded("ring", 100_000)
-    edges: dict[str, list[float]] = {nd: [] for nd in nodes}
-
-    class RecordingGate(SlotGate):
-        def __init__(self, node: str):
-            super().__init__()
-            self.node = node
-
-        def wait_until(self, t_local, cancel=None):
-            edges[self.node].append(t_local)
-            return super().wait_until(t_local, cancel)
-
-    class Grants:
-        def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
-            pass
-
-        def confirm(self, seq: int, slot: int, src: str) -> None:
-            pass
-
-    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
-    for link in links.values():
-        link.set_peers({p: other.address for p, other in links.items()})
-    arrays = [np.arange(100_000, dtype=np.int64) * (r + 1) for r in range(4)]
-    outs: list[object] = [None] * 4
-    t0 = time.time() + 0.2
-
-    def go(r: int) -> None:
-        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
-                            receive_timeout_s=decoded.receive_timeout_s)
-        outs[r] = run_collective(run, arrays[r], links[nodes[r]], RecordingGate(nodes[r]),
-                                 handoffs=Grants())
-
-    _on_every_rank(4, go, links)
-    for out in outs:
-        assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
+    seen, t0 = _run_gated(nodes, decoded, 100_000)
     # each node waited for the first slot's edge only: slots 1-5 keep its circuits
     for node in nodes:
-        assert edges[node] == [t0 + decoded.slots[0].data_start_s]
+        assert seen.edges[node] == [t0 + decoded.slots[0].data_start_s]
