@@ -219,11 +219,17 @@ class FabricLink(_ZmqChunks):
 
             configure_curve_client(rx, *curve)
         rx.connect(fabric_address)
-        rx.send_multipart([b"H"])
+        try:  # a refused CURVE handshake leaves no pipe: a blocking send would wait for ever
+            rx.send_multipart([b"H"], flags=zmq.DONTWAIT)
+        except zmq.Again:
+            rx.close(0)
+            raise ConnectionError(f"the fabric at {fabric_address} refused this node's "
+                                  "connection; check its CURVE keys (oddl certs)") from None
         if not rx.poll(int(connect_timeout * 1000)):
             rx.close(0)
+            keys = "" if curve is None else " and does it accept this node's CURVE key"
             raise ConnectionError(f"the fabric at {fabric_address} did not answer; is "
-                                  "`oddl emulate testbed` running?")
+                                  f"`oddl emulate testbed` running{keys}?")
         rx.recv_multipart()
         self._tx = ctx.socket(zmq.DEALER)
         self._tx.setsockopt(zmq.IDENTITY, f"{node_id}/tx".encode())

@@ -141,6 +141,12 @@ def test_strangers_are_kept_out(secure, tmp_path):
         sock.send_multipart([b"S"], zmq.NOBLOCK)
         assert not sock.poll(1500), "the fabric answered a client it must not admit"
         sock.close(0)
+    # an agent's relay link with that key fails with the reason instead of hanging
+    from agents.dataplane import FabricLink
+
+    with pytest.raises(ConnectionError, match="CURVE key"):
+        FabricLink("n0", info["fabric"], connect_timeout=1.5,
+                   curve=(foreign.curve_keys("n0"), mine.curve_public("fabric")))
 
 
 def test_secure_direct_links(tmp_path):
