@@ -23,10 +23,12 @@ def oracle(line: str, channels: int = 48, ports: int = 4, max_att: float = 25.0)
     text = line.strip(" \t")
     if not text:
         return None
+    if text.startswith("^"):
+        # a framed line is checked first (random text does not carry the right checksum),
+        # before its length or a line break inside it
+        return frame("CER")
     if len(line) > MAX_LINE or "\r" in line or "\n" in line:
         return "AER"
-    if text.startswith("^"):
-        return frame("CER")  # random text does not carry the right checksum
     head = re.match(r"([^ \t]+)[ \t]*(.*)$", text, re.DOTALL)
     assert head is not None
     word, args = head.group(1), head.group(2).strip(" \t")
