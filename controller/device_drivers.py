@@ -28,11 +28,8 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
 
         limits = WssLimits(channels=grid.channels, ports=dev.ports,
                            max_attenuation_db=dev.attenuation_range_db[1])
-        mapped = None
-        if dev.module_plan is not None:
-            lo, hi = dev.channels_allowed
-            mapped, _ = channel_map(grid.first_thz, grid.spacing_ghz, range(lo, hi + 1),
-                                    dev.module_plan)
+        mapped = (None if dev.module_plan is None else
+                  channel_map(grid.plan, dev.channels_allowed, dev.module_plan)[0])
         return FlexgridWss(SerialTransport(dev.resource, name=dev.id,
                                            baudrate=dev.baud or 115200, timeout=dev.timeout_s),
                            name=dev.id, timeout=dev.timeout_s, limits=limits, channel_map=mapped)

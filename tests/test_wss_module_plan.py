@@ -12,7 +12,14 @@ import pytest
 from helpers import EMULATED
 
 from agents.client import allreduce_all
-from common.config import FixedPlan, channel_map, dump_testbed, load_testbed, parse_testbed
+from common.config import (
+    FixedPlan,
+    GridConfig,
+    channel_map,
+    dump_testbed,
+    load_testbed,
+    parse_testbed,
+)
 from common.errors import ConfigError
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.emulators.wss import WssEmulator, wss_connection_handler
@@ -24,6 +31,7 @@ from oddl.launch import RunningTestbed, write_config
 
 FACTORY_LINE = "module_plan = { first_channel = 0, first_thz = 191.35, spacing_ghz = 50.0, channels = 96 }"
 """The emulator's factory plan (drivers.wss_protocol.FACTORY_PLAN) as a testbed file line."""
+LAB_GRID = GridConfig(first_thz=193.1, spacing_ghz=100.0, channels=48)
 
 
 def with_module_plan(tmp_path: Path, allowed: str = "[1, 8]", plan: str = FACTORY_LINE) -> str:
@@ -37,7 +45,7 @@ def with_module_plan(tmp_path: Path, allowed: str = "[1, 8]", plan: str = FACTOR
 # --- the map ------------------------------------------------------------------------------------
 
 def test_the_testbed_grid_maps_onto_the_factory_plan_by_frequency():
-    mapped, missing = channel_map(193.1, 100.0, range(1, 49), FACTORY_PLAN)
+    mapped, missing = channel_map(LAB_GRID.plan, (1, 48), FACTORY_PLAN)
     # channel n of the 100 GHz grid from 193.1 THz is module channel 35 + 2(n-1) on 50 GHz
     # from 191.35 THz, up to 196.1 THz (module channel 95, testbed channel 31)
     assert mapped == {n: 35 + 2 * (n - 1) for n in range(1, 32)}
@@ -47,7 +55,7 @@ def test_the_testbed_grid_maps_onto_the_factory_plan_by_frequency():
 
 def test_a_channel_between_the_modules_centres_is_unmapped():
     plan = FixedPlan(first_channel=1, first_thz=193.125, spacing_ghz=50.0, channels=40)
-    mapped, missing = channel_map(193.1, 100.0, range(1, 4), plan)
+    mapped, missing = channel_map(LAB_GRID.plan, (1, 3), plan)
     assert mapped == {} and [m.channel for m in missing] == [1, 2, 3]
 
 
@@ -94,7 +102,7 @@ def factory_wss() -> Iterator[tuple[WssEmulator, FlexgridWss, FlexgridWss]]:
     """An emulator on the factory plan; a driver with the testbed's map and one without."""
     emu = WssEmulator(settle_s=0.002)
     server = TcpEmulatorServer(wss_connection_handler(emu), name="wss-factory")
-    mapped, _ = channel_map(193.1, 100.0, range(1, 9), FACTORY_PLAN)
+    mapped, _ = channel_map(LAB_GRID.plan, (1, 8), FACTORY_PLAN)
     drivers = [FlexgridWss(SerialTransport(server.url, name=name), name=name, timeout=0.5,
                            channel_map=m) for name, m in (("mapped", mapped), ("raw", None))]
     try:

@@ -66,18 +66,18 @@ class UnmappedChannel:
     thz: float
 
 
-def channel_map(first_thz: float, spacing_ghz: float, channels: range, plan: FixedPlan
+def channel_map(testbed: FixedPlan, allowed: tuple[int, int], module_plan: FixedPlan
                 ) -> tuple[dict[int, int], list[UnmappedChannel]]:
-    """Map testbed `channels` (grid from `first_thz`, numbered from 1) onto `plan`'s channels.
+    """Map the `allowed` channels (low, high) of the `testbed` grid onto `module_plan`'s.
 
     Returns the map (testbed channel → module channel) and the testbed channels with no module
     channel at their frequency, in order.
     """
     mapped: dict[int, int] = {}
     missing: list[UnmappedChannel] = []
-    for ch in channels:
-        thz = first_thz + (ch - 1) * spacing_ghz / 1000.0
-        module = plan.channel_at(thz)
+    for ch in range(allowed[0], allowed[1] + 1):
+        thz = testbed.centre_thz(ch)
+        module = module_plan.channel_at(thz)
         if module is None:
             missing.append(UnmappedChannel(ch, thz))
         else:

@@ -106,13 +106,13 @@ class DeviceSections(TableReader):
                           grid: GridConfig) -> None:
         """Every allowed testbed channel must be the centre of one of the module's channels."""
         lo, hi = dev.channels_allowed
-        _, missing = channel_map(grid.first_thz, grid.spacing_ghz, range(lo, hi + 1), plan)
+        mapped, missing = channel_map(grid.plan, dev.channels_allowed, plan)
         if missing:
             first = missing[0]
-            mapped = [c for c in range(lo, hi + 1) if c not in {m.channel for m in missing}]
-            fix = (f"narrow channels_allowed to channels the module has (e.g. [{mapped[0]}, "
-                   f"{_run_end(mapped)}]) or correct module_plan from the module's datasheet"
-                   if mapped else "correct module_plan from the module's datasheet")
+            have = sorted(mapped)
+            fix = (f"narrow channels_allowed to channels the module has (e.g. [{have[0]}, "
+                   f"{_run_end(have)}]) or correct module_plan from the module's datasheet"
+                   if have else "correct module_plan from the module's datasheet")
             raise self.fail(f"{key}.module_plan", f"testbed channel {first.channel} "
                             f"({first.thz:.4f} THz) is the centre of no module channel "
                             f"({plan.describe()}; {len(missing)} channel(s) of "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, TypeVar
 
 from common.config.channel_plan import FixedPlan
@@ -33,18 +34,18 @@ class GridConfig:
     spacing_ghz: float = 100.0
     channels: int = 48
 
+    @cached_property
+    def plan(self) -> FixedPlan:
+        """The grid as a fixed channel plan numbered from 1."""
+        return FixedPlan(1, self.first_thz, self.spacing_ghz, self.channels)
+
     def frequency_thz(self, channel: int) -> float:
         """Centre frequency of `channel` (1-based)."""
-        return self.first_thz + (channel - 1) * self.spacing_ghz / 1000.0
+        return self.plan.centre_thz(channel)
 
     def channel_of(self, frequency_thz: float, tolerance_ghz: float = 1.0) -> int | None:
         """The channel centred within `tolerance_ghz` of a frequency, or None if off-grid."""
-        n = round((frequency_thz - self.first_thz) * 1000.0 / self.spacing_ghz) + 1
-        if not 1 <= n <= self.channels:
-            return None
-        if abs(self.frequency_thz(n) - frequency_thz) * 1000.0 > tolerance_ghz:
-            return None
-        return n
+        return self.plan.channel_at(frequency_thz, tolerance_ghz)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from typing import Any
 from common.config import (
     EMULATED,
     DeviceConfig,
-    FixedPlan,
     TestbedConfig,
     dump_testbed,
     load_testbed,
@@ -130,7 +129,7 @@ def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
         handler = itla_connection_handler(emu)
     elif dev.kind == "wss":
         # the module's own plan when the file states one, else the testbed's grid numbering
-        plan = dev.module_plan or FixedPlan(1, grid.first_thz, grid.spacing_ghz, grid.channels)
+        plan = dev.module_plan or grid.plan
         emu = tb.switches[dev.id] = WssEmulator(
             ports=dev.ports, first_thz=plan.first_thz, spacing_ghz=plan.spacing_ghz,
             channels=plan.channels, first_channel=plan.first_channel,
