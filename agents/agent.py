@@ -191,7 +191,9 @@ class Agent:
         self.links.forget(event.job_id)
 
     def on_peer_lost(self, event: pb.PeerLost) -> None:
-        """A peer of a job stopped answering: its collective in flight ends here too."""
+        """A peer of a job stopped answering: its collective in flight ends here too, and
+        new ones wait for it to come back."""
+        self.jobs.peer_lost(event.job_id, event.node_id, event.reason)
         self.runner.abort(event.job_id, event.reason)
 
     # ---- what it reports ----------------------------------------------------------------

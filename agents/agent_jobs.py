@@ -28,6 +28,9 @@ class AgentJob:
     """The last schedule of each bucket (elements, dtype): run again without the
     controller's barrier (`agents.standing`); one that retunes is announced to the
     controller, which executes its retunes. Cleared when a collective fails."""
+    down: dict[str, str] = field(default_factory=dict)
+    """Peers the controller declared down (no heartbeat), with its reason, until the job is
+    announced again (a node re-registered): a new collective waits for them to come back."""
 
 
 class JobTable:
@@ -45,13 +48,21 @@ class JobTable:
         if old is not None and old.nodes == tuple(job.nodes) and not old.ended:
             # the controller re-announces a job this agent runs (its stream or the controller
             # restarted): keep the very object, since a collective in flight counts its
-            # sequence number on it, and keep the agent's own count
+            # sequence number on it, and keep the agent's own count; the controller announces
+            # a job again when a node (re-)registers, so the peers it declared down are back
             old.rank = event.rank
+            old.down.clear()
         else:
             # a fresh (restarted) agent continues after the job's last collective
             self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.rank, job.network,
                                          job.collective, next_seq=max(1, event.next_seq))
         logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id, event.rank)
+
+    def peer_lost(self, job_id: str, node: str, reason: str) -> None:
+        """The controller declared a peer of a job down."""
+        job = self.jobs.get(job_id)
+        if job is not None and node != self.node_id:
+            job.down[node] = reason
 
     def ended(self, job_id: str, reason: str) -> None:
         """The controller ended a job."""

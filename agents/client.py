@@ -9,6 +9,12 @@ The bucket itself does not cross the socket: the client writes it into a shared-
 carry only the header. An array from `shared_array()` is that memory already, so it is reduced
 with no copy at all. When the agent cannot map the file (another host), the client falls back
 to sending the bytes.
+
+Pairing calls across ranks: every all-reduce carries a step number, the client's count of its
+calls on that job (or the caller's own, `step=`), and the agents refuse to pair calls whose
+numbers differ (`StepMismatch`, on every rank). After each (re)connection the client learns
+the agent's generation with a hello and stamps its requests with it, so a request queued
+across an agent restart is refused unrun rather than run by the new agent.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import zmq
 from zmq.utils import monitor as zmq_monitor
 
 from agents import localapi
-from common.errors import CollectiveError, OperationRefused
+from common.errors import AgentRestarted, CollectiveError, OperationRefused
 from common.shm import SharedBucket
 
 logger = logging.getLogger(__name__)
@@ -49,6 +55,14 @@ class AgentClient:
         self._events: zmq.Socket[bytes] = self._sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._connected = False
+        self._generation: str | None = None
+        """The agent process this client talks to (learned by a hello after each connect)."""
+        self._steps: dict[str, int] = {}
+        """Per job id, the step number of this client's last call on it."""
+        self._last_job: str | None = None
+        self._sent = False
+        self._resolved: tuple[str, int] | None = None
+        """The job and step the agent took the call in flight as (from its reply)."""
         self._sock.connect(address)
         self._rid = 0
 
@@ -68,28 +82,73 @@ class AgentClient:
         return self._bucket
 
     def allreduce(self, array: np.ndarray, *, job: str | None = None,
-                  out: np.ndarray | None = None) -> np.ndarray:
+                  out: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
         """Sum `array` across the job's nodes; returns a new array of the same shape and dtype,
         or the sum written into `out` (e.g. `out=array`, in place as gloo does: no new
-        memory), or, for an array from `shared_array()`, that array with the sum in place."""
+        memory), or, for an array from `shared_array()`, that array with the sum in place.
+
+        `step` numbers the call; every rank must hand in the same number for the same
+        collective. By default the client counts its calls per job (1, 2, ...), so the n-th
+        call of every rank on a job pairs with the n-th of the others. A loop that retries a
+        failed call, or goes on past one, passes its own number (the training iteration):
+        a retry keeps its number. Calls whose numbers differ fail on every rank with
+        `StepMismatch`; a call refused unrun (`OperationRefused`) uses up no number."""
         a = np.ascontiguousarray(array)
         if out is not None and (out.shape != a.shape or out.dtype != a.dtype
                                 or not out.flags.writeable):
             raise ValueError(f"out must be a writable {a.dtype}{list(a.shape)} array, not "
                              f"{out.dtype}{list(out.shape)}")
-        self._rid += 1
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                 or step < 1):
+            raise ValueError(f"step must be a positive integer, not {step!r}")
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
-                                  "timeout_s": self.timeout_s, "rid": self._rid}
+                                  "timeout_s": self.timeout_s, "steps": dict(self._steps)}
+        if step is not None:
+            header["step"] = step
         if job:
             header["job"] = job
+        self._sent, self._resolved, refused = False, None, False
+        try:
+            try:
+                return self._allreduce_once(a, header, out)
+            except AgentRestarted:
+                # the request reached the agent after it restarted and was not run: learn the
+                # new generation and call once more
+                self._generation = None
+                return self._allreduce_once(a, header, out)
+        except OperationRefused:
+            refused = True  # refused unrun: the number is not used up
+            raise
+        finally:
+            if self._sent and not refused:
+                self._count(job, step)
+
+    def _count(self, job: str | None, step: int | None) -> None:
+        """Note the number a call that went to the agent was taken as: the agent says which
+        job and step; a call lost in flight (the agent died) counts on the job it was for."""
+        if self._resolved is not None:
+            job_id, used = self._resolved
+        else:
+            lost_on = job or self._last_job
+            if lost_on is None:
+                return
+            job_id = lost_on
+            used = step if step is not None else self._steps.get(job_id, 0) + 1
+        self._steps[job_id] = used
+        self._last_job = job_id
+
+    def _allreduce_once(self, a: np.ndarray, header: dict[str, Any], out: np.ndarray | None
+                        ) -> np.ndarray:
         if self.shared_memory:
             try:
                 return self._allreduce_shared(a, header, out)
             except _NoSharedMemory:
                 self.shared_memory = False
         self._ensure_connected()
+        self._stamp(header)
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
                                   copy=False)
+        self._sent = True
         frames = self._recv(self._rid)
         if frames[0] == b"ok" and len(frames) == 3:
             meta = json.loads(frames[1])
@@ -99,6 +158,13 @@ class AgentClient:
                 return out
             return result.copy()
         raise self._error(frames)
+
+    def _stamp(self, header: dict[str, Any]) -> None:
+        """A fresh request id, and the generation of the agent the request is meant for."""
+        self._rid += 1
+        header["rid"] = self._rid
+        if self._generation is not None:
+            header["generation"] = self._generation
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
@@ -111,7 +177,9 @@ class AgentClient:
         assert self._bucket is not None
         header["shm"] = str(self._bucket.path)
         self._ensure_connected()
+        self._stamp(header)
         self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
+        self._sent = True
         try:
             frames = self._recv(self._rid)
         except CollectiveError:
@@ -156,6 +224,18 @@ class AgentClient:
                                       "or has not started yet); start it with `oddl agent "
                                       "serve` or check the address")
             self._connection_events(int(left * 1000) + 1)
+        if self._generation is None:
+            self._hello()
+
+    def _hello(self) -> None:
+        """Learn the generation of the agent at the other end of the connection."""
+        self._rid += 1
+        self._sock.send_multipart([b"hello", str(self._rid).encode()])
+        frames = self._recv(self._rid)
+        if frames[0] != b"ok":
+            raise self._error(frames)
+        generation = json.loads(frames[1]).get("generation")
+        self._generation = generation if isinstance(generation, str) else None
 
     def _connection_events(self, wait_ms: int) -> bool:
         """Apply pending connect/disconnect events; True if the connection dropped."""
@@ -166,6 +246,7 @@ class AgentClient:
                 self._connected = True
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._connected = False
+                self._generation = None  # whoever answers next is learned anew
                 dropped = True
             wait_ms = 0
         return dropped
@@ -186,6 +267,7 @@ class AgentClient:
             if self._sock in ready:  # a reply that made it before a disconnect still counts
                 frames = self._sock.recv_multipart()
                 if _reply_rid(frames) in (rid, None):  # None: a request it could not parse
+                    self._resolved = _reply_resolved(frames) or self._resolved
                     return frames
                 logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
                              self.address, _reply_rid(frames), rid)
@@ -202,9 +284,7 @@ class AgentClient:
             kind, message = info["kind"], info["message"]
         except (IndexError, ValueError, KeyError):
             return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
-        if kind == "collective":
-            return CollectiveError(message)
-        return OperationRefused(message)
+        return localapi.error_of_kind(kind, message)
 
     def close(self) -> None:
         """Release the socket and the shared-memory bucket."""
@@ -230,14 +310,27 @@ def _reply_rid(frames: list[bytes]) -> int | None:
     return rid if isinstance(rid, int) else None
 
 
+def _reply_resolved(frames: list[bytes]) -> tuple[str, int] | None:
+    """The job and step a reply says the call was taken as (None when it says nothing)."""
+    try:
+        resolved = json.loads(frames[1]).get("resolved")
+        job, step = resolved["job"], resolved["step"]
+    except (IndexError, ValueError, AttributeError, TypeError, KeyError):
+        return None
+    if isinstance(job, str) and isinstance(step, int) and not isinstance(step, bool):
+        return job, step
+    return None
+
+
 class _NoSharedMemory(Exception):
     """The agent cannot map this client's bucket (it runs on another host)."""
 
 
 def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,
-                  inplace: bool = False) -> tuple[float, list[Any]]:
+                  inplace: bool = False, step: int | None = None) -> tuple[float, list[Any]]:
     """Call allreduce on every client at once (one thread each, released together); with
-    `inplace` each sum is written into its input array, as gloo does.
+    `inplace` each sum is written into its input array, as gloo does; `step` numbers the
+    call on every client (default: each client's own count).
 
     Returns the wall time from the common start to the last result, and per client its
     result or the exception it raised (for tests, benchmarks and demos driving all nodes).
@@ -248,7 +341,8 @@ def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], 
     def call(r: int) -> None:
         start.wait()
         try:
-            outs[r] = clients[r].allreduce(arrays[r], out=arrays[r] if inplace else None)
+            outs[r] = clients[r].allreduce(arrays[r], out=arrays[r] if inplace else None,
+                                           step=step)
         except Exception as exc:  # handed back to the caller
             outs[r] = exc
 

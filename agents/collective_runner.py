@@ -29,9 +29,10 @@ from agents.executor import run_collective
 from agents.gate import SlotGate
 from agents.optinc_run import run_optinc
 from agents.standing import Ready, agree, exchange
+from agents.stream_wire import PeerAhead
 from agents.streams import StreamLink
 from common.config import OPTINC, TestbedConfig
-from common.errors import CollectiveError, OperationRefused
+from common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
 from common.shm import BucketMaps
 from protos import oddl_pb2 as pb
 from protos.schedule_wire import (
@@ -93,7 +94,7 @@ class CollectiveRunner:
         job = self._job_for(req.job)
         self._data_moved = False
         try:
-            return self._allreduce_on(job, req, array)
+            return self._allreduce_on(job, req, array, header)
         except (OperationRefused, CollectiveError):
             if req.job or self._data_moved:
                 raise
@@ -107,20 +108,24 @@ class CollectiveRunner:
             live = self._job_for(None, refreshed=True)
             logger.info("%s: job %s ended under a call that named no job; running it on %s",
                         self.node_id, job.id, live.id)
-            return self._allreduce_on(live, req, array)
+            return self._allreduce_on(live, req, array, header)
 
-    def _allreduce_on(self, job: AgentJob, req: localapi.AllreduceRequest, array: np.ndarray
-                      ) -> np.ndarray:
+    def _allreduce_on(self, job: AgentJob, req: localapi.AllreduceRequest, array: np.ndarray,
+                      header: dict[str, Any]) -> np.ndarray:
+        # the caller's number for this call: its own, or its count of calls on this job
+        step = req.step or req.steps.get(job.id, 0) + 1
+        header["resolved"] = {"job": job.id, "step": step}  # told back to the client
         if job.network == "ideal":
             seq = job.next_seq
             job.next_seq += 1
             return self._run_ideal(job, seq, array)
+        self._wait_for_peers(job, req.timeout_s)
         if isinstance(self.links.link, StreamLink) and self.cfg.timing.standing_margin_ms > 0:
-            standing = self._standing(job, array, req.timeout_s)
+            standing = self._standing(job, array, req.timeout_s, step)
             if standing is not None:
                 return standing
         t_ready = time.time()
-        seq = self._ready(job, array)
+        seq = self._ready(job, array, step)
         go = self.ctl.await_go(job, seq, req.timeout_s)
         if go.error:
             raise CollectiveError(go.error)
@@ -162,18 +167,34 @@ class CollectiveRunner:
         return self.jobs.pick(job_id)
 
     # ---- starting a collective --------------------------------------------------------
-    def _ready(self, job: AgentJob, array: np.ndarray) -> int:
+    def _wait_for_peers(self, job: AgentJob, timeout_s: float) -> None:
+        """Before a collective starts: wait (up to the call's timeout) for the peers the
+        controller declared down to come back; PeerDown, unrun, if one does not."""
+        deadline = time.monotonic() + timeout_s
+        with self.ctl.cond:
+            while job.down and not job.ended and not self.ctl.stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    peer, reason = next(iter(job.down.items()))
+                    raise PeerDown(
+                        f"{self.node_id}: {peer} of job {job.id} is down ({reason}); this call "
+                        f"waited {timeout_s:.0f} s for it to come back and was not run (it "
+                        f"used up no step): restart its agent (`systemctl restart "
+                        f"oddl-agent@{peer}`) or bring its host and link back (`oddl status`)")
+                self.ctl.cond.wait(min(left, 0.5))
+
+    def _ready(self, job: AgentJob, array: np.ndarray, step: int) -> int:
         """Enter the barrier of the job's next collective; return its sequence number."""
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
         seq = job.next_seq
         self.ctl.ready(pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                                  shape=list(array.shape),
-                                                 dtype=array.dtype.str))
+                                                 dtype=array.dtype.str, caller_step=step))
         job.next_seq += 1
         return seq
 
-    def _standing(self, job: AgentJob, array: np.ndarray, timeout_s: float
+    def _standing(self, job: AgentJob, array: np.ndarray, timeout_s: float, step: int
                   ) -> np.ndarray | None:
         """Agree with the peers on the next collective; run it on the standing schedule when
         every node holds one, else return None (the caller enters the controller's barrier
@@ -181,15 +202,13 @@ class CollectiveRunner:
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
         schedule = job.standing.get((array.size, array.dtype.str))
-        seq = job.next_seq
         mine = Ready(self.node_id, array.size, array.dtype.str,
-                     time.time() + self.ctl.clock.offset_s, schedule is not None)
-        peers = [n for n in job.nodes if n != self.node_id]
+                     time.time() + self.ctl.clock.offset_s, schedule is not None, step)
         self._begin(job)
         try:
-            theirs = exchange(self.links.link, job.id, seq, mine, peers,
-                              time.time() + timeout_s, self._cancel)
+            seq, theirs = self._exchange(job, mine, time.time() + timeout_s)
         except CollectiveError as exc:
+            seq = job.next_seq
             job.next_seq += 1  # the peers gave this collective up too
             error = self._aborted(job, seq) or exc
             # the controller counts it, so a restarted peer continues after it
@@ -197,7 +216,13 @@ class CollectiveRunner:
             raise error from exc
         finally:
             self._running.clear()
-        everyone, t0 = agree(mine, theirs, self.cfg.timing.standing_margin_ms / 1e3)
+        try:
+            everyone, t0 = agree(job.id, seq, mine, theirs,
+                                 self.cfg.timing.standing_margin_ms / 1e3)
+        except StepMismatch as exc:
+            job.next_seq += 1  # every node saw the same readies and refuses alike
+            self._report(job, seq, False, str(exc), {})
+            raise
         if not everyone or schedule is None:
             return None
         job.next_seq += 1
@@ -205,6 +230,22 @@ class CollectiveRunner:
         if retunes(schedule) and job.rank == 0:
             self._announce_standing(job, seq, t0, array, schedule)
         return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s)
+
+    def _exchange(self, job: AgentJob, mine: Ready, deadline: float
+                  ) -> tuple[int, list[Ready]]:
+        """The ready exchange of the job's next collective: (its sequence number, the peers'
+        readies). A peer already at a later collective means this node is behind: it takes
+        that number and says it is ready again, so every node meets on the latest one."""
+        peers = [n for n in job.nodes if n != self.node_id]
+        while True:
+            seq = job.next_seq
+            try:
+                return seq, exchange(self.links.link, job.id, seq, mine, peers, deadline,
+                                     self._cancel)
+            except PeerAhead as ahead:
+                logger.warning("%s: %s is at collective %d of job %s, this node at %d: taking "
+                               "up its number", self.node_id, ahead.peer, ahead.seq, job.id, seq)
+                job.next_seq = ahead.seq
 
     def _announce_standing(self, job: AgentJob, seq: int, t0: float, array: np.ndarray,
                            schedule: pb.Schedule) -> None:

@@ -145,8 +145,7 @@ class ControllerLink:
         kind = event.WhichOneof("event")
         if kind == "assigned":
             listener.on_assigned(event.assigned)
-            return
-        if kind == "go":
+        elif kind == "go":
             with self.cond:
                 self._go[(event.go.job_id, event.go.seq)] = event.go
         elif kind == "circuits_ready":

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import zmq
 
 from agents.stream_wire import ChunkHead, node_tag
-from common.errors import CollectiveError
+from common.errors import CollectiveError, LostData
 
 logger = logging.getLogger(__name__)
 
@@ -136,11 +136,11 @@ class _ZmqChunks:
             if cancel is not None and cancel.is_set():
                 raise CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
                                       "cancelled")
-            raise CollectiveError(
+            raise LostData(
                 f"{self.node_id}: lost data: nothing from {src} for step {step} of collective "
-                f"{seq} (job {job}) by the end of its slot + the receive timeout; the light "
-                "path does not reach this node (check the transmitter channel and the WSS "
-                "route, `oddl status`) or the peer failed")
+                f"{seq} (job {job}) by the end of its slot + the receive timeout; the emulated "
+                "light path does not reach this node (check the transmitter channel and the "
+                "WSS route, `oddl status`) or the peer failed")
         h = frame.header
         try:
             head = ChunkHead(seq, step, int(h["off"]), int(h["n"]), node_tag(self.node_id))

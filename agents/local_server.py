@@ -1,9 +1,16 @@
 """The agent's local API side: the socket the training process talks to.
 
-One thread (`api_loop`) owns the ROUTER socket: it answers status requests at once, queues
+One thread (`api_loop`) owns the ROUTER socket: it answers hello and status requests at once,
+queues
 all-reduce requests for the collectives thread (`work_loop`) and hands that thread's results
 back to the clients. The collectives thread runs one all-reduce at a time and turns every
 failure into an error reply of a kind the client maps to a typed error (`agents.client`).
+
+Every agent process is a new generation (a random id). A client learns it with a hello after
+each (re)connection and stamps its requests with it; a request stamped with another
+generation was made to an agent that has since restarted (ZeroMQ delivers a request queued
+before the restart to the new process) and is refused unrun, so a restart can never hand one
+call to two collectives or shift a client's calls against its peers'.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import numpy as np
 import zmq
 
 from agents import localapi
-from common.errors import CollectiveError, OddlError
+from common.errors import CollectiveError, LostData, OddlError, OperationRefused, StepMismatch
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +36,8 @@ Allreduce = Callable[[dict[str, Any], bytes], np.ndarray]
 """Runs one all-reduce request (header, payload) and returns the result."""
 
 OnFailure = Callable[[str, str], None]
-"""Told of a failed request: its kind ("lost data", "collective", "refused", "internal")
+"""Told of a failed request: its kind ("lost data", "step mismatch", "collective", "refused",
+"internal")
 and the message."""
 
 
@@ -47,6 +55,8 @@ class LocalServer:
     def __init__(self, node_id: str, address: str, group: str | None, stop: threading.Event):
         self.node_id = node_id
         self.stop = stop
+        self.generation = uuid.uuid4().hex[:12]
+        """This agent process's id: requests stamped with another one are refused unrun."""
         self.api_bytes = 0
         """Array bytes that came through the socket (shared-memory buckets: none)."""
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -95,6 +105,10 @@ class LocalServer:
         if op == b"status":
             rid = _rid(frames[2]) if len(frames) > 2 else None
             self._api.send_multipart([ident, b"ok", json.dumps({**status(), "rid": rid}).encode()])
+        elif op == b"hello":
+            rid = _rid(frames[2]) if len(frames) > 2 else None
+            self._api.send_multipart([ident, b"ok", json.dumps(
+                {"node": self.node_id, "generation": self.generation, "rid": rid}).encode()])
         elif op == b"allreduce" and len(frames) == 4:
             try:
                 header = json.loads(frames[2])
@@ -102,6 +116,13 @@ class LocalServer:
                     raise ValueError("header is not an object")
             except (ValueError, RecursionError) as exc:
                 self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+                return
+            stamped = header.get("generation")
+            if stamped is not None and stamped != self.generation:
+                self._api.send_multipart([ident, b"error", _err("restarted", (
+                    f"{self.node_id}: this request was made to the agent before it restarted "
+                    f"(generation {stamped!r}; this agent is {self.generation!r}); it was not "
+                    "run: say hello and call again"), header.get("rid"))])
                 return
             self.api_bytes += len(frames[3])
             self._work.put(_Request(ident, header, frames[3], shared="shm" in header))
@@ -132,11 +153,13 @@ class LocalServer:
         try:
             return _ok(req, allreduce(req.header, req.payload), rid)
         except CollectiveError as exc:
-            on_failure("lost data" if "lost data" in str(exc) else "collective", str(exc))
-            return [req.ident, b"error", _err("collective", str(exc), rid)]
+            on_failure(_failure_kind(exc), str(exc))
+            return [req.ident, b"error", _err(_reply_kind(exc), str(exc), rid,
+                                              req.header.get("resolved"))]
         except OddlError as exc:
             on_failure("refused", str(exc))
-            return [req.ident, b"error", _err("refused", str(exc), rid)]
+            return [req.ident, b"error", _err(_reply_kind(exc), str(exc), rid,
+                                              req.header.get("resolved"))]
         except Exception as exc:  # a defect: report it, keep serving the node
             logger.exception("%s: all-reduce failed unexpectedly", self.node_id)
             on_failure("internal", f"internal error: {exc!r}")
@@ -145,16 +168,36 @@ class LocalServer:
                 "running — please report this with its log", rid)]
 
 
+def _failure_kind(exc: CollectiveError) -> str:
+    """How the agent counts a failed collective (`oddl_agent_errors_total{kind}`)."""
+    if isinstance(exc, LostData):
+        return "lost data"
+    if isinstance(exc, StepMismatch):
+        return "step mismatch"
+    return "collective"
+
+
+def _reply_kind(exc: OddlError) -> str:
+    """The error kind a reply carries; `agents.client` maps it back to the type."""
+    for cls, kind in localapi.REPLY_KINDS:
+        if isinstance(exc, cls):
+            return kind
+    return "refused" if isinstance(exc, OperationRefused) else "collective"
+
+
 def _ok(req: _Request, out: np.ndarray, rid: int | None) -> list[bytes]:
     """The reply frames carrying a result (none when it is in the client's shared bucket)."""
-    meta = {"dtype": out.dtype.str, "shape": list(out.shape), "rid": rid}
+    meta = {"dtype": out.dtype.str, "shape": list(out.shape), "rid": rid,
+            "resolved": req.header.get("resolved")}
     if req.shared:  # the result is in the client's bucket already
         return [req.ident, b"ok", json.dumps({**meta, "shm": True}).encode(), b""]
     return [req.ident, b"ok", json.dumps(meta).encode(), out.tobytes()]
 
 
-def _err(kind: str, message: str, rid: int | None) -> bytes:
-    return json.dumps({"kind": kind, "message": message, "rid": rid}).encode()
+def _err(kind: str, message: str, rid: int | None, resolved: Any = None) -> bytes:
+    """An error reply; `resolved`: the job and step the call was taken as, once known."""
+    return json.dumps({"kind": kind, "message": message, "rid": rid,
+                       "resolved": resolved}).encode()
 
 
 def _rid(raw: bytes) -> int | None:

@@ -17,14 +17,23 @@ import re
 import socket as pysocket
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zmq
 
-from common.errors import ConfigError, OperationRefused
+from common.errors import (
+    AgentRestarted,
+    CollectiveError,
+    ConfigError,
+    LostData,
+    OddlError,
+    OperationRefused,
+    PeerDown,
+    StepMismatch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +168,24 @@ def unlink(address: str) -> None:
         Path(address[len("ipc://"):]).unlink(missing_ok=True)
 
 
+# ---- replies -----------------------------------------------------------------------------
+REPLY_KINDS: tuple[tuple[type[OddlError], str], ...] = (
+    (StepMismatch, "step-mismatch"), (LostData, "lost-data"), (PeerDown, "peer-down"),
+    (AgentRestarted, "restarted"))
+"""Error types that travel from the agent to the client by kind, most specific first; the
+rest travel as "collective" (a failed collective) or "refused" (a request refused unrun)."""
+
+
+def error_of_kind(kind: str, message: str) -> OddlError:
+    """The typed error an error reply of `kind` stands for."""
+    for cls, name in REPLY_KINDS:
+        if name == kind:
+            return cls(message)
+    if kind == "collective":
+        return CollectiveError(message)
+    return OperationRefused(message)
+
+
 # ---- requests ----------------------------------------------------------------------------
 _DTYPE = re.compile(r"^[<>=|]?([iu][1248]|f[248])$")
 MAX_ELEMENTS = 1 << 34
@@ -174,6 +201,12 @@ class AllreduceRequest:
     shm: str | None
     job: str | None
     timeout_s: float
+    step: int | None = None
+    """The caller's own number for this call (e.g. the training iteration), if it gave one:
+    every rank must hand in the same one."""
+    steps: dict[str, int] = field(default_factory=dict)
+    """Per job, the number of the caller's last call on it: without `step`, this call is the
+    next one of the job the agent runs it on."""
 
     @property
     def nbytes(self) -> int:
@@ -218,4 +251,15 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
             or not math.isfinite(timeout) or not 0 < timeout <= 86_400:
         raise OperationRefused(f"malformed allreduce request: timeout_s {timeout!r} is not a "
                                "number of seconds in (0, 86400]")
-    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout))
+    step = header.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                             or not 0 < step < 1 << 62):
+        raise OperationRefused(f"malformed allreduce request: step {step!r} is not a positive "
+                               "integer")
+    steps = header.get("steps", {})
+    if not isinstance(steps, dict) or len(steps) > 10_000 or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            and 0 <= v < 1 << 62 for k, v in steps.items()):
+        raise OperationRefused("malformed allreduce request: steps is not an object of job "
+                               "ids and non-negative step numbers")
+    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), step, steps)

@@ -21,7 +21,7 @@ from agents.collective_run import CollectiveRun
 from agents.dataplane import Frame, Link
 from agents.gate import SlotGate
 from common.config import OPTINC
-from common.errors import CollectiveError
+from common.errors import CollectiveError, LostData
 from offline.optinc.levels import exact_mean
 from protos.schedule_wire import SlotSpec
 
@@ -173,7 +173,7 @@ def _take_optinc(link: Link, run: CollectiveRun, step: int, device: str, deadlin
         if cancel is not None and cancel.is_set():
             raise CollectiveError(f"{me}: collective {run.seq} of job {run.job_id} was cancelled")
         what = "scale" if step == OPTINC_SCALE_STEP else "averaged levels"
-        raise CollectiveError(
+        raise LostData(
             f"{me}: lost data: no {what} from OptINC device {device} for collective {run.seq} "
             f"(job {run.job_id}) by the end of its slot + {run.receive_timeout_s:.1f} s; a peer "
             "failed or the fabric has no such device (check `oddl status` and the emulator log)")

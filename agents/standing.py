@@ -4,7 +4,11 @@ A collective whose schedule retunes nothing (a ring keeps its circuits for the w
 needs the controller only for its schedule and its start time. After the first collective of a
 bucket size the agents keep that schedule ("standing"); for the next one each agent tells its
 peers, over the data streams, that it is ready (its bucket's size and dtype, the time on the
-controller's clock, and whether it holds the standing schedule). When every node holds it, all
+controller's clock, whether it holds the standing schedule, and its caller's step number).
+Calls with different step numbers are refused on every node (`common.pairing`). A node that
+finds a peer's ready for a later collective is behind (it restarted, or gave up collectives
+its peers counted): it takes the peer's sequence number and says it is ready again, so the
+nodes meet on the latest one. When every node holds the schedule, all
 start at the same t0 = the last node's ready time + a small margin, computed alike everywhere;
 otherwise (a restarted agent, another size) they all enter the controller's barrier as before.
 The controller stays the only authority over the devices: a standing schedule changes none.
@@ -19,12 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.stream_wire import ChunkHead, node_tag
-from common.errors import CollectiveError
+from agents.stream_wire import READY_STEP, ChunkHead, PeerAhead, node_tag
+from common.errors import CollectiveError, StepMismatch
+from common.pairing import step_mismatch
 
-READY_STEP = 0xFFFFFFF0
-"""The step number of the ready message: after every data step, so the chunks of an older
-collective still count as older."""
+__all__ = ["READY_STEP", "Ready", "agree", "exchange"]
 
 
 @dataclass(frozen=True)
@@ -36,50 +39,63 @@ class Ready:
     dtype: str
     ready_s: float
     standing: bool
+    step: int = 0
+    """The caller's step number (0: none given)."""
 
     def encode(self) -> bytes:
         return json.dumps({"n": self.elements, "dtype": self.dtype, "ready": self.ready_s,
-                           "standing": self.standing}).encode()
+                           "standing": self.standing, "step": self.step}).encode()
 
     @staticmethod
     def decode(node: str, raw: bytes | memoryview) -> Ready:
         try:
             d = json.loads(bytes(raw))
             return Ready(node, int(d["n"]), str(d["dtype"]), float(d["ready"]),
-                         bool(d["standing"]))
+                         bool(d["standing"]), int(d.get("step", 0)))
         except (ValueError, KeyError, TypeError) as exc:
             raise CollectiveError(f"a malformed ready message from {node} ({exc})") from exc
 
 
 def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
              deadline: float, cancel: threading.Event | None) -> list[Ready]:
-    """Send `mine` to every peer and return theirs (CollectiveError at `deadline`)."""
+    """Send `mine` to every peer and return theirs. PeerAhead when a peer is already at a later
+    collective; CollectiveError at `deadline` naming every peer that did not say it is ready."""
     body = mine.encode()
     for peer in peers:
         link.send_chunk(job, peer, ChunkHead(seq, READY_STEP, 0, len(body), node_tag(peer)),
                         memoryview(body), max(deadline - time.time(), 0.1), cancel, False)
-    out = []
+    out: list[Ready] = []
+    silent: list[str] = []
     for peer in peers:
         try:
-            _head, raw = link.recv_chunk(job, peer, seq, READY_STEP, deadline, cancel)
-        except CollectiveError as exc:
+            _head, raw = link.recv_chunk(job, peer, seq, READY_STEP,
+                                         deadline if not silent else time.time(), cancel)
+        except PeerAhead:
+            raise
+        except CollectiveError:
             if cancel is not None and cancel.is_set():
                 raise
-            raise CollectiveError(
-                f"{mine.node}: {peer} did not say it is ready for collective {seq} of job {job} "
-                "in time: its training process has not called the collective (every node of "
-                "the job must, in the same order) or its agent cannot be reached "
-                f"(`oddl status`); {exc}") from exc
+            silent.append(peer)
+            continue
         out.append(Ready.decode(peer, raw))
+    if silent:
+        raise CollectiveError(
+            f"{mine.node}: {', '.join(silent)} did not say it is ready for collective {seq} of "
+            f"job {job} (step {mine.step or '?'} here) in time: its training process has not "
+            "made this call (every rank must make every call of the job, in the same order) "
+            "or its agent or host cannot be reached (`oddl status`)")
     return out
 
 
-def agree(mine: Ready, theirs: Sequence[Ready], margin_s: float) -> tuple[bool, float]:
+def agree(job: str, seq: int, mine: Ready, theirs: Sequence[Ready], margin_s: float
+          ) -> tuple[bool, float]:
     """(every node holds the standing schedule for the same bucket, the start time on the
-    controller's clock). Different buckets go to the controller's barrier, which refuses
-    them with the whole story."""
+    controller's clock). StepMismatch when the callers' step numbers differ. Different
+    buckets go to the controller's barrier, which refuses them with the whole story."""
     everyone = (mine, *theirs)
+    mismatch = step_mismatch(job, seq, {r.node: r.step for r in everyone})
+    if mismatch:
+        raise StepMismatch(f"{mine.node}: {mismatch}")
     same = all((r.elements, r.dtype) == (mine.elements, mine.dtype) for r in theirs)
     return same and all(r.standing for r in everyone), \
         max(r.ready_s for r in everyone) + margin_s
-

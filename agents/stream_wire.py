@@ -24,6 +24,9 @@ copy, small enough that sending, receiving and reducing overlap."""
 
 SOCKET_BUFFER = 4 << 20
 POLL_S = 0.05
+READY_STEP = 0xFFFFFFF0
+"""The step number of a ready message (`agents.standing`): after every data step, so the
+chunks of an older collective still count as older."""
 HELLO = b"ODS1"
 MAGIC = b"ODC1"
 _HEAD = struct.Struct("<4sIIQQIIdd")
@@ -63,6 +66,23 @@ class ChunkHead:
 
 
 HEAD_BYTES = _HEAD.size
+
+
+class PeerAhead(CollectiveError):
+    """A peer already sent a chunk of a later collective than the one this node waits for:
+    this node is behind (it missed collectives its peers counted, e.g. it restarted)."""
+
+    def __init__(self, message: str, peer: str, seq: int):
+        super().__init__(message)
+        self.peer = peer
+        self.seq = seq
+
+
+def describe_step(step: int, seq: int) -> str:
+    """How an error names a chunk: a data step, or the ready message of a collective."""
+    if step == READY_STEP:
+        return f"its ready message for collective {seq}"
+    return f"step {step} of collective {seq}"
 
 
 class Phy(Protocol):

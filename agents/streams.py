@@ -42,8 +42,11 @@ from agents.stream_inbound import BufferPool, Inbound
 from agents.stream_wire import (
     HELLO,
     POLL_S,
+    READY_STEP,
     ChunkHead,
+    PeerAhead,
     Phy,
+    describe_step,
     drain_and_close,
     node_tag,
     parse_address,
@@ -53,7 +56,7 @@ from agents.stream_wire import (
 )
 from agents.streamauth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
 from agents.streamauth import REPLY as AUTH_REPLY
-from common.errors import CollectiveError
+from common.errors import CollectiveError, LostData
 
 logger = logging.getLogger(__name__)
 
@@ -282,12 +285,17 @@ class StreamLink:
                     remaining = deadline - time.time()
                     if remaining <= 0 or (cancel is not None and cancel.is_set()) \
                             or self._stop.is_set():
-                        raise CollectiveError(self._missing(job, src, seq, step, lost, cancel))
+                        raise self._missing_error(job, src, seq, step, lost, cancel)
                     self._cond.wait(min(remaining, POLL_S))
                 conn = conns[0]
                 head, buf, arrived = conn.queue[0]
+                if head.seq > seq and step == READY_STEP:  # this node is behind; keep it
+                    raise PeerAhead(
+                        f"{self.node_id}: {src} is already at collective {head.seq} of job "
+                        f"{job} while this node waits for {describe_step(step, seq)}; this "
+                        "node missed collectives its peers counted", src, head.seq)
                 if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
-                    raise CollectiveError(self._missing(job, src, seq, step, lost))
+                    raise LostData(self._missing(job, src, seq, step, lost))
                 conn.queue.popleft()
                 conn.lent = buf
             self.received_bytes += head.nbytes
@@ -312,15 +320,25 @@ class StreamLink:
         logger.warning("%s: malformed chunk from %s (%s); dropped the stream", self.node_id,
                        src, why)
 
-    def _missing(self, job: str, src: str, seq: int, step: int, lost: str,
-                 cancel: Cancel | None = None) -> str:
+    def _missing_error(self, job: str, src: str, seq: int, step: int, lost: str,
+                       cancel: Cancel | None) -> CollectiveError:
         if cancel is not None and cancel.is_set():
-            return f"{self.node_id}: collective {seq} of job {job} was cancelled"
-        where = f" for step {step} of collective {seq}" if seq >= 0 else ""
-        why = f" (last loss on the wire: {lost})" if lost else ""
+            return CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
+                                   "cancelled")
+        return LostData(self._missing(job, src, seq, step, lost))
+
+    def _missing(self, job: str, src: str, seq: int, step: int, lost: str) -> str:
+        where = f" for {describe_step(step, seq)}" if seq >= 0 else ""
+        if self.phy is None:  # direct links: the circuit is the host link
+            return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in "
+                    f"time; host {src} did not send it (its agent or training process "
+                    "stopped or is behind: `oddl status`) or the link between the two hosts "
+                    "dropped it (check the link and the address of both nodes in the "
+                    "testbed file)")
+        why = f" (last loss on the emulated wire: {lost})" if lost else ""
         return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in time"
-                f"{why}; the light path does not reach this node (check the transmitter "
-                "channel and the WSS route, `oddl status`) or the peer failed")
+                f"{why}; the emulated light path does not reach this node (check the "
+                "transmitter channel and the WSS route, `oddl status`) or the peer failed")
 
     def forget_job(self, job: str) -> None:
         """Close the streams of a job that ended."""

@@ -100,13 +100,15 @@ class Soak:
     # ---- traffic ----------------------------------------------------------------------
     def loop(self, t: JobTraffic, seed: int) -> None:
         rng = np.random.default_rng(seed)
+        iteration = 0
         while not self.stop.is_set():
-            n = int(rng.choice(SIZES))
+            iteration += 1  # the loop's own step number: clients made anew after an agent
+            n = int(rng.choice(SIZES))  # restart pair with the others' calls (`step=`)
             arrays = [rng.integers(-1000, 1000, n) for _ in t.nodes]
             exact = np.sum(arrays, axis=0)
             with self.client_lock:
                 clients = [self.tb.clients[node] for node in t.nodes]
-            _, outs = allreduce_all(clients, arrays)
+            _, outs = allreduce_all(clients, arrays, step=iteration)
             now = time.monotonic()
             with t.lock:
                 t.run += 1

@@ -46,12 +46,31 @@ class CollectiveError(OddlError):
     """An all-reduce failed: lost data, mismatched inputs, a dead peer, or a cancelled job."""
 
 
+class LostData(CollectiveError):
+    """Chunks a collective needed did not arrive in time (a link, a light path or a peer)."""
+
+
+class StepMismatch(CollectiveError):
+    """The ranks handed in different calls for one collective (their step numbers differ):
+    pairing them would reduce different training steps together, so nothing was run."""
+
+
 class ControllerUnavailable(OddlError):
     """The controller could not be reached."""
 
 
 class OperationRefused(OddlError):
     """The controller refused an operation (unknown node, unknown job, not allowed)."""
+
+
+class PeerDown(OperationRefused):
+    """A peer of the job is down and did not come back within the call's timeout; the call
+    was not run (it consumed no step)."""
+
+
+class AgentRestarted(OperationRefused):
+    """A request was made to an agent that has since restarted (another generation); it was
+    not run."""
 
 
 class SecurityError(OddlError):

@@ -164,8 +164,10 @@ class AgentRegistry:
 
     def _lost(self, rec: AgentRecord, silent_s: float) -> None:
         """End the collectives a dead agent takes part in, at every other participant."""
-        reason = (f"node {rec.node_id} stopped answering (no heartbeat for {silent_s:.1f} s); "
-                  "its agent can rejoin by restarting")
+        reason = (f"node {rec.node_id} stopped answering (no heartbeat for {silent_s:.1f} s): "
+                  "its agent, its host or its link to the controller is down; its peers' new "
+                  "calls wait for it, and it rejoins by itself once its agent runs and reaches "
+                  "the controller again")
         logger.warning("%s", reason)
         self.errors["agent lost"] += 1
         self._log_event(rec.node_id, "agent lost", False, reason)

@@ -74,7 +74,7 @@ class CollectiveStarts:
         OddlError when the ready itself is refused (unknown job, node not in it, ...)."""
         with self.lock:
             barrier = self.jobs.ready(request.job_id, request.seq, request.node_id,
-                                      request.shape, request.dtype)
+                                      request.shape, request.dtype, request.caller_step)
             job = self.jobs.get(request.job_id)
             if barrier is None:
                 barrier = self._abandon_for_dead(job)
@@ -92,8 +92,10 @@ class CollectiveStarts:
         down = [n for n in job.nodes if n in self.registry.agents and self.registry.agents[n].dead]
         if not down:
             return None
-        return self.jobs.abandon_pending(job, f"node {down[0]} stopped answering (no heartbeat); "
-                                         "its agent can rejoin by restarting")[0]
+        return self.jobs.abandon_pending(job, f"node {down[0]} stopped answering (no heartbeat): "
+                                         "its agent, host or link is down; it rejoins by "
+                                         "itself once its agent reaches the controller "
+                                         "again")[0]
 
     def _go(self, job: JobRecord, barrier: Barrier) -> None:
         self.executor.join(job.id)

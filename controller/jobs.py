@@ -23,6 +23,7 @@ import numpy as np
 
 from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from common.errors import OddlError, OperationRefused
+from common.pairing import step_mismatch
 from controller.device_types import Configuration
 from controller.optinc_schedule import (
     OptincSchedule,
@@ -88,6 +89,8 @@ class JobRecord:
     """The highest collective sequence number any node has entered (rejoining agents continue
     after it)."""
     ready: dict[int, dict[str, tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    ready_steps: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Per waiting barrier, each node's caller step (`common.pairing`)."""
     failed_seqs: set[int] = field(default_factory=set)
     schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule | OptincSchedule] = field(
         default_factory=dict)
@@ -298,8 +301,8 @@ class JobManager:
         return sched
 
     # ---- the barrier ------------------------------------------------------------------
-    def ready(self, job_id: str, seq: int, node: str, shape: Sequence[int], dtype: str
-              ) -> Barrier | None:
+    def ready(self, job_id: str, seq: int, node: str, shape: Sequence[int], dtype: str,
+              step: int = 0) -> Barrier | None:
         """Record one node's ready; return the barrier's outcome once every node is in."""
         job = self.get(job_id)
         if not job.running:
@@ -313,9 +316,15 @@ class JobManager:
         job.last_seq = max(job.last_seq, seq)
         entries = job.ready.setdefault(seq, {})
         entries[node] = (tuple(int(x) for x in shape), dtype)
+        steps = job.ready_steps.setdefault(seq, {})
+        steps[node] = step
         if len(entries) < len(job.nodes):
             return None
         del job.ready[seq]
+        del job.ready_steps[seq]
+        mismatch = step_mismatch(job_id, seq, steps)
+        if mismatch:
+            return Barrier(job_id, seq, 0, 0, error=mismatch)
         kinds = {v for v in entries.values()}
         if len(kinds) > 1:
             detail = ", ".join(f"{n}: shape {list(s)} dtype {d}" for n, (s, d) in sorted(entries.items()))
@@ -365,6 +374,7 @@ class JobManager:
             failed.append(Barrier(job.id, seq, 0, 0, error=f"collective {seq} of job {job.id} "
                                   f"abandoned: {reason}"))
         job.ready.clear()
+        job.ready_steps.clear()
         return failed
 
 

@@ -194,18 +194,20 @@ class JobEnded(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReadyCollectiveRequest(_message.Message):
-    __slots__ = ("node_id", "job_id", "seq", "shape", "dtype")
+    __slots__ = ("node_id", "job_id", "seq", "shape", "dtype", "caller_step")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_STEP_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     job_id: str
     seq: int
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
-    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+    caller_step: int
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., caller_step: _Optional[int] = ...) -> None: ...
 
 class ReadyCollectiveReply(_message.Message):
     __slots__ = ()

@@ -3,6 +3,9 @@ the lab CAs the security tests share."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from common.security.files import SecurityFiles
@@ -29,3 +32,18 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
 def other_lab(tmp_path_factory: pytest.TempPathFactory) -> SecurityFiles:
     """A second, unrelated lab CA (its certificates must not get in)."""
     return init_lab_ca(tmp_path_factory.mktemp("other") / "certs", LAB_NODES)
+
+
+@pytest.fixture
+def private_runtime(monkeypatch):
+    """A private runtime folder for local API sockets (XDG_RUNTIME_DIR), removed after."""
+    # short path: sun_path is 108 bytes
+    base = Path(f"/tmp/oddl-t-{os.getpid()}")
+    base.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    yield base
+    for p in sorted(base.rglob("*"), reverse=True):
+        p.unlink() if not p.is_dir() else p.rmdir()
+    base.rmdir()
+
+

@@ -45,9 +45,10 @@ def job(testbed: RunningTestbed, request) -> Iterator[dict]:
     testbed.operator.cancel(j["id"])
 
 
-def allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> list[object]:
+def allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray],
+                  step: int | None = None) -> list[object]:
     """Call allreduce on every node at once; each result or the exception it raised."""
-    return run_on_all(clients, arrays)[1]
+    return run_on_all(clients, arrays, step=step)[1]
 
 
 def _collectives_done(tb: RunningTestbed, job_id: str, expect: int = 4,

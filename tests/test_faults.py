@@ -31,11 +31,19 @@ class Bench(RestartableTestbed):
         super().__init__(tmp, EMULATED, heartbeat_s=heartbeat_s)
         self.tmp = tmp
         self.operator = OperatorClient(self.address)
+        self.iteration = 0
+        """The training loop's own count: every call is numbered with it (`step=`), so a
+        client made anew after an agent restart pairs with the others' calls."""
+
+    def next_step(self) -> int:
+        self.iteration += 1
+        return self.iteration
 
     def allreduce(self, seed: int, n: int = 2000) -> list[object]:
         rng = np.random.default_rng(seed)
         arrays = [rng.integers(-1000, 1000, n) for _ in self.cfg.nodes]
-        outs = allreduce_all([self.clients[nd.id] for nd in self.cfg.nodes], arrays)
+        outs = allreduce_all([self.clients[nd.id] for nd in self.cfg.nodes], arrays,
+                             step=self.next_step())
         exact = np.sum(arrays, axis=0)
         return [o if not isinstance(o, np.ndarray) else np.array_equal(o, exact) for o in outs]
 
@@ -62,7 +70,7 @@ def test_kill_an_agent_mid_collective_then_rejoin(bench: Bench):
     t0 = time.monotonic()
     rng = np.random.default_rng(2)
     outs = allreduce_all([bench.clients[n] for n in ("n0", "n1", "n2")],
-                         [rng.integers(0, 9, 100) for _ in range(3)])
+                         [rng.integers(0, 9, 100) for _ in range(3)], step=bench.next_step())
     detect = time.monotonic() - t0
     for out in outs:
         # the controller's verdict, or a peer's refused data connection, whichever is first

@@ -1,0 +1,117 @@
+"""Calls pair across ranks only when they are the same call: step numbers, agent generations.
+
+An agent restart once paired a training process's step 51 with its peers' step 133 and
+shifted every later call, without an error. What must hold: a collective whose ranks handed in
+different calls fails on every rank with the story (`StepMismatch`), a request made to an
+agent before it restarted is never run by the new one, and a loop that numbers its calls
+itself carries on exactly once the agent is back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import EMULATED, wait_until
+from test_faults import Bench
+
+from agents.client import AgentClient, allreduce_all
+from common.config import parse_testbed
+from common.errors import CollectiveError, StepMismatch
+from common.pairing import step_mismatch
+from controller.jobs import JobManager
+from controller.testbed_model import timing_from_config, topology_from_config
+from oddl.launch import agent_command
+
+NODES = ("n0", "n1", "n2", "n3")
+
+
+def test_steps_pair_when_equal_or_not_given():
+    assert step_mismatch("j", 4, {"n0": 7, "n1": 7, "n2": 0}) == ""
+    text = step_mismatch("j", 4, {"n0": 133, "n1": 51})
+    assert "collective 4 of job j refused" in text and "n0 at step 133, n1 at step 51" in text
+
+
+def test_the_controllers_barrier_refuses_calls_of_different_steps():
+    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
+    jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
+    job, _ = jobs.admit("x", [], "ring", "optical", {}, 0)
+    outcome = None
+    for node, step in zip(NODES, (9, 9, 3, 9), strict=True):
+        outcome = jobs.ready(job.id, 1, node, [10], "<f4", step)
+    assert outcome is not None and "n2 at step 3" in outcome.error
+    for node in NODES:
+        outcome = jobs.ready(job.id, 2, node, [10], "<f4", 10)
+    assert outcome is not None and not outcome.error and outcome.n_elems == 10
+
+
+@pytest.fixture
+def bench(tmp_path):
+    b = Bench(tmp_path)
+    yield b
+    b.close()
+
+
+def _agent_at(bench: Bench, node: str, socket_path: Path) -> None:
+    """(Re)start a node's agent with its local API at a fixed path, as a lab's unit does."""
+    bench.agent_info[node] = bench.group.start(f"agent-{node}", agent_command(
+        bench.resolved, node, bench.address) + ["--local-api", f"ipc://{socket_path}"],
+        timeout=60)
+
+
+def _alive(bench: Bench) -> list[bool]:
+    return [a["alive"] for a in bench.operator.status()["agents"]]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
+    bench.operator.submit("pairing", [], "ring", "optical")
+    folder = Path(tempfile.mkdtemp(prefix="oddl-pair-"))
+    socket_path = folder / "agent-n3.sock"
+    trainers: dict[str, AgentClient] = {}
+    try:
+        # n3's agent listens where a lab's unit puts it, so its training process's client
+        # outlives the agent's restarts, as it does on a lab host
+        os.kill(bench.proc("agent-n3").proc.pid, signal.SIGKILL)
+        wait_until(lambda: _alive(bench) == [True, True, True, False], 30, "n3 marked dead")
+        _agent_at(bench, "n3", socket_path)
+        wait_until(lambda: all(_alive(bench)), 30, "n3 back")
+        trainers = {n: AgentClient(bench.agent_info[n]["local_api"], timeout_s=30)
+                    for n in NODES}
+        rng = np.random.default_rng(5)
+
+        def call(nodes, step=None):
+            arrays = [rng.integers(-1000, 1000, 3000) for _ in nodes]
+            outs = allreduce_all([trainers[n] for n in nodes], arrays, step=step)[1]
+            return arrays, outs
+
+        arrays, outs = call(NODES)  # every rank's call 1
+        assert all(np.array_equal(o, np.sum(arrays, axis=0)) for o in outs), outs
+        # n3's agent dies while its training process computes; the others' call 2 fails
+        os.kill(bench.proc("agent-n3").proc.pid, signal.SIGKILL)
+        _, outs = call(("n0", "n1", "n2"))
+        assert all(isinstance(o, CollectiveError) for o in outs), outs
+        assert all("n3" in str(o) for o in outs), outs
+        # the agent comes back at the same socket; n3's client is the same object
+        _agent_at(bench, "n3", socket_path)
+        wait_until(lambda: all(_alive(bench)), 30, "n3 back again")
+        # the others go on to their call 3, n3 makes its call 2: refused on every rank
+        arrays, outs = call(NODES)
+        assert all(isinstance(o, StepMismatch) for o in outs), outs
+        for o in outs:
+            assert "n3 at step 2" in str(o) and "n0 at step 3" in str(o), o
+        # a loop that numbers its calls (the training iteration) carries on exactly
+        for step in (40, 41):
+            arrays, outs = call(NODES, step=step)
+            assert all(isinstance(o, np.ndarray) for o in outs), outs
+            assert all(np.array_equal(o, np.sum(arrays, axis=0)) for o in outs)
+    finally:
+        for client in trainers.values():
+            client.close()
+        socket_path.unlink(missing_ok=True)
+        folder.rmdir()
