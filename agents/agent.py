@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import zmq
 
 from agents import localapi
 from agents.agent_jobs import JobTable
@@ -32,11 +33,22 @@ from agents.data_links import open_links
 from agents.gate import SlotGate
 from agents.local_server import LocalServer
 from common.config import TestbedConfig
+from common.listen_errors import ListenOrigin, listen_error
 from common.metrics import Metrics, counter, gauge
 from protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
+
+
+def _data_origin(cfg: TestbedConfig, node_id: str, data_bind: str | None) -> ListenOrigin:
+    """Where the agent's data address comes from: --data-bind, or the node's entry."""
+    who = f"agent {node_id}"
+    if data_bind:
+        return ListenOrigin.option(who, "--data-bind")
+    return ListenOrigin(who, f"[[nodes]] host of node {node_id} in {cfg.path}",
+                        f"[[nodes]] data_port of node {node_id} in {cfg.path}",
+                        f"[[nodes]] host/data_port of node {node_id} in {cfg.path}")
 
 
 class Agent:
@@ -65,8 +77,13 @@ class Agent:
             security = SecurityFiles.load(cfg.security.certs)
         self.ctl = ControllerLink(cfg, node_id, controller, security, self._stop)
         self.link_kind = cfg.fabric.link
-        self.links = open_links(cfg, node_id, data_bind or f"{node.host}:{node.data_port}",
-                                security)
+        bind = data_bind or f"{node.host}:{node.data_port}"
+        try:
+            self.links = open_links(cfg, node_id, bind, security)
+        except (OSError, zmq.ZMQError) as exc:
+            self.ctl.close()
+            raise listen_error(exc.errno, exc.strerror or str(exc), bind,
+                               _data_origin(cfg, node_id, data_bind)) from None
         self.jobs = JobTable(node_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send",
                                           initializer=self._gate_thread_setup)

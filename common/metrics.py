@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from common.listen_errors import ListenOrigin, listen_error
+
 logger = logging.getLogger(__name__)
 
 GATE_BUCKETS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2)
@@ -63,10 +65,15 @@ class Metrics:
         """Expose counters computed from component state at each scrape."""
         self.registry.register(_StateCollector(snapshot))
 
-    def serve(self, listen: str) -> str:
-        """Start the /metrics endpoint on HOST:PORT (port 0 picks one); return its URL."""
+    def serve(self, listen: str, who: str = "metrics") -> str:
+        """Start the /metrics endpoint on HOST:PORT (port 0 picks one); return its URL. An
+        address `who` (the process) cannot listen on is a ConfigError naming ``--metrics``."""
         host, _, port = listen.rpartition(":")
-        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        try:
+            server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        except OSError as exc:
+            raise listen_error(exc.errno, exc.strerror or str(exc), listen,
+                               ListenOrigin.option(who, "--metrics")) from None
         self._server = server
         self.address = f"http://{host}:{server.server_port}/metrics"
         logger.info("metrics on %s", self.address)

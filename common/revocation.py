@@ -32,6 +32,7 @@ from common.security.files import (
     SecurityFiles,
 )
 from common.security.lab_ca import curve_file_text, key_pem, sign_leaf, write_private_file
+from common.security.ownership import KeyOwner, check_can_hand_over, hand_over, service_keys
 
 logger = logging.getLogger(__name__)
 
@@ -145,14 +146,20 @@ def _record(root: Path, entry: dict[str, str], reason: str) -> dict[str, str]:
 
 
 def rotate(root: str | os.PathLike[str], *, node: str | None = None,
-           operator: str | None = None) -> dict[str, str]:
+           operator: str | None = None, owner: KeyOwner | None = None) -> dict[str, str]:
     """New certificate and CURVE key pair for one node or operator, signed by the same lab CA
     (needs ``tls/ca.key``), written over the old files; the old ones are revoked. Returns the
-    revoked entry. Copy the identity's new files, the manifest and revoked.json to the hosts."""
+    revoked entry. Copy the identity's new files, the manifest and revoked.json to the hosts.
+    With `owner`, a node's new keys become that (service) user's, mode 0600."""
     import zmq
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
+    if owner is not None:
+        if node is None:
+            raise SecurityError(f"--owner {owner}: an operator's keys are the operator's, not "
+                                "a service's; leave --owner out and give the operator the files")
+        check_can_hand_over(owner)
     files = SecurityFiles.load(root)
     old = identity_entry(files, node=node, operator=operator)
     manifest = json.loads(json.dumps(files.manifest))
@@ -188,6 +195,9 @@ def rotate(root: str | os.PathLike[str], *, node: str | None = None,
     tmp = files.root / f"{MANIFEST}.tmp"
     write_private_file(tmp, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"), 0o644)
     os.replace(tmp, files.root / MANIFEST)
+    if owner is not None and node is not None:
+        hand_over(files.root, service_keys(manifest, nodes=[node], server=False,
+                                           curve_servers=False), owner)
     logger.warning("rotated %s %s: new certificate %x and CURVE key", old["kind"], name,
                    cert.serial_number)
     return _record(files.root, old, "rotated")

@@ -19,7 +19,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from common.config import TestbedConfig
-from common.errors import ConfigError, OddlError
+from common.errors import ConfigError
+from common.listen_errors import ListenOrigin, bind_errno, listen_error
 from common.metrics import Metrics, counter, gauge
 from controller.device_types import Configuration
 from controller.devices import DeviceManager
@@ -80,16 +81,25 @@ class ControllerServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        if cfg.security.enabled:
-            self.port = self.server.add_secure_port(where, server_credentials(self.security))
-        else:
-            self.port = self.server.add_insecure_port(where)
+        try:
+            if cfg.security.enabled:
+                self.port = self.server.add_secure_port(where, server_credentials(self.security))
+            else:
+                self.port = self.server.add_insecure_port(where)
+        except RuntimeError:  # gRPC says only "Failed to bind"; bind_errno finds out why
+            self.port = 0
         if self.port == 0:
-            raise OddlError(f"cannot listen on {where}; pick a free port or use port 0")
+            if self.store is not None:
+                self.store.close()
+            origin = (ListenOrigin.option("controller", "--listen") if listen else
+                      ListenOrigin.option("controller", f"[controller] listen in {cfg.path}"))
+            raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
 
     def start(self, initialise_devices: bool = True) -> None:
         """Connect the devices, bring them to the stored (or default) configuration, serve."""
+        if self.metrics_listen:  # first: a bad address stops us before any device is touched
+            self.metrics.serve(self.metrics_listen, who="controller")
         if initialise_devices:
             self._bring_up_devices()
         self.server.start()
@@ -98,8 +108,6 @@ class ControllerServer:
         if self.cfg.controller.device_check_s > 0:
             threading.Thread(target=self._watch_devices, name="device-check",
                              daemon=True).start()
-        if self.metrics_listen:
-            self.metrics.serve(self.metrics_listen)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         logger.info("controller for %s serving on %s", self.cfg.name, self.address)

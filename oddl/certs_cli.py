@@ -3,6 +3,8 @@
     oddl certs init --out lab-certs --nodes n0,n1,n2,n3
     oddl certs init --out lab-certs --nodes n0,n1 --operators alice,bob \\
         --hosts 10.0.0.1,ctl.lab --force
+    sudo oddl certs init --out /etc/oddl/certs --nodes n0,n1,n2,n3 --owner oddl
+    sudo oddl certs chown --certs /etc/oddl/certs --owner oddl    # on a host, after copying
 
 Writes the files described in :mod:`common.security` (private keys 0600) and prints them.
 Exit codes: 0 written, 1 refused or failed (an existing directory without --force, a bad
@@ -16,17 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.security.files import DEFAULT_CURVE_SERVERS, MANIFEST
 from common.security.lab_ca import init_lab_ca
+from common.security.ownership import service_keys
 from oddl.command_line import run_command_tree
 from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cmd_init", "cmd_revoke", "cmd_rotate",
-           "main", "register"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cmd_chown", "cmd_init", "cmd_revoke",
+           "cmd_rotate", "main", "register"]
 
 
 def _names(text: str) -> list[str]:
@@ -62,6 +66,7 @@ def register(subparsers: Any) -> Any:
                       help="replace the files of an earlier run in DIR (a new CA: every host "
                       "needs the new files)")
     init.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    _owner_option(init)
     init.set_defaults(func=cmd_init)
 
     rev = _identity_command(
@@ -71,23 +76,82 @@ def register(subparsers: Any) -> Any:
         "DIR/revoked.json: the controller refuses it at once, the fabric and the links at "
         "their next start. Copy the file to every host. `oddl certs rotate` issues new ones.")
     rev.add_argument("--reason", default="", help="recorded with the entry")
-    _identity_command(
+    rot = _identity_command(
         csub, "rotate", cmd_rotate,
         help="new certificate and CURVE key for a node or an operator (old revoked)",
         description="Issue a new certificate (same lab CA, needs tls/ca.key) and CURVE key pair "
         "for one identity, written over its files, and revoke the old ones. Copy the "
         "identity's files, manifest.json and revoked.json to the hosts, then restart that "
         "agent (or give the operator the new files).")
+    _owner_option(rot)
+    _register_chown(csub)
     return csub
+
+
+def _register_chown(csub: Any) -> None:
+    own = csub.add_parser(
+        "chown", help="give the keys the services read to the service user (mode 0600)",
+        description="Make the private keys the services read -- tls/server.key, "
+        "tls/agent-NODE.key, curve/NODE.key_secret and the CURVE servers' secrets -- that are "
+        "in DIR on this host owned by USER[:GROUP], mode 0600. The CA key and the operators' "
+        "keys are left alone. Run it as root on every host after copying the files there.")
+    own.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
+    own.add_argument("--owner", required=True, metavar="USER[:GROUP]",
+                     help="the user the services run as (User= in deploy/systemd/), e.g. oddl")
+    own.set_defaults(func=cmd_chown)
+
+
+def _owner_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--owner", metavar="USER[:GROUP]",
+                        help="give the keys the services read (the controller's and agents' "
+                        "TLS keys, the nodes' and the fabric's CURVE secrets) to this user, "
+                        "mode 0600: the services run as User=oddl (deploy/systemd/), so run as "
+                        "root with --owner oddl. The CA key and operators' keys stay yours")
+
+
+def _resolved_owner(args: argparse.Namespace) -> Any:
+    from common.security.ownership import resolve_owner
+
+    return resolve_owner(args.owner) if getattr(args, "owner", None) else None
+
+
+def _root_note(args: argparse.Namespace, root: str) -> None:
+    """As root without --owner: say that the services cannot read the keys, and the fix."""
+    if os.geteuid() == 0 and not getattr(args, "owner", None):
+        print(f"note: the private keys in {root} are root's (0600); services that run as "
+              "User=oddl (deploy/systemd/) cannot read them. Hand them over on each host: "
+              f"sudo oddl certs chown --certs {root} --owner oddl (docs/security.md)",
+              file=sys.stderr)
+
+
+def cmd_chown(args: argparse.Namespace) -> int:
+    """Give the service keys present here to the service user."""
+    from common.security.files import SecurityFiles
+    from common.security.ownership import check_reachable, hand_over, service_keys
+
+    owner = _resolved_owner(args)
+    files = SecurityFiles.load(args.certs)
+    check_reachable(files.root, owner)
+    changed = hand_over(files.root, service_keys(files.manifest), owner)
+    if not changed:
+        print(f"no service key of {files.root / MANIFEST} is on this host; copy the host's "
+              "files first (docs/security.md)", file=sys.stderr)
+        return EXIT_FAILED
+    for path in changed:
+        print(f"  0600  {owner}  {path}")
+    return EXIT_OK
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
     """Rotate one identity's credentials; print what changed."""
     from common.revocation import rotate
 
-    old = rotate(args.certs, node=args.node, operator=args.operator)
+    old = rotate(args.certs, node=args.node, operator=args.operator,
+                 owner=_resolved_owner(args))
     print(f"rotated {old['kind']} {old['name']}: new certificate and CURVE key written to "
           f"{args.certs}; the old certificate {old['serial']} is revoked")
+    if args.node:
+        _root_note(args, args.certs)
     return EXIT_OK
 
 
@@ -116,15 +180,20 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Write the CA and keys; print what was written."""
+    owner = _resolved_owner(args)
     files = init_lab_ca(args.out, args.nodes, operators=args.operators, hosts=args.hosts,
-                        days=args.days, curve_servers=args.curve_servers, force=args.force)
+                        days=args.days, curve_servers=args.curve_servers, force=args.force,
+                        owner=owner)
+    _root_note(args, str(files.root))
     if args.json:
         print(json.dumps(dict(files.manifest), indent=2))
         return EXIT_OK
     m = files.manifest
     print(f"wrote a lab CA and keys to {files.root} (valid until {m['not_after'][:10]}):")
+    handed = set(service_keys(m)) if owner is not None else set()
     for f in m["files"]:
-        print(f"  {f['mode']}  {f['path']:<36} {f['kind']}")
+        who = f"  (owner {owner})" if f["path"] in handed else ""
+        print(f"  {f['mode']}  {f['path']:<36} {f['kind']}{who}")
     print(f"  0644  {MANIFEST:<36} manifest (subjects, CURVE public keys)")
     print(f"subjects: {m['subject_format']}; server certificate for {', '.join(files.hosts)}")
     print("copy to each host only what it needs: tls/ca.crt, manifest.json and its own "

@@ -76,6 +76,17 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_config_example(args: argparse.Namespace) -> int:
+    """Print a testbed file shipped with oddl (or list them)."""
+    from oddl.shipped import read_shipped_testbed, shipped_testbed_names
+
+    if not args.name:
+        print("\n".join(shipped_testbed_names()))
+        return EXIT_OK
+    sys.stdout.write(read_shipped_testbed(args.name))
+    return EXIT_OK
+
+
 def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
                                    Callable[[argparse.Namespace], int]]:
     import importlib
@@ -115,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=cmd_config_check)
+    example = cfg.add_parser("example", help="print a testbed file shipped with oddl (no "
+                             "name: list them), e.g. the template of /etc/oddl/testbed.toml",
+                             description="oddl config example lab-4node > testbed.toml")
+    example.add_argument("name", nargs="?", help="lab-4node or emulated-4node")
+    example.set_defaults(func=cmd_config_example)
 
     emu = sub.add_parser("emulate", help="run device emulators").add_subparsers(
         dest="emulate_cmd", required=True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from common.config import TestbedConfig, load_testbed
 from common.errors import ConfigError
 from oddl.procs import ProcessGroup, oddl_command
+from oddl.shipped import shipped_testbed
 
 if TYPE_CHECKING:  # imported where used: `oddl testbed up` needs neither
     from agents.client import AgentClient
@@ -34,9 +35,9 @@ if TYPE_CHECKING:  # imported where used: `oddl testbed up` needs neither
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TESTBED = (Path(__file__).resolve().parent.parent / "deploy" / "testbeds"
-                   / "emulated-4node.toml")
-"""The emulated four-node testbed of `oddl demo`, `oddl testbed up` and the benchmarks."""
+DEFAULT_TESTBED = shipped_testbed("emulated-4node.toml")
+"""The emulated four-node testbed of `oddl demo`, `oddl testbed up` and the benchmarks: the
+package's own copy (oddl/testbeds/, also reachable as deploy/testbeds/ in the source tree)."""
 
 LOCAL = "127.0.0.1:0"
 """Listen on loopback, on a port the kernel picks."""

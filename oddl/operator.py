@@ -55,8 +55,9 @@ class OperatorClient:
                 "`oddl controller serve` is running") from exc
 
     def status(self) -> dict[str, Any]:
-        """Agents, jobs and counters."""
-        return _as_dict(self._call("GetStatus", pb.GetStatusRequest()))
+        """Agents, jobs and counters; an agent that never registered has
+        ``last_heartbeat_age_s`` None (the wire's -1)."""
+        return registered_ages(_as_dict(self._call("GetStatus", pb.GetStatusRequest())))
 
     def topology(self) -> dict[str, Any]:
         """Nodes, devices and the grid."""
@@ -101,15 +102,33 @@ class OperatorClient:
         self._channel.close()
 
 
+NEVER_REGISTERED = "never registered"
+
+
+def registered_ages(status: dict[str, Any]) -> dict[str, Any]:
+    """`status` with the heartbeat age of each agent that never registered (the controller
+    sends -1) as None: `--json` says null, the tables "never registered"."""
+    for a in status.get("agents", []):
+        if a.get("last_heartbeat_age_s", 0) < 0:
+            a["last_heartbeat_age_s"] = None
+    return status
+
+
+def heartbeat_age(agent: dict[str, Any], digits: int = 2) -> str:
+    """"0.42s", or "never registered"."""
+    age = agent.get("last_heartbeat_age_s")
+    return NEVER_REGISTERED if age is None else f"{age:.{digits}f}s"
+
+
 def format_status(status: dict[str, Any]) -> str:
     """A table for people."""
     lines = [f"testbed {status.get('testbed', '?')}: {status.get('reconfigurations', 0)} "
              f"reconfigurations, {status.get('transactions_failed', 0)} failed transactions", "",
-             f"{'node':<6} {'alive':<6} {'hb age':>8} {'offset':>10} {'gate p50':>10} "
+             f"{'node':<6} {'alive':<6} {'hb age':>16} {'offset':>10} {'gate p50':>10} "
              f"{'gate p99':>10} {'done':>6} {'failed':>6}"]
     for a in status.get("agents", []):
         lines.append(f"{a['node_id']:<6} {'yes' if a['alive'] else 'NO':<6} "
-                     f"{a['last_heartbeat_age_s']:>7.2f}s {a['clock_offset_s'] * 1e6:>8.1f}µs "
+                     f"{heartbeat_age(a):>16} {a['clock_offset_s'] * 1e6:>8.1f}µs "
                      f"{a['gate_error_p50_s'] * 1e6:>8.1f}µs {a['gate_error_p99_s'] * 1e6:>8.1f}µs "
                      f"{int(a['collectives_done']):>6} {int(a['collectives_failed']):>6}")
     lines += ["", format_jobs(status.get("jobs", []))]

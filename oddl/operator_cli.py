@@ -1,8 +1,9 @@
 """Operator commands against a running controller: `oddl status`, `topology`, `devices`,
 `watch`, `jobs`, `reconfigure` and `schedule show`.
 
-The controller is found through --controller, ODDL_CONTROLLER, --config's [controller]
-address, or the testbed of `oddl testbed up`, in that order.
+The testbed file is --config, else ODDL_CONFIG, else /etc/oddl/testbed.toml when it exists
+(oddl.config_lookup). The controller is found through --controller, ODDL_CONTROLLER, that
+file's [controller] address, or the testbed of `oddl testbed up`, in that order.
 """
 
 from __future__ import annotations
@@ -15,30 +16,34 @@ from collections.abc import Callable
 from typing import Any
 
 from common.errors import ConfigError
+from oddl.config_lookup import LOOKUP_HELP, testbed_file
 from oddl.exit_codes import EXIT_OK, EXIT_USAGE
 
 
 def controller_address(args: argparse.Namespace) -> str:
-    """--controller, then ODDL_CONTROLLER, then --config's [controller] address, then the
-    testbed started with `oddl testbed up`."""
+    """--controller, then ODDL_CONTROLLER, then the testbed file's [controller] address (the
+    file: --config, ODDL_CONFIG or /etc/oddl/testbed.toml), then the testbed started with
+    `oddl testbed up`."""
     from oddl.testbed_cli import load_state
 
     if args.controller:
-        return args.controller
+        return str(args.controller)
     if os.environ.get("ODDL_CONTROLLER"):
         return os.environ["ODDL_CONTROLLER"]
-    if getattr(args, "config", None):
+    path = testbed_file(args)
+    if path:
         from common.config import load_testbed
 
-        cfg = load_testbed(args.config)
+        cfg = load_testbed(path)
         if cfg.controller.address:
             return cfg.controller.address
     state = load_state()
     if state:
-        return state["controller"]
+        return str(state["controller"])
     raise ConfigError("no controller address: pass --controller HOST:PORT, set "
-                      "ODDL_CONTROLLER, give --config with a [controller] address, or start "
-                      "one with `oddl testbed up`")
+                      "ODDL_CONTROLLER, give a testbed file with a [controller] address "
+                      "(--config, ODDL_CONFIG or /etc/oddl/testbed.toml), or start one with "
+                      "`oddl testbed up`")
 
 
 def connect(args: argparse.Namespace) -> Any:
@@ -46,10 +51,11 @@ def connect(args: argparse.Namespace) -> Any:
     from oddl.operator import OperatorClient
 
     certs, operator = getattr(args, "certs", None) or os.environ.get("ODDL_CERTS", ""), "operator"
-    if getattr(args, "config", None):
+    path = testbed_file(args)
+    if path:
         from common.config import load_testbed
 
-        security = load_testbed(args.config).security
+        security = load_testbed(path).security
         certs, operator = certs or security.certs, security.operator
     return OperatorClient(controller_address(args), certs=certs, operator=operator)
 
@@ -161,10 +167,10 @@ def with_controller(sp: argparse.ArgumentParser, default: Any = None) -> argpars
     """Add --controller/--config/--json (sub-commands repeat them without defaults, so
     they may stand before or after the sub-command)."""
     sp.add_argument("--controller", default=default,
-                    help="HOST:PORT (default: ODDL_CONTROLLER, --config, or the testbed "
-                    "of `oddl testbed up`)")
+                    help="HOST:PORT (default: ODDL_CONTROLLER, the testbed file's "
+                    "[controller] address, or the testbed of `oddl testbed up`)")
     sp.add_argument("--config", default=default,
-                    help="testbed file whose [controller] address to use")
+                    help=LOOKUP_HELP + "; its [controller] address and [security] are used")
     sp.add_argument("--json", action="store_true",
                     default=False if default is None else default)
     sp.add_argument("--certs", default=default, help="folder of `oddl certs init` for "

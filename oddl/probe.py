@@ -8,7 +8,9 @@ queries (SNO?, MFD?) and its grid (CHW?, checked against the channel numbering t
 gives it), a power meter ``*IDN?``. A device that does not answer is tried as the
 other serial kind (a wrong port) and at the other usual baud rates (a wrong baud rate), so the
 message can say which. Probing only reads: no register write, no setting, no output change
-(drivers are closed, never shut down, since an ITLA shutdown switches the laser off).
+(drivers are closed, never shut down, since an ITLA shutdown switches the laser off). Queries
+go only to the resources the file names: a port the scan finds that the file does not name
+is reported as present, never opened (docs/devices/probe.md).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ ITLA_BAUDS = (9600, 19200, 38400, 57600, 115200)
 WSS_BAUDS = (115200, 57600, 38400, 19200, 9600)
 VISA_SCAN_TIMEOUT_S = 15.0
 
-OK, MISMATCH, WRONG_PORT, WRONG_BAUD, NO_ANSWER, CANNOT_OPEN, SKIPPED = (
-    "ok", "mismatch", "wrong port", "wrong baud", "no answer", "cannot open", "skipped")
+OK, MISMATCH, WRONG_PORT, WRONG_BAUD, NO_ANSWER, CANNOT_OPEN, SKIPPED, NOT_NAMED = (
+    "ok", "mismatch", "wrong port", "wrong baud", "no answer", "cannot open", "skipped",
+    "not named")
 
 
 @dataclass
@@ -326,15 +329,12 @@ def probe_device(dev: DeviceConfig) -> DeviceProbe:
                        f"no probe for kind {dev.kind!r}")
 
 
-def _identify_unlisted(port: str) -> DeviceProbe:
-    """Try an attached port no device entry names as ITLA and as WSS at their reset bauds."""
-    for kind, (_, bauds) in SERIAL_KINDS.items():
-        found, _ = _attempt(kind, port, bauds[0], 0.3, port)
-        if found is not None:
-            return DeviceProbe("", "", port, OK, f"answers as a {kind.upper()} "
-                               f"({_describe(found)}) at {bauds[0]} baud",
-                               _identity_dict(found), kind, bauds[0])
-    return DeviceProbe("", "", port, NO_ANSWER, "no ITLA or WSS answered at its reset baud")
+def _not_named(resource: str, what: str) -> DeviceProbe:
+    """An attached port or VISA resource no device entry names: listed, never opened."""
+    return DeviceProbe("", "", resource, NOT_NAMED,
+                       f"present, not named by the file: {what} not opened or queried (the "
+                       "probe writes only to the resources the file names); to check it, "
+                       "name it as a device's resource")
 
 
 def _same_port(a: str, b: str) -> bool:
@@ -342,24 +342,25 @@ def _same_port(a: str, b: str) -> bool:
                       and os.path.realpath(a) == os.path.realpath(b))
 
 
-def probe(cfg: TestbedConfig, *, scan: bool = True, identify_unlisted: bool = True,
+def probe(cfg: TestbedConfig, *, scan: bool = True,
           ports: Iterable[dict[str, str]] | None = None) -> ProbeReport:
-    """Discover attached devices and check every device of `cfg` against what answers."""
+    """Check every device of `cfg` against what answers on its resource; with `scan`, also
+    list the serial ports and VISA resources present and report those the file does not
+    name (listed only: no byte goes to a resource the file does not name)."""
     report = ProbeReport()
     if scan:
         report.serial_ports = list(ports) if ports is not None else list_serial_ports()
         report.visa_resources, note = list_visa_resources()
         report.notes.append(note)
     report.devices = [check_wss_grid(probe_device(dev), dev, cfg.grid) for dev in cfg.devices]
-    if scan and identify_unlisted:
+    if scan:
         claimed = [d.resource for d in cfg.devices]
         for port in report.serial_ports:
             if not any(_same_port(port["device"], r) for r in claimed):
-                report.unlisted.append(_identify_unlisted(port["device"]))
+                report.unlisted.append(_not_named(port["device"], "serial port"))
         for resource in report.visa_resources:
             if resource not in claimed:
-                report.unlisted.append(DeviceProbe("", "", resource, SKIPPED,
-                                                   "VISA resource not in the testbed file"))
+                report.unlisted.append(_not_named(resource, "VISA resource"))
     return report
 
 
@@ -376,8 +377,8 @@ def format_report(report: ProbeReport, source: str = "the testbed file") -> str:
                      f"{d.resource}")
         lines.append(f"  {'':<{width}}  {d.message}")
     if report.unlisted:
-        lines.append("Not in the testbed file:")
-        lines += [f"  {d.resource}: {d.message}" for d in report.unlisted]
+        lines.append("Present, not named by the testbed file (not queried):")
+        lines += [f"  {d.resource}" for d in report.unlisted]
     lines += [f"note: {n}" for n in report.notes if n]
     good = sum(d.ok for d in report.devices)
     lines.append(f"{good} of {len(report.devices)} device(s) as the testbed file says"

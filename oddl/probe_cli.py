@@ -1,4 +1,5 @@
-"""`oddl devices probe [--config FILE] [--json]`: check the bench against the testbed file.
+"""`oddl devices probe [--config FILE] [--json]`: check the bench against the testbed file
+(--config, else ODDL_CONFIG, else /etc/oddl/testbed.toml when it exists).
 
 Exit code 0 when every device of the file answered as the file says, 1 otherwise (the report
 names each wrong port, wrong baud rate or silent device), 2 for a missing or bad file.
@@ -9,10 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from typing import Any
 
 from common.errors import ConfigError
+from oddl.config_lookup import LOOKUP_HELP, testbed_file
 from oddl.exit_codes import EXIT_FAILED, EXIT_OK
 
 
@@ -22,8 +23,7 @@ def register(devices_sub: Any) -> argparse.ArgumentParser:
         "probe", help="find attached serial ports and VISA resources, identify each device "
         "and check it against the testbed file (read-only; no controller needed)")
     # SUPPRESS: `oddl devices --config F probe` and `oddl devices probe --config F` both work
-    p.add_argument("--config", default=argparse.SUPPRESS,
-                   help="testbed file (default: ODDL_CONFIG)")
+    p.add_argument("--config", default=argparse.SUPPRESS, help=LOOKUP_HELP)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print the report as JSON")
     p.add_argument("--no-scan", action="store_true",
@@ -37,10 +37,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from common.config import load_testbed
     from oddl.probe import format_report, probe
 
-    path = getattr(args, "config", None) or os.environ.get("ODDL_CONFIG", "")
+    path = testbed_file(args)
     if not path:
-        raise ConfigError("oddl devices probe needs the testbed file: pass --config FILE "
-                          "(or set ODDL_CONFIG)")
+        raise ConfigError("oddl devices probe needs the testbed file: pass --config FILE, set "
+                          "ODDL_CONFIG, or put it at /etc/oddl/testbed.toml")
     cfg = load_testbed(path)
     drivers_log = logging.getLogger("drivers")
     saved = drivers_log.level

@@ -40,8 +40,8 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     cfg = load_testbed(args.config)
     server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
                               state=args.state, insecure=args.insecure)
-    server.start()
     try:
+        server.start()
         print_ready({"ready": True, "address": server.address, "testbed": cfg.name,
                       "metrics": server.metrics.address}, args.ready_file)
         wait_for_signal()
@@ -63,9 +63,9 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
     agent = Agent(cfg, args.node, controller, local_api=args.local_api, data_bind=args.data_bind,
                   local_api_group=args.local_api_group)
     try:
+        if args.metrics:  # first: a bad address stops the agent before it registers
+            agent.metrics.serve(args.metrics, who=f"agent {args.node}")
         agent.start()
-        if args.metrics:
-            agent.metrics.serve(args.metrics)
         print_ready({"ready": True, "node": args.node, "local_api": agent.local_api,
                       "data_address": agent.data_address, "metrics": agent.metrics.address},
                      args.ready_file)

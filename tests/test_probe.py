@@ -29,6 +29,7 @@ from oddl.probe import (
     CANNOT_OPEN,
     MISMATCH,
     NO_ANSWER,
+    NOT_NAMED,
     OK,
     SKIPPED,
     WRONG_BAUD,
@@ -235,15 +236,53 @@ def test_probing_changes_nothing(bench: dict[str, str]) -> None:
         stop()
 
 
-def test_scan_lists_and_identifies_unlisted_ports(bench: dict[str, str]) -> None:
-    cfg = _testbed({"laser0": bench["itla"]})
-    ports = [{"device": bench["itla"], "description": "pty", "hwid": "", "serial_number": ""},
-             {"device": bench["dead_port"], "description": "pty", "hwid": "",
-              "serial_number": ""}]
-    report = probe(cfg, ports=ports)
-    assert report.serial_ports == ports
-    assert [(u.resource, u.status) for u in report.unlisted
-            if u.resource.startswith("/dev/")] == [(bench["dead_port"], NO_ANSWER)]
+def _spy(obj: object, method: str, calls: list[str]) -> None:
+    """Record every call of `obj.method` (the emulator still answers as before)."""
+    original = getattr(obj, method)
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        calls.append(method)
+        return original(*args, **kwargs)
+
+    setattr(obj, method, recorded)
+
+
+def test_the_scan_lists_ports_the_file_does_not_name_and_writes_nothing_to_them() -> None:
+    named = ItlaEmulator(serial_number="ITLA-N")
+    unnamed_itla = ItlaEmulator(serial_number="ITLA-U")
+    unnamed_wss = lab_wss(serial_number="WSS-U")
+    calls: dict[str, list[str]] = {"named": [], "itla": [], "wss": []}
+    _spy(named, "respond", calls["named"])
+    _spy(unnamed_itla, "respond", calls["itla"])
+    _spy(unnamed_wss, "handle_timed", calls["wss"])
+    named_path, stop_named = serve_pty(named)
+    itla_path, stop_itla = serve_pty(unnamed_itla)
+    wss_path, stop_wss = serve_wss_pty(unnamed_wss)
+    master, slave = os.openpty()         # a bare serial port: any byte written shows up here
+    tty.setraw(slave)
+    try:
+        bare = os.ttyname(slave)
+        ports = [{"device": p, "description": "pty", "hwid": "", "serial_number": ""}
+                 for p in (named_path, itla_path, wss_path, bare)]
+        report = probe(_testbed({"laser0": named_path}), ports=ports)
+        assert report.serial_ports == ports
+        assert {d.device: d.status for d in report.devices}["laser0"] == OK
+        assert calls["named"]               # the named laser was asked: the spies work
+        assert [(u.resource, u.status) for u in report.unlisted
+                if u.resource.startswith("/dev/")] == [(itla_path, NOT_NAMED),
+                                                       (wss_path, NOT_NAMED), (bare, NOT_NAMED)]
+        assert all("present, not named by the file" in u.message for u in report.unlisted)
+        assert calls["itla"] == [] and calls["wss"] == []
+        assert select.select([master], [], [], 0.2)[0] == []   # not a byte to the bare port
+        text = format_report(report)
+        assert "Present, not named by the testbed file (not queried):" in text
+        assert f"  {itla_path}" in text and "answers as" not in text
+    finally:
+        stop_named()
+        stop_itla()
+        stop_wss()
+        os.close(master)
+        os.close(slave)
 
 
 def test_cli_json_and_exit_codes(bench: dict[str, str], tmp_path: Path,

@@ -34,7 +34,7 @@ def load_testbed(path: str | Path) -> TestbedConfig:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the testbed file ({exc.strerror}); "
-                          "check the path (examples are in deploy/testbeds/)") from exc
+                          "check the path (examples: `oddl config example`)") from exc
     return parse_testbed(text, str(p))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import zmq.auth
 
 from common.errors import SecurityError
+from common.security.ownership import unreadable_key_message
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +78,18 @@ class SecurityFiles:
     def load(cls, path: str | os.PathLike[str]) -> SecurityFiles:
         """Read the manifest in directory `path` (or the manifest file `path` itself)."""
         p = Path(path)
-        mpath = p / MANIFEST if p.is_dir() else p
+        try:
+            folder = p.is_dir()
+        except PermissionError:  # a folder above it is closed: reading names it
+            folder = p.suffix != ".json"
+        mpath = p / MANIFEST if folder else p
         try:
             manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SecurityError(f"{mpath}: no such manifest; {_INIT_HINT}") from None
+        except PermissionError as exc:
+            raise SecurityError(unreadable_key_message(mpath, exc.strerror or "", private=False)
+                                ) from None
         except (OSError, ValueError) as exc:
             raise SecurityError(f"{mpath}: cannot read the security manifest ({exc}); "
                                 f"{_INIT_HINT}") from None
@@ -179,6 +187,9 @@ def _read(path: Path, *, private: bool = False) -> bytes:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise SecurityError(f"{path}: no such file; {_INIT_HINT}") from None
+    except PermissionError as exc:
+        raise SecurityError(unreadable_key_message(Path(path), exc.strerror or "",
+                                                   private=private)) from None
     except OSError as exc:
         raise SecurityError(f"{path}: cannot read ({exc.strerror}); check its owner and "
                             "permissions") from None
@@ -208,15 +219,19 @@ def as_pem(value: bytes | str | os.PathLike[str], *, private: bool = False) -> b
 def load_curve_keys(path: str | os.PathLike[str]) -> CurveKeys:
     """Read a ``zmq.auth`` certificate file (``.key`` public only, ``.key_secret`` both)."""
     p = Path(path)
-    if not p.exists():
-        raise SecurityError(f"{p}: no such CURVE key file; {_INIT_HINT}")
-    _read(p)  # readable, or a clear error
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise SecurityError(f"{p}: no such CURVE key file; {_INIT_HINT}") from None
+    except OSError:
+        pass  # _read names the folder that stops this process
+    _read(p, private=p.suffix == ".key_secret")  # readable, or a clear error
     try:
         public, secret = zmq.auth.load_certificate(p)
     except (OSError, ValueError) as exc:
         raise SecurityError(f"{p}: not a ZeroMQ CURVE certificate ({exc}); "
                             f"{_INIT_HINT}") from None
-    if secret is not None:
+    if secret is not None and p.suffix != ".key_secret":  # else warned on reading
         _warn_if_shared(p)
     for k in (public, secret):
         if k is not None and len(k) != 40:

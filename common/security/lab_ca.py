@@ -32,6 +32,13 @@ from common.security.files import (
     SUBJECT_ORG,
     SecurityFiles,
 )
+from common.security.ownership import (
+    KeyOwner,
+    check_can_hand_over,
+    check_reachable,
+    hand_over,
+    service_keys,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -206,18 +213,23 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
                 operators: Iterable[str] = ("operator",),
                 hosts: Iterable[str] = ("127.0.0.1", "localhost"), days: int = 3650,
                 curve_servers: Iterable[str] = DEFAULT_CURVE_SERVERS,
-                force: bool = False) -> SecurityFiles:
+                force: bool = False, owner: KeyOwner | None = None) -> SecurityFiles:
     """Create a lab CA, TLS certificates and CURVE keys under `out_dir`; see
     :mod:`common.security`.
 
     Refuses a directory that already holds files unless `force` (which first removes the
-    files an earlier manifest there lists, so no stale key survives).
+    files an earlier manifest there lists, so no stale key survives). With `owner`, the keys
+    the services read become that user's (:mod:`common.security.ownership`); the CA key and
+    the operators' keys stay the caller's.
     """
     out = Path(out_dir)
     node_ids, operator_names, server_names = _check_names(nodes, operators, curve_servers)
     host_list, sans = _server_names(hosts)
     if days <= 0:
         raise SecurityError(f"bad validity {days} days; use a positive number")
+    if owner is not None:
+        check_can_hand_over(owner)
+        check_reachable(out, owner)
     _prepare_folder(out, force)
     run = _Issue(out, days)
     ca = run.authority()
@@ -246,6 +258,8 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
     }
     write_private_file(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"),
                        0o644)
+    if owner is not None:
+        hand_over(out, service_keys(manifest), owner)
     logger.info("lab CA and keys for %d nodes, %d operators written to %s", len(node_ids),
                 len(operator_names), out)
     return SecurityFiles.load(out)
@@ -297,8 +311,12 @@ def _prepare_folder(out: Path, force: bool) -> None:
                                 "keys — choose another --out, or pass --force (force=True) to "
                                 "replace the lab CA and every key")
         _remove_previous(out)
-    for d in (out, out / "tls", out / "curve"):
-        d.mkdir(parents=True, exist_ok=True)
+    missing = [d for d in (*reversed(out.absolute().parents), out.absolute())
+               if not d.is_dir()]
+    for d in (*missing, out / "tls", out / "curve"):
+        if not d.is_dir():
+            d.mkdir()
+            d.chmod(0o755)  # the service user must reach its keys, whatever the umask
 
 
 def _remove_previous(out: Path) -> None:

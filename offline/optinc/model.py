@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -167,8 +168,8 @@ def shipped_path(n_inputs: int, bits: int) -> str | None:
     name = SHIPPED.get((n_inputs, bits))
     if name is None:
         return None
-    p = Path(__file__).resolve().parent / "data" / name
-    return str(p) if p.is_file() else None
+    p = files("offline.optinc").joinpath("data", name)  # package data (pyproject.toml)
+    return str(p) if isinstance(p, Path) and p.is_file() else None
 
 
 # ---- cascade ------------------------------------------------------------------------------
