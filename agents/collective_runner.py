@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
-from agents import localapi
+from agents import localapi, wallclock
 from agents.agent_jobs import AgentJob, JobTable
 from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
@@ -87,7 +86,7 @@ class CollectiveRunner:
     # ---- the call ---------------------------------------------------------------------
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """All-reduce one array (sum) with the job's collective and return the result."""
-        self._called_at = time.time()
+        self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
         array = self._array(req, payload)
         job = self._job_for(req.job)
@@ -119,14 +118,14 @@ class CollectiveRunner:
             standing = self._standing(job, array, req.timeout_s)
             if standing is not None:
                 return standing
-        t_ready = time.time()
+        t_ready = wallclock.now()
         seq = self._ready(job, array)
         go = self.ctl.await_go(job, seq, req.timeout_s)
         if go.error:
             raise CollectiveError(go.error)
         t0_local = go.t0_ns / 1e9 - self.ctl.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
-                     seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
+                     seq, (wallclock.now() - t_ready) * 1e3, (t0_local - wallclock.now()) * 1e3)
         if go.schedule.collective != OPTINC and (not retunes(go.schedule)
                                                  or ends_where_it_starts(go.schedule)):
             # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
@@ -183,12 +182,12 @@ class CollectiveRunner:
         schedule = job.standing.get((array.size, array.dtype.str))
         seq = job.next_seq
         mine = Ready(self.node_id, array.size, array.dtype.str,
-                     time.time() + self.ctl.clock.offset_s, schedule is not None)
+                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None)
         peers = [n for n in job.nodes if n != self.node_id]
         self._begin(job)
         try:
             theirs = exchange(self.links.link, job.id, seq, mine, peers,
-                              time.time() + timeout_s, self._cancel)
+                              wallclock.now() + timeout_s, self._cancel)
         except CollectiveError as exc:
             job.next_seq += 1  # the peers gave this collective up too
             error = self._aborted(job, seq) or exc

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents import wallclock
 from agents.stream_wire import ChunkHead, node_tag
 from common.errors import CollectiveError
 
@@ -57,7 +57,7 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
     body = mine.encode()
     for peer in peers:
         link.send_chunk(job, peer, ChunkHead(seq, READY_STEP, 0, len(body), node_tag(peer)),
-                        memoryview(body), max(deadline - time.time(), 0.1), cancel, False)
+                        memoryview(body), max(deadline - wallclock.now(), 0.1), cancel, False)
     out = []
     for peer in peers:
         try:

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from common.config import TestbedConfig
 from common.errors import ConfigError, OddlError
 from common.metrics import Metrics, counter, gauge
+from controller.clock_service import ClockService
 from controller.device_types import Configuration
 from controller.devices import DeviceManager
 from controller.servicer import SERVICE_NAME, ControllerService
@@ -87,12 +88,15 @@ class ControllerServer:
         if self.port == 0:
             raise OddlError(f"cannot listen on {where}; pick a free port or use port 0")
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+        self.clock_service = ClockService(where.rsplit(":", 1)[0], self.port)
+        self.service.clock_port = self.clock_service.port
 
     def start(self, initialise_devices: bool = True) -> None:
         """Connect the devices, bring them to the stored (or default) configuration, serve."""
         if initialise_devices:
             self._bring_up_devices()
         self.server.start()
+        self.clock_service.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
                          daemon=True).start()
         if self.cfg.controller.device_check_s > 0:
@@ -141,6 +145,7 @@ class ControllerServer:
         self.metrics.close()
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
+        self.clock_service.close()
         self.devices.close()
         if self.store is not None:
             self.store.close()
