@@ -61,4 +61,5 @@ class ClockService:
         except OSError:
             pass
         self.sock.close()
-        self._thread.join(timeout=2)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
