@@ -7,6 +7,7 @@ Every process is the command a lab runs; the shift goes through the agent's own 
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -107,4 +108,8 @@ def test_a_line_rate_far_above_the_links_is_named(tmp_path: Path):
             float(a.get("measured_line_rate_gbps", 0)) > 0
             for a in tb.operator.status()["agents"]) and tb.operator.status()["agents"])
         assert all(float(a["measured_line_rate_gbps"]) < 8000 for a in agents)
+        with urllib.request.urlopen(tb.metrics["n0"], timeout=10) as reply:
+            metrics = reply.read().decode()
+        assert 'oddl_agent_link_rate_bits_per_second{node="n0"}' in metrics
+        assert 'oddl_agent_clock_error_bound_seconds{node="n0"}' in metrics
         tb.operator.cancel(job["id"])
