@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,13 +25,15 @@ from typing import Any
 import numpy as np
 import zmq
 
-from agents import localapi
+from agents import localapi, wallclock
 from agents.agent_jobs import JobTable
 from agents.clock import ClockEstimate
 from agents.collective_runner import CollectiveRunner
 from agents.controller_link import ControllerLink
 from agents.data_links import open_links
+from agents.excursion import Excursion
 from agents.gate import SlotGate
+from agents.line_rate import LineRateMeter, rate_warning
 from agents.local_server import LocalServer
 from common.config import TestbedConfig
 from common.listen_errors import ListenOrigin, listen_error
@@ -58,6 +61,10 @@ class Agent:
                  local_api: str = localapi.AUTO, data_bind: str | None = None,
                  local_api_group: str | None = None):
         node = cfg.node(node_id)  # unknown node: ConfigError naming the known ids
+        shift = wallclock.shift_from_env()  # ODDL_CLOCK_SHIFT_US: rehearsals and tests
+        if shift:
+            logger.warning("%s: this agent's clock is shifted by %+.0f µs (%s, for rehearsals "
+                           "and tests)", node_id, shift * 1e6, wallclock.SHIFT_ENV)
         self.cfg = cfg
         self.node_id = node_id
         self.controller = controller
@@ -69,6 +76,7 @@ class Agent:
         self.failed = 0
         self.last_error = ""
         self.gate_scheduling = "normal"
+        self.rate_excursion = Excursion()
         self._stop = threading.Event()
         security = None
         if cfg.security.enabled:
@@ -185,9 +193,26 @@ class Agent:
 
     def _heartbeat_counters(self) -> dict[str, Any]:
         p50, p99, _ = self.gate.percentiles()
+        self.check_line_rate()
         return {"collectives_done": self.runner.done, "collectives_failed": self.failed,
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99,
-                "bytes_sent": getattr(self.links.link, "sent_bytes", 0)}
+                "bytes_sent": getattr(self.links.link, "sent_bytes", 0),
+                "measured_line_rate_gbps": (self.measured_line_rate_bps() or 0.0) / 1e9}
+
+    def measured_line_rate_bps(self) -> float | None:
+        """What the direct links carry, from the chunks received (None: not measured yet,
+        or not direct TCP streams)."""
+        meter = getattr(self.links.link, "rate", None)
+        if self.link_kind != "direct" or not isinstance(meter, LineRateMeter):
+            return None
+        return meter.measured_bps()
+
+    def check_line_rate(self) -> None:
+        """Warn (once per excursion) when the links carry well below `line_rate_gbps`."""
+        message = rate_warning(self.node_id, self.measured_line_rate_bps(),
+                               self.cfg.fabric.line_rate_gbps, self.cfg.path)
+        if self.rate_excursion.check(message is not None, time.monotonic()):
+            logger.warning("%s", message)
 
     def _failed(self, kind: str, message: str) -> None:
         self.failed += 1
@@ -234,13 +259,27 @@ class Agent:
             yield kinds
         yield counter("oddl_agent_misrouted_frames_total", "Frames that arrived at the wrong "
                       "node", self.links.misrouted, node)
+        clock = self.clock
         yield gauge("oddl_agent_clock_offset_seconds", "Controller minus agent clock",
-                    self.clock.offset_s, node)
+                    clock.offset_s, node)
+        yield gauge("oddl_agent_clock_error_bound_seconds", "The clock offset is within this "
+                    "of the truth (+Inf before the first sample)", clock.error_bound_s, node)
+        rate = self.measured_line_rate_bps()
+        if rate is not None:
+            yield gauge("oddl_agent_link_rate_bits_per_second", "What the direct links carry, "
+                        "measured from the chunks received", rate, node)
         phy = self.links.phy
         if phy is not None:
             yield counter("oddl_agent_late_chunks_total", "Chunks that arrived after their "
                           "serialisation end on the emulated wire (this machine cannot carry "
                           "the emulated line rate)", phy.late, node)
+
+    def _clock_status(self) -> dict[str, Any]:
+        clock = self.clock
+        return {"clock_offset_s": clock.offset_s, "clock_rtt_s": clock.rtt_s,
+                "clock_error_bound_s": clock.error_bound_s if clock.known else None,
+                "clock_skew_budget_s": self.cfg.timing.clock_skew_us / 1e6,
+                "clock_samples_via": self.ctl.sync.via, "clock_shift_s": wallclock.shift_s()}
 
     def status(self) -> dict[str, Any]:
         """A JSON-friendly snapshot of this agent."""
@@ -248,7 +287,9 @@ class Agent:
         phy, runner = self.links.phy, self.runner
         return {"node": self.node_id, "session": self.session, "link": self.link_kind,
                 "data_path": self.links.data_path,
-                "clock_offset_s": self.clock.offset_s, "clock_rtt_s": self.clock.rtt_s,
+                **self._clock_status(),
+                "line_rate_gbps": self.cfg.fabric.line_rate_gbps,
+                "measured_line_rate_gbps": _gbps(self.measured_line_rate_bps()),
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99, "gate_error_max_s": worst,
                 "collectives_done": runner.done, "collectives_failed": self.failed,
                 "last_error": self.last_error, "jobs": sorted(self.jobs.jobs),
@@ -263,3 +304,7 @@ class Agent:
                 "gate_errors": self.gate.errors()[-2000:],
                 "overruns": self.gate.overruns()[-2000:],
                 "collective_starts": [list(x) for x in runner.starts]}
+
+
+def _gbps(bps: float | None) -> float | None:
+    return None if bps is None else bps / 1e9

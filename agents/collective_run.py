@@ -10,7 +10,6 @@ confirm an arrival, check a chunk's header, and say when a step's receives are d
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from agents import wallclock
 from agents.chunkplan import busiest_port_bytes
 from agents.gate import Cancel, SlotGate
 from agents.stream_wire import ChunkHead
@@ -174,7 +174,7 @@ class RunContext:
         edge = run.t0_local + slot.data_start_s
         if slot.index in self.granted and self.handoffs is not None:
             self.handoffs.wait_circuits(run.seq, slot.index,
-                                        max(edge, time.time()) + run.receive_timeout_s)
+                                        max(edge, wallclock.now()) + run.receive_timeout_s)
         return edge
 
     def wait_edge(self, edge: float | None) -> None:
@@ -206,9 +206,9 @@ class RunContext:
         ideal network the later of now and its end on the wire (both then get the receive
         timeout on top)."""
         if k not in self.step_end:
-            return time.time()
+            return wallclock.now()
         due = self.run.t0_local + self.step_end[k]
-        return due if self.run.gated else max(time.time(), due)
+        return due if self.run.gated else max(wallclock.now(), due)
 
     def deadline(self, k: int) -> float:
         """When a receive of step k gives up: `due` plus the receive timeout."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import localapi
+from agents import localapi, wallclock
 from agents.agent_jobs import AgentJob, JobTable
 from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
@@ -88,7 +88,7 @@ class CollectiveRunner:
     # ---- the call ---------------------------------------------------------------------
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """All-reduce one array (sum) with the job's collective and return the result."""
-        self._called_at = time.time()
+        self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
         array = self._array(req, payload)
         job = self._job_for(req.job)
@@ -124,14 +124,14 @@ class CollectiveRunner:
             standing = self._standing(job, array, req.timeout_s, step)
             if standing is not None:
                 return standing
-        t_ready = time.time()
+        t_ready = wallclock.now()
         seq = self._ready(job, array, step)
         go = self.ctl.await_go(job, seq, req.timeout_s)
         if go.error:
             raise CollectiveError(go.error)
         t0_local = go.t0_ns / 1e9 - self.ctl.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
-                     seq, (time.time() - t_ready) * 1e3, (t0_local - time.time()) * 1e3)
+                     seq, (wallclock.now() - t_ready) * 1e3, (t0_local - wallclock.now()) * 1e3)
         if go.schedule.collective != OPTINC and (not retunes(go.schedule)
                                                  or ends_where_it_starts(go.schedule)):
             # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
@@ -203,10 +203,10 @@ class CollectiveRunner:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
         schedule = job.standing.get((array.size, array.dtype.str))
         mine = Ready(self.node_id, array.size, array.dtype.str,
-                     time.time() + self.ctl.clock.offset_s, schedule is not None, step)
+                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None, step)
         self._begin(job)
         try:
-            seq, theirs = self._exchange(job, mine, time.time() + timeout_s)
+            seq, theirs = self._exchange(job, mine, wallclock.now() + timeout_s)
         except CollectiveError as exc:
             seq = job.next_seq
             job.next_seq += 1  # the peers gave this collective up too

@@ -18,8 +18,10 @@ from typing import Any, Protocol
 
 import grpc
 
+from agents import wallclock
 from agents.agent_jobs import AgentJob
-from agents.clock import ClockEstimate, ClockSample, estimate
+from agents.clock import ClockEstimate, ClockSample
+from agents.clock_sync import ClockSync
 from common import __version__
 from common.config import TestbedConfig
 from common.errors import CollectiveError, ControllerUnavailable, OddlError, OperationRefused
@@ -63,7 +65,8 @@ class ControllerLink:
         self.stub = pb_grpc.ControllerStub(self._channel)
         self.session = ""
         self.heartbeat_s = 1.0
-        self.clock = ClockEstimate(0.0, 0.0)
+        self.sync = ClockSync(node_id, controller, cfg.timing.clock_skew_us, cfg.path,
+                              self._rpc_clock_sample)
         self.pending_ready: pb.ReadyCollectiveRequest | None = None
         self.cond = threading.Condition()
         """Notified on every start signal, grant, job end and lost peer."""
@@ -74,6 +77,7 @@ class ControllerLink:
     def close(self) -> None:
         """Wake the waiters and close the channel (set `stop` first)."""
         self._reports.put(None)
+        self.sync.close()
         with self.cond:
             self.cond.notify_all()
         self._channel.close()
@@ -89,6 +93,7 @@ class ControllerLink:
             raise rpc_error(exc, f"registering {self.node_id} with {self.controller}") from exc
         self.session = reply.session
         self.heartbeat_s = reply.heartbeat_interval_s or 1.0
+        self.sync.use_port(reply.clock_port)
         logger.info("%s registered with %s (session %s)", self.node_id, self.controller,
                     self.session)
         pending = self.pending_ready
@@ -100,22 +105,27 @@ class ControllerLink:
                 logger.warning("%s: re-entering collective %d failed: %s", self.node_id,
                                pending.seq, _code(exc))
 
+    @property
+    def clock(self) -> ClockEstimate:
+        """The controller-minus-agent clock estimate now, with its error bound."""
+        return self.sync.estimate()
+
     def sync_clock(self, samples: int = 8) -> ClockEstimate:
-        """Estimate the controller-minus-agent clock offset from a few exchanges."""
-        got: list[ClockSample] = []
-        for _ in range(samples):
-            t1 = time.time_ns()
-            try:
-                r = self.stub.SyncClock(pb.SyncClockRequest(node_id=self.node_id,
-                                                            agent_send_ns=t1),
-                                        timeout=RPC_TIMEOUT_S)
-            except grpc.RpcError:
-                continue
-            got.append(ClockSample(t1, r.controller_receive_ns, r.controller_send_ns,
-                                   time.time_ns()))
-        if got:
-            self.clock = estimate(got)
-        return self.clock
+        """Take a burst of clock samples and check the estimate against the budget."""
+        est = self.sync.burst(samples)
+        self.sync.check_budget()
+        return est
+
+    def _rpc_clock_sample(self) -> ClockSample | None:
+        """One clock sample through the SyncClock RPC (the fallback), or None."""
+        t1 = wallclock.now_ns()
+        try:
+            r = self.stub.SyncClock(pb.SyncClockRequest(node_id=self.node_id, agent_send_ns=t1),
+                                    timeout=1.0)
+        except grpc.RpcError:
+            return None
+        return ClockSample(t1, r.controller_receive_ns, r.controller_send_ns,
+                           wallclock.now_ns())
 
     # ---- threads ----------------------------------------------------------------------
     def watch_loop(self, listener: StreamListener, reregister: Callable[[], None]) -> None:
@@ -161,16 +171,13 @@ class ControllerLink:
 
     def heartbeat_loop(self, counters: Callable[[], dict[str, Any]],
                        reregister: Callable[[], None]) -> None:
-        """Send a heartbeat with `counters()` every interval until `stop`; resync the clock
-        every 10 s and re-register when the controller asks."""
-        last_sync = time.monotonic()
+        """Send a heartbeat with `counters()` every interval until `stop`, each after a burst
+        of clock samples, and re-register when the controller asks."""
         while not self.stop.wait(self.heartbeat_s):
-            if time.monotonic() - last_sync > 10.0:
-                self.sync_clock(4)
-                last_sync = time.monotonic()
+            clock = self.sync_clock(4)
             req = pb.HeartbeatRequest(node_id=self.node_id, session=self.session,
-                                      clock_offset_s=self.clock.offset_s,
-                                      clock_rtt_s=self.clock.rtt_s, **counters())
+                                      clock_offset_s=clock.offset_s, clock_rtt_s=clock.rtt_s,
+                                      clock_error_bound_s=clock.error_bound_s, **counters())
             try:
                 reply = self.stub.Heartbeat(req, timeout=RPC_TIMEOUT_S)
                 if reply.reregister:
@@ -228,7 +235,7 @@ class ControllerLink:
         key, every = (job_id, seq, slot), (job_id, seq, EVERY_SLOT)
         with self.cond:
             while every not in self._circuits and key not in self._circuits:
-                remaining = deadline - time.time()
+                remaining = deadline - wallclock.now()
                 if cancel.is_set():
                     raise CollectiveError(f"{self.node_id}: collective {seq} was cancelled")
                 if remaining <= 0 or self.stop.is_set():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 
 import zmq
 
+from agents import wallclock
 from agents.stream_wire import ChunkHead, node_tag
 from common.errors import CollectiveError, LostData
 
@@ -72,10 +72,10 @@ class Inbox:
 
     def take(self, key: FrameKey, deadline: float, cancel: Any = None) -> Frame | None:
         """Remove and return the oldest frame for `key` (frames of one key keep their order),
-        or None once time.time() passes `deadline` or `cancel` is set."""
+        or None once wallclock.now() passes `deadline` or `cancel` is set."""
         with self._cond:
             while key not in self._frames:
-                remaining = deadline - time.time()
+                remaining = deadline - wallclock.now()
                 if remaining <= 0 or (cancel is not None and cancel.is_set()):
                     return None
                 self._cond.wait(min(remaining, 0.05))

@@ -22,11 +22,11 @@ The ``optinc`` collective has no plan steps and runs through the device (`agents
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 
+from agents import wallclock
 from agents.chunk_pipeline import run_pipelined
 from agents.chunkplan import chunk_plan
 from agents.collective_run import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
@@ -54,7 +54,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     if sender is None:
         sender = ThreadPoolExecutor(1, thread_name_prefix=f"{run.me}-send")
     ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel))
-    started = time.time()
+    started = wallclock.now()
     if not run.gated:
         ctx.ideal_timing(started)
     chunk = max(1, CHUNK_BYTES // buf.itemsize)
@@ -72,7 +72,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     finally:
         if own_sender:
             sender.shutdown(wait=True)
-    run.stats["duration_s"] = time.time() - started
+    run.stats["duration_s"] = wallclock.now() - started
     run.stats["gate_error_max_s"] = ctx.worst_gate_s
     return buf.reshape(buffer.shape)
 

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
+from agents import wallclock
+
 
 class Cancel(Protocol):
     """Anything that says whether to give up (a threading.Event, for one)."""
@@ -28,7 +30,7 @@ class Cancel(Protocol):
 class SlotGate:
     """Waits for slot edges given on the local clock (seconds since the epoch)."""
 
-    def __init__(self, spin_s: float = 300e-6, clock: Callable[[], float] = time.time,
+    def __init__(self, spin_s: float = 300e-6, clock: Callable[[], float] = wallclock.now,
                  history: int = 10000,
                  on_release: Callable[[float], None] | None = None,
                  on_overrun: Callable[[float], None] | None = None):

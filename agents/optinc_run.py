@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from agents import wallclock
 from agents.collective_run import CollectiveRun
 from agents.dataplane import Frame, Link
 from agents.gate import SlotGate
@@ -94,14 +94,14 @@ def run_optinc(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: SlotGat
     if x.dtype.kind != "f":
         raise CollectiveError(f"{run.me}: optinc all-reduces floating-point arrays, not "
                               f"{x.dtype}; use ring for integers")
-    started = time.time()
+    started = wallclock.now()
     base = {"job": run.job_id, "seq": run.seq, "src": run.me, "dst": device, "net": OPTINC,
             "rank": run.rank, "nodes": list(run.nodes)}
     up = run.slots[0] if run.slots else None
     down = run.slots[1] if len(run.slots) > 1 else up
     agreed = _agree_scale(run, x, link, base, _optinc_deadline(run, up, False), cancel)
     if agreed == 0.0:  # every node holds zeros; all skip the upload alike
-        run.stats["duration_s"] = time.time() - started
+        run.stats["duration_s"] = wallclock.now() - started
         return np.zeros_like(buffer)
     scale = optinc_scale(agreed, bits)
     levels = optinc_encode(x, bits, scale)
@@ -115,7 +115,7 @@ def run_optinc(run: CollectiveRun, buffer: np.ndarray, link: Link, gate: SlotGat
                          _optinc_deadline(run, down, True), cancel)
     mean = _check_mean(run, reply, upload)
     out = optinc_decode_sum(mean, bits, scale, len(run.nodes), x.dtype)
-    run.stats["duration_s"] = time.time() - started
+    run.stats["duration_s"] = wallclock.now() - started
     run.stats["gate_error_max_s"] = worst_gate
     return out.reshape(buffer.shape)
 
@@ -126,7 +126,7 @@ def _optinc_deadline(run: CollectiveRun, slot: SlotSpec | None, at_end: bool) ->
     if run.gated and slot is not None:
         return run.t0_local + (slot.end_s if at_end else slot.data_start_s) \
             + run.receive_timeout_s
-    return time.time() + run.receive_timeout_s
+    return wallclock.now() + run.receive_timeout_s
 
 
 def _agree_scale(run: CollectiveRun, x: np.ndarray, link: Link, base: dict[str, Any],

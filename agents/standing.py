@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents import wallclock
 from agents.stream_wire import READY_STEP, ChunkHead, PeerAhead, node_tag
 from common.errors import CollectiveError, StepMismatch
 from common.pairing import step_mismatch
@@ -63,13 +63,13 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
     body = mine.encode()
     for peer in peers:
         link.send_chunk(job, peer, ChunkHead(seq, READY_STEP, 0, len(body), node_tag(peer)),
-                        memoryview(body), max(deadline - time.time(), 0.1), cancel, False)
+                        memoryview(body), max(deadline - wallclock.now(), 0.1), cancel, False)
     out: list[Ready] = []
     silent: list[str] = []
     for peer in peers:
         try:
             _head, raw = link.recv_chunk(job, peer, seq, READY_STEP,
-                                         deadline if not silent else time.time(), cancel)
+                                         deadline if not silent else wallclock.now(), cancel)
         except PeerAhead:
             raise
         except CollectiveError:

@@ -47,7 +47,8 @@ class Inbound:
     plan whose receiver hears several senders) and queued, in order, for the executor."""
 
     def __init__(self, sock: socket.socket, pool: BufferPool, cond: threading.Condition,
-                 name: str, on_malformed: Callable[[str], None]):
+                 name: str, on_malformed: Callable[[str], None],
+                 on_chunk: Callable[[int, float], None] | None = None):
         self.sock = sock
         self.queue: deque[tuple[ChunkHead, bytearray, float]] = deque()
         self.alive = True
@@ -55,6 +56,8 @@ class Inbound:
         self._pool = pool
         self._cond = cond
         self._on_malformed = on_malformed
+        self._on_chunk = on_chunk
+        """Told each chunk's size and the time from its header to its last byte."""
         self._thread = threading.Thread(target=self._read, name=name, daemon=True)
         self._thread.start()
 
@@ -67,9 +70,12 @@ class Inbound:
                 head = ChunkHead.unpack(head_buf)
                 if head.nbytes > MAX_CHUNK:
                     raise ValueError(f"a chunk of {head.nbytes} B (at most {MAX_CHUNK})")
+                started = time.monotonic()
                 buf = self._pool.take(head.nbytes)
                 if not recv_all(self.sock, memoryview(buf)[:head.nbytes]):
                     return
+                if self._on_chunk is not None:
+                    self._on_chunk(head.nbytes, time.monotonic() - started)
                 with self._cond:
                     self.queue.append((head, buf, time.monotonic()))
                     self._cond.notify_all()

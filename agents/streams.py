@@ -32,12 +32,13 @@ import logging
 import socket
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
 
+from agents import wallclock
 from agents.gate import Cancel
+from agents.line_rate import LineRateMeter
 from agents.stream_inbound import BufferPool, Inbound
 from agents.stream_wire import (
     HELLO,
@@ -84,6 +85,8 @@ class StreamLink:
         self._out: dict[tuple[str, str], socket.socket] = {}
         self._in: dict[tuple[str, str], list[Inbound]] = {}
         self._pool = BufferPool()
+        self.rate = LineRateMeter()
+        """What the received chunks say the links carry (agents.line_rate)."""
         self._cond = threading.Condition()
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
@@ -207,7 +210,7 @@ class StreamLink:
             # full comes first
             self._in.setdefault(key, []).append(Inbound(
                 sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
-                partial(self._malformed, key[1])))
+                partial(self._malformed, key[1]), self.rate.add))
             self._cond.notify_all()
 
     def _prove(self, sock: socket.socket, hello: dict, key: tuple[str, str]) -> None:
@@ -264,7 +267,7 @@ class StreamLink:
                    cancel: Cancel | None = None, into: memoryview | None = None
                    ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step), its payload valid until the next call
-        for this source; CollectiveError at `deadline` (time.time()) or on cancel, naming
+        for this source; CollectiveError at `deadline` (wallclock.now()) or on cancel, naming
         the last loss on the emulated wire if there was one. (`into` is a hint this link
         does not need: payloads land in recycled buffers.)"""
         del into
@@ -282,7 +285,7 @@ class StreamLink:
                         conns.pop(0)  # a finished stream; its successor carries on
                     if conns and conns[0].queue:
                         break
-                    remaining = deadline - time.time()
+                    remaining = deadline - wallclock.now()
                     if remaining <= 0 or (cancel is not None and cancel.is_set()) \
                             or self._stop.is_set():
                         raise self._missing_error(job, src, seq, step, lost, cancel)

@@ -195,7 +195,9 @@ class AgentRegistry:
                 last_heartbeat_age_s=now - rec.last_seen, clock_offset_s=hb.clock_offset_s,
                 clock_rtt_s=hb.clock_rtt_s, gate_error_p50_s=hb.gate_error_p50_s,
                 gate_error_p99_s=hb.gate_error_p99_s, collectives_done=hb.collectives_done,
-                collectives_failed=hb.collectives_failed, data_address=rec.data_address))
+                collectives_failed=hb.collectives_failed, data_address=rec.data_address,
+                clock_error_bound_s=hb.clock_error_bound_s,
+                measured_line_rate_gbps=hb.measured_line_rate_gbps))
         return out
 
     def alive_count(self) -> int:

@@ -22,6 +22,7 @@ from common.config import TestbedConfig
 from common.errors import ConfigError
 from common.listen_errors import ListenOrigin, bind_errno, listen_error
 from common.metrics import Metrics, counter, gauge
+from controller.clock_service import ClockService
 from controller.device_types import Configuration
 from controller.devices import DeviceManager
 from controller.servicer import SERVICE_NAME, ControllerService
@@ -41,15 +42,7 @@ class ControllerServer:
                  metrics_listen: str | None = "127.0.0.1:0", state: str | None = None,
                  insecure: bool = False):
         where = listen or cfg.controller.listen
-        if not cfg.security.enabled and not insecure and not is_loopback(where):
-            raise ConfigError(
-                f"controller: refusing to serve without TLS on {where}: anyone who reaches it "
-                "could retune lasers and rewrite WSS routes. Set [security] certs (make them "
-                "with `oddl certs init`), listen on 127.0.0.1, or pass --insecure to serve "
-                "plaintext on purpose")
-        if not cfg.security.enabled and not is_loopback(where):
-            logger.warning("controller: serving WITHOUT TLS on %s (--insecure): anyone who "
-                           "reaches this port can reconfigure the testbed", where)
+        _check_plaintext(cfg, where, insecure)
         self.cfg = cfg
         self.metrics = Metrics("oddl")
         path = state if state is not None else cfg.controller.state
@@ -95,6 +88,8 @@ class ControllerServer:
                       ListenOrigin.option("controller", f"[controller] listen in {cfg.path}"))
             raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+        self.clock_service = ClockService(where.rsplit(":", 1)[0], self.port)
+        self.service.clock_port = self.clock_service.port
 
     def start(self, initialise_devices: bool = True) -> None:
         """Connect the devices, bring them to the stored (or default) configuration, serve."""
@@ -103,6 +98,7 @@ class ControllerServer:
         if initialise_devices:
             self._bring_up_devices()
         self.server.start()
+        self.clock_service.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
                          daemon=True).start()
         if self.cfg.controller.device_check_s > 0:
@@ -149,6 +145,7 @@ class ControllerServer:
         self.metrics.close()
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
+        self.clock_service.close()
         self.devices.close()
         if self.store is not None:
             self.store.close()
@@ -197,3 +194,17 @@ def default_configuration(cfg: TestbedConfig) -> Configuration:
         att = cfg.attachment(n.id)
         tables.setdefault(att.wss, {})[n.rx_channel] = Route(att.out_port, 0.0)
     return Configuration({n.transmitter: n.rx_channel for n in cfg.nodes}, tables)
+
+
+def _check_plaintext(cfg: TestbedConfig, where: str, insecure: bool) -> None:
+    """Refuse plaintext beyond loopback unless asked for (`--insecure`), and say it loudly."""
+    if cfg.security.enabled or is_loopback(where):
+        return
+    if not insecure:
+        raise ConfigError(
+            f"controller: refusing to serve without TLS on {where}: anyone who reaches it "
+            "could retune lasers and rewrite WSS routes. Set [security] certs (make them "
+            "with `oddl certs init`), listen on 127.0.0.1, or pass --insecure to serve "
+            "plaintext on purpose")
+    logger.warning("controller: serving WITHOUT TLS on %s (--insecure): anyone who "
+                   "reaches this port can reconfigure the testbed", where)

@@ -58,12 +58,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.devices = devices
         self.metrics = metrics
         self.topology = topology_from_config(cfg)
+        self.clock_port = 0
+        """The UDP clock service's port, told to agents at registration (0: none)."""
         self.timing = timing_from_config(cfg)
         self.jobs = JobManager(cfg, self.topology, self.timing, store)
         self.errors: Counter[str] = Counter()
         self._lock = threading.RLock()
         self.registry = AgentRegistry(cfg, self.jobs, self._lock, self.errors, devices.log_event)
-        self.slots = SlotExecutor(devices, self._circuits_ready, self.errors, metrics)
+        self.slots = SlotExecutor(devices, self._circuits_ready, self.errors, metrics,
+                                  line_rate_gbps=cfg.fabric.line_rate_gbps, testbed=cfg.path)
         self.starts = CollectiveStarts(cfg, self.jobs, devices, self.registry, self.slots,
                                        self._lock, self.errors)
 
@@ -121,7 +124,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                                      topology=topology_pb(self.cfg),
                                      fabric_address=self.cfg.fabric.address,
                                      link=self.cfg.fabric.link,
-                                     line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+                                     line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9,
+                                     clock_port=self.clock_port)
 
     def Heartbeat(self, request, context):  # noqa: N802
         known = self.registry.heartbeat(request)

@@ -29,6 +29,7 @@ from controller.scheduling.slot_grants import (
     SlotDecision,
     SlotFailure,
     SlotGrants,
+    late_grant_advice,
 )
 from protos import oddl_pb2 as pb
 
@@ -111,8 +112,11 @@ class SlotExecutor:
 
     def __init__(self, devices: DeviceManager, circuits_ready: CircuitsReady,
                  errors: Counter[str], metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, line_rate_gbps: float = 0.0,
+                 testbed: str = ""):
         self.devices = devices
+        self.line_rate_gbps = line_rate_gbps
+        self.testbed = testbed
         self.metrics = metrics
         self.errors = errors
         self.confirmations = Confirmations()
@@ -199,8 +203,8 @@ class SlotExecutor:
                 max(grant.confirmed_s - grant.edge_s, 0))
             self.metrics.guard_phase.labels("granted").observe(max(granted - grant.edge_s, 0))
         if late > 0:
-            logger.warning("job %s slot %d: circuits ready %.2f ms after the guard; raise "
-                           "[timing] command_ms or laser_tune_ms", job.id, grant.slot, late * 1e3)
+            logger.warning("job %s %s", job.id, late_grant_advice(
+                grant, granted, self.line_rate_gbps, self.testbed))
 
     def _fail(self, job: JobRecord, seq: int, failure: SlotFailure) -> None:
         self.errors[failure.kind] += 1

@@ -113,12 +113,14 @@ class Launched:
 def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
                     state: Path | None = None, detach: bool = False, timeout: float = 30.0,
                     verbose_agents: bool = False, progress: Progress | None = None,
-                    resolved_name: str = "testbed.resolved.toml") -> Launched:
+                    resolved_name: str = "testbed.resolved.toml",
+                    agent_env: Mapping[str, dict[str, str]] | None = None) -> Launched:
     """Start the emulator host, the controller and every node's agent in `group`.
 
     `state`: the controller's state file; `detach`: the processes outlive this one (`oddl
-    testbed up`); `timeout`: seconds each may take to become ready. The caller stops the
-    group (also when this raises: what started is in it).
+    testbed up`); `timeout`: seconds each may take to become ready; `agent_env`: extra
+    environment variables by node id (`ODDL_CLOCK_SHIFT_US` for a rehearsal, say). The caller
+    stops the group (also when this raises: what started is in it).
     """
     total = 2 + len(load_testbed(config).nodes)  # a broken file fails here, before any start
     say = progress or (lambda step, steps, what: None)
@@ -134,7 +136,8 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     for i, node in enumerate(cfg.nodes):
         say(3 + i, total, f"agent {node.id}")
         agents[node.id] = group.start(f"agent-{node.id}", agent_command(
-            resolved, node.id, ctl["address"], verbose_agents), timeout=timeout, detach=detach)
+            resolved, node.id, ctl["address"], verbose_agents), timeout=timeout, detach=detach,
+            env=(agent_env or {}).get(node.id))
     return Launched(resolved, cfg, ctl["address"], agents, emulators, ctl)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -124,15 +125,32 @@ def format_status(status: dict[str, Any]) -> str:
     """A table for people."""
     lines = [f"testbed {status.get('testbed', '?')}: {status.get('reconfigurations', 0)} "
              f"reconfigurations, {status.get('transactions_failed', 0)} failed transactions", "",
-             f"{'node':<6} {'alive':<6} {'hb age':>16} {'offset':>10} {'gate p50':>10} "
-             f"{'gate p99':>10} {'done':>6} {'failed':>6}"]
+             f"{'node':<6} {'alive':<6} {'hb age':>16} {'offset':>10} {'± bound':>9} "
+             f"{'gate p50':>10} {'gate p99':>10} {'link':>11} {'done':>6} {'failed':>6}"]
     for a in status.get("agents", []):
         lines.append(f"{a['node_id']:<6} {'yes' if a['alive'] else 'NO':<6} "
                      f"{heartbeat_age(a):>16} {a['clock_offset_s'] * 1e6:>8.1f}µs "
+                     f"{clock_bound_text(a.get('clock_error_bound_s')):>9} "
                      f"{a['gate_error_p50_s'] * 1e6:>8.1f}µs {a['gate_error_p99_s'] * 1e6:>8.1f}µs "
+                     f"{link_rate_text(a.get('measured_line_rate_gbps')):>11} "
                      f"{int(a['collectives_done']):>6} {int(a['collectives_failed']):>6}")
     lines += ["", format_jobs(status.get("jobs", []))]
     return "\n".join(lines)
+
+
+def clock_bound_text(bound_s: Any) -> str:
+    """An agent's clock error bound for people ("unknown" before its first sample)."""
+    try:
+        value = float(bound_s)
+    except (TypeError, ValueError):
+        return "unknown"
+    return f"{value * 1e6:.1f}µs" if math.isfinite(value) else "unknown"
+
+
+def link_rate_text(gbps: Any) -> str:
+    """What an agent measured its direct links to carry ("-": not measured)."""
+    value = float(gbps or 0.0)
+    return f"{value:.3g} Gbit/s" if value > 0 else "-"
 
 
 def format_jobs(jobs: list[dict[str, Any]]) -> str:

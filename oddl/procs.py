@@ -150,9 +150,10 @@ class ProcessGroup:
         self.procs: list[ManagedProcess] = []
 
     def start(self, name: str, argv: list[str], timeout: float = 30.0,
-              detach: bool = False) -> dict[str, Any]:
-        """Start a child and wait for its ready line."""
-        p = ManagedProcess(name, argv, self.log_dir, detach=detach)
+              detach: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Start a child (with `env` added to this process's environment) and wait for its
+        ready line."""
+        p = ManagedProcess(name, argv, self.log_dir, env=env, detach=detach)
         self.procs.append(p)
         return p.wait_ready(timeout)
 

@@ -16,18 +16,20 @@ from rich.table import Table
 from rich.text import Text
 
 from common.errors import ControllerUnavailable
-from oddl.operator import OperatorClient, clock_time, heartbeat_age
+from oddl.operator import OperatorClient, clock_bound_text, clock_time, heartbeat_age
 
 
 def _agents(status: dict[str, Any]) -> Table:
     t = Table(title="agents", expand=True)
-    for col in ("node", "alive", "heartbeat", "clock offset", "gate p50", "gate p99",
+    for col in ("node", "alive", "heartbeat", "clock offset", "± bound", "gate p50", "gate p99",
                 "done", "failed"):
         t.add_column(col, justify="right" if col not in ("node", "alive") else "left")
     for a in status.get("agents", []):
         alive = Text("yes", style="green") if a["alive"] else Text("NO", style="bold red")
         t.add_row(a["node_id"], alive, heartbeat_age(a, digits=1),
-                  f"{a['clock_offset_s'] * 1e6:.1f} µs", f"{a['gate_error_p50_s'] * 1e6:.1f} µs",
+                  f"{a['clock_offset_s'] * 1e6:.1f} µs",
+                  clock_bound_text(a.get("clock_error_bound_s")),
+                  f"{a['gate_error_p50_s'] * 1e6:.1f} µs",
                   f"{a['gate_error_p99_s'] * 1e6:.1f} µs", str(int(a["collectives_done"])),
                   str(int(a["collectives_failed"])))
     return t

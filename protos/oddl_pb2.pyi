@@ -19,23 +19,25 @@ class RegisterAgentRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., data_address: _Optional[str] = ..., agent_version: _Optional[str] = ..., local_api: _Optional[str] = ...) -> None: ...
 
 class RegisterAgentReply(_message.Message):
-    __slots__ = ("session", "heartbeat_interval_s", "topology", "fabric_address", "link", "line_rate_bps")
+    __slots__ = ("session", "heartbeat_interval_s", "topology", "fabric_address", "link", "line_rate_bps", "clock_port")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     FABRIC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LINK_FIELD_NUMBER: _ClassVar[int]
     LINE_RATE_BPS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_PORT_FIELD_NUMBER: _ClassVar[int]
     session: str
     heartbeat_interval_s: float
     topology: Topology
     fabric_address: str
     link: str
     line_rate_bps: float
-    def __init__(self, session: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., fabric_address: _Optional[str] = ..., link: _Optional[str] = ..., line_rate_bps: _Optional[float] = ...) -> None: ...
+    clock_port: int
+    def __init__(self, session: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., fabric_address: _Optional[str] = ..., link: _Optional[str] = ..., line_rate_bps: _Optional[float] = ..., clock_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "session", "clock_offset_s", "clock_rtt_s", "collectives_done", "collectives_failed", "gate_error_p50_s", "gate_error_p99_s", "bytes_sent")
+    __slots__ = ("node_id", "session", "clock_offset_s", "clock_rtt_s", "collectives_done", "collectives_failed", "gate_error_p50_s", "gate_error_p99_s", "bytes_sent", "clock_error_bound_s", "measured_line_rate_gbps")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +47,8 @@ class HeartbeatRequest(_message.Message):
     GATE_ERROR_P50_S_FIELD_NUMBER: _ClassVar[int]
     GATE_ERROR_P99_S_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_ERROR_BOUND_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_LINE_RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     session: str
     clock_offset_s: float
@@ -54,7 +58,9 @@ class HeartbeatRequest(_message.Message):
     gate_error_p50_s: float
     gate_error_p99_s: float
     bytes_sent: int
-    def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ...) -> None: ...
+    clock_error_bound_s: float
+    measured_line_rate_gbps: float
+    def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., clock_error_bound_s: _Optional[float] = ..., measured_line_rate_gbps: _Optional[float] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("controller_time_ns", "reregister")
@@ -492,7 +498,7 @@ class Status(_message.Message):
     def __init__(self, testbed: _Optional[str] = ..., controller_time_ns: _Optional[int] = ..., agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., reconfigurations: _Optional[int] = ..., transactions_failed: _Optional[int] = ...) -> None: ...
 
 class AgentStatus(_message.Message):
-    __slots__ = ("node_id", "alive", "last_heartbeat_age_s", "clock_offset_s", "clock_rtt_s", "gate_error_p50_s", "gate_error_p99_s", "collectives_done", "collectives_failed", "data_address")
+    __slots__ = ("node_id", "alive", "last_heartbeat_age_s", "clock_offset_s", "clock_rtt_s", "gate_error_p50_s", "gate_error_p99_s", "collectives_done", "collectives_failed", "data_address", "clock_error_bound_s", "measured_line_rate_gbps")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
@@ -503,6 +509,8 @@ class AgentStatus(_message.Message):
     COLLECTIVES_DONE_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVES_FAILED_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_ERROR_BOUND_S_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_LINE_RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     alive: bool
     last_heartbeat_age_s: float
@@ -513,7 +521,9 @@ class AgentStatus(_message.Message):
     collectives_done: int
     collectives_failed: int
     data_address: str
-    def __init__(self, node_id: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_s: _Optional[float] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., data_address: _Optional[str] = ...) -> None: ...
+    clock_error_bound_s: float
+    measured_line_rate_gbps: float
+    def __init__(self, node_id: _Optional[str] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_s: _Optional[float] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., data_address: _Optional[str] = ..., clock_error_bound_s: _Optional[float] = ..., measured_line_rate_gbps: _Optional[float] = ...) -> None: ...
 
 class GetDeviceStateRequest(_message.Message):
     __slots__ = ()

@@ -195,3 +195,26 @@ def standing_refusal(held_sha256: bytes, ours_sha256: bytes | None, no_schedule:
     return SlotFailure(EVERY_SLOT, STANDING_REFUSED,
                        f"standing start refused: {why}; the next collective goes through the "
                        "controller's barrier")
+
+
+def late_grant_advice(grant: Grant, granted_s: float, line_rate_gbps: float,
+                      testbed: str) -> str:
+    """What ran over when a slot's circuits were granted after its data start: the data of
+    the slot before (its hand-off came so late that even a retune within the guard could not
+    make it) or the retune itself (it took longer than the whole guard)."""
+    guard = grant.data_start_s - grant.edge_s
+    handoff = max(grant.confirmed_s - grant.edge_s, 0.0)
+    retune = max(granted_s - grant.confirmed_s, 0.0)
+    late = granted_s - grant.data_start_s
+    if retune <= guard:
+        return (f"slot {grant.slot}: circuits ready {late * 1e3:.2f} ms after the guard: the "
+                f"previous slot's data was confirmed {handoff * 1e3:.2f} ms after its slot ended "
+                f"(the retune then took {retune * 1e3:.2f} ms of a {guard * 1e3:.2f} ms guard). "
+                "Data that takes longer than its slot points at [fabric] line_rate_gbps = "
+                f"{line_rate_gbps:g} in {testbed}: set it to what the links carry (the agents "
+                "measure it: `oddl status`); if they carry that rate, the confirmation itself "
+                "was slow: raise [timing] command_ms")
+    return (f"slot {grant.slot}: circuits ready {late * 1e3:.2f} ms after the guard: the retune "
+            f"took {retune * 1e3:.2f} ms, more than the whole {guard * 1e3:.2f} ms guard (the "
+            f"hand-off was confirmed {handoff * 1e3:.2f} ms after the edge); raise [timing] "
+            f"command_ms or laser_tune_ms in {testbed}")
