@@ -4,11 +4,13 @@ Requests and replies are multipart ZeroMQ messages (JSON header + raw array byte
 pickle. Errors come back typed: CollectiveError for a failed collective, OperationRefused for
 a request the agent refuses.
 
-The bucket itself does not cross the socket: the client writes it into a shared-memory file
-(`common.shm`) that the agent maps, and the agent reduces it there in place; the messages
-carry only the header. An array from `shared_array()` is that memory already, so it is reduced
-with no copy at all. When the agent cannot map the file (another host), the client falls back
-to sending the bytes.
+The bucket itself does not cross the socket: the client writes it into shared memory that
+the agent maps — anonymous memory whose descriptor went to the agent over the bucket socket
+beside the local API, or where that is impossible a self-cleaning named file
+(`agents.bucket_link`) — and the agent reduces it there in place; the messages carry only the
+header. An array from `shared_array()` is that memory already, so it is reduced with no copy
+at all. When the agent cannot reach the bucket (it answers ``bucket-unreachable``), the
+client falls back to sending the bytes.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ import numpy as np
 import zmq
 from zmq.utils import monitor as zmq_monitor
 
-from agents import localapi
-from common.errors import CollectiveError, OperationRefused
-from common.shm import SharedBucket
+from agents.bucket_link import Bucket, ClientBuckets
+from common.errors import BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class AgentClient:
         self.address = address
         self.timeout_s = timeout_s
         self.shared_memory = shared_memory
-        self._bucket: SharedBucket | None = None
+        self._buckets = ClientBuckets(address)
         self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         # the agent going away (killed, restarted) ends a waiting request at once, and a
@@ -60,12 +61,8 @@ class AgentClient:
         return self._bucket_for(int(np.prod(shape, dtype=np.int64)) * dt.itemsize).array(
             shape, dt)
 
-    def _bucket_for(self, nbytes: int) -> SharedBucket:
-        if self._bucket is None or self._bucket.size < nbytes:
-            if self._bucket is not None:
-                self._bucket.close()
-            self._bucket = SharedBucket(nbytes, group=localapi.shared_group(self.address))
-        return self._bucket
+    def _bucket_for(self, nbytes: int) -> Bucket:
+        return self._buckets.for_bytes(nbytes)
 
     def allreduce(self, array: np.ndarray, *, job: str | None = None,
                   out: np.ndarray | None = None) -> np.ndarray:
@@ -102,25 +99,16 @@ class AgentClient:
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
-        in_place = self._bucket is not None and self._bucket.owns(a)
+        bucket = self._buckets.bucket
+        in_place = bucket is not None and bucket.owns(a)
         if in_place:
             view = a
         else:
-            view = self._bucket_for(a.nbytes).array(a.shape, a.dtype)
+            bucket = self._bucket_for(a.nbytes)
+            view = bucket.array(a.shape, a.dtype)
             np.copyto(view, a)
-        assert self._bucket is not None
-        header["shm"] = str(self._bucket.path)
-        self._ensure_connected()
-        self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
-        try:
-            frames = self._recv(self._rid)
-        except CollectiveError:
-            # the agent may still finish this collective and write into the bucket later:
-            # never hand that file out again
-            if not in_place:
-                self._bucket.close()
-                self._bucket = None
-            raise
+        assert bucket is not None
+        frames = self._request_on_bucket(bucket, header, in_place)
         if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
             if in_place:
                 return view
@@ -128,10 +116,46 @@ class AgentClient:
                 np.copyto(out, view)
                 return out
             return view.copy()
-        error = self._error(frames)
-        if isinstance(error, OperationRefused) and "bucket file" in str(error):
-            raise _NoSharedMemory(str(error))
-        raise error
+        raise self._error(frames)
+
+    def _request_on_bucket(self, bucket: Bucket, header: dict[str, Any], in_place: bool
+                           ) -> list[bytes]:
+        """Send the request naming `bucket`; its reply frames. A restarted agent that does
+        not know the bucket gets it handed over again (once); one that cannot reach it makes
+        this client send bytes from now on (_NoSharedMemory)."""
+        for attempt in (1, 2):
+            self._ensure_connected()
+            try:
+                header.update(self._buckets.naming(bucket, min(self.timeout_s,
+                                                                CONNECT_GRACE_S)))
+            except BucketUnavailable as exc:
+                if exc.kind == "bucket-unknown" and attempt == 1:
+                    continue
+                raise self._no_shared_memory(exc) from exc
+            self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
+            try:
+                frames = self._recv(self._rid)
+            except CollectiveError:
+                # the agent may still finish this collective and write into the bucket later:
+                # never hand that memory out again
+                if not in_place:
+                    self._buckets.discard()
+                raise
+            error = self._error(frames) if frames[0] != b"ok" else None
+            if not isinstance(error, BucketUnavailable):
+                return frames
+            if error.kind == "bucket-unknown" and attempt == 1:
+                self._buckets.agent_forgot()
+                self._rid += 1
+                header["rid"] = self._rid
+                continue
+            raise self._no_shared_memory(error)
+        raise AssertionError("unreachable")
+
+    def _no_shared_memory(self, error: Exception) -> _NoSharedMemory:
+        logger.warning("%s: the agent cannot reach this client's shared-memory bucket (%s); "
+                       "sending the bytes over the local API from now on", self.address, error)
+        return _NoSharedMemory(str(error))
 
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
@@ -204,6 +228,8 @@ class AgentClient:
             return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
         if kind == "collective":
             return CollectiveError(message)
+        if kind in ("bucket-unknown", "bucket-unreachable"):
+            return BucketUnavailable(message, kind=kind)
         return OperationRefused(message)
 
     def close(self) -> None:
@@ -211,9 +237,7 @@ class AgentClient:
         self._sock.disable_monitor()
         self._events.close(0)
         self._sock.close(0)
-        if self._bucket is not None:
-            self._bucket.close()
-            self._bucket = None
+        self._buckets.close()
 
     def __enter__(self) -> AgentClient:
         return self
@@ -231,7 +255,8 @@ def _reply_rid(frames: list[bytes]) -> int | None:
 
 
 class _NoSharedMemory(Exception):
-    """The agent cannot map this client's bucket (it runs on another host)."""
+    """The agent cannot reach this client's bucket (another host, another mount of
+    /dev/shm, a bucket socket this user may not open)."""
 
 
 def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,

@@ -32,6 +32,8 @@ AUTO = "ipc://auto"
 _LOOPBACK = ("127.", "localhost", "[::1]")
 # sun_path holds 108 bytes with the terminating NUL
 _MAX_IPC_PATH = 107
+BUCKET_SUFFIX = ".buckets"
+"""The bucket socket sits beside the local API socket, at its path plus this suffix."""
 
 
 def runtime_dir(shared: bool = False) -> Path:
@@ -119,10 +121,20 @@ def shared_group(address: str) -> int | None:
     return st.st_gid
 
 
+def bucket_socket(address: str) -> Path | None:
+    """Where an agent whose local API is at `address` takes its clients' bucket descriptors
+    (`agents.bucket_server`): beside an ipc socket, same folder; None for a TCP address."""
+    if not address.startswith("ipc://"):
+        return None
+    return Path(address[len("ipc://"):] + BUCKET_SUFFIX)
+
+
 def _bind_ipc(socket: zmq.Socket, path: Path, gid: int | None = None) -> str:
-    if len(str(path).encode()) > _MAX_IPC_PATH:
-        raise ConfigError(f"local API socket path {path} is longer than {_MAX_IPC_PATH} bytes; "
-                          "use a shorter folder (XDG_RUNTIME_DIR)")
+    longest = _MAX_IPC_PATH - len(BUCKET_SUFFIX)
+    if len(str(path).encode()) > longest:
+        raise ConfigError(f"local API socket path {path} is longer than {longest} bytes (its "
+                          f"bucket socket, {path.name}{BUCKET_SUFFIX} beside it, must fit in "
+                          f"{_MAX_IPC_PATH}); use a shorter folder (XDG_RUNTIME_DIR)")
     if path.exists() or path.is_symlink():
         if _listening(path):
             raise ConfigError(f"local API socket {path} is in use by another process; stop "
@@ -161,6 +173,7 @@ def unlink(address: str) -> None:
 
 # ---- requests ----------------------------------------------------------------------------
 _DTYPE = re.compile(r"^[<>=|]?([iu][1248]|f[248])$")
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
 MAX_ELEMENTS = 1 << 34
 """Largest array the local API accepts (16 Gi elements): a bound against arithmetic overflow."""
 
@@ -174,6 +187,8 @@ class AllreduceRequest:
     shm: str | None
     job: str | None
     timeout_s: float
+    bucket: str | None = None
+    """The token of a bucket the client handed over as a descriptor (`agents.bucket_server`)."""
 
     @property
     def nbytes(self) -> int:
@@ -210,6 +225,13 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     shm = header.get("shm")
     if shm is not None and not isinstance(shm, str):
         raise OperationRefused("malformed allreduce request: shm is not a file name")
+    bucket = header.get("bucket")
+    if bucket is not None and (not isinstance(bucket, str) or not _TOKEN.match(bucket)):
+        raise OperationRefused("malformed allreduce request: bucket is not a token this agent "
+                               "issued; use agents.client.AgentClient")
+    if bucket is not None and shm is not None:
+        raise OperationRefused("malformed allreduce request: it names a bucket file and a "
+                               "bucket token; name one")
     job = header.get("job")
     if job is not None and (not isinstance(job, str) or not job):
         raise OperationRefused("malformed allreduce request: job is not a job id")
@@ -218,4 +240,4 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
             or not math.isfinite(timeout) or not 0 < timeout <= 86_400:
         raise OperationRefused(f"malformed allreduce request: timeout_s {timeout!r} is not a "
                                "number of seconds in (0, 86400]")
-    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout))
+    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket)
