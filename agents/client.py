@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,9 @@ class AgentClient:
         self._connected = False
         self._sock.connect(address)
         self._rid = 0
+        # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
+        self._finalizer = weakref.finalize(self, _release, self._sock, self._events,
+                                           self._buckets)
 
     def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An array in this client's shared-memory bucket: `allreduce` reduces it in place
@@ -233,17 +237,27 @@ class AgentClient:
         return OperationRefused(message)
 
     def close(self) -> None:
-        """Release the socket and the shared-memory bucket."""
-        self._sock.disable_monitor()
-        self._events.close(0)
-        self._sock.close(0)
-        self._buckets.close()
+        """Release the socket and the shared-memory bucket (also done when the client is
+        garbage collected, and at interpreter exit)."""
+        self._finalizer()
 
     def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(sock: zmq.Socket[bytes], events: zmq.Socket[bytes], buckets: ClientBuckets
+             ) -> None:
+    """Close a client's sockets and release its bucket (its agent lets go of it then)."""
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:  # the context is gone already (interpreter exit)
+        pass
+    events.close(0)
+    sock.close(0)
+    buckets.close()
 
 
 def _reply_rid(frames: list[bytes]) -> int | None:
