@@ -1,6 +1,7 @@
 """Where the local API listens: a Unix socket only its owner can open, by default.
 
-The local API hands out shared-memory buckets and accepts all-reduce requests for the node.
+The local API accepts all-reduce requests for the node, on buckets its clients share with it
+(handed over as descriptors on the bucket socket beside an ipc socket, `bucket_socket`).
 Over TCP any local user could reach it; a Unix socket in a private folder (mode 0700, the
 socket itself 0600) limits it to the agent's own user, which the kernel checks at connect
 time. `ipc://auto` picks such a path; an explicit `ipc://PATH` is used as given (its folder
