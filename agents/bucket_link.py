@@ -17,6 +17,7 @@ Otherwise (`tcp://127.0.0.1`, no memfd) the bucket is a self-cleaning named file
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import time
@@ -43,6 +44,7 @@ class BucketLink:
         self._sock: socket.socket | None = None
         self._token = ""
         self._holder: weakref.ref[memfd.MemfdBucket] | None = None
+        _LINKS.add(self)
 
     def token_for(self, bucket: memfd.MemfdBucket, timeout_s: float) -> str:
         """The agent's token for `bucket`, handing its descriptor over first if this
@@ -109,6 +111,19 @@ class BucketLink:
         self._token = ""
 
     close = reset
+
+
+_LINKS: weakref.WeakSet[BucketLink] = weakref.WeakSet()
+
+
+def _forget_links_in_child() -> None:
+    """In a forked child (a DataLoader worker): close this process's copies of the bucket
+    connections, so that the agent still lets go when the parent closes or dies."""
+    for link in list(_LINKS):
+        link.reset()
+
+
+os.register_at_fork(after_in_child=_forget_links_in_child)
 
 
 def _token_from(reply: bytes, path: Path) -> str:

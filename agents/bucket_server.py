@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import localapi
+from common import memfd
 from common.errors import BucketUnavailable, ConfigError, OperationRefused
 from common.memfd import map_bucket_fd
 
@@ -136,7 +137,8 @@ class BucketServer:
     def __init__(self, api_address: str, registry: BucketRegistry, node_id: str):
         self.registry = registry
         self.node_id = node_id
-        self.path = localapi.bucket_socket(api_address)
+        # no memfd (not Linux): no bucket socket; clients use named files instead
+        self.path = localapi.bucket_socket(api_address) if memfd.supported() else None
         self._listener: socket.socket | None = None
         self._clients: dict[int, _Client] = {}
         self._keys = itertools.count(1)

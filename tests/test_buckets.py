@@ -239,7 +239,9 @@ def test_malformed_messages_are_refused_and_crash_nothing(agent: Agent, folder: 
     fds["read-only"] = os.open(f"/proc/self/fd/{fds['sealed']}", os.O_RDONLY)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.connect(str(localapi.bucket_socket(agent.address)))
-    open_fds = 0
+    open_fds: set[str] = set()
+    gc.collect()
+    gc.disable()  # no collection may close unrelated descriptors while they are counted
     cases = [
         (registration, [], "carries 0 descriptors"),
         (registration, [fds["sealed"], fds["file"]], "carries 2 descriptors"),
@@ -258,15 +260,16 @@ def test_malformed_messages_are_refused_and_crash_nothing(agent: Agent, folder: 
             assert reply["kind"] == "refused" and why in reply["message"], (why, reply)
             assert reply["message"].startswith("n0: ")
             # counted once the agent has accepted the connection (its end is an fd here)
-            open_fds = open_fds or len(os.listdir("/proc/self/fd"))
+            open_fds = open_fds or set(os.listdir("/proc/self/fd"))
         assert agent.registry.holders() == {}
         assert agent.thread.is_alive()
         # the agent closed every descriptor it was sent and refused
-        assert len(os.listdir("/proc/self/fd")) == open_fds
+        assert set(os.listdir("/proc/self/fd")) == open_fds
         # and the same connection still registers a good bucket
         good = _ask(sock, registration, [fds["sealed"]])
         assert len(good["token"]) == 32 and good["bytes"] == mmap.PAGESIZE
     finally:
+        gc.enable()
         sock.close()
         for fd in fds.values():
             os.close(fd)
@@ -347,3 +350,22 @@ def test_only_the_local_apis_users_may_hand_over_a_descriptor(folder: Path):
         assert "bucket-unreachable" in _hand_over_as(private.address, 65534, 65534)
     finally:
         private.close()
+
+
+def test_a_forked_child_does_not_keep_its_parents_bucket_at_the_agent(agent: Agent):
+    buckets = ClientBuckets(agent.address)
+    buckets.naming(buckets.for_bytes(mmap.PAGESIZE), 10)
+    release_r, release_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker: lives on, using nothing of the client
+        os.close(release_w)
+        os.read(release_r, 1)
+        os._exit(0)
+    os.close(release_r)
+    try:
+        buckets.close()
+        wait_until(lambda: agent.registry.holders() == {}, 20,
+                   "the agent letting go while the forked child lives")
+    finally:
+        os.close(release_w)
+        os.waitpid(pid, 0)
