@@ -27,6 +27,7 @@ import zmq
 
 from agents import localapi, wallclock
 from agents.agent_jobs import JobTable
+from agents.bucket_server import BucketRegistry
 from agents.clock import ClockEstimate
 from agents.collective_runner import CollectiveRunner
 from agents.controller_link import ControllerLink
@@ -95,9 +96,11 @@ class Agent:
         self.jobs = JobTable(node_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send",
                                           initializer=self._gate_thread_setup)
+        self.buckets = BucketRegistry()
+        """The clients' shared-memory buckets, handed over as descriptors."""
         self.runner = CollectiveRunner(cfg, node_id, self.ctl, self.jobs, self.links, self.gate,
-                                       self._sender)
-        self.local = LocalServer(node_id, local_api, local_api_group, self._stop)
+                                       self._sender, self.buckets)
+        self.local = LocalServer(node_id, local_api, local_api_group, self._stop, self.buckets)
         self.local_api = self.local.address
         self._threads: list[threading.Thread] = []
 
@@ -147,6 +150,7 @@ class Agent:
         self._sender.submit(lambda: None)  # start the gate thread (and set its scheduling)
         for target, name in ((self._watch_loop, "watch"), (self._heartbeat_loop, "heartbeat"),
                              (self._api_loop, "local-api"), (self._work_loop, "collectives"),
+                             (self.local.bucket_loop, "buckets"),
                              (self.ctl.report_loop, "reports")):
             t = threading.Thread(target=target, name=f"{self.node_id}-{name}", daemon=True)
             t.start()
@@ -296,6 +300,7 @@ class Agent:
                 "misrouted_frames": self.links.misrouted,
                 "local_api_bytes": self.local.api_bytes,
                 "shared_memory_bytes": runner.shared_bytes,
+                "buckets_mapped": {str(pid): n for pid, n in self.buckets.holders().items()},
                 "gate_scheduling": self.gate_scheduling,
                 "collectives_on_standing_schedules": runner.standing_runs,
                 "late_chunks": phy.late if phy else 0,

@@ -4,11 +4,13 @@ Requests and replies are multipart ZeroMQ messages (JSON header + raw array byte
 pickle. Errors come back typed: CollectiveError for a failed collective, OperationRefused for
 a request the agent refuses.
 
-The bucket itself does not cross the socket: the client writes it into a shared-memory file
-(`common.shm`) that the agent maps, and the agent reduces it there in place; the messages
-carry only the header. An array from `shared_array()` is that memory already, so it is reduced
-with no copy at all. When the agent cannot map the file (another host), the client falls back
-to sending the bytes.
+The bucket itself does not cross the socket: the client writes it into shared memory that
+the agent maps — anonymous memory whose descriptor went to the agent over the bucket socket
+beside the local API, or where that is impossible a self-cleaning named file
+(`agents.bucket_link`) — and the agent reduces it there in place; the messages carry only the
+header. An array from `shared_array()` is that memory already, so it is reduced with no copy
+at all. When the agent cannot reach the bucket (it answers ``bucket-unreachable``), the
+client falls back to sending the bytes.
 
 Pairing calls across ranks: every all-reduce carries a step number, the client's count of its
 calls on that job (or the caller's own, `step=`), and the agents refuse to pair calls whose
@@ -23,6 +25,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,8 +34,8 @@ import zmq
 from zmq.utils import monitor as zmq_monitor
 
 from agents import localapi
-from common.errors import AgentRestarted, CollectiveError, OperationRefused
-from common.shm import SharedBucket
+from agents.bucket_link import Bucket, ClientBuckets
+from common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class AgentClient:
         self.address = address
         self.timeout_s = timeout_s
         self.shared_memory = shared_memory
-        self._bucket: SharedBucket | None = None
+        self._buckets = ClientBuckets(address)
         self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         # the agent going away (killed, restarted) ends a waiting request at once, and a
@@ -65,6 +68,9 @@ class AgentClient:
         """The job and step the agent took the call in flight as (from its reply)."""
         self._sock.connect(address)
         self._rid = 0
+        # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
+        self._finalizer = weakref.finalize(self, _release, self._sock, self._events,
+                                           self._buckets)
 
     def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An array in this client's shared-memory bucket: `allreduce` reduces it in place
@@ -74,12 +80,8 @@ class AgentClient:
         return self._bucket_for(int(np.prod(shape, dtype=np.int64)) * dt.itemsize).array(
             shape, dt)
 
-    def _bucket_for(self, nbytes: int) -> SharedBucket:
-        if self._bucket is None or self._bucket.size < nbytes:
-            if self._bucket is not None:
-                self._bucket.close()
-            self._bucket = SharedBucket(nbytes, group=localapi.shared_group(self.address))
-        return self._bucket
+    def _bucket_for(self, nbytes: int) -> Bucket:
+        return self._buckets.for_bytes(nbytes)
 
     def allreduce(self, array: np.ndarray, *, job: str | None = None,
                   out: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
@@ -168,27 +170,16 @@ class AgentClient:
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
-        in_place = self._bucket is not None and self._bucket.owns(a)
+        bucket = self._buckets.bucket
+        in_place = bucket is not None and bucket.owns(a)
         if in_place:
             view = a
         else:
-            view = self._bucket_for(a.nbytes).array(a.shape, a.dtype)
+            bucket = self._bucket_for(a.nbytes)
+            view = bucket.array(a.shape, a.dtype)
             np.copyto(view, a)
-        assert self._bucket is not None
-        header["shm"] = str(self._bucket.path)
-        self._ensure_connected()
-        self._stamp(header)
-        self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
-        self._sent = True
-        try:
-            frames = self._recv(self._rid)
-        except CollectiveError:
-            # the agent may still finish this collective and write into the bucket later:
-            # never hand that file out again
-            if not in_place:
-                self._bucket.close()
-                self._bucket = None
-            raise
+        assert bucket is not None
+        frames = self._request_on_bucket(bucket, header, in_place)
         if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
             if in_place:
                 return view
@@ -196,10 +187,46 @@ class AgentClient:
                 np.copyto(out, view)
                 return out
             return view.copy()
-        error = self._error(frames)
-        if isinstance(error, OperationRefused) and "bucket file" in str(error):
-            raise _NoSharedMemory(str(error))
-        raise error
+        raise self._error(frames)
+
+    def _request_on_bucket(self, bucket: Bucket, header: dict[str, Any], in_place: bool
+                           ) -> list[bytes]:
+        """Send the request naming `bucket`; its reply frames. A restarted agent that does
+        not know the bucket gets it handed over again (once); one that cannot reach it makes
+        this client send bytes from now on (_NoSharedMemory)."""
+        for attempt in (1, 2):
+            self._ensure_connected()
+            try:
+                header.update(self._buckets.naming(bucket, min(self.timeout_s,
+                                                                CONNECT_GRACE_S)))
+            except BucketUnavailable as exc:
+                if exc.kind == "bucket-unknown" and attempt == 1:
+                    continue
+                raise self._no_shared_memory(exc) from exc
+            self._stamp(header)
+            self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
+            self._sent = True
+            try:
+                frames = self._recv(self._rid)
+            except CollectiveError:
+                # the agent may still finish this collective and write into the bucket later:
+                # never hand that memory out again
+                if not in_place:
+                    self._buckets.discard()
+                raise
+            error = self._error(frames) if frames[0] != b"ok" else None
+            if not isinstance(error, BucketUnavailable):
+                return frames
+            if error.kind == "bucket-unknown" and attempt == 1:
+                self._buckets.agent_forgot()
+                continue
+            raise self._no_shared_memory(error)
+        raise AssertionError("unreachable")
+
+    def _no_shared_memory(self, error: Exception) -> _NoSharedMemory:
+        logger.warning("%s: the agent cannot reach this client's shared-memory bucket (%s); "
+                       "sending the bytes over the local API from now on", self.address, error)
+        return _NoSharedMemory(str(error))
 
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
@@ -284,22 +311,32 @@ class AgentClient:
             kind, message = info["kind"], info["message"]
         except (IndexError, ValueError, KeyError):
             return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
+        if kind in ("bucket-unknown", "bucket-unreachable"):
+            return BucketUnavailable(message, kind=kind)
         return localapi.error_of_kind(kind, message)
 
     def close(self) -> None:
-        """Release the socket and the shared-memory bucket."""
-        self._sock.disable_monitor()
-        self._events.close(0)
-        self._sock.close(0)
-        if self._bucket is not None:
-            self._bucket.close()
-            self._bucket = None
+        """Release the socket and the shared-memory bucket (also done when the client is
+        garbage collected, and at interpreter exit)."""
+        self._finalizer()
 
     def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(sock: zmq.Socket[bytes], events: zmq.Socket[bytes], buckets: ClientBuckets
+             ) -> None:
+    """Close a client's sockets and release its bucket (its agent lets go of it then)."""
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:  # the context is gone already (interpreter exit)
+        pass
+    events.close(0)
+    sock.close(0)
+    buckets.close()
 
 
 def _reply_rid(frames: list[bytes]) -> int | None:
@@ -323,7 +360,8 @@ def _reply_resolved(frames: list[bytes]) -> tuple[str, int] | None:
 
 
 class _NoSharedMemory(Exception):
-    """The agent cannot map this client's bucket (it runs on another host)."""
+    """The agent cannot reach this client's bucket (another host, another mount of
+    /dev/shm, a bucket socket this user may not open)."""
 
 
 def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,

@@ -22,6 +22,7 @@ import numpy as np
 
 from agents import localapi, wallclock
 from agents.agent_jobs import AgentJob, JobTable
+from agents.bucket_server import BucketRegistry
 from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
 from agents.data_links import DataLinks
@@ -50,7 +51,8 @@ class CollectiveRunner:
     """Runs the all-reduces of one node (see the module docstring)."""
 
     def __init__(self, cfg: TestbedConfig, node_id: str, ctl: ControllerLink, jobs: JobTable,
-                 links: DataLinks, gate: SlotGate, sender: Executor):
+                 links: DataLinks, gate: SlotGate, sender: Executor,
+                 buckets: BucketRegistry | None = None):
         self.cfg = cfg
         self.node_id = node_id
         self.ctl = ctl
@@ -58,7 +60,10 @@ class CollectiveRunner:
         self.links = links
         self.gate = gate
         self.sender = sender
-        self.buckets = BucketMaps()
+        self.buckets = buckets or BucketRegistry()
+        """The buckets clients handed over as descriptors (`agents.bucket_server`)."""
+        self.bucket_files = BucketMaps()
+        """Maps of the clients' named bucket files (the fallback, `common.shm`)."""
         self.done = 0
         self.shared_bytes = 0
         self.standing_runs = 0
@@ -78,6 +83,7 @@ class CollectiveRunner:
     def close(self) -> None:
         """Release the shared-memory buckets."""
         self.buckets.close()
+        self.bucket_files.close()
 
     def abort(self, job_id: str, reason: str) -> None:
         """End the collective in flight of `job_id` (a peer was lost), with `reason`."""
@@ -143,8 +149,9 @@ class CollectiveRunner:
         """The request's array: in the client's shared-memory bucket (run in place) or in
         the payload."""
         try:
-            if req.shm is not None:
-                view = self.buckets.open_bucket(req.shm, req.nbytes)
+            if req.bucket is not None or req.shm is not None:
+                view = (self.buckets.view(req.bucket, req.nbytes) if req.bucket is not None
+                        else self.bucket_files.open_bucket(str(req.shm), req.nbytes))
                 array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
                 self.shared_bytes += req.nbytes
                 return array

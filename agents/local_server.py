@@ -6,6 +6,9 @@ all-reduce requests for the collectives thread (`work_loop`) and hands that thre
 back to the clients. The collectives thread runs one all-reduce at a time and turns every
 failure into an error reply of a kind the client maps to a typed error (`agents.client`).
 
+A third thread (`bucket_loop`) serves the bucket socket beside the local API, where clients
+hand over their shared-memory buckets as descriptors (`agents.bucket_server`).
+
 Every agent process is a new generation (a random id). A client learns it with a hello after
 each (re)connection and stamps its requests with it; a request stamped with another
 generation was made to an agent that has since restarted (ZeroMQ delivers a request queued
@@ -28,7 +31,15 @@ import numpy as np
 import zmq
 
 from agents import localapi
-from common.errors import CollectiveError, LostData, OddlError, OperationRefused, StepMismatch
+from agents.bucket_server import BucketRegistry, BucketServer
+from common.errors import (
+    BucketUnavailable,
+    CollectiveError,
+    LostData,
+    OddlError,
+    OperationRefused,
+    StepMismatch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +63,8 @@ class _Request:
 class LocalServer:
     """The local API socket and the queue between it and the collectives thread."""
 
-    def __init__(self, node_id: str, address: str, group: str | None, stop: threading.Event):
+    def __init__(self, node_id: str, address: str, group: str | None, stop: threading.Event,
+                 buckets: BucketRegistry | None = None):
         self.node_id = node_id
         self.stop = stop
         self.generation = uuid.uuid4().hex[:12]
@@ -63,6 +75,13 @@ class LocalServer:
         self._api = ctx.socket(zmq.ROUTER)
         self._api.setsockopt(zmq.LINGER, 0)
         self.address = localapi.bind(self._api, address, node_id, group)
+        try:
+            self._bucket_socket = BucketServer(self.address, buckets or BucketRegistry(),
+                                               node_id)
+        except BaseException:
+            self._api.close(0)
+            localapi.unlink(self.address)
+            raise
         self._results = ctx.socket(zmq.PULL)
         self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
         self._results.bind(self._results_addr)
@@ -72,11 +91,16 @@ class LocalServer:
         """Release the sockets (after the threads ended) and the socket file."""
         self._api.close(0)
         localapi.unlink(self.address)
+        self._bucket_socket.close()
         self._results.close(0)
 
     def wake(self) -> None:
         """End the collectives thread once its current request is done."""
         self._work.put(None)
+
+    def bucket_loop(self) -> None:
+        """Take the clients' bucket descriptors until `stop`."""
+        self._bucket_socket.serve(self.stop)
 
     def api_loop(self, status: Callable[[], dict[str, Any]]) -> None:
         """Serve the socket until `stop`: replies out, requests in."""
@@ -125,7 +149,8 @@ class LocalServer:
                     "run: say hello and call again"), header.get("rid"))])
                 return
             self.api_bytes += len(frames[3])
-            self._work.put(_Request(ident, header, frames[3], shared="shm" in header))
+            self._work.put(_Request(ident, header, frames[3],
+                                    shared="shm" in header or "bucket" in header))
         else:
             self._api.send_multipart([ident, b"error", _err(
                 "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
@@ -152,6 +177,8 @@ class LocalServer:
         rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
         try:
             return _ok(req, allreduce(req.header, req.payload), rid)
+        except BucketUnavailable as exc:  # the client hands it over again, or sends bytes
+            return [req.ident, b"error", _err(exc.kind, str(exc), rid)]
         except CollectiveError as exc:
             on_failure(_failure_kind(exc), str(exc))
             return [req.ident, b"error", _err(_reply_kind(exc), str(exc), rid,

@@ -1,6 +1,7 @@
 """Where the local API listens: a Unix socket only its owner can open, by default.
 
-The local API hands out shared-memory buckets and accepts all-reduce requests for the node.
+The local API accepts all-reduce requests for the node, on buckets its clients share with it
+(handed over as descriptors on the bucket socket beside an ipc socket, `bucket_socket`).
 Over TCP any local user could reach it; a Unix socket in a private folder (mode 0700, the
 socket itself 0600) limits it to the agent's own user, which the kernel checks at connect
 time. `ipc://auto` picks such a path; an explicit `ipc://PATH` is used as given (its folder
@@ -41,6 +42,8 @@ AUTO = "ipc://auto"
 _LOOPBACK = ("127.", "localhost", "[::1]")
 # sun_path holds 108 bytes with the terminating NUL
 _MAX_IPC_PATH = 107
+BUCKET_SUFFIX = ".buckets"
+"""The bucket socket sits beside the local API socket, at its path plus this suffix."""
 
 
 def runtime_dir(shared: bool = False) -> Path:
@@ -128,10 +131,20 @@ def shared_group(address: str) -> int | None:
     return st.st_gid
 
 
+def bucket_socket(address: str) -> Path | None:
+    """Where an agent whose local API is at `address` takes its clients' bucket descriptors
+    (`agents.bucket_server`): beside an ipc socket, same folder; None for a TCP address."""
+    if not address.startswith("ipc://"):
+        return None
+    return Path(address[len("ipc://"):] + BUCKET_SUFFIX)
+
+
 def _bind_ipc(socket: zmq.Socket, path: Path, gid: int | None = None) -> str:
-    if len(str(path).encode()) > _MAX_IPC_PATH:
-        raise ConfigError(f"local API socket path {path} is longer than {_MAX_IPC_PATH} bytes; "
-                          "use a shorter folder (XDG_RUNTIME_DIR)")
+    longest = _MAX_IPC_PATH - len(BUCKET_SUFFIX)
+    if len(str(path).encode()) > longest:
+        raise ConfigError(f"local API socket path {path} is longer than {longest} bytes (its "
+                          f"bucket socket, {path.name}{BUCKET_SUFFIX} beside it, must fit in "
+                          f"{_MAX_IPC_PATH}); use a shorter folder (XDG_RUNTIME_DIR)")
     if path.exists() or path.is_symlink():
         if _listening(path):
             raise ConfigError(f"local API socket {path} is in use by another process; stop "
@@ -188,6 +201,7 @@ def error_of_kind(kind: str, message: str) -> OddlError:
 
 # ---- requests ----------------------------------------------------------------------------
 _DTYPE = re.compile(r"^[<>=|]?([iu][1248]|f[248])$")
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
 MAX_ELEMENTS = 1 << 34
 """Largest array the local API accepts (16 Gi elements): a bound against arithmetic overflow."""
 
@@ -201,6 +215,8 @@ class AllreduceRequest:
     shm: str | None
     job: str | None
     timeout_s: float
+    bucket: str | None = None
+    """The token of a bucket the client handed over as a descriptor (`agents.bucket_server`)."""
     step: int | None = None
     """The caller's own number for this call (e.g. the training iteration), if it gave one:
     every rank must hand in the same one."""
@@ -243,6 +259,13 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     shm = header.get("shm")
     if shm is not None and not isinstance(shm, str):
         raise OperationRefused("malformed allreduce request: shm is not a file name")
+    bucket = header.get("bucket")
+    if bucket is not None and (not isinstance(bucket, str) or not _TOKEN.match(bucket)):
+        raise OperationRefused("malformed allreduce request: bucket is not a token this agent "
+                               "issued; use agents.client.AgentClient")
+    if bucket is not None and shm is not None:
+        raise OperationRefused("malformed allreduce request: it names a bucket file and a "
+                               "bucket token; name one")
     job = header.get("job")
     if job is not None and (not isinstance(job, str) or not job):
         raise OperationRefused("malformed allreduce request: job is not a job id")
@@ -251,6 +274,13 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
             or not math.isfinite(timeout) or not 0 < timeout <= 86_400:
         raise OperationRefused(f"malformed allreduce request: timeout_s {timeout!r} is not a "
                                "number of seconds in (0, 86400]")
+    step, steps = _parse_steps(header)
+    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
+                            steps)
+
+
+def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:
+    """The caller's own step number (if given) and its last step per job."""
     step = header.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)
                              or not 0 < step < 1 << 62):
@@ -262,4 +292,4 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
             and 0 <= v < 1 << 62 for k, v in steps.items()):
         raise OperationRefused("malformed allreduce request: steps is not an object of job "
                                "ids and non-negative step numbers")
-    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), step, steps)
+    return step, steps

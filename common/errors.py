@@ -75,3 +75,14 @@ class AgentRestarted(OperationRefused):
 
 class SecurityError(OddlError):
     """Keys or certificates are missing, malformed, expired or would be overwritten."""
+
+
+class BucketUnavailable(OperationRefused):
+    """The agent cannot use the shared-memory bucket a request names; `kind` says why and
+    what the client does: ``bucket-unknown`` (the token is not this agent's: hand the
+    descriptor over again) or ``bucket-unreachable`` (the agent cannot map the bucket file:
+    send the bytes instead)."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
