@@ -93,6 +93,9 @@ class Agent:
             self.ctl.close()
             raise listen_error(exc.errno, exc.strerror or str(exc), bind,
                                _data_origin(cfg, node_id, data_bind)) from None
+        except BaseException:
+            self.ctl.close()
+            raise
         self.jobs = JobTable(node_id)
         self._sender = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-send",
                                           initializer=self._gate_thread_setup)

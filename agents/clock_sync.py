@@ -104,6 +104,7 @@ class ClockSync:
         """Where the last samples came from: "udp", "grpc" or "none"."""
         self._rpc_sample = rpc_sample
         self._udp: UdpProbe | None = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def use_port(self, port: int) -> None:
@@ -112,7 +113,7 @@ class ClockSync:
             if self._udp is not None:
                 self._udp.close()
                 self._udp = None
-            if port:
+            if port and not self._closed:  # a re-registration racing close() opens nothing
                 try:
                     self._udp = UdpProbe(self.host, port)
                 except OSError as exc:
@@ -151,5 +152,7 @@ class ClockSync:
             logger.warning("%s", message)
 
     def close(self) -> None:
-        """Release the probe's socket."""
+        """Release the probe's socket for good."""
+        with self._lock:
+            self._closed = True
         self.use_port(0)

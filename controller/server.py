@@ -88,8 +88,8 @@ class ControllerServer:
                       ListenOrigin.option("controller", f"[controller] listen in {cfg.path}"))
             raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
-        self.clock_service = ClockService(where.rsplit(":", 1)[0], self.port)
-        self.service.clock_port = self.clock_service.port
+        self.clock_service: ClockService | None = None
+        """The UDP clock service (agents/clock_sync.py), opened by `start`."""
 
     def start(self, initialise_devices: bool = True) -> None:
         """Connect the devices, bring them to the stored (or default) configuration, serve."""
@@ -97,6 +97,8 @@ class ControllerServer:
             self.metrics.serve(self.metrics_listen, who="controller")
         if initialise_devices:
             self._bring_up_devices()
+        self.clock_service = ClockService(self.address.rsplit(":", 1)[0], self.port)
+        self.service.clock_port = self.clock_service.port
         self.server.start()
         self.clock_service.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
@@ -145,7 +147,8 @@ class ControllerServer:
         self.metrics.close()
         self.service.close()
         self.server.stop(grace).wait(grace + 1)
-        self.clock_service.close()
+        if self.clock_service is not None:
+            self.clock_service.close()
         self.devices.close()
         if self.store is not None:
             self.store.close()
