@@ -1,0 +1,45 @@
+"""Editing a copy of `lab-4node.toml` as the README's "From lab-4node.toml to a running
+testbed" says: device resources, host addresses and data ports, `[controller] address`
+(pure text edits, so the rest of the file and its comments stay as shipped).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+
+def _set_in_table(text: str, header: str, match_key: str, match_value: str, key: str,
+                  value: str) -> str:
+    """Set `key = value` in the `[[header]]` table whose `match_key` is `match_value`."""
+    blocks = re.split(r"(?m)^(?=\[)", text)
+    hits = 0
+    for i, block in enumerate(blocks):
+        if not block.startswith(f"[[{header}]]") and not block.startswith(f"[{header}]"):
+            continue
+        if match_key and not re.search(rf'(?m)^{match_key}\s*=\s*"{re.escape(match_value)}"',
+                                       block):
+            continue
+        new, n = re.subn(rf"(?m)^({key}\s*=\s*)(\"[^\"]*\"|[^#\n]*?)(\s*(#.*)?)$",
+                         lambda m: f"{m.group(1)}{value}{m.group(3)}", block, count=1)
+        if n != 1:
+            raise ValueError(f"[{header}] {match_value or ''}: no {key} to edit")
+        blocks[i] = new
+        hits += 1
+    if hits != 1:
+        raise ValueError(f"lab file: {hits} [{header}] tables with {match_key} = "
+                         f"{match_value!r} (expected one)")
+    return "".join(blocks)
+
+
+def edit_lab_file(text: str, *, hosts: Mapping[str, str], data_ports: Mapping[str, int],
+                  resources: Mapping[str, str], controller_address: str) -> str:
+    """The shipped file with each node's host and data port, each device's resource and
+    the controller's address set."""
+    for node, host in hosts.items():
+        text = _set_in_table(text, "nodes", "id", node, "host", f'"{host}"')
+    for node, port in data_ports.items():
+        text = _set_in_table(text, "nodes", "id", node, "data_port", str(port))
+    for device, resource in resources.items():
+        text = _set_in_table(text, "devices", "id", device, "resource", f'"{resource}"')
+    return _set_in_table(text, "controller", "", "", "address", f'"{controller_address}"')
