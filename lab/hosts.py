@@ -45,6 +45,9 @@ def keeper_script(host: Host, disk: Path, venv_root: Path, ready: Path) -> str:
                   f"mount -t overlay overlay -o lowerdir=/dev,upperdir={upper},workdir={work} /dev",
                   f"mount --move {keep} /dev/pts",
                   "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
+                  # the machine's own serial ports are not this host's: a probe that scans
+                  # must not write to them
+                  "rm -f /dev/ttyS* /dev/ttyUSB* /dev/ttyACM* /dev/ttyAMA*",
                   "mkdir -p /dev/serial/by-id"]
     lines += [f"touch {ready}", "exec sleep infinity"]
     return "\n".join(lines)
