@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import signal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from lab.model import Host
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
 from lab.services import Service, last_lines, start_unit, stop, wait_ready
+from lab.shell import LabError, wait_until
 from lab.steps import CERTS, CLOCK_SHIFT_NODE, CLOCK_SHIFT_US, TESTBED, UNITS
 from lab.units import load_unit
 
@@ -80,9 +82,12 @@ def services(rig: Rig, report: Report) -> bool:
     ok = True
     for host in rig.plan.training_hosts:
         ok &= report.check(f"{host.name}: oddl-agent@{host.node}.service starts and reads its "
-                           "keys", lambda host=host: "local API "
-                           f"{start_agent(rig, host)['local_api']}")
+                           "keys", partial(_agent_line, rig, host))
     return ok
+
+
+def _agent_line(rig: Rig, host: Host) -> str:
+    return f"local API {start_agent(rig, host)['local_api']}"
 
 
 def status(rig: Rig) -> dict[str, Any]:
@@ -93,18 +98,36 @@ def status(rig: Rig) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def agents_alive(rig: Rig) -> str:
-    agents = {a["node_id"]: a for a in status(rig).get("agents", [])}
-    dead = [n for n in rig.plan.nodes if not agents.get(n, {}).get("alive")]
-    if dead:
-        raise CheckFailed(f"agents not alive: {dead}")
+def agents_alive(rig: Rig, timeout_s: float = 0.0) -> str:
+    """Every agent alive in `oddl status` (within `timeout_s`, for a restart)."""
+    def alive() -> dict[str, Any] | None:
+        found = {a["node_id"]: a for a in status(rig).get("agents", [])}
+        return found if all(found.get(n, {}).get("alive") for n in rig.plan.nodes) else None
+
+    agents = alive() if not timeout_s else None
+    if agents is None and timeout_s:
+        try:
+            agents = wait_until("every agent alive in oddl status", alive, timeout_s, 0.25)
+        except LabError:
+            agents = None
+    if agents is None:
+        found = {a["node_id"]: a.get("alive") for a in status(rig).get("agents", [])}
+        raise CheckFailed(f"agents not alive: {[n for n in rig.plan.nodes if not found.get(n)]}")
     return ", ".join(f"{n} {agents[n]['clock_offset_s'] * 1e6:+.0f} µs" for n in rig.plan.nodes)
 
 
 def clock_shift(rig: Rig) -> str:
     """The shifted host's offset equals the shift within the stated error bound (rtt / 2);
     the others' offsets are within their own bounds of 0 (one machine, one clock)."""
-    agents = {a["node_id"]: a for a in status(rig).get("agents", [])}
+    def sampled() -> dict[str, Any] | None:
+        found = {a["node_id"]: a for a in status(rig).get("agents", [])}
+        return found if all(found.get(n, {}).get("clock_rtt_s", 0) > 0
+                            for n in rig.plan.nodes) else None
+
+    try:
+        agents = wait_until("every agent's clock estimate (a round trip > 0)", sampled, 20)
+    except LabError as exc:
+        raise CheckFailed(f"{exc}: {status(rig).get('agents')}") from None
     lines, bad = [], []
     for node in rig.plan.nodes:
         a = agents[node]

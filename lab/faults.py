@@ -1,10 +1,150 @@
-"""A lab's faults (filled in below)."""
+"""A lab's faults under traffic: a host's link down and up, an agent killed and restarted,
+the controller killed and restarted from its state file, a host rebooted. Training processes
+on every host call all-reduces the whole time; afterwards every call must have been exact or
+have failed with a reason, with the time to detect and the time to recover measured."""
 
 from __future__ import annotations
 
-from lab.report import Report
-from lab.rig import Rig
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from lab import bringup, jobs
+from lab.report import CheckFailed, Report
+from lab.rig import Rig, kill_group
+from lab.services import stop
+from lab.shell import LabError, wait_until
+
+LINK_DOWN_S = 6.0       # longer than three heartbeats of the lab file (1 s)
+STEADY_CALLS = 5        # exact calls per host before a fault and after recovery
+RECOVERY_DEADLINE_S = 120.0
+
+
+@dataclass
+class Fault:
+    """A fault: `inject` breaks something, `clear` mends it (as the lab would); `restart_all`
+    when the training processes must start again afterwards (a rebooted host's died)."""
+
+    name: str
+    inject: Callable[[], None]
+    clear: Callable[[], None]
+    restart_all: bool = False
+
+
+def faults(rig: Rig) -> list[Fault]:
+    n1, n2, n3 = (rig.plan.host(n) for n in ("n1", "n2", "n3"))
+
+    def link_down() -> None:
+        rig.h.link(n1, up=False)
+        time.sleep(LINK_DOWN_S)
+
+    def kill(key: str) -> Callable[[], None]:
+        return lambda: stop(rig.services[key], signal.SIGKILL)
+
+    def restart_agent(host: Any) -> Callable[[], None]:
+        def go() -> None:
+            time.sleep(rig.services[host.node].unit.restart_sec)
+            bringup.start_agent(rig, host)
+        return go
+
+    def restart_controller() -> None:
+        time.sleep(rig.services["controller"].unit.restart_sec)
+        bringup.start_controller(rig)
+
+    def reboot() -> None:
+        rig.h.host_down(n3)
+        rig.h.host_up(n3)
+
+    return [Fault("n1 link down 6 s and up", link_down, lambda: rig.h.link(n1, up=True)),
+            Fault("n2 agent SIGKILL, restarted", kill("n2"), restart_agent(n2)),
+            Fault("controller SIGKILL, restarted from its state file", kill("controller"),
+                  restart_controller),
+            Fault("n3 host rebooted", reboot, restart_agent(n3), restart_all=True)]
+
+
+def _steady(rig: Rig, tag: str, after: float) -> bool | None:
+    calls = jobs.read_calls(rig, tag)
+    per_host = {h.name: sum(1 for r in calls.exact if r["start"] > after)
+                for h in rig.plan.training_hosts}
+    return True if min(per_host.values()) >= STEADY_CALLS else None
+
+
+def run_fault(rig: Rig, fault: Fault, job: str, index: int) -> dict[str, Any]:
+    """Traffic, the fault, its repair, traffic again; the calls and the times."""
+    tag = f"fault{index}"
+    stop_file = rig.plan.run_dir / "out" / f"{tag}.stop"
+    procs = jobs.start_workers(rig, job, tag, stop_file=stop_file)
+    wait_until(f"{fault.name}: steady traffic before", lambda: _steady(rig, tag, 0), 120)
+    t_fault = time.time()
+    fault.inject()
+    fault.clear()
+    t_clear = time.time()
+    if fault.restart_all:  # the job is restarted: its launcher kills every rank, starts anew
+        for proc in procs:
+            kill_group(proc)
+        tag, stop_file = f"{tag}b", rig.plan.run_dir / "out" / f"{tag}b.stop"
+        procs = jobs.start_workers(rig, job, tag, stop_file=stop_file)
+    try:
+        wait_until(f"{fault.name}: exact results on every host again",
+                   lambda: _steady(rig, tag, t_clear), RECOVERY_DEADLINE_S)
+    except LabError as exc:
+        calls = jobs.read_calls(rig, tag)
+        last = {h.name: next((r.get("error", r.get("wrong", "exact")) for r in
+                              reversed(calls.records) if r["host"] == h.name), "no call")
+                for h in rig.plan.training_hosts}
+        raise CheckFailed(f"{exc}; {calls.summary()}; last call per host: {last}") from None
+    finally:
+        stop_file.touch()
+        jobs.wait_all(procs, 90)
+    start = time.monotonic()
+    bringup.agents_alive(rig, timeout_s=RECOVERY_DEADLINE_S)
+    registered_s = time.time() - t_clear if time.monotonic() - start > 0.5 else None
+    calls = jobs.read_calls(rig, f"fault{index}")
+    if fault.restart_all:
+        calls.records += jobs.read_calls(rig, tag).records
+    return _timings(calls, t_fault, t_clear) | {"all_alive_after_s": registered_s}
+
+
+def _timings(calls: jobs.Calls, t_fault: float, t_clear: float) -> dict[str, Any]:
+    failed_after = [r["end"] for r in calls.failed if r["end"] >= t_fault]
+    hosts = {r["host"] for r in calls.records}
+    firsts = [min((r["end"] for r in calls.exact if r["host"] == h and r["start"] >= t_clear),
+                  default=float("nan")) for h in hosts]
+    return {"calls": calls, "detect_s": min(failed_after) - t_fault if failed_after else None,
+            "recover_s": max(firsts) - t_clear, "outage_s": t_clear - t_fault}
+
+
+def check_fault(rig: Rig, fault: Fault, job: str, index: int, measured: dict[str, Any]
+                ) -> str:
+    result = run_fault(rig, fault, job, index)
+    calls: jobs.Calls = result["calls"]
+    measured[fault.name] = {k: v for k, v in result.items() if k != "calls"} | {
+        "exact": len(calls.exact), "wrong": len(calls.wrong), "failed": len(calls.failed)}
+    if calls.wrong or calls.silent():
+        bad = (calls.wrong or calls.silent())[0]
+        raise CheckFailed(f"{calls.summary()}; {len(calls.silent())} without a reason; "
+                          f"first: {bad}")
+    detect = ("nothing failed" if result["detect_s"] is None
+              else f"first failure {result['detect_s']:.2f} s after the fault")
+    reasons = sorted({r["error"][:90] for r in calls.failed})[:2]
+    return (f"{calls.summary()}; {detect}; exact again {result['recover_s']:.2f} s after the "
+            f"repair" + ("" if result["all_alive_after_s"] is None else
+                         f"; all agents alive in oddl status {result['all_alive_after_s']:.2f} s "
+                         "after it") + (f"; reasons: {reasons}" if reasons else ""))
 
 
 def run_all(rig: Rig, report: Report, bench: bool) -> None:
-    return None
+    job = jobs.submit(rig, "ring")
+    measured: dict[str, Any] = {}
+    for index, fault in enumerate(faults(rig)):
+        report.check(f"fault: {fault.name}: every call exact or failed with a reason",
+                     partial(check_fault, rig, fault, job, index, measured))
+        report.check(f"fault: {fault.name}: /dev/shm clean afterwards",
+                     lambda: jobs.shm_clean(rig))
+    report.measurements["faults"] = measured
+    report.check("ctl: oddl status after the faults: every agent alive",
+                 lambda: bringup.agents_alive(rig))
+    jobs.cancel(rig, job)

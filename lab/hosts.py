@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from functools import partial
 from pathlib import Path
 
 from lab.model import SHAPE, Host, LabPlan
@@ -120,6 +121,7 @@ class Hosts:
         """Power the host off: every process in it killed, its namespaces gone."""
         kill_netns_processes(host.netns)
         self.keepers.pop(host.name, None)
+        run(["ip", "-n", self.plan.bridge_netns, "link", "del", host.bridge_port], check=False)
         delete_netns(host.netns)
 
     def down(self) -> None:
@@ -145,12 +147,14 @@ def kill_netns_processes(netns: str) -> None:
             except ProcessLookupError:
                 pass
         try:
-            wait_until(f"processes of {netns} to exit",
-                       lambda pids=pids: True if not any(pid_alive(p) for p in pids) else None,
-                       10)
+            wait_until(f"processes of {netns} to exit", partial(_all_gone, pids), 10)
         except LabError:
             continue
     raise LabError(f"{netns}: processes keep running after SIGKILL: {netns_pids(netns)}")
+
+
+def _all_gone(pids: list[int]) -> bool | None:
+    return True if not any(pid_alive(p) for p in pids) else None
 
 
 def delete_netns(netns: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.report import CheckFailed
-from lab.rig import PYTHON, Rig
+from lab.rig import Rig
 from lab.services import last_lines
 from lab.shell import wait_until
 from lab.steps import TESTBED, ok_or_fail
@@ -101,13 +101,18 @@ def exact_allreduces(rig: Rig, job: str, tag: str, count: int, elements: int) ->
 
 
 def shm_clean(rig: Rig) -> str:
-    """No bucket left in any host's /dev/shm once the training processes are gone."""
-    left = {h.name: sorted(p.name for p in (rig.h.root(h) / "dev/shm").glob("oddl-bucket-*"))
+    """No bucket left in any host's /dev/shm once the training processes are gone (each
+    check counts the files that appeared since the previous one)."""
+    left = {h.name: {p.name for p in (rig.h.root(h) / "dev/shm").glob("oddl-bucket-*")}
             for h in rig.plan.training_hosts}
-    left = {h: names for h, names in left.items() if names}
-    if left:
-        total = sum(len(v) for v in left.values())
-        raise CheckFailed(f"{total} oddl-bucket-* files outlived their processes: {left}")
+    new = {h: names - rig.seen_buckets.get(h, set()) for h, names in left.items()}
+    rig.seen_buckets = left
+    if any(new.values()):
+        counts = ", ".join(f"{h} {len(n)}" for h, n in new.items() if n)
+        size = sum((rig.h.root(rig.plan.host(h)) / "dev/shm" / n).stat().st_size
+                   for h, names in new.items() for n in names)
+        raise CheckFailed(f"{sum(len(n) for n in new.values())} oddl-bucket-* files "
+                          f"({size / 1e6:.1f} MB) outlived their processes: {counts}")
     return "no oddl-bucket-* left on any host"
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -50,6 +51,11 @@ def bring_up(rig: Rig, report: Report) -> bool:
             and report.check("hosts: namespaces, bridge, shaped links, private mounts", hosts_))
 
 
+def exact_both(rig: Rig, job: str, collective: str) -> str:
+    return (jobs.exact_allreduces(rig, job, collective, 30, 1000) + "; "
+            + jobs.exact_allreduces(rig, job, collective + "-1M", 10, 1 << 20))
+
+
 def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
     steps.devices_and_files(rig, report)
     steps.certificates(rig, report)
@@ -64,13 +70,12 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
     for collective in ("ring", "halving-doubling"):
         job = jobs.submit(rig, collective)
         report.check(f"{collective}: 40 exact all-reduces per host (1 k and 1 M int64)",
-                     lambda job=job, c=collective: jobs.exact_allreduces(rig, job, c, 30, 1000)
-                     + "; " + jobs.exact_allreduces(rig, job, c + "-1M", 10, 1 << 20))
+                     partial(exact_both, rig, job, collective))
         report.check(f"{collective}: /dev/shm clean after the processes exit",
                      lambda: jobs.shm_clean(rig))
         if collective == "ring":
             report.check("torchrun DDP on the oddl backend, one rank per host",
-                         lambda job=job: jobs.ddp(rig, job))
+                         partial(jobs.ddp, rig, job))
         jobs.cancel(rig, job)
     report.check("line rate: a warning names line_rate_gbps", lambda: bringup.line_rate_warned(rig))
     faults.run_all(rig, report, bench)

@@ -53,7 +53,7 @@ class Report:
     def summary(self) -> str:
         failed = [c for c in self.checks if not c.ok]
         head = f"{len(self.checks) - len(failed)} of {len(self.checks)} checks passed"
-        return head + "".join(f"\n  FAIL {c.name}: {c.detail}" for c in failed)
+        return head + "".join(f"\n  FAIL {c.name}: {c.detail[:300]}" for c in failed)
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ class Rig:
         self.emulators: Emulators | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
         self.made_users: list[str] = []
+        self.seen_buckets: dict[str, set[str]] = {}
         self.logs = plan.run_dir / "logs"
 
     # ---- state file: what a later `--down` or the next run needs to clean up ----------
@@ -82,7 +83,7 @@ class Rig:
         """Stop everything and remove what this run made; the problems met (never raises)."""
         problems: list[str] = []
         for proc in self.workers + (self.emulators.procs if self.emulators else []):
-            _kill(proc)
+            kill_group(proc)
         for service in self.services.values():
             try:
                 stop(service, signal.SIGTERM, timeout_s=15)
@@ -93,7 +94,7 @@ class Rig:
         return problems
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

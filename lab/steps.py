@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-from lab import users
 from lab.devices import start_emulators
 from lab.model import Host
 from lab.report import CheckFailed, Report
 from lab.rig import REPO, Rig
-from lab.services import Service, last_lines, start_unit, wait_ready
+from lab.services import last_lines
 from lab.testbed_file import edit_lab_file
-from lab.units import load_unit
 
 TESTBED = "/etc/oddl/testbed.toml"
 CERTS = "/etc/oddl/certs"
@@ -86,11 +83,14 @@ def certificates(rig: Rig, report: Report) -> None:
     report.check("certs: oddl certs init, folder copied to every host", init)
 
 
+def _config_check(rig: Rig, host: Host) -> str:
+    return ok_or_fail(rig.oddl(host, "config", "check", TESTBED), "oddl config check")
+
+
 def config_check(rig: Rig, report: Report) -> None:
     for host in rig.plan.hosts:
         report.check(f"{host.name}: oddl config check {TESTBED}",
-                     lambda host=host: ok_or_fail(rig.oddl(host, "config", "check", TESTBED),
-                                                  "oddl config check"))
+                     partial(_config_check, rig, host))
 
 
 def probe(rig: Rig, report: Report) -> None:
@@ -98,9 +98,17 @@ def probe(rig: Rig, report: Report) -> None:
     def run_probe() -> str:
         done = rig.oddl(rig.plan.controller, "devices", "probe", "--config", TESTBED, "--json",
                         timeout=180)
-        ok_or_fail(done, "oddl devices probe")
-        result = json.loads(done.stdout)
-        return f"{len(result.get('devices', result))} devices identified"
+        try:
+            result = json.loads(done.stdout)
+        except ValueError:
+            return ok_or_fail(done, "oddl devices probe")
+        devices = result.get("devices", [])
+        bad = [d for d in devices if d.get("status", "").upper() != "OK"]
+        extra = result.get("unlisted", [])
+        if done.returncode != 0 or bad or extra:
+            raise CheckFailed(f"exit {done.returncode}; not OK: {json.dumps(bad)[:600]}; "
+                              f"unlisted: {json.dumps(extra)[:400]}")
+        return f"{len(devices)} devices OK"
 
     report.check("ctl: oddl devices probe --config (every device OK)", run_probe)
 

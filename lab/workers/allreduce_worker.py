@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+
 from agents.client import AgentClient
 
 
@@ -44,9 +45,11 @@ def main() -> int:
             break
         if args.stop_file and os.path.exists(args.stop_file):
             break
+        mine = payload(step, args.rank, args.elements)
         record: dict[str, object] = {"rank": args.rank, "step": step, "start": time.time()}
         try:
-            got = client.allreduce(payload(step, args.rank, args.elements), job=args.job)
+            got = client.allreduce(mine, job=args.job)
+            record["end"] = time.time()
             record["ok"] = bool(np.array_equal(got, expected(step, args.nodes, args.elements)))
             if not record["ok"]:
                 record["wrong"] = f"first elements {got[:3].tolist()}"
@@ -54,8 +57,8 @@ def main() -> int:
         except Exception as exc:  # every failure is recorded with its reason, then retried
             record["ok"] = False
             record["error"] = f"{type(exc).__name__}: {exc}"
+            record["end"] = time.time()
             time.sleep(0.2)
-        record["end"] = time.time()
         print(json.dumps(record), flush=True)
     return 0
 
