@@ -66,10 +66,17 @@ def faults(rig: Rig) -> list[Fault]:
 
 
 def _steady(rig: Rig, tag: str, after: float) -> bool | None:
+    """True once every host has STEADY_CALLS exact calls started after `after`; False as
+    soon as one host has had that many wrong ones (it will not mend by waiting)."""
     calls = jobs.read_calls(rig, tag)
-    per_host = {h.name: sum(1 for r in calls.exact if r["start"] > after)
-                for h in rig.plan.training_hosts}
-    return True if min(per_host.values()) >= STEADY_CALLS else None
+    hosts = [h.name for h in rig.plan.training_hosts]
+    wrong = {h: sum(1 for r in calls.wrong if r["host"] == h and r["start"] > after)
+             for h in hosts}
+    if max(wrong.values()) >= STEADY_CALLS:
+        return False
+    exact = {h: sum(1 for r in calls.exact if r["host"] == h and r["start"] > after)
+             for h in hosts}
+    return True if min(exact.values()) >= STEADY_CALLS else None
 
 
 def run_fault(rig: Rig, fault: Fault, job: str, index: int) -> dict[str, Any]:
@@ -88,8 +95,11 @@ def run_fault(rig: Rig, fault: Fault, job: str, index: int) -> dict[str, Any]:
         tag, stop_file = f"{tag}b", rig.plan.run_dir / "out" / f"{tag}b.stop"
         procs = jobs.start_workers(rig, job, tag, stop_file=stop_file)
     try:
-        wait_until(f"{fault.name}: exact results on every host again",
-                   lambda: _steady(rig, tag, t_clear), RECOVERY_DEADLINE_S)
+        mended = wait_until(f"{fault.name}: exact results on every host again",
+                            lambda: _steady(rig, tag, t_clear), RECOVERY_DEADLINE_S)
+        if not mended:
+            raise LabError(f"wrong results on every call after the repair (from "
+                           f"{jobs.read_calls(rig, tag).wrong[0]})")
     except LabError as exc:
         calls = jobs.read_calls(rig, tag)
         last = {h.name: next((r.get("error", r.get("wrong", "exact")) for r in
@@ -136,7 +146,7 @@ def check_fault(rig: Rig, fault: Fault, job: str, index: int, measured: dict[str
                          "after it") + (f"; reasons: {reasons}" if reasons else ""))
 
 
-def run_all(rig: Rig, report: Report, bench: bool) -> None:
+def run_all(rig: Rig, report: Report) -> None:
     job = jobs.submit(rig, "ring")
     measured: dict[str, Any] = {}
     for index, fault in enumerate(faults(rig)):

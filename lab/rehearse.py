@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from types import FrameType
 
-from lab import bringup, faults, jobs, steps, users
+from lab import bringup, faults, jobs, measure, steps, users
 from lab.hosts import Hosts
 from lab.install import CACHE_ROOT, build_wheel, venv_for
 from lab.model import plan_lab
@@ -78,7 +78,9 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
                          partial(jobs.ddp, rig, job))
         jobs.cancel(rig, job)
     report.check("line rate: a warning names line_rate_gbps", lambda: bringup.line_rate_warned(rig))
-    faults.run_all(rig, report, bench)
+    if bench:
+        measure.run(rig, report)
+    faults.run_all(rig, report)
 
 
 def main(argv: list[str] | None = None) -> int:

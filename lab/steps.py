@@ -22,6 +22,9 @@ from lab.testbed_file import edit_lab_file
 TESTBED = "/etc/oddl/testbed.toml"
 CERTS = "/etc/oddl/certs"
 UNITS = REPO / "deploy" / "systemd"
+# the emulated WSS module's factory plan, as its datasheet (drivers/emulators/wss.py) gives it
+WSS_DATASHEET_PLAN = ("{ first_channel = 0, first_thz = 191.35, spacing_ghz = 50.0, "
+                      "channels = 96 }")
 CLOCK_SHIFT_NODE = "n3"
 CLOCK_SHIFT_US = 2500
 
@@ -42,7 +45,8 @@ def write_testbed_files(rig: Rig) -> str:
     edited = edit_lab_file(text, hosts={h.node: h.address for h in plan.training_hosts
                                         if h.node},
                            data_ports={}, resources=rig.emulators.resources,
-                           controller_address=f"{plan.controller.address}:50051")
+                           controller_address=f"{plan.controller.address}:50051",
+                           module_plans={"wss0": WSS_DATASHEET_PLAN})
     for host in plan.hosts:
         path = rig.h.root(host) / TESTBED.lstrip("/")
         path.write_text(edited, encoding="utf-8")
