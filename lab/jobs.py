@@ -83,6 +83,19 @@ def read_calls(rig: Rig, tag: str) -> Calls:
     return calls
 
 
+def stop_together(rig: Rig, tag: str, stop_file: Path,
+                  procs: list[subprocess.Popen[bytes]]) -> None:
+    """Ask the training processes to stop after one and the same collective (a few steps
+    past the furthest one seen), so no rank is left waiting for a call the others never make."""
+    steps = [int(r["step"]) for r in read_calls(rig, tag).records]
+    stop_file.write_text(str(max(steps, default=0) + 20), encoding="utf-8")
+    try:
+        wait_all(procs, 60)
+    except Exception:
+        stop_file.write_text("", encoding="utf-8")
+        wait_all(procs, 90)
+
+
 def wait_all(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
     wait_until("training processes to finish",
                lambda: True if all(p.poll() is not None for p in procs) else None, timeout_s)

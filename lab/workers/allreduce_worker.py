@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -27,6 +26,17 @@ def expected(step: int, nodes: int, elements: int) -> np.ndarray:
     return (step + 1) * nodes * (nodes + 1) // 2 + nodes * np.arange(elements, dtype=np.int64)
 
 
+def stop_step(path: str) -> float:
+    """The step to stop before: the number in the stop file (every rank stops after the same
+    collective), at once when the file is empty, never while it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().strip()
+    except FileNotFoundError:
+        return float("inf")
+    return int(text) if text.isdigit() else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--api", required=True)
@@ -35,7 +45,8 @@ def main() -> int:
     p.add_argument("--job", default=None)
     p.add_argument("--elements", type=int, default=1000)
     p.add_argument("--count", type=int, default=0, help="calls to make (0: until --stop-file)")
-    p.add_argument("--stop-file", default=None)
+    p.add_argument("--stop-file", default=None,
+                   help="stop before the step this file names (empty: now)")
     p.add_argument("--timeout-s", type=float, default=30.0)
     args = p.parse_args()
     client = AgentClient(args.api, timeout_s=args.timeout_s)
@@ -43,7 +54,7 @@ def main() -> int:
     while True:
         if args.count and step >= args.count:
             break
-        if args.stop_file and os.path.exists(args.stop_file):
+        if args.stop_file and step >= stop_step(args.stop_file):
             break
         mine = payload(step, args.rank, args.elements)
         record: dict[str, object] = {"rank": args.rank, "step": step, "start": time.time()}
