@@ -5,6 +5,7 @@ through the agent's own clock seam, ODDL_CLOCK_SHIFT_US)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import pwd
 import signal
@@ -116,25 +117,37 @@ def agents_alive(rig: Rig, timeout_s: float = 0.0) -> str:
     return ", ".join(f"{n} {agents[n]['clock_offset_s'] * 1e6:+.0f} µs" for n in rig.plan.nodes)
 
 
+def stated_bound_s(agent: dict[str, Any]) -> float:
+    """The error bound `oddl status` states for the agent's offset (`clock_error_bound_s`),
+    or half the best round trip where the status does not state one."""
+    bound = agent.get("clock_error_bound_s")
+    if isinstance(bound, int | float) and math.isfinite(bound):
+        return float(bound)
+    rtt = float(agent.get("clock_rtt_s", 0.0) or 0.0)
+    return rtt / 2 if rtt > 0 else math.inf
+
+
 def clock_shift(rig: Rig) -> str:
-    """The shifted host's offset equals the shift within the stated error bound (rtt / 2);
-    the others' offsets are within their own bounds of 0 (one machine, one clock)."""
+    """The shifted host's offset is -shift (ODDL_CLOCK_SHIFT_US > 0 puts its clock ahead;
+    the offset is controller minus agent) within the stated bound; the others' are 0 within
+    theirs (one machine, one clock). Slots holding is shown by the exact all-reduces that
+    follow, with this host shifted."""
     def sampled() -> dict[str, Any] | None:
         found = {a["node_id"]: a for a in status(rig).get("agents", [])}
-        return found if all(found.get(n, {}).get("clock_rtt_s", 0) > 0
+        return found if all(n in found and math.isfinite(stated_bound_s(found[n]))
                             for n in rig.plan.nodes) else None
 
     try:
-        agents = wait_until("every agent's clock estimate (a round trip > 0)", sampled, 20)
+        agents = wait_until("every agent's clock estimate with its bound", sampled, 20)
     except LabError as exc:
         raise CheckFailed(f"{exc}: {status(rig).get('agents')}") from None
     lines, bad = [], []
     for node in rig.plan.nodes:
         a = agents[node]
-        offset_us, bound_us = a["clock_offset_s"] * 1e6, a.get("clock_rtt_s", 0.0) * 1e6 / 2
+        offset_us, bound_us = a["clock_offset_s"] * 1e6, stated_bound_s(a) * 1e6
         truth = -CLOCK_SHIFT_US if node == CLOCK_SHIFT_NODE else 0
         lines.append(f"{node} {offset_us:+.0f}±{bound_us:.0f} µs (truth {truth:+d})")
-        if min(abs(offset_us - truth), abs(offset_us + truth)) > bound_us:
+        if abs(offset_us - truth) > bound_us:
             bad.append(node)
     if bad:
         raise CheckFailed(f"offset outside its bound for {bad}: {'; '.join(lines)}"
