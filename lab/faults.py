@@ -94,22 +94,28 @@ def run_fault(rig: Rig, fault: Fault, job: str, index: int) -> dict[str, Any]:
             kill_group(proc)
         tag, stop_file = f"{tag}b", rig.plan.run_dir / "out" / f"{tag}b.stop"
         procs = jobs.start_workers(rig, job, tag, stop_file=stop_file)
+    mended = False
     try:
-        mended = wait_until(f"{fault.name}: exact results on every host again",
-                            lambda: _steady(rig, tag, t_clear), RECOVERY_DEADLINE_S)
+        mended = bool(wait_until(f"{fault.name}: exact results on every host again",
+                                 lambda: _steady(rig, tag, t_clear), RECOVERY_DEADLINE_S))
         if not mended:
             raise LabError(f"wrong results on every call after the repair (from "
                            f"{jobs.read_calls(rig, tag).wrong[0]})")
         bringup.agents_alive(rig, timeout_s=RECOVERY_DEADLINE_S)
         registered_s = time.time() - t_clear  # an upper bound: polled after the traffic mended
     except LabError as exc:
+        mended = False
         calls = jobs.read_calls(rig, tag)
         last = {h.name: next((r.get("error", r.get("wrong", "exact")) for r in
                               reversed(calls.records) if r["host"] == h.name), "no call")
                 for h in rig.plan.training_hosts}
         raise CheckFailed(f"{exc}; {calls.summary()}; last call per host: {last}") from None
     finally:
-        jobs.stop_together(rig, tag, stop_file, procs)
+        if mended:
+            jobs.stop_together(rig, tag, stop_file, procs)
+        else:  # no common step to stop at (or interrupted): the processes are killed
+            for proc in procs:
+                kill_group(proc)
     calls = jobs.read_calls(rig, f"fault{index}")
     if fault.restart_all:
         calls.records += jobs.read_calls(rig, tag).records
@@ -143,12 +149,23 @@ def check_fault(rig: Rig, fault: Fault, job: str, index: int, measured: dict[str
             "after it" + (f"; reasons: {reasons}" if reasons else ""))
 
 
+def reset_agents(rig: Rig, report: Report) -> None:
+    """After a fault the system did not recover from, restart every agent (as an operator
+    would) so the next fault starts from a clean state; said in the report."""
+    report.note("restarting every agent so that the next fault starts clean")
+    for host in rig.plan.training_hosts:
+        assert host.node is not None
+        stop(rig.services[host.node], signal.SIGTERM)
+        bringup.start_agent(rig, host)
+
+
 def run_all(rig: Rig, report: Report) -> None:
     job = jobs.submit(rig, "ring")
     measured: dict[str, Any] = {}
     for index, fault in enumerate(faults(rig)):
-        report.check(f"fault: {fault.name}: every call exact or failed with a reason",
-                     partial(check_fault, rig, fault, job, index, measured))
+        if not report.check(f"fault: {fault.name}: every call exact or failed with a reason",
+                            partial(check_fault, rig, fault, job, index, measured)):
+            reset_agents(rig, report)
         report.check(f"fault: {fault.name}: /dev/shm clean afterwards",
                      lambda: jobs.shm_clean(rig))
     report.measurements["faults"] = measured

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name in clean_stale(include_kept=False):
         print(f"note removed the leftovers of a crashed run: {name}")
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     report, rig = Report(), Rig(plan_lab(os.getpid()))
     rig.save_state()
     print(f"lab rig {rig.plan.tag}: logs under {rig.logs}", flush=True)
