@@ -12,6 +12,7 @@ import shutil
 from functools import partial
 from typing import Any
 
+from lab import users
 from lab.devices import start_emulators
 from lab.model import Host
 from lab.report import CheckFailed, Report
@@ -67,24 +68,47 @@ def devices_and_files(rig: Rig, report: Report) -> None:
                      lambda: write_testbed_files(rig))
 
 
+def node_cert_files(node: str) -> list[str]:
+    """What docs/security.md ("Installing them on the lab's hosts") copies to host `node`."""
+    return ["manifest.json", "tls/ca.crt", f"tls/agent-{node}.crt", f"tls/agent-{node}.key",
+            f"curve/{node}.key", f"curve/{node}.key_secret", "revoked.json"]
+
+
 def certificates(rig: Rig, report: Report) -> None:
-    """docs/security.md: `oddl certs init` on the controller host, the folder copied to every
-    host (tls/ca.key stays on the controller host)."""
+    """docs/security.md: `oddl certs init` on the controller host and the files copied to
+    every host. Where the installed oddl has `--owner` (and `oddl certs chown`), as its docs
+    say: keys for the service user, each training host given only its own files; otherwise,
+    as the older docs say, the whole folder but tls/ca.key."""
     ctl = rig.plan.controller
 
     def init() -> str:
+        owner = "--owner" in rig.oddl(ctl, "certs", "init", "--help").stdout
+        args = ["--owner", users.SERVICE_USER] if owner else []
         done = rig.oddl(ctl, "certs", "init", "--out", CERTS, "--nodes",
-                        ",".join(rig.plan.nodes), "--hosts", ctl.address)
+                        ",".join(rig.plan.nodes), "--hosts", ctl.address, *args)
         ok_or_fail(done, "oddl certs init")
         src = rig.h.root(ctl) / CERTS.lstrip("/")
         for host in rig.plan.training_hosts:
             dest = rig.h.root(host) / CERTS.lstrip("/")
-            shutil.copytree(src, dest, dirs_exist_ok=True,
-                            ignore=lambda d, names: ["ca.key"] if d.endswith("tls") else [])
+            if not owner:
+                shutil.copytree(src, dest, dirs_exist_ok=True,
+                                ignore=lambda d, names: ["ca.key"] if d.endswith("tls") else [])
+                continue
+            assert host.node is not None
+            for rel in node_cert_files(host.node):
+                if (src / rel).exists():
+                    (dest / rel).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                    shutil.copy2(src / rel, dest / rel)
+            for folder in (dest, dest / "tls", dest / "curve"):
+                folder.chmod(0o755)
+            ok_or_fail(rig.oddl(host, "certs", "chown", "--certs", CERTS, "--owner",
+                                users.SERVICE_USER), f"{host.name}: oddl certs chown")
         keys = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.key"))
-        return f"{len(keys)} private keys; copied to {len(rig.plan.training_hosts)} hosts"
+        how = ("--owner oddl; each host its own files, oddl certs chown there" if owner
+               else "the folder but tls/ca.key copied to every host (docs without --owner)")
+        return f"{len(keys)} private keys; {how}"
 
-    report.check("certs: oddl certs init, folder copied to every host", init)
+    report.check("certs: oddl certs init, files copied to every host", init)
 
 
 def _config_check(rig: Rig, host: Host) -> str:
