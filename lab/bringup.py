@@ -119,9 +119,10 @@ def agents_alive(rig: Rig, timeout_s: float = 0.0) -> str:
 
 def stated_bound_s(agent: dict[str, Any]) -> float:
     """The error bound `oddl status` states for the agent's offset (`clock_error_bound_s`),
-    or half the best round trip where the status does not state one."""
+    or half the best round trip where the status does not state one; inf before the first
+    sample (a bound of 0 is the wire's default: nothing measured yet)."""
     bound = agent.get("clock_error_bound_s")
-    if isinstance(bound, int | float) and math.isfinite(bound):
+    if isinstance(bound, int | float) and math.isfinite(bound) and bound > 0:
         return float(bound)
     rtt = float(agent.get("clock_rtt_s", 0.0) or 0.0)
     return rtt / 2 if rtt > 0 else math.inf
