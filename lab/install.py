@@ -18,6 +18,7 @@ from pathlib import Path
 from lab.shell import LabError, run
 
 CACHE_ROOT = Path("/var/tmp/oddl-lab-venv")
+KEEP_VENVS = 3          # the newest venvs kept (about 1.4 GB each with torch)
 SYSTEM_PYTHON = "/usr/bin/python3"  # the lab's python3, readable by the service user
 
 
@@ -77,3 +78,14 @@ def venv_for(wheel: Path, log: Path) -> tuple[Path, bool]:
         log.write_text(result.stdout + result.stderr, encoding="utf-8")
     done.touch()
     return root, False
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove all but the KEEP_VENVS most recently made venvs (never `keep`); what went.
+    Only while no other rig runs: its hosts may have one of them mounted."""
+    made = sorted((p for p in CACHE_ROOT.iterdir() if (p / ".lab-complete").exists()),
+                  key=lambda p: (p / ".lab-complete").stat().st_mtime, reverse=True)
+    gone = [p for p in made[KEEP_VENVS:] if p != keep]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone

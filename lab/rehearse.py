@@ -15,10 +15,10 @@ from types import FrameType
 
 from lab import bringup, faults, jobs, measure, steps, users
 from lab.hosts import Hosts
-from lab.install import CACHE_ROOT, build_wheel, venv_for
+from lab.install import CACHE_ROOT, build_wheel, prune, venv_for
 from lab.model import plan_lab
 from lab.report import Report
-from lab.rig import REPO, Rig, clean_stale
+from lab.rig import REPO, Rig, clean_stale, other_live_rigs
 from lab.shell import missing_prerequisite
 
 
@@ -31,6 +31,9 @@ def bring_up(rig: Rig, report: Report) -> bool:
         wheel = build_wheel(REPO, rig.plan.run_dir / "wheel")
         root, reused = venv_for(wheel, rig.logs / "install.log")
         rig.hosts = Hosts(rig.plan, root)
+        if not reused and not other_live_rigs(rig.plan.run_dir):
+            for old in prune(keep=root):
+                report.note(f"removed an older cached venv {old}")
         return (f"{wheel.name} into {root}/.venv with [torch] "
                 f"({'reused: same wheel content' if reused else 'made; cached under '}"
                 f"{'' if reused else CACHE_ROOT})")
