@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -88,7 +89,8 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
-    p.add_argument("--json", metavar="FILE", help="write the report here")
+    p.add_argument("--json", metavar="FILE", help="write the report here (and, when a check "
+                   "failed, every process's log to FILE.logs/)")
     p.add_argument("--keep", action="store_true", help="leave the rig up for debugging")
     p.add_argument("--down", action="store_true", help="remove kept (and crashed) rigs, exit")
     p.add_argument("--bench", action="store_true", help="also measure (benchmarks/bench_lab.py)")
@@ -117,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.json:
             report.write(Path(args.json))
+            if not report.passed and rig.logs.exists():
+                kept_logs = Path(f"{args.json}.logs")
+                shutil.rmtree(kept_logs, ignore_errors=True)
+                shutil.copytree(rig.logs, kept_logs)
+                print(f"logs of this failed run: {kept_logs}")
         if args.keep:
             rig.save_state(kept=True)
             print(f"kept: {rig.plan.tag} (enter a host with nsenter -t PID -m -n; "
