@@ -8,16 +8,14 @@ import json
 import math
 import os
 import pwd
-import signal
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from lab import users
 from lab.model import Host
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
-from lab.services import Service, last_lines, start_unit, stop, wait_ready
+from lab.services import last_lines, start_unit, wait_ready
 from lab.shell import LabError, wait_until
 from lab.steps import CERTS, CLOCK_SHIFT_NODE, CLOCK_SHIFT_US, TESTBED, UNITS
 from lab.units import load_unit
@@ -41,15 +39,6 @@ def start_agent(rig: Rig, host: Host) -> dict[str, Any]:
     service = start_unit(rig.h, host, unit, rig.logs, agent_env(host.node))
     rig.services[host.node] = service
     return wait_ready(rig.h, service)
-
-
-def restart(rig: Rig, key: str, start: Any) -> dict[str, Any]:
-    """What `Restart=on-failure` does after a crash: wait RestartSec, start again."""
-    old = rig.services[key]
-    stop(old, signal.SIGKILL)
-    import time
-    time.sleep(old.unit.restart_sec)
-    return dict(start())
 
 
 def _permission_workaround(rig: Rig, report: Report, error: str) -> None:
@@ -172,11 +161,3 @@ def line_rate_warned(rig: Rig) -> str:
         raise CheckFailed("no agent warned that line_rate_gbps = 25 exceeds what its 1 Gbit/s "
                           "link carries")
     return f"warned on {', '.join(warned)}"
-
-
-def log_paths(rig: Rig) -> list[Path]:
-    return [s.log for s in rig.services.values()]
-
-
-__all__ = ["Service", "agents_alive", "clock_shift", "line_rate_warned", "restart", "services",
-           "start_agent", "start_controller", "status"]

@@ -55,6 +55,11 @@ def bring_up(rig: Rig, report: Report) -> bool:
             and report.check("hosts: namespaces, bridge, shaped links, private mounts", hosts_))
 
 
+def _submit(rig: Rig, collective: str, into: list[str]) -> str:
+    into.append(jobs.submit(rig, collective))
+    return into[-1]
+
+
 def exact_both(rig: Rig, job: str, collective: str) -> str:
     return (jobs.exact_allreduces(rig, job, collective, 30, 1000) + "; "
             + jobs.exact_allreduces(rig, job, collective + "-1M", 10, 1 << 20))
@@ -72,7 +77,11 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
     report.check(f"clock: {steps.CLOCK_SHIFT_NODE} shifted {steps.CLOCK_SHIFT_US} µs found "
                  "within its bound", lambda: bringup.clock_shift(rig))
     for collective in ("ring", "halving-doubling"):
-        job = jobs.submit(rig, collective)
+        submitted: list[str] = []
+        if not report.check(f"{collective}: oddl jobs submit", partial(
+                _submit, rig, collective, submitted)):
+            continue
+        job = submitted[0]
         report.check(f"{collective}: 40 exact all-reduces per host (1 k and 1 M int64)",
                      partial(exact_both, rig, job, collective))
         report.check(f"{collective}: /dev/shm clean after the processes exit",
@@ -80,7 +89,7 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
         if collective == "ring":
             report.check("torchrun DDP on the oddl backend, one rank per host",
                          partial(jobs.ddp, rig, job))
-        jobs.cancel(rig, job)
+        report.check(f"{collective}: oddl jobs cancel", partial(jobs.cancel, rig, job))
     report.check("line rate: a warning names line_rate_gbps", lambda: bringup.line_rate_warned(rig))
     if bench:
         measure.run(rig, report)
@@ -116,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             lab_steps(rig, report, args.bench)
     except KeyboardInterrupt:
         report.note("interrupted: taking the rig down")
+    except Exception as exc:  # the run stops, the rig still comes down, the summary says why
+        report.fail("rig: the rehearsal could not go on", f"{type(exc).__name__}: {exc}")
     finally:
         if args.json:
             report.write(Path(args.json))

@@ -42,6 +42,11 @@ class Report:
               f"({seconds:.1f} s)", flush=True)
         return ok
 
+    def fail(self, name: str, detail: str) -> None:
+        """A FAIL line for something that stopped the rehearsal outside any check."""
+        self.checks.append(Check(name, False, detail, 0.0))
+        print(f"FAIL {name} — {detail}", flush=True)
+
     def note(self, text: str) -> None:
         self.notes.append(text)
         print(f"note {text}", flush=True)
