@@ -88,12 +88,19 @@ def stop_together(rig: Rig, tag: str, stop_file: Path,
     """Ask the training processes to stop after one and the same collective (a few steps
     past the furthest one seen), so no rank is left waiting for a call the others never make."""
     steps = [int(r["step"]) for r in read_calls(rig, tag).records]
-    stop_file.write_text(str(max(steps, default=0) + 20), encoding="utf-8")
+    write_stop(stop_file, str(max(steps, default=0) + 20))
     try:
         wait_all(procs, 60)
     except Exception:
-        stop_file.write_text("", encoding="utf-8")
+        write_stop(stop_file, "")
         wait_all(procs, 90)
+
+
+def write_stop(stop_file: Path, text: str) -> None:
+    """Replace the stop file whole, so no process reads it half written (empty: stop now)."""
+    tmp = stop_file.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(stop_file)
 
 
 def wait_all(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
