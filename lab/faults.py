@@ -18,6 +18,9 @@ from lab.rig import Rig, kill_group
 from lab.services import stop
 from lab.shell import LabError, wait_until
 
+# what an error must not say on a lab with direct links (issue 23): the light path and the
+# WSS are not in the data path, and an agent whose link came back rejoins by itself
+MISLEADING = ("light path", "WSS route", "can rejoin by restarting")
 LINK_DOWN_S = 6.0       # longer than three heartbeats of the lab file (1 s)
 STEADY_CALLS = 5        # exact calls per host before a fault and after recovery
 RECOVERY_DEADLINE_S = 120.0
@@ -136,7 +139,8 @@ def check_fault(rig: Rig, fault: Fault, job: str, index: int, measured: dict[str
     result = run_fault(rig, fault, job, index)
     calls: jobs.Calls = result["calls"]
     measured[fault.name] = {k: v for k, v in result.items() if k != "calls"} | {
-        "exact": len(calls.exact), "wrong": len(calls.wrong), "failed": len(calls.failed)}
+        "exact": len(calls.exact), "wrong": len(calls.wrong), "failed": len(calls.failed),
+        "reasons": sorted({r["error"] for r in calls.failed})}
     if calls.wrong or calls.silent():
         bad = (calls.wrong or calls.silent())[0]
         raise CheckFailed(f"{calls.summary()}; {len(calls.silent())} without a reason; "
@@ -147,6 +151,15 @@ def check_fault(rig: Rig, fault: Fault, job: str, index: int, measured: dict[str
     return (f"{calls.summary()}; {detect}; exact again {result['recover_s']:.2f} s after the "
             f"repair; every agent alive in oddl status by {result['all_alive_after_s']:.2f} s "
             "after it" + (f"; reasons: {reasons}" if reasons else ""))
+
+
+def plain_reasons(measured: dict[str, Any]) -> str:
+    reasons = sorted({r for f in measured.values() for r in f.get("reasons", [])})
+    misleading = [r for r in reasons if any(m in r for m in MISLEADING)]
+    if misleading:
+        raise CheckFailed(f"{len(misleading)} of {len(reasons)} distinct reasons mislead on a "
+                          f"direct-link lab, e.g. {misleading[0][:260]!r}")
+    return f"{len(reasons)} distinct reasons, none about light paths"
 
 
 def reset_agents(rig: Rig, report: Report) -> None:
@@ -169,6 +182,8 @@ def run_all(rig: Rig, report: Report) -> None:
         report.check(f"fault: {fault.name}: /dev/shm clean afterwards",
                      lambda: jobs.shm_clean(rig))
     report.measurements["faults"] = measured
+    report.check("errors on direct links speak of hosts and links, not light paths",
+                 partial(plain_reasons, measured))
     report.check("ctl: oddl status after the faults: every agent alive",
                  lambda: bringup.agents_alive(rig))
     jobs.cancel(rig, job)
