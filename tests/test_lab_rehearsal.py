@@ -91,3 +91,9 @@ def test_the_wss_module_plan_is_uncommented_in_its_own_table() -> None:
                            controller_address="10.77.0.10:50051", module_plans={"wss0": plan})
     assert f"\nmodule_plan = {plan}\n" in edited
     assert edited.count("module_plan =") == text.count("module_plan =")
+
+
+def test_without_root_the_reason_is_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert missing_prerequisite() == ("needs root for network namespaces (run as root, as CI "
+                                      "does)")
