@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint protos check-protos bench fuzz soak clean
+.PHONY: help venv demo test lint protos check-protos bench fuzz soak lab clean
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
@@ -14,6 +14,7 @@ help:
 	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
 	@echo "make soak    - 10 minutes of traffic under kills and stalls (SOAK_ARGS=--minutes 60)"
 	@echo "make protos  - regenerate the gRPC code from protos/oddl.proto"
+	@echo "make lab     - rehearse a five-host lab in network namespaces (root; LAB_ARGS=--keep)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oddl needs Python 3.11 or newer")'
@@ -67,3 +68,10 @@ fuzz: $(FUZZ_STAMP)
 SOAK_ARGS ?=
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --json benchmarks/results/soak.json $(SOAK_ARGS)
+
+# the lab rehearsal (docs/lab.md): five hosts in network namespaces on this machine, the wheel
+# installed as a lab installs it, the units' command lines; needs root. `make test` runs it too
+# when the machine allows it (tests/test_lab_rehearsal.py) and says why it skips otherwise.
+LAB_ARGS ?=
+lab: $(TORCH_STAMP)
+	$(BIN)/python -m lab --json runs/lab.json $(LAB_ARGS)

@@ -1,0 +1,64 @@
+"""The lab rig's measurements (issue 23, item 4): `python benchmarks/bench_lab.py` as root.
+
+Runs the whole rehearsal (`python -m lab --bench`, docs/lab.md) and prints ring and
+halving-doubling all-reduce at 1, 16 and 64 MB against the line-rate bound of the rig's
+1 Gbit/s tbf links, 2(N-1)/N * S * 8 / rate, the first call of a new size against the rest,
+and the time to detect and to recover from each fault. Writes benchmarks/results/lab.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lab.rehearse import main as rehearse  # noqa: E402
+
+
+def _s(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def table(report: dict[str, Any]) -> str:
+    m = report.get("measurements", {})
+    lines = ["| all-reduce | size | time (median of 4 after the first) | × line-rate bound "
+             "| first call | first − rest |", "|---|---|---|---|---|---|"]
+    for row in m.get("allreduce", []):
+        lines.append(f"| {row['collective']} | {row['size_mb']} MB | {row['rest_s'] * 1e3:.0f} ms "
+                     f"| ×{row['ratio']:.2f} (bound {row['bound_s'] * 1e3:.0f} ms) "
+                     f"| {row['first_s'] * 1e3:.0f} ms | {row['first_over_rest_s'] * 1e3:+.0f} ms |")
+    lines += ["", "| fault | first failure after | exact again after the repair | all agents "
+              "alive after | calls exact / wrong / failed |", "|---|---|---|---|---|"]
+    for name, f in m.get("faults", {}).items():
+        lines.append(f"| {name} | {_s(f.get('detect_s'))} | {_s(f.get('recover_s'))} | "
+                     f"{_s(f.get('all_alive_after_s'))} | {f['exact']} / {f['wrong']} / "
+                     f"{f['failed']} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "lab.json"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "report.json"
+        code = rehearse(["--bench", "--json", str(path)])
+        if code == 2 or not path.exists():
+            return code
+        report = json.loads(path.read_text(encoding="utf-8"))
+    report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(table(report))
+    print(f"written to {args.json}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

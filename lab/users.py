@@ -1,0 +1,59 @@
+"""The service user `oddl` and a training user in group `oddl`, made when absent and removed
+at the end only if this run made them."""
+
+from __future__ import annotations
+
+import grp
+import pwd
+
+from lab.shell import run
+
+SERVICE_USER = "oddl"
+TRAINING_USER = "oddl-trainer"
+
+
+def _exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+def _group_exists(group: str) -> bool:
+    try:
+        grp.getgrnam(group)
+    except KeyError:
+        return False
+    return True
+
+
+def ensure_users() -> list[str]:
+    """Make what is absent; the list of what was made ("user:NAME" / "group:NAME")."""
+    made = []
+    if not _exists(SERVICE_USER):
+        run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+             "/var/lib/oddl", "--shell", "/usr/sbin/nologin", SERVICE_USER])
+        made += [f"user:{SERVICE_USER}", f"group:{SERVICE_USER}"]
+    elif not _group_exists(SERVICE_USER):
+        run(["groupadd", "--system", SERVICE_USER])
+        made.append(f"group:{SERVICE_USER}")
+    if not _exists(TRAINING_USER):
+        run(["useradd", "--user-group", "--no-create-home", "--home-dir", "/tmp",
+             "--shell", "/usr/sbin/nologin", "--groups", SERVICE_USER, TRAINING_USER])
+        made += [f"user:{TRAINING_USER}", f"group:{TRAINING_USER}"]
+    else:
+        run(["usermod", "-aG", SERVICE_USER, TRAINING_USER])
+    return made
+
+
+def remove_made(made: list[str]) -> None:
+    """Remove what `ensure_users` made (users first; their own groups go with them)."""
+    for item in made:
+        kind, name = item.split(":", 1)
+        if kind == "user" and _exists(name):
+            run(["userdel", name], check=False)
+    for item in made:
+        kind, name = item.split(":", 1)
+        if kind == "group" and _group_exists(name):
+            run(["groupdel", name], check=False)
