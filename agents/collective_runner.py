@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import localapi, wallclock
+from agents import localapi, outcome, wallclock
 from agents.agent_jobs import AgentJob, JobTable
 from agents.bucket_server import BucketRegistry
 from agents.collective_run import CollectiveRun
@@ -30,7 +30,7 @@ from agents.executor import run_collective
 from agents.gate import SlotGate
 from agents.optinc_run import run_optinc
 from agents.standing import Ready, agree, exchange
-from agents.stream_wire import PeerAhead
+from agents.stream_wire import PeerAhead, PeerGaveUp
 from agents.streams import StreamLink
 from common.config import OPTINC, TestbedConfig
 from common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
@@ -304,13 +304,21 @@ class CollectiveRunner:
             self.starts.append((job.id, seq, self._called_at,
                                 t0_local + first_data_start(schedule)))
         ok, error = True, ""
+        peers = [n for n in job.nodes if n != self.node_id]
         self._begin(job)
         try:
             out = self._execute(run, array, decoded.collective, decoded.device)
+            # every rank ends it alike (`agents.outcome`): the result goes back only where
+            # every node succeeded
+            outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
+                                  wallclock.now() + max(2 * run.receive_timeout_s, 5.0),
+                                  self._cancel)
             self.done += 1
             return out
         except CollectiveError as exc:
             ok, error = False, str(exc)
+            if not isinstance(exc, PeerGaveUp):
+                outcome.tell_failure(self.links.link, job.id, seq, peers, str(exc))
             job.standing.clear()  # the next collective resynchronises at the barrier
             aborted = self._aborted(job, seq)
             if aborted is not None:

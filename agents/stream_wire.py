@@ -27,6 +27,9 @@ POLL_S = 0.05
 READY_STEP = 0xFFFFFFF0
 """The step number of a ready message (`agents.standing`): after every data step, so the
 chunks of an older collective still count as older."""
+DONE_STEP = 0xFFFFFFF1
+"""The step number of a node's outcome message for a collective (`agents.outcome`): after
+its ready message and every data step."""
 HELLO = b"ODS1"
 MAGIC = b"ODC1"
 _HEAD = struct.Struct("<4sIIQQIIdd")
@@ -79,10 +82,17 @@ class PeerAhead(CollectiveError):
 
 
 def describe_step(step: int, seq: int) -> str:
-    """How an error names a chunk: a data step, or the ready message of a collective."""
+    """How an error names a chunk: a data step, or the ready or outcome message of a
+    collective."""
     if step == READY_STEP:
         return f"its ready message for collective {seq}"
+    if step == DONE_STEP:
+        return f"its outcome of collective {seq}"
     return f"step {step} of collective {seq}"
+
+
+class PeerGaveUp(CollectiveError):
+    """A peer announced that a collective failed at its end (`agents.outcome`)."""
 
 
 class Phy(Protocol):

@@ -36,11 +36,12 @@ from collections import Counter
 from collections.abc import Mapping
 from functools import partial
 
-from agents import wallclock
+from agents import outcome, wallclock
 from agents.gate import Cancel
 from agents.line_rate import LineRateMeter
 from agents.stream_inbound import BufferPool, Inbound
 from agents.stream_wire import (
+    DONE_STEP,
     HELLO,
     POLL_S,
     READY_STEP,
@@ -297,6 +298,12 @@ class StreamLink:
                         f"{self.node_id}: {src} is already at collective {head.seq} of job "
                         f"{job} while this node waits for {describe_step(step, seq)}; this "
                         "node missed collectives its peers counted", src, head.seq)
+                if head.seq == seq and head.step == DONE_STEP != step:
+                    # the peer ended this collective without sending what this node waits
+                    # for: it failed (its reason), or its chunk was lost on the way
+                    ok, reason = outcome.decode(src, memoryview(buf)[:head.nbytes])
+                    if not ok:
+                        raise outcome.gave_up(self.node_id, src, job, seq, reason)
                 if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
                     raise LostData(self._missing(job, src, seq, step, lost))
                 conn.queue.popleft()

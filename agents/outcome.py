@@ -1,0 +1,86 @@
+"""Every rank ends a collective alike: the outcome round.
+
+A collective can fail at one node and succeed at another: a node that received all its chunks
+returns the sum while a peer whose last chunk was lost, or whose link went down, fails. Its
+training process then retries the step while the others go on, and the ranks stay a step
+apart. So before a node hands a result back, it tells every peer its outcome (one small
+message on the data streams, outside the slots) and waits for theirs: the collective succeeds
+only where every node succeeded, and a node that failed tells the others at once, so a peer
+still waiting for its data stops waiting and fails with the reason. A node that dies before
+saying anything is caught by the controller's verdict (its peers' collective is cancelled) or
+by the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from agents import wallclock
+from agents.stream_wire import DONE_STEP, ChunkHead, PeerGaveUp, node_tag
+from common.errors import CollectiveError
+
+MAX_REASON = 2000
+"""Characters of a failure's reason that travel to the peers."""
+
+
+def encode(ok: bool, reason: str = "") -> bytes:
+    """The outcome message's payload."""
+    return json.dumps({"ok": ok, "reason": reason[:MAX_REASON]}).encode()
+
+
+def decode(node: str, raw: bytes | memoryview) -> tuple[bool, str]:
+    """(succeeded, reason) of a peer's outcome message; CollectiveError if malformed."""
+    try:
+        d = json.loads(bytes(raw))
+        return bool(d["ok"]), str(d.get("reason", ""))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CollectiveError(f"a malformed outcome message from {node} ({exc})") from exc
+
+
+def gave_up(me: str, peer: str, job: str, seq: int, reason: str) -> PeerGaveUp:
+    """The error of a node whose peer failed the collective."""
+    return PeerGaveUp(f"{me}: collective {seq} of job {job} failed at {peer}, so it fails on "
+                      f"every rank: {reason}")
+
+
+def announce(link: Any, job: str, seq: int, peers: Sequence[str], ok: bool, reason: str,
+             deadline: float) -> None:
+    """Tell every peer this node's outcome of collective `seq` (outside the slots)."""
+    body = encode(ok, reason)
+    for peer in peers:
+        link.send_chunk(job, peer, ChunkHead(seq, DONE_STEP, 0, len(body), node_tag(peer)),
+                        memoryview(body), max(deadline - wallclock.now(), 0.1), None, False)
+
+
+def tell_failure(link: Any, job: str, seq: int, peers: Sequence[str], reason: str) -> None:
+    """Best effort: tell the peers this node failed collective `seq` (a peer that cannot be
+    reached learns it from its own failure or the controller's verdict)."""
+    try:
+        announce(link, job, seq, peers, False, reason, wallclock.now() + 1.0)
+    except (CollectiveError, OSError):
+        pass
+
+
+def agree_outcome(link: Any, me: str, job: str, seq: int, peers: Sequence[str],
+                  deadline: float, cancel: threading.Event | None) -> None:
+    """Announce success and wait for every peer's outcome; CollectiveError naming the first
+    peer that failed, or that did not say in time."""
+    announce(link, job, seq, peers, True, "", deadline)
+    for peer in peers:
+        try:
+            _head, raw = link.recv_chunk(job, peer, seq, DONE_STEP, deadline, cancel)
+        except PeerGaveUp:
+            raise
+        except CollectiveError as exc:
+            if cancel is not None and cancel.is_set():
+                raise
+            raise CollectiveError(
+                f"{me}: {peer} did not say how collective {seq} of job {job} ended in time "
+                "(its agent, host or link failed); the result is not handed back here, so "
+                f"every rank sees this collective fail: {exc}") from exc
+        ok, reason = decode(peer, raw)
+        if not ok:
+            raise gave_up(me, peer, job, seq, reason)

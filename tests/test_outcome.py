@@ -1,0 +1,74 @@
+"""Every rank ends a collective alike (agents.outcome), over real streams on loopback."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from agents import outcome
+from agents.stream_wire import PeerGaveUp
+from agents.streams import StreamLink
+from common.errors import CollectiveError
+
+
+@pytest.fixture
+def pair():
+    a, b = StreamLink("n0", "127.0.0.1:0"), StreamLink("n1", "127.0.0.1:0")
+    a.set_peers({"n1": b.address})
+    b.set_peers({"n0": a.address})
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_both_succeed_only_when_both_say_so(pair):
+    a, b = pair
+    errors: list[Exception] = []
+
+    def side(link, me, peer):
+        try:
+            outcome.agree_outcome(link, me, "j", 4, [peer], time.time() + 20, None)
+        except CollectiveError as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=side, args=(a, "n0", "n1")),
+               threading.Thread(target=side, args=(b, "n1", "n0"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+
+
+def test_a_success_becomes_a_failure_when_a_peer_failed(pair):
+    a, b = pair
+    outcome.tell_failure(b, "j", 4, ["n0"], "n1: lost data: nothing from n2 for step 3")
+    with pytest.raises(PeerGaveUp) as err:
+        outcome.agree_outcome(a, "n0", "j", 4, ["n1"], time.time() + 20, None)
+    text = str(err.value)
+    assert "collective 4 of job j failed at n1, so it fails on every rank" in text
+    assert "nothing from n2 for step 3" in text
+
+
+def test_a_peer_that_failed_stops_the_wait_for_its_data_at_once(pair):
+    # n0 waits for n1's step-2 chunk; n1 failed before sending it and says so: n0 fails now
+    # with n1's reason, not at the end of its receive deadline
+    a, b = pair
+    outcome.tell_failure(b, "j", 4, ["n0"], "n1: its link went down")
+    t0 = time.monotonic()
+    with pytest.raises(PeerGaveUp, match="failed at n1.*its link went down"):
+        a.recv_chunk("j", "n1", 4, 2, time.time() + 60)
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_silent_peer_is_named_at_the_deadline(pair):
+    a, _ = pair
+    with pytest.raises(CollectiveError, match="n1 did not say how collective 4 of job j ended"):
+        outcome.agree_outcome(a, "n0", "j", 4, ["n1"], time.time() + 0.5, None)
+
+
+def test_a_malformed_outcome_is_an_error_naming_the_peer():
+    with pytest.raises(CollectiveError, match="malformed outcome message from n1"):
+        outcome.decode("n1", b"{not json")
+    assert outcome.decode("n1", outcome.encode(False, "x" * 5000))[1] == "x" * outcome.MAX_REASON
