@@ -228,9 +228,15 @@ class Agent:
 
     # ---- the schedule stream (agents.controller_link.StreamListener) ------------------
     def on_assigned(self, event: pb.JobAssigned) -> None:
-        """This node was (re-)assigned to a job: note it and its peers' addresses."""
-        self.jobs.assigned(event)
+        """This node was (re-)assigned to a job: note it and its peers' addresses. Peers that
+        were declared down are back: streams to their old selves go before new calls start."""
+        back = self.jobs.assigned(event)
         self.links.set_peers(dict(event.peers))
+        for peer in back:
+            self.links.reset_peer(peer)
+        if back:
+            logger.info("%s: %s back in job %s", self.node_id, ", ".join(back), event.job.id)
+            self.jobs.clear_down(event.job.id)
 
     def on_ended(self, event: pb.JobEnded) -> None:
         """A job ended: its collective in flight ends (a call that named no job moves to the

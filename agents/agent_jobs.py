@@ -41,8 +41,10 @@ class JobTable:
         self.node_id = node_id
         self.jobs: dict[str, AgentJob] = {}
 
-    def assigned(self, event: pb.JobAssigned) -> None:
-        """The controller (re-)announced a job with this node in it."""
+    def assigned(self, event: pb.JobAssigned) -> list[str]:
+        """The controller (re-)announced a job with this node in it; return the peers it had
+        declared down, which are back (the caller clears them with `clear_down` once it has
+        dropped its streams to their old selves)."""
         job = event.job
         old = self.jobs.get(job.id)
         if old is not None and old.nodes == tuple(job.nodes) and not old.ended:
@@ -51,12 +53,20 @@ class JobTable:
             # sequence number on it, and keep the agent's own count; the controller announces
             # a job again when a node (re-)registers, so the peers it declared down are back
             old.rank = event.rank
-            old.down.clear()
+            logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id, event.rank)
+            return list(old.down)
         else:
             # a fresh (restarted) agent continues after the job's last collective
             self.jobs[job.id] = AgentJob(job.id, tuple(job.nodes), event.rank, job.network,
                                          job.collective, next_seq=max(1, event.next_seq))
         logger.info("%s: assigned to job %s as rank %d", self.node_id, job.id, event.rank)
+        return []
+
+    def clear_down(self, job_id: str) -> None:
+        """The job's peers declared down are back."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.down.clear()
 
     def peer_lost(self, job_id: str, node: str, reason: str) -> None:
         """The controller declared a peer of a job down."""

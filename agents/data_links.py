@@ -73,6 +73,12 @@ class DataLinks:
             if isinstance(link, DirectLink | FabricLink):
                 link.inbox.discard(job_id, seq)
 
+    def reset_peer(self, peer: str) -> None:
+        """Drop the streams to a peer that came back (`StreamLink.reset_peer`); the other
+        links reconnect by themselves."""
+        if isinstance(self.link, StreamLink):
+            self.link.reset_peer(peer)
+
     def close(self) -> None:
         """Close the links."""
         self.link.close()

@@ -52,6 +52,9 @@ class Inbound:
         self.sock = sock
         self.queue: deque[tuple[ChunkHead, bytearray, float]] = deque()
         self.alive = True
+        self.last_data = time.monotonic()
+        """When the last chunk arrived (or the stream opened): a newer stream from the same
+        sender supersedes this one once it has been idle a while."""
         self.lent: bytearray | None = None
         self._pool = pool
         self._cond = cond
@@ -77,7 +80,8 @@ class Inbound:
                 if self._on_chunk is not None:
                     self._on_chunk(head.nbytes, time.monotonic() - started)
                 with self._cond:
-                    self.queue.append((head, buf, time.monotonic()))
+                    self.last_data = time.monotonic()
+                    self.queue.append((head, buf, self.last_data))
                     self._cond.notify_all()
         except (ValueError, struct.error) as exc:
             self._on_malformed(str(exc))

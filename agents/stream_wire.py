@@ -117,14 +117,30 @@ MAX_CHUNK = 64 << 20
 """A header announcing a bigger payload is garbage: the stream is dropped."""
 
 
+DEAD_PEER_S = 15
+"""A stream whose peer has not acknowledged data (or keepalive probes) for this long is dead:
+a host that vanished (rebooted, its link cut for good) sends no reset, and without a bound
+the kernel would keep retransmitting into it for many minutes (tcp(7): TCP_USER_TIMEOUT,
+TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT)."""
+
+
 def tune(sock: socket.socket) -> None:
-    """No Nagle delay, big socket buffers (where the system permits)."""
+    """No Nagle delay, big socket buffers (where the system permits), and a dead peer found
+    within `DEAD_PEER_S` (Linux)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
             sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
         except OSError:
             pass
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 2)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, DEAD_PEER_S * 1000)
+    except (OSError, AttributeError):  # not Linux: the system's defaults
+        pass
 
 
 def parse_address(address: str) -> tuple[str, int]:

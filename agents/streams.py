@@ -32,6 +32,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
@@ -281,9 +282,8 @@ class StreamLink:
                     conns[0].recycle()
                 while True:
                     conns = self._in.get(key, [])
-                    while conns and not conns[0].queue and not conns[0].alive \
-                            and len(conns) > 1:
-                        conns.pop(0)  # a finished stream; its successor carries on
+                    while len(conns) > 1 and _superseded(conns[0]):
+                        conns.pop(0).close()  # a finished stream; its successor carries on
                     if conns and conns[0].queue:
                         break
                     remaining = deadline - wallclock.now()
@@ -324,6 +324,14 @@ class StreamLink:
                                "(misrouted circuit)", self.node_id, src)
                 continue
             return head, memoryview(buf)[:head.nbytes]
+
+    def reset_peer(self, dst: str) -> None:
+        """Drop every stream to `dst`: it came back after being declared down (restarted,
+        rebooted, or its link was cut), and a stream to its old self may be a dead end that
+        no reset ever closed. The next chunk to it opens a new stream."""
+        with self._out_lock:
+            for key in [k for k in self._out if k[1] == dst]:
+                self._out.pop(key).close()
 
     def _malformed(self, src: str, why: str) -> None:
         self.malformed += 1
@@ -374,3 +382,17 @@ class StreamLink:
             for sock in self._out.values():
                 sock.close()
             self._out.clear()
+
+
+SUPERSEDE_S = 1.0
+"""How long an older stream from a sender that opened a newer one may stay idle before the
+receiver turns to the newer one (what the old one delivered in full comes first)."""
+
+
+def _superseded(conn: Inbound) -> bool:
+    """Whether an older stream, with a newer one from the same sender behind it, is done: it
+    closed, or it has nothing queued and has been idle (its peer vanished without a reset: a
+    rebooted host, a cut link)."""
+    if conn.queue:
+        return False
+    return not conn.alive or time.monotonic() - conn.last_data > SUPERSEDE_S

@@ -114,7 +114,15 @@ class AgentRegistry:
                 return False
             rec.last_seen = time.monotonic()
             rec.heartbeat = request
-            rec.dead = False
+            if rec.dead:
+                # back without restarting (a link or a stall that ended): its peers wait for
+                # it until its jobs are announced again
+                rec.dead = False
+                logger.info("agent %s answers again", rec.node_id)
+                self._log_event(rec.node_id, "agent back", True, "heartbeats resumed")
+                for job in self.jobs.jobs.values():
+                    if job.running and rec.node_id in job.nodes:
+                        self.push_assigned(job, exclude=rec.node_id)
         return True
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:

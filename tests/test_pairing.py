@@ -115,3 +115,34 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
         for client in trainers.values():
             client.close()
         shutil.rmtree(folder)  # the sockets the killed agents left
+
+
+def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
+    # a link that was down: the node never restarts, its heartbeats resume; its peers wait
+    # for it until the controller announces the job again (agents.agent_jobs: down cleared)
+    import threading
+    from collections import Counter
+
+    from controller.agent_registry import AgentRegistry
+    from protos import oddl_pb2 as pb
+
+    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
+    jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
+    job, _ = jobs.admit("x", [], "ring", "optical", {}, 0)
+    events: list[tuple[str, str]] = []
+    registry = AgentRegistry(cfg, jobs, threading.RLock(), Counter(),
+                             lambda node, action, ok, detail: events.append((node, action)))
+    sessions = {n: registry.register(pb.RegisterAgentRequest(node_id=n)).session for n in NODES}
+    for n in NODES:
+        while not registry.agents[n].events.empty():
+            registry.agents[n].events.get()
+    registry.agents["n1"].dead = True
+    assert registry.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert ("n1", "agent back") in events and not registry.agents["n1"].dead
+    for n in ("n0", "n2", "n3"):
+        event = registry.agents[n].events.get_nowait()
+        assert event.assigned.job.id == job.id
+    assert registry.agents["n1"].events.empty()
+    # a heartbeat of a live node announces nothing
+    assert registry.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert registry.agents["n0"].events.empty()
