@@ -252,7 +252,7 @@ def _bind(path: Path, api_path: Path) -> socket.socket:
     """Listen at `path` with the local API socket's mode and group (its folder was checked
     when the local API bound)."""
     if path.exists() or path.is_symlink():
-        if _listening(path):
+        if localapi.listening(path, socket.SOCK_SEQPACKET):
             raise ConfigError(f"bucket socket {path} is in use by another process; stop that "
                               "agent or pick another local API path")
         path.unlink()  # left by an agent that was killed; the folder is the agent's own
@@ -271,15 +271,3 @@ def _bind(path: Path, api_path: Path) -> socket.socket:
     sock.listen(64)
     sock.setblocking(False)
     return sock
-
-
-def _listening(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()

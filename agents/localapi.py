@@ -146,7 +146,7 @@ def _bind_ipc(socket: zmq.Socket, path: Path, gid: int | None = None) -> str:
                           f"bucket socket, {path.name}{BUCKET_SUFFIX} beside it, must fit in "
                           f"{_MAX_IPC_PATH}); use a shorter folder (XDG_RUNTIME_DIR)")
     if path.exists() or path.is_symlink():
-        if _listening(path):
+        if listening(path):
             raise ConfigError(f"local API socket {path} is in use by another process; stop "
                               "that agent or pick another path")
         path.unlink()  # left by an agent that was killed; the folder is ours alone
@@ -163,8 +163,9 @@ def _bind_ipc(socket: zmq.Socket, path: Path, gid: int | None = None) -> str:
     return f"ipc://{path}"
 
 
-def _listening(path: Path) -> bool:
-    probe = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+def listening(path: Path, kind: int = pysocket.SOCK_STREAM) -> bool:
+    """Whether a live process listens on the Unix socket at `path` (of socket type `kind`)."""
+    probe = pysocket.socket(pysocket.AF_UNIX, kind)
     probe.settimeout(1.0)
     try:
         probe.connect(str(path))
