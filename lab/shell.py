@@ -29,6 +29,16 @@ def missing_prerequisite() -> str | None:
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"`ip netns` does not work here: {probe.stderr.strip()}"
+    # root in a container may still lack the capabilities: try what the rig does, in a
+    # throw-away namespace that goes with the process
+    probe = subprocess.run(
+        ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c",
+         "ip link add oddlp0 type veth peer name oddlp1 && "
+         "tc qdisc add dev oddlp0 root tbf rate 1gbit burst 256kb latency 20ms"],
+        capture_output=True, text=True)
+    if probe.returncode != 0:
+        return ("cannot make network namespaces with shaped veth links here (needs "
+                f"CAP_SYS_ADMIN and CAP_NET_ADMIN, and the tbf qdisc): {probe.stderr.strip()}")
     return None
 
 
