@@ -56,12 +56,14 @@ def announce(link: Any, job: str, seq: int, peers: Sequence[str], ok: bool, reas
 
 
 def tell_failure(link: Any, job: str, seq: int, peers: Sequence[str], reason: str) -> None:
-    """Best effort: tell the peers this node failed collective `seq` (a peer that cannot be
-    reached learns it from its own failure or the controller's verdict)."""
-    try:
-        announce(link, job, seq, peers, False, reason, wallclock.now() + 1.0)
-    except (CollectiveError, OSError):
-        pass
+    """Best effort: tell each peer this node failed collective `seq`; one that cannot be
+    reached does not keep the others from hearing it (it learns it from its own failure or
+    the controller's verdict)."""
+    for peer in peers:
+        try:
+            announce(link, job, seq, [peer], False, reason, wallclock.now() + 1.0)
+        except (CollectiveError, OSError):
+            continue
 
 
 def agree_outcome(link: Any, me: str, job: str, seq: int, peers: Sequence[str],

@@ -72,3 +72,20 @@ def test_a_malformed_outcome_is_an_error_naming_the_peer():
     with pytest.raises(CollectiveError, match="malformed outcome message from n1"):
         outcome.decode("n1", b"{not json")
     assert outcome.decode("n1", outcome.encode(False, "x" * 5000))[1] == "x" * outcome.MAX_REASON
+
+
+def test_a_failure_reaches_the_peers_that_can_be_reached():
+    # the first peer's agent is gone (nothing listens at its address): the second still hears
+    a, b = StreamLink("n0", "127.0.0.1:0"), StreamLink("n1", "127.0.0.1:0")
+    gone = StreamLink("n2", "127.0.0.1:0")
+    gone_address = gone.address
+    gone.close()
+    try:
+        a.set_peers({"n1": b.address, "n2": gone_address})
+        b.set_peers({"n0": a.address})
+        outcome.tell_failure(a, "j", 4, ["n2", "n1"], "n0: lost data")
+        with pytest.raises(PeerGaveUp, match="failed at n0"):
+            outcome.agree_outcome(b, "n1", "j", 4, ["n0"], time.time() + 20, None)
+    finally:
+        a.close()
+        b.close()
