@@ -244,6 +244,8 @@ class CollectiveRunner:
         readies). A peer already at a later collective means this node is behind: it takes
         that number and says it is ready again, so every node meets on the latest one."""
         peers = [n for n in job.nodes if n != self.node_id]
+        behind: dict[str, int] = {}
+        """Peers whose last ready was for an earlier step than this call's."""
         while True:
             seq = job.next_seq
             try:
@@ -253,6 +255,15 @@ class CollectiveRunner:
                 logger.warning("%s: %s is at collective %d of job %s, this node at %d: taking "
                                "up its number", self.node_id, ahead.peer, ahead.seq, job.id, seq)
                 job.next_seq = ahead.seq
+                if ahead.their_step:
+                    behind[ahead.peer] = ahead.their_step
+            except CollectiveError as exc:
+                if not behind or self._cancel.is_set():
+                    raise
+                seen = ", ".join(f"{peer} at step {step}" for peer, step in sorted(behind.items()))
+                raise CollectiveError(f"{exc}; last seen: {seen}, behind this call's step "
+                                      f"{mine.step}: its training process is behind this "
+                                      "rank's (it skipped or repeated calls)") from exc
 
     def _announce_standing(self, job: AgentJob, seq: int, t0: float, array: np.ndarray,
                            schedule: pb.Schedule) -> None:

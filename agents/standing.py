@@ -59,7 +59,8 @@ class Ready:
 def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
              deadline: float, cancel: threading.Event | None) -> list[Ready]:
     """Send `mine` to every peer and return theirs. PeerAhead when a peer is already at a later
-    collective; CollectiveError at `deadline` naming every peer that did not say it is ready."""
+    collective, or when its ready here is for an earlier step than this call's (a call it
+    gave up); CollectiveError at `deadline` naming every peer that did not say it is ready."""
     body = mine.encode()
     for peer in peers:
         link.send_chunk(job, peer, ChunkHead(seq, READY_STEP, 0, len(body), node_tag(peer)),
@@ -77,7 +78,14 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
                 raise
             silent.append(peer)
             continue
-        out.append(Ready.decode(peer, raw))
+        ready = Ready.decode(peer, raw)
+        if 0 < ready.step < mine.step:
+            # the ready of a call the peer made before this one, at this number: it gave that
+            # call up (and the number with it), so it is at the next one at least
+            raise PeerAhead(f"{mine.node}: {peer}'s ready for collective {seq} of job {job} "
+                            f"is for its step {ready.step}, before this call's step "
+                            f"{mine.step}", peer, seq + 1, ready.step)
+        out.append(ready)
     if silent:
         raise CollectiveError(
             f"{mine.node}: {', '.join(silent)} did not say it is ready for collective {seq} of "

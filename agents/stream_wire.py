@@ -75,10 +75,12 @@ class PeerAhead(CollectiveError):
     """A peer already sent a chunk of a later collective than the one this node waits for:
     this node is behind (it missed collectives its peers counted, e.g. it restarted)."""
 
-    def __init__(self, message: str, peer: str, seq: int):
+    def __init__(self, message: str, peer: str, seq: int, their_step: int = 0):
         super().__init__(message)
         self.peer = peer
         self.seq = seq
+        self.their_step = their_step
+        """The caller step of the peer's ready that showed it (0: not known)."""
 
 
 def describe_step(step: int, seq: int) -> str:

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -101,11 +102,31 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
         # the agent comes back at the same socket; n3's client is the same object
         _agent_at(bench, "n3", socket_path)
         wait_until(lambda: all(_alive(bench)), 30, "n3 back again")
-        # the others go on to their call 3, n3 makes its call 2: refused on every rank
-        arrays, outs = call(NODES)
-        assert all(isinstance(o, StepMismatch) for o in outs), outs
-        for o in outs:
-            assert "n3 at step 2" in str(o) and "n0 at step 3" in str(o), o
+        # the others go on to their call 3 and wait in it; n3 makes its call 2: refused there,
+        # never paired with the others' call 3
+        others = ("n0", "n1", "n2")
+        arrays = [rng.integers(-1000, 1000, 3000) for _ in NODES]
+        waiting: dict[str, object] = {}
+
+        def other(i: int) -> None:
+            try:
+                waiting[NODES[i]] = trainers[NODES[i]].allreduce(arrays[i])
+            except Exception as exc:  # handed to the test
+                waiting[NODES[i]] = exc
+        threads = [threading.Thread(target=other, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        with pytest.raises(StepMismatch) as err:
+            trainers["n3"].allreduce(rng.integers(-1000, 1000, 3000))
+        assert "n3 at step 2" in str(err.value) and "n0 at step 3" in str(err.value)
+        assert not any(isinstance(waiting.get(n), np.ndarray) for n in others)
+        # n3's next call is its call 3: it pairs with the others' waiting call 3, exactly
+        out = trainers["n3"].allreduce(arrays[3])
+        for t in threads:
+            t.join(60)
+        exact = np.sum(arrays, axis=0)
+        assert np.array_equal(out, exact)
+        assert all(np.array_equal(waiting[n], exact) for n in others), waiting
         # a loop that numbers its calls (the training iteration) carries on exactly
         for step in (40, 41):
             arrays, outs = call(NODES, step=step)
@@ -120,7 +141,6 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
 def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     # a link that was down: the node never restarts, its heartbeats resume; its peers wait
     # for it until the controller announces the job again (agents.agent_jobs: down cleared)
-    import threading
     from collections import Counter
 
     from controller.agent_registry import AgentRegistry

@@ -96,3 +96,18 @@ def test_a_ready_message_survives_a_round_trip_with_its_step():
     # an older agent's ready (no step) reads as step 0
     old = b'{"n": 12, "dtype": "<i8", "ready": 3.5, "standing": false}'
     assert Ready.decode("n1", old).step == 0
+
+
+def test_a_ready_for_an_earlier_step_is_a_call_the_peer_gave_up():
+    # n1's ready at this number is for its step 6158 while this call is step 6159: n1 gave
+    # that call (and its number) up, so this node moves to the next number and says it again
+    mine = Ready("n0", 100, "<f4", 10.0, True, step=6159)
+    link = _Link({"n1": Ready("n1", 100, "<f4", 9.0, True, step=6158)})
+    with pytest.raises(PeerAhead) as err:
+        exchange(link, "job-1", 6158, mine, ["n1"], 1e18, None)
+    assert (err.value.peer, err.value.seq, err.value.their_step) == ("n1", 6159, 6158)
+    # a peer ahead in steps at this number is a mismatch, not a call given up
+    link = _Link({"n1": Ready("n1", 100, "<f4", 9.0, True, step=6160)})
+    theirs = exchange(link, "job-1", 6158, mine, ["n1"], 1e18, None)
+    with pytest.raises(StepMismatch):
+        agree("job-1", 6158, mine, theirs, 0.0)
