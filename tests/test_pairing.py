@@ -102,31 +102,8 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
         # the agent comes back at the same socket; n3's client is the same object
         _agent_at(bench, "n3", socket_path)
         wait_until(lambda: all(_alive(bench)), 30, "n3 back again")
-        # the others go on to their call 3 and wait in it; n3 makes its call 2: refused there,
-        # never paired with the others' call 3
-        others = ("n0", "n1", "n2")
-        arrays = [rng.integers(-1000, 1000, 3000) for _ in NODES]
-        waiting: dict[str, object] = {}
-
-        def other(i: int) -> None:
-            try:
-                waiting[NODES[i]] = trainers[NODES[i]].allreduce(arrays[i])
-            except Exception as exc:  # handed to the test
-                waiting[NODES[i]] = exc
-        threads = [threading.Thread(target=other, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
-        with pytest.raises(StepMismatch) as err:
-            trainers["n3"].allreduce(rng.integers(-1000, 1000, 3000))
-        assert "n3 at step 2" in str(err.value) and "n0 at step 3" in str(err.value)
-        assert not any(isinstance(waiting.get(n), np.ndarray) for n in others)
-        # n3's next call is its call 3: it pairs with the others' waiting call 3, exactly
-        out = trainers["n3"].allreduce(arrays[3])
-        for t in threads:
-            t.join(60)
-        exact = np.sum(arrays, axis=0)
-        assert np.array_equal(out, exact)
-        assert all(np.array_equal(waiting[n], exact) for n in others), waiting
+        # the others go on to their call 3 and wait in it; n3 makes its call 2
+        _behind_is_refused_then_pairs(trainers, rng)
         # a loop that numbers its calls (the training iteration) carries on exactly
         for step in (40, 41):
             arrays, outs = call(NODES, step=step)
@@ -166,3 +143,31 @@ def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     # a heartbeat of a live node announces nothing
     assert registry.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
     assert registry.agents["n0"].events.empty()
+
+def _behind_is_refused_then_pairs(trainers: dict[str, AgentClient],
+                                  rng: np.random.Generator) -> None:
+    """n3's call 2 is refused there, never paired with the others' waiting call 3; n3's next
+    call (its call 3) pairs with theirs, exactly."""
+    others = ("n0", "n1", "n2")
+    arrays = [rng.integers(-1000, 1000, 3000) for _ in NODES]
+    waiting: dict[str, object] = {}
+
+    def other(i: int) -> None:
+        try:
+            waiting[NODES[i]] = trainers[NODES[i]].allreduce(arrays[i])
+        except Exception as exc:  # handed to the test
+            waiting[NODES[i]] = exc
+    threads = [threading.Thread(target=other, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    with pytest.raises(StepMismatch) as err:
+        trainers["n3"].allreduce(rng.integers(-1000, 1000, 3000))
+    assert "n3 at step 2" in str(err.value) and "n0 at step 3" in str(err.value)
+    assert not any(isinstance(waiting.get(n), np.ndarray) for n in others)
+    # n3's next call is its call 3: it pairs with the others' waiting call 3, exactly
+    out = trainers["n3"].allreduce(arrays[3])
+    for t in threads:
+        t.join(60)
+    exact = np.sum(arrays, axis=0)
+    assert np.array_equal(out, exact)
+    assert all(np.array_equal(waiting[n], exact) for n in others), waiting
