@@ -1,6 +1,6 @@
 """The slot gate: release a send at a slot edge with microsecond accuracy.
 
-Python's sleep wakes ~0.1 ms late with a ~1 ms tail (performance.md), so the gate sleeps until
+Python's sleep wakes ~0.1 ms late with a ~1 ms tail (docs/sources.md §7), so the gate sleeps until
 `spin_s` before the edge and busy-waits the rest on the wall clock. The error of every release
 (actual minus scheduled, positive = late) is recorded for p50/p99 reporting. A send whose data
 is not ready until after its slot edge is not a gate error but a slot *overrun* (the schedule

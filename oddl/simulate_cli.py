@@ -95,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="testbed network for --testbed (default optical)")
     tb.add_argument("--overhead-ms", type=float, metavar="MS",
                     help="fixed overhead per all-reduce for --testbed (default: a priori "
-                    "from performance.md)")
+                    "from docs/sources.md §7)")
     params = p.add_argument_group("model parameters (defaults in brackets)")
     for f in dataclasses.fields(SimConfig):
         default = f.default

@@ -19,7 +19,7 @@ data-parallel worker's batch) is estimated, not measured:
   ResNet50's by their FLOP ratio (VGG's large convolutions usually run at a higher rate, so
   this likely over-estimates VGG19's compute time, which makes network differences look
   smaller in iteration-time ratios; the communication-only ratios do not depend on it).
-- batch: 64 per worker (TopoOpt's VGG setting, papers.md §3.4).
+- batch: 64 per worker (TopoOpt's VGG setting, docs/sources.md §3.4).
 
 Every number is overridable (``batch``, ``sustained_tflops``, ``compute_ms`` in `SimConfig`).
 """

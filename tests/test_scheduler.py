@@ -247,7 +247,7 @@ def test_halving_doubling_on_4_nodes_retunes_between_steps() -> None:
 
 
 def test_vgg19_ring_matches_the_bandwidth_term() -> None:
-    """papers.md §1.2: VGG19 at 100 Gbit/s on 4 nodes holds 11.49 ms per step, 68.96 ms in all."""
+    """docs/sources.md §1.2: VGG19 at 100 Gbit/s on 4 nodes holds 11.49 ms per step, 68.96 ms in all."""
     topo = Topology.single_wss(4)
     fast = dataclasses.replace(TIMING, line_rate_bps=100e9, slot_margin_s=0.0)
     s = schedule_plan(make_plan("ring", 4, 143_667_240), topo.node_ids, topo, fast, itemsize=4)

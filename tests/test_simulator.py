@@ -41,7 +41,7 @@ def test_ring_time_is_the_bandwidth_term_at_the_limit(system):
     r = simulate(cfg, [system]).result(system)
     s = MODELS["vgg19"].gradient_bytes()
     formula = 2 * 1023 / 1024 * 8 * s / 100e9
-    assert formula == pytest.approx(0.0919, abs=5e-5)  # performance.md: 91.9 ms at P = 1024
+    assert formula == pytest.approx(0.0919, abs=5e-5)  # docs/sources.md §7: 91.9 ms at P = 1024
     assert r.comm_s == pytest.approx(formula, rel=1e-4)
     assert r.comm_s == pytest.approx(sim.ring_formula_s(cfg), rel=1e-4)
 

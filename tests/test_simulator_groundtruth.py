@@ -7,7 +7,7 @@ For each case it measures the median all-reduce time of a tiny (256 B) and a lar
 message, alternating them, and compares the large one with the simulator's prediction: the
 same schedule the controller builds (line rate and device timing from the testbed file), plus
 the launch margin from the file, plus the fixed overheads measured by the tiny all-reduce.
-The a-priori prediction (fixed overheads from performance.md) is printed alongside.
+The a-priori prediction (fixed overheads from docs/sources.md §7) is printed alongside.
 """
 
 from __future__ import annotations

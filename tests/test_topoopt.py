@@ -120,7 +120,7 @@ def test_data_parallel_topology_is_select_permutations() -> None:
     assert degree_split(tr, 8) == (8, 0)
     topo = build_topology(tr, 8, 100.0)
     assert topo.jumps == select_permutations(128, 8) == (1, 5, 13, 39, 89, 115, 123, 127)
-    assert topo.matchings == () and topo.diameter == 5  # papers.md §3.2
+    assert topo.matchings == () and topo.diameter == 5  # docs/sources.md §3.2
     assert dp_ring_jumps(128, 8) == (1, 5, 13, 39)
 
 

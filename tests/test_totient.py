@@ -1,4 +1,4 @@
-"""TotientPerms: J(g) and SelectPermutations reproduce papers.md §3; the all-reduce is exact."""
+"""TotientPerms: J(g) and SelectPermutations reproduce docs/sources.md §3; the all-reduce is exact."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from controller.scheduling.totient import (
     totient_picks,
 )
 
-# --------------------------------------------------------------------------- papers.md §3.1
+# --------------------------------------------------------------------------- docs/sources.md §3.1
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_candidate_jumps_refuse_a_group_size_that_does_not_divide_n() -> None:
         candidate_jumps(12, 5)
 
 
-# --------------------------------------------------------------------------- papers.md §3.2
+# --------------------------------------------------------------------------- docs/sources.md §3.2
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ class LinkBudget:
     ``il_mod + il_drop + h·il_through + (h+1)·span_km·alpha_db_per_km + il_cpl`` dB; it works
     when ``p_tx − loss ≥ s_rx + margin``.
 
-    Defaults [reconstruction]: the ring values of papers.md §2 at their pessimistic end
+    Defaults [reconstruction]: the ring values of docs/sources.md §2 at their pessimistic end
     (drop 1 dB, pass-through 0.02 dB per node) with fibre spans of 10 m at 0.25 dB/km instead
     of on-chip waveguide; an ITLA-class laser (10 dBm), a 4 dB modulator, 3 dB of
     fibre-to-chip coupling, a −18 dBm receiver and a 3 dB margin. Keep them configurable.

@@ -1,6 +1,6 @@
 """The TT-FR slot scheduler: turn a collective plan into timed, contention-free slots.
 
-Reconstruction of papers.md §1.2 (flow schedule per iteration):
+Reconstruction of docs/sources.md §1.2 (flow schedule per iteration):
 
 1. Each plan step's transfers with the same (src, dst) merge into one flow (bytes summed).
 2. A step whose flows form a matching (at most one flow per transmitter and per receiver) is

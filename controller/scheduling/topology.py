@@ -1,6 +1,6 @@
 """What the scheduler plans on: the wavelength grid, the TT-FR fabric and the device timing.
 
-The fabric is single-stage TT-FR (papers.md §1.2): every node has one tunable transmitter and
+The fabric is single-stage TT-FR (docs/sources.md §1.2): every node has one tunable transmitter and
 one fixed receiver that owns a channel. All transmitter fibres of a WSS are combined into its
 common in-port ``"in"``; the WSS routes each channel to an out-port, and out-port k feeds one
 node's receiver. Node s reaches node d by tuning its transmitter to ``rx_channel(d)``.
@@ -202,7 +202,7 @@ class Topology:
 class TimingModel:
     """Device timing the scheduler plans with (seconds; line rate in bit/s).
 
-    Guard (papers.md §1.2, step 4): each time a transmitter changes destination the slot
+    Guard (docs/sources.md §1.2, step 4): each time a transmitter changes destination the slot
     starts with ``t_g = t_tune + t_skew + t_CDR``; here the command budget to reach the
     transmitter is added: ``guard_s = command_s + tune_s + skew_s + cdr_s``. A slot where no
     transmitter retunes still starts with ``skew_s`` so clock skew cannot overlap slots.

@@ -1,4 +1,4 @@
-"""TopoOpt's TotientPerms: ring jumps from Euler's totient, picked geometrically (papers.md §3).
+"""TopoOpt's TotientPerms: ring jumps from Euler's totient, picked geometrically (docs/sources.md §3).
 
 - `candidate_jumps` (``SpMulMat::construct_candidate_jumps`` [authors' code]): for an
   all-reduce group of size g | n, the jumps ``J(g) = {(n/g)·k : 1 ≤ k ≤ g, gcd(k, g) = 1}``;

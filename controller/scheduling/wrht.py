@@ -1,4 +1,4 @@
-"""WRHT: wavelength-reused hierarchical tree all-reduce on an optical ring (papers.md §2).
+"""WRHT: wavelength-reused hierarchical tree all-reduce on an optical ring (docs/sources.md §2).
 
 N ranks sit on a ring in rank order; every fibre carries W wavelengths. The all-reduce is a
 tree of fan-in m:
@@ -15,7 +15,7 @@ unidirectional ring the root is the last member and m ≤ W+1. Every lightpath s
 its group's arc and the arcs of one level are disjoint, so all groups reuse the same
 wavelengths and the count does not depend on N.
 
-[reconstruction, papers.md §2: verify against arXiv 2207.10982] Everything above beyond the
+[reconstruction, docs/sources.md §2: verify against arXiv 2207.10982] Everything above beyond the
 fan-in bound and the step count: the consecutive grouping, the root placement, the groups
 of near-equal size (``balanced``; ``balanced=False`` gives groups of exactly m and a short
 last group), and the link budget below with its default values. The paper's "level ℓ uses

@@ -51,8 +51,8 @@ OPTINC_MAX_INPUTS = COMMON_OPTINC_MAX_INPUTS
 
 PAPER: dict[str, Any] = {"model": "vgg19", "nodes": 1024, "gbps": 100.0, "fat-tree": 1.6,
                          "sip-ring": 1.7, "wrht": (0.7559, 0.8081)}
-"""ODDL's headline (papers.md §1.1): iteration-time ratios over ODDL at this setting; and
-WRHT's (papers.md §2): the cut in communication time against an optical-system all-reduce,
+"""ODDL's headline (docs/sources.md §1.1): iteration-time ratios over ODDL at this setting; and
+WRHT's (docs/sources.md §2): the cut in communication time against an optical-system all-reduce,
 arXiv v1 and the later version."""
 
 

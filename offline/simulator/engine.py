@@ -30,7 +30,7 @@ wavelength or interface `gbps` instead. Fixed costs per step (`latency_us`,
 - ``topoopt``: TopoOpt's direct-connect fabric: `topoopt_degree` interfaces per node, each at
   gbps/degree (per node) or gbps (per λ), TotientPerms rings (registered collective
   ``totientperms``) in both directions, one part of the buffer per ring, all rings at once.
-- ``optinc``: OptINC's in-network averaging (papers.md §4): every server sends its gradient
+- ``optinc``: OptINC's in-network averaging (docs/sources.md §4): every server sends its gradient
   once, as b-bit levels, to an MZI-mesh device that streams the quantised mean back through a
   passive splitter; one pass S_b/B plus the device latency per cascade level (one device up to
   64 servers, else a two-level cascade N1 × N2), after a scale agreement (one small round
@@ -248,7 +248,7 @@ def sweep(config: SimConfig, param: str, values: Sequence[Any],
 
 
 def ring_formula_s(config: SimConfig) -> float:
-    """Closed-form ring all-reduce: 2(N−1)α + 2(N−1)/N · 8S/B (performance.md)."""
+    """Closed-form ring all-reduce: 2(N−1)α + 2(N−1)/N · 8S/B (docs/sources.md §7)."""
     n = config.nodes
     s = config.message_bytes
     return 2 * (n - 1) * config.step_s + 2 * (n - 1) / n * 8.0 * s / config.rate_bps

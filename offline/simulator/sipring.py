@@ -2,7 +2,7 @@
 
 The reference is the TopoOpt team's htsim fork (`Flasew/ffsim-opera`, ``src/clos/
 dyn_net_sch.cpp``, ``DynFlatScheduler::update_all_queue_bandwidth``, strategy ``SIPML_RING``;
-papers.md §5). Read to learn the method, nothing copied. At every reconfiguration it:
+docs/sources.md §5). Read to learn the method, nothing copied. At every reconfiguration it:
 
 1. normalises the outstanding demand matrix by its largest entry (``normalize_tm``);
 2. solves an LP over one variable f(s, d) ∈ [0, 1] per pair with demand, plus a zero-cost

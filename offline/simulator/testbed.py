@@ -16,7 +16,7 @@ the time a training process waits in ``AgentClient.allreduce``:
 `fixed` is everything that does not scale with the message: the local API round trip, the
 barrier (ReadyCollective and the go event on the schedule stream) and, per step, the frame's
 trip through the agents and the fabric. `copies` moves the array to the agent and back over
-the local API. A-priori values come from performance.md's measurements; `calibrate` instead
+the local API. A-priori values come from docs/sources.md §7's measurements; `calibrate` instead
 measures `fixed` with a tiny all-reduce of the same collective, so that what is compared with
 the measurement is the part the simulator models: the slot schedule at the line rate.
 """

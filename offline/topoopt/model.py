@@ -9,7 +9,7 @@ degree m, a divisor of N:
   replicas all-reduce its gradient.
 - m > 1: the group is sharded over blocks of m consecutive nodes ({0..m−1}, {m..2m−1}, …);
   sharded embeddings for an ``embedding`` group. The N/m replicas of each shard (nodes
-  s, s+m, s+2m, …: TopoOpt's all-reduce groups, papers.md §3.1) all-reduce 1/m of the
+  s, s+m, s+2m, …: TopoOpt's all-reduce groups, docs/sources.md §3.1) all-reduce 1/m of the
   gradient, and within a block every node sends every other one its samples' activations.
 
 Traffic of a strategy (`traffic`), per iteration:
@@ -353,7 +353,7 @@ class Memory:
     """Per-node memory for parameter state (weights, gradient, optimiser slots)."""
 
     gb: float = 40.0
-    """A100-40GB, as in TopoOpt's testbed (papers.md §3.4)."""
+    """A100-40GB, as in TopoOpt's testbed (docs/sources.md §3.4)."""
     state_factor: float = 3.0
     """Copies of each parameter a node keeps: weight, gradient, one optimiser slot."""
 

@@ -1,6 +1,6 @@
 """TopoOpt's alternating optimisation: simulated annealing over strategies, topology rebuilt.
 
-Reconstruction of papers.md §3.3 (``FFModel::optimize``, ``SpMulMat::optimize`` [authors'
+Reconstruction of docs/sources.md §3.3 (``FFModel::optimize``, ``SpMulMat::optimize`` [authors'
 code]):
 
 1. Start data parallel (or, if that does not fit in memory, with the largest groups sharded
