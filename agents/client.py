@@ -311,8 +311,6 @@ class AgentClient:
             kind, message = info["kind"], info["message"]
         except (IndexError, ValueError, KeyError):
             return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
-        if kind in ("bucket-unknown", "bucket-unreachable"):
-            return BucketUnavailable(message, kind=kind)
         return localapi.error_of_kind(kind, message)
 
     def close(self) -> None:

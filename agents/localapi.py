@@ -27,6 +27,7 @@ import zmq
 
 from common.errors import (
     AgentRestarted,
+    BucketUnavailable,
     CollectiveError,
     ConfigError,
     LostData,
@@ -192,6 +193,8 @@ rest travel as "collective" (a failed collective) or "refused" (a request refuse
 
 def error_of_kind(kind: str, message: str) -> OddlError:
     """The typed error an error reply of `kind` stands for."""
+    if kind in ("bucket-unknown", "bucket-unreachable"):
+        return BucketUnavailable(message, kind=kind)
     for cls, name in REPLY_KINDS:
         if name == kind:
             return cls(message)
