@@ -229,3 +229,34 @@ def test_a_forgotten_job_closes_its_streams_and_a_new_collective_reconnects():
     finally:
         a.close()
         b.close()
+
+
+def test_a_killed_hosts_light_table_is_swept_at_the_next_start(tmp_path):
+    """An emulator host killed with SIGKILL cannot remove its table; the next one to create a
+    table in that folder removes it, and leaves a live host's table alone."""
+    live = LightTable.create(2, tmp_path)
+    script = ("import sys, time; from drivers.emulators.lighttable import LightTable; "
+              "t = LightTable.create(2, sys.argv[1]); print(t.path, flush=True); time.sleep(60)")
+    with subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
+                          stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        orphan = Path(child.stdout.readline().strip())
+        child.kill()
+    assert orphan.exists()
+    # its heartbeat goes stale after STALE_S; until then it counts as live (no removal)
+    deadline = time.monotonic() + 30
+    fresh = None
+    while time.monotonic() < deadline:
+        removed = lighttable.sweep_dead_tables(tmp_path)
+        if removed:
+            assert removed == [orphan]
+            break
+        time.sleep(0.2)
+    try:
+        fresh = LightTable.create(2, tmp_path)
+        assert not orphan.exists()
+        assert live.path.exists() and fresh.path.exists()
+    finally:
+        live.close()
+        if fresh is not None:
+            fresh.close()

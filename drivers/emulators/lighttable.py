@@ -97,7 +97,9 @@ class LightTable:
         from common.shm import shm_dir
 
         if path is None:
-            path = Path(directory or shm_dir()) / f"oddl-light-{uuid.uuid4().hex}"
+            folder = Path(directory or shm_dir())
+            sweep_dead_tables(folder)
+            path = folder / f"oddl-light-{uuid.uuid4().hex}"
         else:
             path = Path(path)
             _remove_dead_table(path)
@@ -247,6 +249,31 @@ def _remove_dead_table(path: Path) -> None:
     finally:
         old.close()
     path.unlink(missing_ok=True)
+
+
+def sweep_dead_tables(folder: Path) -> list[Path]:
+    """Remove the tables in `folder` whose writer has died (an emulator host that was killed
+    leaves its table behind); return the paths removed. Tables of running hosts, files that
+    are not tables and files this user may not remove are left alone."""
+    removed = []
+    for path in folder.glob("oddl-light-*"):
+        try:
+            table = LightTable.open(path)
+        except (OSError, ValueError):
+            continue
+        try:
+            # both: a writer in another pid namespace (sharing this folder) still beats
+            stale = time.monotonic() - float(table._beat[0]) >= STALE_S
+            dead = stale and not _running(table.writer)
+        finally:
+            table.close()
+        if dead:
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+    return removed
 
 
 def _running(pid: int) -> bool:
