@@ -8,7 +8,8 @@ Two jobs run at once on disjoint nodes (ring on n0, n1; halving-doubling on n2, 
 loop of all-reduces of mixed sizes (1 k – 1 M int64 elements, every result checked exactly).
 Every `--fault-every` seconds the next fault of the schedule strikes:
 
-- agent-kill: SIGKILL of one agent, restarted 1 s later;
+- agent-kill: SIGKILL of one agent, restarted 1 s later on the same local API address (as
+  a unit with a fixed `--local-api` does), the training loop keeping its client;
 - agent-stall: SIGSTOP of one agent for 2 s (longer than three heartbeats), then SIGCONT;
 - agent-pause: SIGSTOP for 0.2 s (frames delayed, not a detectable death);
 - stream-cut: every TCP data stream into one node destroyed by the kernel (`ss -K`, frames
@@ -170,7 +171,7 @@ class Soak:
             dead = self._marked_dead(node, 10)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
             with self.client_lock:
-                self.tb.start_agent(node, close_old=False)
+                self.tb.start_agent(node, keep_address=True)
             back = time.monotonic()
             rec["controller_marked_dead_s"] = dead
         elif kind in ("agent-stall", "agent-pause"):
@@ -313,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", default=",".join(SCHEDULE),
                         help="the schedule, cycled (default %(default)s)")
     parser.add_argument("--json", help="write the report here")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the processes' logs (in a printed folder) even when it passed")
     args = parser.parse_args(argv)
     unknown = set(args.faults.split(",")) - set(SCHEDULE)
     if unknown:
@@ -334,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = (result["wrong_results"] == 0 and result["unclear_failures"] == 0
           and not result["state_lost"]
           and not any(f["not_recovered"] for f in result["faults"].values()))
-    if ok:
+    if ok and not args.keep_logs:
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         print(f"the processes' logs are in {tmp}", file=sys.stderr)

@@ -294,13 +294,20 @@ class RestartableTestbed:
         """The newest process started under `name` (``controller``, ``agent-n0``, …)."""
         return next(p for p in reversed(self.group.procs) if p.name == name)
 
-    def start_agent(self, node: str, close_old: bool = True) -> None:
+    def start_agent(self, node: str, close_old: bool = True, keep_address: bool = False
+                    ) -> None:
         """Start (or restart) a node's agent and connect a client to it; the old client is
         closed, or kept in `retired` (closed by `close()`) for a caller whose threads may
-        still be inside it."""
-        self.agent_info[node] = self.group.start(f"agent-{node}", agent_command(
-            self.resolved, node, self.address, self._verbose()), timeout=60)
-        self._connect(node, close_old)
+        still be inside it. With `keep_address`, a restarted agent listens where the old one
+        did (as a lab's unit with a fixed `--local-api` does) and the node's client stays:
+        it reconnects, as a training process's client does."""
+        argv = agent_command(self.resolved, node, self.address, self._verbose())
+        previous = self.agent_info.get(node)
+        if keep_address and previous is not None:
+            argv += ["--local-api", str(previous["local_api"])]
+        self.agent_info[node] = self.group.start(f"agent-{node}", argv, timeout=60)
+        if not (keep_address and previous is not None and node in self.clients):
+            self._connect(node, close_old)
 
     def _connect(self, node: str, close_old: bool = True) -> None:
         old = self.clients.pop(node, None)
