@@ -62,27 +62,30 @@ def collect_rows(doc: dict[str, Any]) -> tuple[dict[str, _Row], float]:
     timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
     t0 = min((e["ts"] for e in timed), default=0.0)
     rows: dict[str, _Row] = defaultdict(_Row)
-    for s, e, a in async_spans(timed, "circuit"):
-        rows[str(a.get("src"))].circuits.append((s, e, int(a.get("channel", -1)),
-                                                 str(a.get("dst"))))
-    for s, e, a in async_spans(timed, "plan"):
-        rows[str(a.get("node"))].planned.append((s, e - s))
-    for e in timed:
-        node = node_of(names.get(e.get("pid"), ""))
-        cat, a = e.get("cat"), e.get("args", {})
-        if cat == "slot" and e.get("ph") == "X":
-            rows[node].slots.append((e["ts"], e.get("dur", 0.0), str(a.get("peer"))))
-        elif cat == "chunk" and e.get("name") == "send":
-            rows[node].sends.append((e["ts"], e.get("dur", 0.0)))
-        elif cat == "fault":
-            rows[node].faults.append((e["ts"], str(e.get("name"))))
+    for start, end, args in async_spans(timed, "circuit"):
+        rows[str(args.get("src"))].circuits.append((start, end, int(args.get("channel", -1)),
+                                                    str(args.get("dst"))))
+    for start, end, args in async_spans(timed, "plan"):
+        rows[str(args.get("node"))].planned.append((start, end - start))
+    for ev in timed:
+        _add_event(rows, node_of(names.get(ev.get("pid"), "")), ev)
     nodes = list(rows)
-    for e in timed:
-        if e.get("cat") == "retune" and e.get("ph") == "X":
-            node = _row_of(str(e.get("args", {}).get("transmitter")), nodes)
-            if node is not None:
-                rows[node].retunes.append((e["ts"], e.get("dur", 0.0)))
+    for ev in timed:
+        if ev.get("cat") == "retune" and ev.get("ph") == "X":
+            row = _row_of(str(ev.get("args", {}).get("transmitter")), nodes)
+            if row is not None:
+                rows[row].retunes.append((ev["ts"], ev.get("dur", 0.0)))
     return dict(rows), t0
+
+
+def _add_event(rows: dict[str, _Row], node: str, ev: dict[str, Any]) -> None:
+    cat, args = ev.get("cat"), ev.get("args", {})
+    if cat == "slot" and ev.get("ph") == "X":
+        rows[node].slots.append((ev["ts"], ev.get("dur", 0.0), str(args.get("peer"))))
+    elif cat == "chunk" and ev.get("name") == "send":
+        rows[node].sends.append((ev["ts"], ev.get("dur", 0.0)))
+    elif cat == "fault":
+        rows[node].faults.append((ev["ts"], str(ev.get("name"))))
 
 
 def _channel_at(row: _Row, start: float, peer: str) -> int | None:
@@ -144,7 +147,7 @@ def _draw_row(ax: Any, y: int, row: _Row, t0: float, colour: dict[int, Any]) -> 
     if row.circuits:
         ax.broken_barh([_ms((s, e - s), t0) for s, e, _c, _d in row.circuits], (y - 0.45, 0.15),
                        facecolors=[colour[c] for _s, _e, c, _d in row.circuits])
-        for s, e, ch, dst in row.circuits:
+        for s, _e, ch, dst in row.circuits:
             ax.text((s - t0) / 1e3, y - 0.47, f"→{dst} ch {ch}", fontsize=6, va="bottom")
     if row.slots:
         ax.broken_barh([_ms((s, d), t0) for s, d, _p in row.slots], (y - 0.28, 0.5),
