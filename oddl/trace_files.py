@@ -125,10 +125,9 @@ def _check_header(trace: TraceFile) -> None:
     if head.get("format") != FORMAT:
         raise TraceFileError(f"{trace.path}: oddl.format is {head.get('format')!r}, this oddl "
                              f"reads {FORMAT!r}; read it with the oddl that recorded it")
-    for key in ("testbed_sha256", "process"):
-        if not isinstance(head.get(key), str) or not head.get(key):
-            raise TraceFileError(f"{trace.path}: the oddl header has no {key!r}; the file was "
-                                 "not written by oddl's recorder (or was edited)")
+    if not isinstance(head.get("testbed_sha256"), str) or not head.get("process"):
+        raise TraceFileError(f"{trace.path}: the oddl header has no testbed_sha256 or process; "
+                             "the file was not written by oddl's recorder (or was edited)")
 
 
 def _check_events(trace: TraceFile) -> None:
@@ -146,10 +145,11 @@ def _check_events(trace: TraceFile) -> None:
 
 def check_same_testbed(traces: Iterable[TraceFile]) -> str:
     """The testbed hash every oddl file shares (\"\" when there are none); files recorded
-    against different testbed files are refused, naming one of each."""
+    against different testbed files are refused, naming one of each. A file whose hash is \"\"
+    (a training process that was not told the testbed file) goes with any."""
     first: TraceFile | None = None
     for t in traces:
-        if not t.is_oddl:
+        if not t.is_oddl or not t.header["testbed_sha256"]:
             continue
         if first is None:
             first = t
