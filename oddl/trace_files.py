@@ -106,7 +106,8 @@ def _why_not_json(path: str, text: str, exc: json.JSONDecodeError) -> str:
     if not text.strip():
         return (f"{path}: empty; the process that records it writes it when recording stops: "
                 "stop the recording (or the testbed) cleanly and read it again")
-    if exc.pos >= len(text.rstrip()) - 1:
+    body = text.rstrip()
+    if exc.pos >= len(body) or not body.endswith("}"):  # ran out, or cut before the last brace
         return (f"{path}: truncated (the JSON stops at byte {len(text)} in the middle of "
                 f"{exc.msg.lower()}); the recording process was stopped before it finished "
                 "writing. Record again, or leave this file out")
