@@ -22,8 +22,6 @@ def to_chrome(events: Iterable[Event], info: Mapping[str, Any]) -> dict[str, Any
     """The trace file's JSON object for `events` and the recording's `info` (``oddl``)."""
     ordered = sorted(events, key=lambda e: e[4])
     base = int(info.get("started_ns") or (ordered[0][4] if ordered else 0))
-    if ordered:
-        base = min(base, ordered[0][4])
     pids: dict[str, int] = {}
     tids: dict[Track, int] = {}
     out: list[dict[str, Any]] = []
@@ -31,7 +29,7 @@ def to_chrome(events: Iterable[Event], info: Mapping[str, Any]) -> dict[str, Any
         pid = pids.setdefault(track.process, len(pids) + 1)
         tid = tids.setdefault(track, sum(1 for t in tids if t.process == track.process) + 1)
         ev: dict[str, Any] = {"ph": ph, "name": name, "cat": cat, "pid": pid, "tid": tid,
-                              "ts": (t_ns - base) / 1e3}
+                              "ts": max(0, t_ns - base) / 1e3}
         if ph == "X":
             ev["dur"] = dur_ns / 1e3
         elif ph == "i":

@@ -64,6 +64,9 @@ class Recorder:
         self._error: Callable[[], int] = _no_offset
         self._started_ns = 0
         self._lock = threading.Lock()
+        self.flushers: list[Callable[[], None]] = []
+        """Called when recording stops, before the file is written: hooks that hold events
+        open (the light still on) record their ends."""
 
     # ---- switching ----------------------------------------------------------------------
     def start(self, directory: str | os.PathLike[str], process: str, *,
@@ -104,6 +107,11 @@ class Recorder:
     def _stop_locked(self) -> Path | None:
         if not self.on:
             return None
+        for flush in self.flushers:
+            try:
+                flush()
+            except Exception:  # a hook's bug must not cost the file
+                logger.exception("trace %s: a flush hook failed", self.process)
         self.on = False
         from common.tracing.chrome import write_trace
 
@@ -125,6 +133,11 @@ class Recorder:
         return path
 
     # ---- time ---------------------------------------------------------------------------
+    @property
+    def base_ns(self) -> int:
+        """The trace's time origin (`baseTimeNanoseconds`): the start, controller's clock."""
+        return self._started_ns
+
     def local_ns(self) -> int:
         """This process's clock now (ns since the epoch)."""
         return self._clock()
