@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         simulate_cli,
         testbed_cli,
         topoopt_cli,
+        trace_switch_cli,
     )
 
     p = argparse.ArgumentParser(prog="oddl", description="Testbed controller for all-optical "
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs_cli.register(sub)
     simulate_cli.register(sub)
     topoopt_cli.register(sub)
+    trace_switch_cli.register(sub)
     return p
 
 

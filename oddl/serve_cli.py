@@ -85,15 +85,10 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
 
 def trace_agent(agent: Any, args: argparse.Namespace) -> None:
     """Record this agent's timeline on the controller's clock (its measured offset)."""
-    from agents import wallclock
+    from agents import trace_switch
 
-    def error_ns() -> int:
-        est = agent.clock
-        return round(est.error_bound_s * 1e9) if est.known else -1
-
-    tracing.start(args.trace, f"agent-{agent.node_id}", testbed=agent.cfg.name,
-                  testbed_file=args.config, capacity=args.trace_buffer, clock=wallclock.now_ns,
-                  offset_ns=lambda: round(agent.clock.offset_s * 1e9), error_ns=error_ns)
+    trace_switch.start(agent.node_id, agent.cfg, lambda: agent.clock, args.trace,
+                       args.trace_buffer)
 
 
 def _ready_and_metrics(sp: argparse.ArgumentParser) -> None:

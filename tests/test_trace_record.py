@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import EMULATED
+from helpers import EMULATED, wait_until
 
 from agents.client import allreduce_all
 from agents.executor import CollectiveRun, run_collective
 from agents.gate import SlotGate
 from agents.stream_wire import CHUNK_BYTES
 from agents.streams import StreamLink
+from common.errors import OperationRefused
 from common.tracing import TRACE, Recorder, Track
 from common.tracing.chrome import to_chrome
 from common.tracing.schema import TraceFormatError, check, problems
@@ -245,3 +246,31 @@ def test_traced_ring_and_halving_doubling_hold_every_slot_retune_and_chunk(tmp_p
     assert {e["name"] for e in _events(ctl, "control")} >= {"barrier start", "grant",
                                                            "handoff confirmed"}
     assert _events(docs["emulators.trace.json"], "light", "b")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_trace_start_and_stop_at_run_time_record_only_the_window(tmp_path: Path):
+    trace = tmp_path / "window"
+    with RunningTestbed(tmp_path, EMULATED) as tb:
+        job = tb.operator.submit("window", [], "ring", "optical")
+        arrays = [np.full(1 << 16, r + 1, np.int32) for r in range(4)]
+        allreduce_all(tb.clients, arrays)  # before the window: not on the trace
+        told = tb.operator.set_trace(True, str(trace))
+        assert sorted(told["agents"]) == tb.launched.node_ids
+        wait_until(lambda: all(c.status()["tracing"] for c in tb.clients), 30,
+                   "every agent recording")
+        _, outs = allreduce_all(tb.clients, [np.full(1 << 16, r + 1, np.int32)
+                                             for r in range(4)])
+        assert all(isinstance(o, np.ndarray) for o in outs)
+        stopped = tb.operator.set_trace(False)
+        assert stopped["controller_file"] == str(trace / "controller.trace.json")
+        wait_until(lambda: len(list(trace.glob("agent-*.trace.json"))) == 4, 30,
+                   "every agent's file")
+        with pytest.raises(OperationRefused, match="--dir"):
+            tb.operator.set_trace(True, "")
+        tb.operator.cancel(job["id"])
+    for path in trace.glob("agent-*.trace.json"):
+        seqs = {e["args"]["seq"] for e in _events(_load(path), "collective")}
+        assert seqs == {2}, (path, seqs)
+    assert not (trace / "emulators.trace.json").exists()
