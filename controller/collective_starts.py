@@ -17,6 +17,8 @@ from collections import Counter
 
 from common.config import OPTINC, TestbedConfig
 from common.errors import OddlError, OperationRefused
+from common.tracing import TRACE
+from controller import trace_hooks
 from controller.agent_registry import AgentRegistry
 from controller.devices import DeviceManager
 from controller.jobs import MAX_ELEMENTS, Barrier, JobManager, JobRecord
@@ -126,8 +128,11 @@ class CollectiveStarts:
             self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
             self.jobs.save(job)
 
-    def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> None:
+    def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo,
+                how: str = "barrier start") -> None:
         """Hand the collective's slots that change circuits (if any) to the executor."""
+        if TRACE.on:
+            trace_hooks.planned(job.id, seq, job.nodes, go, how)
         with self.lock:
             self._started[job.id] = max(self._started.get(job.id, 0), seq)
             self.executor.launch(job, seq, go)
@@ -159,7 +164,7 @@ class CollectiveStarts:
             self.errors[refusal.kind] += 1
             self.circuits_ready(job, request.seq, refusal.slot, refusal.reason)
             return
-        self._launch(job, request.seq, go)
+        self._launch(job, request.seq, go, "standing start")
         self.jobs.save(job)
 
     def _standing_job(self, request: pb.StartStandingRequest) -> JobRecord | None:

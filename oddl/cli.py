@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs_cli.register(sub)
     simulate_cli.register(sub)
     topoopt_cli.register(sub)
-    trace_tools_cli.register(sub)
+    trace_tools_cli.register(sub)  # `oddl trace`: start, stop (trace_switch_cli), merge, ...
     return p
 
 

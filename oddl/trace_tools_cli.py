@@ -13,11 +13,14 @@ from oddl.exit_codes import EXIT_OK
 
 
 def register(sub: Any) -> Any:
-    """Add the `trace` command group with the readers; return its sub-parsers (the recording
-    commands register beside them)."""
+    """Add the `trace` command group: the recording switch (`start`, `stop`:
+    oddl/trace_switch_cli.py) and the readers; return its sub-parsers."""
+    from oddl.trace_switch_cli import add_switch_commands
+
     trace = sub.add_parser("trace", help="record, merge, summarise and plot timelines "
                            "(Chrome trace JSON, Perfetto)")
     group = trace.add_subparsers(dest="trace_cmd", required=True)
+    add_switch_commands(group)
     register_readers(group)
     return group
 
