@@ -6,13 +6,15 @@ document (one process's file or a merged timeline) in, a JSON-able dict out.
 - per collective (the agents' `collective` events, joined on job and sequence number): its
   duration across nodes, its slots' worst gate error and utilisation, its faults;
 - per retune slot (the controller's `retune` events of one job, sequence and slot): the guard
-  time and what it went to. The guard runs from the edge (the latest planned window that
-  ended before the first retune began; the first retune's start when no plan was recorded) to
-  the grant, and splits into: `handoff` (edge → the last hand-off confirmation, waiting for the
-  receivers of the previous flows), `command` (device commands on the wire during the retunes),
-  `tuning` (the rest of the time until the last device command ended: the lasers settling while
-  the controller polled), `lock` (from there to the last retune's end: the receivers' lock),
-  `grant` (from there to the grant); what is left is `other`;
+  time and what it went to. The guard runs from the edge (the latest planned window of the
+  collective that ended before the first retune began; the first retune's start when no plan
+  was recorded) to the grant (the first after the retunes), and splits along that time line:
+  `handoff` (edge → the last hand-off confirmation before the first retune: waiting for the
+  receivers of the previous flows), `other` (from there to the first retune command: the
+  controller's reaction), `command` (device commands on the wire during the retunes, overlaps
+  counted once), `tuning` (the rest until the last device command ended: the lasers settling
+  while the controller polled them), `lock` (from there to the last retune's end: the
+  receivers' lock), `grant` (from there to the grant). The parts add up to the guard;
 - faults (`late chunk`, `lost chunk`, `overrun`) and late receptions; totals of all of it.
 """
 
@@ -25,7 +27,7 @@ from typing import Any
 Event = dict[str, Any]
 Key = tuple[Any, Any]
 
-GUARD_PARTS = ("handoff", "command", "tuning", "lock", "grant", "other")
+GUARD_PARTS = ("handoff", "other", "command", "tuning", "lock", "grant")
 
 
 def process_names(events: Iterable[Event]) -> dict[Any, str]:
@@ -130,14 +132,10 @@ def _guards(events: list[Event]) -> list[dict[str, Any]]:
     devices = _of(events, "device", "X")
     out = []
     for key, evs in sorted(retunes.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
-        mine = [c for c in control if _slot_key(c) == key]
-        out.append(_guard(key, evs, mine, [p for p in plan_ends if p[0] == key[:2]], devices))
+        mine = [c for c in control if _key(c) == key[:2]]
+        out.append(_guard(key, evs, mine, [end for k, end in plan_ends if k == key[:2]],
+                          devices))
     return out
-
-
-def _slot_key(e: Event) -> tuple[Any, Any, Any]:
-    a = e.get("args", {})
-    return (a.get("job"), a.get("seq"), a.get("slot"))
 
 
 def _plan_end(e: Event) -> tuple[Key, float]:
@@ -145,26 +143,26 @@ def _plan_end(e: Event) -> tuple[Key, float]:
 
 
 def _guard(key: tuple[Any, Any, Any], retunes: list[Event], control: list[Event],
-           plan_ends: list[tuple[Key, float]], devices: list[Event]) -> dict[str, Any]:
+           plan_ends: list[float], devices: list[Event]) -> dict[str, Any]:
+    """One retune slot's guard on its time line: edge ≤ last hand-off ≤ first retune start
+    (r0) ≤ last retune end (r1) ≤ grant; the parts add up to the guard."""
     r0 = min(e["ts"] for e in retunes)
     r1 = max(e["ts"] + e.get("dur", 0.0) for e in retunes)
-    edge = max((end for _k, end in plan_ends if end <= r0), default=None)
-    handoffs = [c["ts"] for c in control if c.get("name") == "handoff confirmed"]
-    grants = [c["ts"] for c in control if c.get("name") == "grant"]
-    g0 = edge if edge is not None else min([r0, *handoffs])
-    grant = min(grants) if grants else r1
-    wire = [(d["ts"], d["ts"] + d.get("dur", 0.0)) for d in devices
+    edge = max((end for end in plan_ends if end <= r0), default=r0)
+    handoff = max((c["ts"] for c in control if c.get("name") == "handoff confirmed"
+                   and edge <= c["ts"] <= r0), default=edge)
+    grant = min((c["ts"] for c in control if c.get("name") == "grant" and c["ts"] >= r1),
+                default=r1)
+    wire = [(max(d["ts"], r0), min(d["ts"] + d.get("dur", 0.0), r1)) for d in devices
             if d["ts"] < r1 and d["ts"] + d.get("dur", 0.0) > r0]
     command = _union_us(wire)
     last_command = max((end for _s, end in wire), default=r0)
-    handoff = max(0.0, max(handoffs, default=g0) - g0)
-    parts = {"handoff": handoff, "command": command,
-             "tuning": max(0.0, min(last_command, r1) - r0 - command),
-             "lock": max(0.0, r1 - max(last_command, r0)),
-             "grant": max(0.0, grant - r1)}
-    guard = max(0.0, grant - g0)
-    parts["other"] = max(0.0, guard - sum(parts.values()))
-    return {"job": key[0], "seq": key[1], "slot": key[2], "edge_us": g0, "guard_us": guard,
+    parts = {"handoff": handoff - edge, "command": command,
+             "tuning": last_command - r0 - command, "lock": r1 - last_command,
+             "grant": grant - r1}
+    guard = grant - edge
+    parts["other"] = guard - sum(parts.values())  # from the last hand-off to the first command
+    return {"job": key[0], "seq": key[1], "slot": key[2], "edge_us": edge, "guard_us": guard,
             "transmitters": sorted({str(e.get("args", {}).get("transmitter")) for e in retunes}),
             "retunes": len(retunes), **{f"{p}_us": v for p, v in parts.items()}}
 

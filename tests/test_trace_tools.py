@@ -149,9 +149,10 @@ def test_summary_numbers_match_the_hand_computed_answer(merged):
     n0's start (40) to n1's end (43 + 600): 603 µs. Bytes sent: 3 × 1 MiB + 2 × 2 MiB.
 
     The retune slot's guard runs from the edge (planned windows end at 300) to the grant (390):
-    90 µs = hand-off 30 (to the last confirmation at 330) + command 17 (the union of the
-    device commands 335–340 ∪ 338–344, 350–354, 362–366) + tuning 14 (335 → 366 less the
-    commands) + lock 14 (366 → the retune's end at 380) + grant 10 (380 → 390) + other 5."""
+    90 µs = hand-off 30 (to the last confirmation at 330) + other 5 (330 → the retune's start
+    at 335) + command 17 (the union of the device commands 335–340 ∪ 338–344, 350–354,
+    362–366) + tuning 14 (335 → 366 less the commands) + lock 14 (366 → the retune's end at
+    380) + grant 10 (380 → 390)."""
     s = summarise(merged)
     t = s["totals"]
     assert [(x["node"], x["step"], x["gate_error_us"], x["utilisation"]) for x in s["slots"]] \
@@ -180,7 +181,8 @@ def test_summary_cli_prints_text_and_json_and_reads_one_process_file(capsys, tmp
     assert code == 0 and "recorders dropped 2 events" in err
     code, out, _err = _cli(capsys, "trace", "summary", str(out_file))
     assert code == 0 and "overrun    at n1 job j1 seq 3 step 1 peer n0 by 10.0 µs" in out
-    assert "guard 90.0 µs: handoff 30.0 µs, command 17.0 µs, tuning 14.0 µs" in out
+    assert ("guard 90.0 µs: handoff 30.0 µs, other 5.0 µs, command 17.0 µs, tuning 14.0 µs, "
+            "lock 14.0 µs, grant 10.0 µs") in out
     code, out, _err = _cli(capsys, "trace", "summary", str(RUN / "agent-n0.trace.json"),
                            "--json")
     one = json.loads(out)

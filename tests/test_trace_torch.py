@@ -1,6 +1,9 @@
-"""The torch join end to end: examples/profile_ddp.py on four ranks of the `oddl` backend over
-the emulated testbed, with torch.profiler and ODDL_TRACE_DIR; then `oddl trace merge` of the
-backend's `torch` events with the four profiler traces (extra `oddl[torch]`)."""
+"""A real recorded run end to end: the emulated testbed recording (`trace=DIR`: controller,
+agents, emulator host) under examples/profile_ddp.py on four ranks of the `oddl` backend over a
+halving-doubling job, with torch.profiler and ODDL_TRACE_DIR (the backend's `torch` events);
+then `oddl trace merge` of it all with a rank's profiler trace, the join of the torch calls with
+the profiler's annotations and the agents' collectives, `summary` and `plot` of the real
+timeline, and HolisticTraceAnalysis reading the merged file (extra `oddl[torch]`)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ WORLD = 4
 STEPS = 2
 
 
-def _run_ranks(apis: list[str], trace_dir: Path, profile_dir: Path) -> list[dict[str, Any]]:
+def _run_ranks(apis: list[str], trace_dir: Path, profile_dir: Path,
+               testbed: Path) -> list[dict[str, Any]]:
     from oddl.launch import torchrun_env
     from oddl.procs import free_port
 
@@ -29,7 +33,7 @@ def _run_ranks(apis: list[str], trace_dir: Path, profile_dir: Path) -> list[dict
     procs = []
     for rank in range(WORLD):
         env = {**torchrun_env(rank, WORLD, port, apis), "ODDL_TRACE_DIR": str(trace_dir),
-               "ODDL_CONFIG": str(EMULATED)}
+               "ODDL_CONFIG": str(testbed)}
         procs.append(subprocess.Popen(
             [sys.executable, str(EXAMPLE), "--out", str(profile_dir), "--steps", str(STEPS)],
             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -55,9 +59,10 @@ def profiled(tmp_path_factory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("profile-ddp")
     trace_dir, profile_dir = work / "trace", work / "profile"
     (work / "testbed").mkdir()
-    with RunningTestbed(work / "testbed", EMULATED) as tb:
-        job = tb.operator.submit("profile-ddp", tb.launched.node_ids, "ring", "optical")
-        results = _run_ranks(tb.launched.apis, trace_dir, profile_dir)
+    with RunningTestbed(work / "testbed", EMULATED, trace=trace_dir) as tb:
+        job = tb.operator.submit("profile-ddp", tb.launched.node_ids, "halving-doubling",
+                                 "optical")
+        results = _run_ranks(tb.launched.apis, trace_dir, profile_dir, tb.launched.resolved)
         tb.operator.cancel(job["id"])
     assert [r["rank"] for r in results] == list(range(WORLD))
     return trace_dir, profile_dir
@@ -149,3 +154,56 @@ def test_holistic_trace_analysis_reads_the_merged_timeline(profiled, tmp_path):
     names = set(analysis.t.symbol_table.get_sym_table())
     assert len(df) > 0 and any(n.startswith("ProfilerStep#") for n in names)
     assert "allreduce" in names  # the backend's torch events are parsed as events too
+
+
+@pytest.fixture(scope="module")
+def timeline(profiled, tmp_path_factory) -> dict[str, Any]:
+    """The testbed's files, the four backend files and rank 0's profile, merged."""
+    from oddl.trace_merge import merge_paths
+
+    trace_dir, profile_dir = profiled
+    names = sorted(p.name for p in trace_dir.iterdir())
+    assert names == ["agent-n0.trace.json", "agent-n1.trace.json", "agent-n2.trace.json",
+                     "agent-n3.trace.json", "controller.trace.json", "emulators.trace.json",
+                     *(f"torch-rank{r}.trace.json" for r in range(WORLD))]
+    return merge_paths([str(trace_dir), str(profile_dir / "rank0.json")])
+
+
+def test_each_torch_call_joins_its_agents_collective(timeline):
+    """Rank r runs on node n<r> (ODDL_LOCAL_API in node order): each of its torch events has
+    the agent's collective of the same job whose `step` is the call's `seq`, and that
+    collective lies within the call (the same controller clock; 5 ms for the two processes'
+    offset estimates)."""
+    events = timeline["traceEvents"]
+    for rank in range(WORLD):
+        torch_pids = _pids_named(timeline, f"torch rank {rank}")
+        agent_pids = _pids_named(timeline, f"agent n{rank}")
+        collectives = {(e["args"]["job"], e["args"]["step"]): e for e in events
+                       if e.get("cat") == "collective" and e["pid"] in agent_pids}
+        calls = [e for e in events if e.get("cat") == "torch" and e["pid"] in torch_pids]
+        assert calls and len(collectives) >= len(calls)
+        for call in calls:
+            agent = collectives[(call["args"]["job"], call["args"]["seq"])]
+            assert call["ts"] - 5000 <= agent["ts"]
+            assert agent["ts"] + agent["dur"] <= call["ts"] + call["dur"] + 5000
+
+
+def test_summary_and_plot_of_the_real_timeline(timeline, tmp_path):
+    """Every agent slot and every controller retune is in the summary; each retune slot's
+    guard splits into parts that add up to it; every slot's utilisation is positive; the
+    plot has a row per node."""
+    from oddl.trace_plot import plot_timeline
+    from oddl.trace_summary import GUARD_PARTS, summarise
+
+    s = summarise(timeline)
+    events = timeline["traceEvents"]
+    slots = [e for e in events if e.get("cat") == "slot" and e["ph"] == "X"]
+    retunes = [e for e in events if e.get("cat") == "retune" and e["ph"] == "X"]
+    assert len(s["slots"]) == len(slots) > 0 and retunes
+    assert s["totals"]["retunes"] == len(retunes)
+    assert all(c["nodes"] == ["n0", "n1", "n2", "n3"] for c in s["collectives"])
+    assert all(sl["utilisation"] > 0 for sl in s["slots"])
+    for g in s["guards"]:
+        parts = sum(g[f"{p}_us"] for p in GUARD_PARTS)
+        assert g["guard_us"] > 0 and parts == pytest.approx(g["guard_us"], abs=1e-6)
+    assert plot_timeline(timeline, str(tmp_path / "t.png")) == WORLD

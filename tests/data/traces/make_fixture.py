@@ -67,8 +67,8 @@ def controller() -> list[dict[str, Any]]:
     ev += span("circuit", "tx n1 -> rx n0 ch 20", 1, 3, 90, 610, **J, slot=0, src="n1",
                dst="n0", channel=20)
     ev += [instant("control", "barrier start", 1, 50, **J),
-           instant("control", "handoff confirmed", 1, 320, **J, slot=1, node="n1"),
-           instant("control", "handoff confirmed", 1, 330, **J, slot=1, node="n0"),
+           instant("control", "handoff confirmed", 1, 320, **J, slot=0, node="n1"),
+           instant("control", "handoff confirmed", 1, 330, **J, slot=0, node="n0"),
            instant("control", "grant", 1, 390, **J, slot=1)]
     ev.append(x("retune", "retune itla-n0 -> ch 13", 1, 0, 335, 45, **J, slot=1,
                 transmitter="itla-n0", channel=13, wss="wss-0", in_port=1, out_port=2))
