@@ -5,8 +5,8 @@ event: the circuits the node's transmitter held (the controller's `circuit` span
 at the top of the row, coloured by channel and labelled with the receiver and channel), the
 slots as the gate opened them (the agents' `slot` events, in the circuit's colour), the data
 actually moved (the `send` chunks, black ticks at the bottom of the row), the retunes shaded
-(hatched grey, on the row of the node whose transmitter retuned: a transmitter named `n0`,
-`itla-n0` or `n0-...`), the planned windows as dashed outlines (so the gate error shows), and
+(hatched grey, on the row of the node whose circuit the retune made: the circuit of the same
+job, sequence, slot and channel; else a transmitter named `n0`, `itla-n0` or `n0-...`), the planned windows as dashed outlines (so the gate error shows), and
 faults marked with red crosses.
 """
 
@@ -48,6 +48,37 @@ def async_spans(events: list[dict[str, Any]], cat: str) -> list[tuple[float, flo
     return out
 
 
+def select(doc: dict[str, Any], job: str | None = None, seq: int | None = None
+           ) -> dict[str, Any]:
+    """The part of `doc` about one job and/or one collective sequence number: its events, the
+    events of no job (device commands, light, power) within their time span, and the metadata.
+    Nothing given: `doc` itself. Nothing matching: a ValueError naming what exists."""
+    if job is None and seq is None:
+        return doc
+    events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict)]
+
+    def chosen(e: dict[str, Any]) -> bool:
+        a = e.get("args", {})
+        return ((job is None or a.get("job") == job) and (seq is None or a.get("seq") == seq)
+                and "job" in a)
+    mine = [e for e in events if e.get("ph") != "M" and chosen(e)]
+    if not mine:
+        known = sorted({(str(e["args"]["job"]), e["args"].get("seq")) for e in events
+                        if isinstance(e.get("args"), dict) and "job" in e["args"]
+                        and e.get("ph") != "M"}, key=str)[:12]
+        raise ValueError(f"no events of job {job or 'any'} seq {seq if seq is not None else 'any'}"
+                         f"; the trace holds (job, seq) {known}")
+    start = min(e["ts"] for e in mine)
+    end = max(e["ts"] + e.get("dur", 0.0) for e in mine)
+    rest = [e for e in events if e.get("ph") == "M" or (
+        "job" not in e.get("args", {}) and start <= e.get("ts", -1.0) <= end)]
+    return {**doc, "traceEvents": rest + mine}
+
+
+def _circuit_key(args: dict[str, Any]) -> tuple[Any, ...]:
+    return (args.get("job"), args.get("seq"), args.get("slot"), args.get("channel"))
+
+
 def _row_of(transmitter: str, nodes: list[str]) -> str | None:
     for n in sorted(nodes, key=len, reverse=True):
         if transmitter == n or transmitter.endswith(f"-{n}") or transmitter.startswith(f"{n}-"):
@@ -60,11 +91,12 @@ def collect_rows(doc: dict[str, Any]) -> tuple[dict[str, _Row], float]:
     events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict)]
     names = process_names(events)
     timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
-    t0 = min((e["ts"] for e in timed), default=0.0)
     rows: dict[str, _Row] = defaultdict(_Row)
+    made_by: dict[tuple[Any, ...], str] = {}  # (job, seq, slot, channel) → the circuit's src
     for start, end, args in async_spans(timed, "circuit"):
         rows[str(args.get("src"))].circuits.append((start, end, int(args.get("channel", -1)),
                                                     str(args.get("dst"))))
+        made_by[_circuit_key(args)] = str(args.get("src"))
     for start, end, args in async_spans(timed, "plan"):
         rows[str(args.get("node"))].planned.append((start, end - start))
     for ev in timed:
@@ -72,9 +104,12 @@ def collect_rows(doc: dict[str, Any]) -> tuple[dict[str, _Row], float]:
     nodes = list(rows)
     for ev in timed:
         if ev.get("cat") == "retune" and ev.get("ph") == "X":
-            row = _row_of(str(ev.get("args", {}).get("transmitter")), nodes)
+            args = ev.get("args", {})
+            row = made_by.get(_circuit_key(args)) or _row_of(str(args.get("transmitter")), nodes)
             if row is not None:
                 rows[row].retunes.append((ev["ts"], ev.get("dur", 0.0)))
+    t0 = min((s for r in rows.values() for s, *_ in (r.circuits + r.slots + r.sends)),
+             default=min((e["ts"] for e in timed), default=0.0))
     return dict(rows), t0
 
 
@@ -108,6 +143,7 @@ def plot_timeline(doc: dict[str, Any], path: str, title: str = "") -> int:
 
     rows, t0 = collect_rows(doc)
     nodes = sorted(rows)
+    span = max((s + d for r in rows.values() for s, d, *_ in r.slots), default=t0 + 1.0) - t0
     channels = sorted({c[2] for r in rows.values() for c in r.circuits})
     cmap = colormaps["tab20"]
     colour = {ch: cmap(i % 20) for i, ch in enumerate(channels)}
@@ -115,10 +151,10 @@ def plot_timeline(doc: dict[str, Any], path: str, title: str = "") -> int:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     for y, node in enumerate(nodes):
-        _draw_row(ax, y, rows[node], t0, colour)
+        _draw_row(ax, y, rows[node], t0, colour, label_from=0.03 * span)
     ax.set_ylim(len(nodes) - 0.5, -0.5)
     ax.set_yticks(range(len(nodes)), nodes, fontsize=8)
-    ax.set_xlabel("time (ms) from the first event")
+    ax.set_xlabel("time (ms) from the first circuit, slot or chunk")
     ax.set_ylabel("node")
     ax.set_title(title or "measured timeline: circuits, slots, data moved, retunes", fontsize=10)
     handles = [_patch(colour[ch], f"ch {ch}") for ch in channels]
@@ -143,12 +179,15 @@ def _ms(span: Span, t0: float) -> Span:
     return ((span[0] - t0) / 1e3, max(span[1], 0.0) / 1e3)
 
 
-def _draw_row(ax: Any, y: int, row: _Row, t0: float, colour: dict[int, Any]) -> None:
+def _draw_row(ax: Any, y: int, row: _Row, t0: float, colour: dict[int, Any],
+              label_from: float) -> None:
+    """One node's row; circuits at least `label_from` µs long are labelled."""
     if row.circuits:
         ax.broken_barh([_ms((s, e - s), t0) for s, e, _c, _d in row.circuits], (y - 0.45, 0.15),
                        facecolors=[colour[c] for _s, _e, c, _d in row.circuits])
-        for s, _e, ch, dst in row.circuits:
-            ax.text((s - t0) / 1e3, y - 0.47, f"→{dst} ch {ch}", fontsize=6, va="bottom")
+        for s, e, ch, dst in row.circuits:
+            if e - s >= label_from:
+                ax.text((s - t0) / 1e3, y - 0.47, f"→{dst} ch {ch}", fontsize=6, va="bottom")
     if row.slots:
         ax.broken_barh([_ms((s, d), t0) for s, d, _p in row.slots], (y - 0.28, 0.5),
                        facecolors=[_slot_colour(row, s, p, colour) for s, _d, p in row.slots],

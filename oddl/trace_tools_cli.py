@@ -51,6 +51,8 @@ def register_readers(group: Any) -> None:
     plot.add_argument("--out", required=True, help="the PNG to write")
     plot.add_argument("--testbed", metavar="TOML",
                       help="refuse a trace recorded against another testbed file")
+    plot.add_argument("--job", help="only this job (its id, as the summary prints it)")
+    plot.add_argument("--seq", type=int, help="only this collective sequence number")
     plot.add_argument("--title", default="")
     plot.add_argument("--json", action="store_true")
     plot.set_defaults(func=cmd_plot)
@@ -113,10 +115,15 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the timeline into a PNG."""
     from oddl.trace_merge import timeline_of
-    from oddl.trace_plot import plot_timeline
+    from oddl.trace_files import TraceFileError
+    from oddl.trace_plot import plot_timeline, select
 
     doc = timeline_of(args.file)
     _check_testbed(doc, args.file, args.testbed)
+    try:
+        doc = select(doc, args.job, args.seq)
+    except ValueError as exc:
+        raise TraceFileError(f"{args.file}: {exc}; pick one of them with --job/--seq") from None
     rows = plot_timeline(doc, args.out, args.title)
     if args.json:
         print(json.dumps({"out": args.out, "nodes": rows}))

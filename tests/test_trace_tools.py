@@ -220,3 +220,18 @@ def test_the_torch_tracer_counts_what_its_bounded_buffer_drops(tmp_path, monkeyp
     assert Path(path).name == "torch-rank3.trace.json"
     assert (doc["oddl"]["recorded"], doc["oddl"]["dropped"]) == (2, 1)
     assert torch_trace.c10d_name("reduce_scatter_tensor(MAX)") == "_reduce_scatter_base"
+
+
+def test_plot_of_one_collective_and_of_one_that_is_not_there(tmp_path, capsys):
+    """--job/--seq keep that collective's events (and the device commands within its span);
+    a job the trace does not hold is refused, listing what it holds."""
+    from oddl.trace_plot import collect_rows, select
+
+    doc = merge_paths([str(RUN)])
+    rows, _t0 = collect_rows(select(doc, "j1", 3))
+    assert rows["n0"].retunes == [(335 + 500.5, 45)] and len(rows["n1"].slots) == 2
+    code, _out, err = _cli(capsys, "trace", "plot", str(RUN), "--out", str(tmp_path / "x.png"),
+                           "--job", "j9")
+    assert code == 2 and "no events of job j9 seq any; the trace holds (job, seq) [('j1', 3)]" \
+        in err
+    assert not (tmp_path / "x.png").exists()
