@@ -114,8 +114,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the timeline into a PNG."""
-    from oddl.trace_merge import timeline_of
     from oddl.trace_files import TraceFileError
+    from oddl.trace_merge import timeline_of
     from oddl.trace_plot import plot_timeline, select
 
     doc = timeline_of(args.file)
