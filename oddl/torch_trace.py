@@ -25,13 +25,12 @@ in the header's `dropped`, never silently lost.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from oddl.trace_files import FORMAT
@@ -166,28 +165,51 @@ def flush() -> str | None:
     return _tracer.flush() if _tracer is not None else None
 
 
+_profiler_enabled: Callable[[], bool] | None = None
+
+
 def _profiling() -> bool:
     """Whether a torch.profiler (or autograd profiler) session is recording now."""
-    import torch
+    global _profiler_enabled
+    if _profiler_enabled is None:
+        import torch
 
-    return bool(torch._C._autograd._profiler_enabled())
+        _profiler_enabled = torch._C._autograd._profiler_enabled
+    return bool(_profiler_enabled())
 
 
-@contextlib.contextmanager
-def call(group: Any, kind: str, fn: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
-    """The function to submit for this call: `fn` itself, or `fn` recorded (see the module
-    docstring); annotated for the profiler around the submission while one runs."""
+class _Call:
+    """The context `call` returns: entering gives the function to submit; around it, the
+    profiler's annotation when one records."""
+
+    __slots__ = ("fn", "annotation")
+
+    def __init__(self, fn: Callable[[], Any], annotation: Any = None):
+        self.fn, self.annotation = fn, annotation
+
+    def __enter__(self) -> Callable[[], Any]:
+        if self.annotation is not None:
+            self.annotation.__enter__()
+        return self.fn
+
+    def __exit__(self, *exc: object) -> None:
+        if self.annotation is not None:
+            self.annotation.__exit__(*exc)
+
+
+def call(group: Any, kind: str, fn: Callable[[], Any]) -> _Call:
+    """`with call(group, kind, fn) as traced:` — `traced` is `fn` itself, or `fn` recorded
+    (see the module docstring); annotated for the profiler around the submission while one
+    records."""
     name = str(getattr(group, "_name", "") or "0")
     seq = _next_seq(name)
-    rec = tracer(int(getattr(group, "_rank", 0)))
+    rec = _tracer if _tracer is not None else tracer(int(getattr(group, "_rank", 0)))
     traced = fn if rec is None else _recorded(rec, group, kind, fn, name, seq)
     if not _profiling():
-        yield traced
-        return
+        return _Call(traced)
     from torch.autograd.profiler import record_function
 
-    with record_function(f"oddl:{c10d_name(kind)} pg={name} seq={seq}"):
-        yield traced
+    return _Call(traced, record_function(f"oddl:{c10d_name(kind)} pg={name} seq={seq}"))
 
 
 def _recorded(rec: Tracer, group: Any, kind: str, fn: Callable[[], Any], name: str,
