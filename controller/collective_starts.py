@@ -132,6 +132,8 @@ class CollectiveStarts:
 
     def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> None:
         """Hand the collective's slots that change circuits (if any) to the executor."""
+        if TRACE.on:
+            trace_hooks.remember(job.id, seq, go)
         with self.lock:
             self._started[job.id] = max(self._started.get(job.id, 0), seq)
             self.executor.launch(job, seq, go)
