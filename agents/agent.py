@@ -248,7 +248,8 @@ class Agent:
 
     def on_trace(self, event: pb.TraceSwitch) -> None:
         """Start or stop recording as the controller says (`agents.trace_switch`)."""
-        trace_switch.on_switch(self.node_id, self.cfg, lambda: self.clock, event)
+        trace_switch.on_switch(self.node_id, self.cfg, lambda: self.clock, event,
+                               lambda: self.ctl.sync.offset_ns)
 
     def on_peer_lost(self, event: pb.PeerLost) -> None:
         """A peer of a job stopped answering: its collective in flight ends here too, and

@@ -24,8 +24,10 @@ logger = logging.getLogger(__name__)
 
 
 def start(node_id: str, cfg: TestbedConfig, clock: Callable[[], ClockEstimate],
-          directory: str | os.PathLike[str], capacity: int = DEFAULT_CAPACITY) -> None:
-    """Record this agent's timeline into `directory` (written at `stop`)."""
+          directory: str | os.PathLike[str], capacity: int = DEFAULT_CAPACITY,
+          offset_ns: Callable[[], int] | None = None) -> None:
+    """Record this agent's timeline into `directory` (written at `stop`). `offset_ns`: the
+    offset without waiting (`ClockSync.offset_ns`), else taken from `clock()`."""
 
     def error_ns() -> int:
         est = clock()
@@ -33,15 +35,17 @@ def start(node_id: str, cfg: TestbedConfig, clock: Callable[[], ClockEstimate],
 
     tracing.start(directory, f"agent-{node_id}", testbed=cfg.name, testbed_file=cfg.path,
                   capacity=capacity, clock=wallclock.now_ns,
-                  offset_ns=lambda: round(clock().offset_s * 1e9), error_ns=error_ns)
+                  offset_ns=offset_ns or (lambda: round(clock().offset_s * 1e9)),
+                  error_ns=error_ns)
 
 
 def on_switch(node_id: str, cfg: TestbedConfig, clock: Callable[[], ClockEstimate],
-              event: pb.TraceSwitch) -> None:
+              event: pb.TraceSwitch, offset_ns: Callable[[], int] | None = None) -> None:
     """Carry out the controller's ``TraceSwitch`` (a bad folder is logged, never fatal)."""
     try:
         if event.on:
-            start(node_id, cfg, clock, event.dir, event.buffer_events or DEFAULT_CAPACITY)
+            start(node_id, cfg, clock, event.dir, event.buffer_events or DEFAULT_CAPACITY,
+                  offset_ns)
             logger.info("%s: recording the timeline into %s", node_id, event.dir)
         else:
             path = tracing.stop()

@@ -112,6 +112,8 @@ class CollectiveStarts:
         self._launch(job, barrier.seq, go)
         self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
         self.jobs.save(job)
+        if TRACE.on:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")
 
     def _go_optinc(self, job: JobRecord, barrier: Barrier) -> None:
         """Start an optinc collective: its two-slot schedule, no retunes, no slot executor."""
@@ -128,11 +130,10 @@ class CollectiveStarts:
             self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
             self.jobs.save(job)
 
-    def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo,
-                how: str = "barrier start") -> None:
+    def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> None:
         """Hand the collective's slots that change circuits (if any) to the executor."""
         if TRACE.on:
-            trace_hooks.planned(job.id, seq, job.nodes, go, how)
+            trace_hooks.remember(job.id, seq, go)
         with self.lock:
             self._started[job.id] = max(self._started.get(job.id, 0), seq)
             self.executor.launch(job, seq, go)
@@ -164,8 +165,10 @@ class CollectiveStarts:
             self.errors[refusal.kind] += 1
             self.circuits_ready(job, request.seq, refusal.slot, refusal.reason)
             return
-        self._launch(job, request.seq, go, "standing start")
+        self._launch(job, request.seq, go)
         self.jobs.save(job)
+        if TRACE.on:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, request.seq, job.nodes, go, "standing start")
 
     def _standing_job(self, request: pb.StartStandingRequest) -> JobRecord | None:
         """The job of a standing start to execute, or None for a copy already seen."""

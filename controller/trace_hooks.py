@@ -30,6 +30,15 @@ def control(name: str, job: str, seq: int, t_ns: int | None = None, **more: Any)
                   {"job": job, "seq": seq, **more})
 
 
+def remember(job: str, seq: int, go: pb.CollectiveGo) -> None:
+    """Keep the circuits of a collective about to start, for its retunes (`retuned`): called
+    before the slot executor starts, so its first retune finds them."""
+    with _lock:  # only slots that retune: the slot executor that runs them forgets them
+        for slot in (s for s in go.schedule.slots if any(c.retune for c in s.circuits)):
+            _circuits[(job, seq, slot.index)] = list(slot.circuits)
+            _slot_ends[(job, seq, slot.index)] = go.t0_ns + slot.end_ns
+
+
 def planned(job: str, seq: int, nodes: Sequence[str], go: pb.CollectiveGo, how: str) -> None:
     """A collective starts (`how`: ``barrier start`` or ``standing start``): its planned slot
     windows per node, its circuits that need no retune (up for their slot as planned)."""
@@ -37,9 +46,6 @@ def planned(job: str, seq: int, nodes: Sequence[str], go: pb.CollectiveGo, how: 
     t0 = go.t0_ns
     for slot in go.schedule.slots:
         start, end = t0 + slot.data_start_ns, t0 + slot.end_ns
-        with _lock:
-            _circuits[(job, seq, slot.index)] = list(slot.circuits)
-            _slot_ends[(job, seq, slot.index)] = end
         for c in slot.circuits:
             _plan_window(job, seq, slot, c, start, end, t0)
             if not c.retune:

@@ -88,7 +88,7 @@ def trace_agent(agent: Any, args: argparse.Namespace) -> None:
     from agents import trace_switch
 
     trace_switch.start(agent.node_id, agent.cfg, lambda: agent.clock, args.trace,
-                       args.trace_buffer)
+                       args.trace_buffer, lambda: agent.ctl.sync.offset_ns)
 
 
 def _ready_and_metrics(sp: argparse.ArgumentParser) -> None:

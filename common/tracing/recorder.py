@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 FORMAT = "oddl-trace/1"
 DEFAULT_CAPACITY = 250_000
 """Events one process keeps (about 0.5 KB each with their arguments: at most ~125 MB)."""
+OFFSET_REFRESH_NS = 100_000_000
+"""How often (at most) the clock offset is asked again while recording: 0.1 s, far below the
+time it takes to drift by a microsecond (docs/clocks.md)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class Recorder:
         self._clock: Callable[[], int] = time.time_ns
         self._offset: Callable[[], int] = _no_offset
         self._error: Callable[[], int] = _no_offset
+        self._offset_now = 0
+        self._offset_at = -OFFSET_REFRESH_NS - 1
         self._started_ns = 0
         self._lock = threading.Lock()
         self.flushers: list[Callable[[], None]] = []
@@ -96,6 +101,7 @@ class Recorder:
             self._buf = [None] * capacity
             self._next = itertools.count()
             self._clock, self._offset, self._error = clock, offset_ns, error_ns
+            self._offset_at = -OFFSET_REFRESH_NS - 1  # ask at the first event
             self._started_ns = self.now_ns()
             self.on = True
 
@@ -144,11 +150,14 @@ class Recorder:
 
     def now_ns(self) -> int:
         """Now on the controller's clock."""
-        return self._clock() + self._offset()
+        return self.to_controller(self._clock())
 
     def to_controller(self, local_ns: int) -> int:
-        """A time read on this process's clock, on the controller's."""
-        return local_ns + self._offset()
+        """A time read on this process's clock, on the controller's (the offset is asked
+        again at most every `OFFSET_REFRESH_NS`: an agent's estimate takes a lock)."""
+        if abs(local_ns - self._offset_at) > OFFSET_REFRESH_NS:
+            self._offset_now, self._offset_at = self._offset(), local_ns
+        return local_ns + self._offset_now
 
     # ---- recording (times already on the controller's clock) ----------------------------
     def add(self, event: Event) -> None:
