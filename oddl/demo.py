@@ -120,7 +120,12 @@ def run_demo(args: argparse.Namespace) -> int:
     trace = Path(args.trace) if args.trace else None
     summary = run_testbed_demo(config, run_dir, args.iterations, args.params, args.collective,
                                progress=not args.json, trace=trace)
-    if trace is not None and not args.json:
-        print(f"[demo] timeline of every process in {trace}/*.trace.json (docs/tracing.md)")
+    if trace is not None:
+        from oddl.trace_merge import merge_paths, write_json
+
+        write_json(merge_paths([str(trace)]), str(trace / "timeline.json"))
+        if not args.json:
+            print(f"[demo] timeline of every process in {trace}/*.trace.json, merged into "
+                  f"{trace}/timeline.json (docs/tracing.md)")
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0 if summary["all_results_exact"] else 1
