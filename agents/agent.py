@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from agents import localapi, wallclock
+from agents import localapi, trace_switch, wallclock
 from agents.agent_jobs import JobTable
 from agents.bucket_server import BucketRegistry
 from agents.clock import ClockEstimate
@@ -39,6 +39,7 @@ from agents.local_server import LocalServer
 from common.config import TestbedConfig
 from common.listen_errors import ListenOrigin, listen_error
 from common.metrics import Metrics, counter, gauge
+from common.tracing import TRACE
 from protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,11 @@ class Agent:
         self.runner.abort(event.job_id, f"the job ended ({event.reason or 'no reason given'})")
         self.links.forget(event.job_id)
 
+    def on_trace(self, event: pb.TraceSwitch) -> None:
+        """Start or stop recording as the controller says (`agents.trace_switch`)."""
+        trace_switch.on_switch(self.node_id, self.cfg, lambda: self.clock, event,
+                               lambda: self.ctl.sync.offset_ns)
+
     def on_peer_lost(self, event: pb.PeerLost) -> None:
         """A peer of a job stopped answering: its collective in flight ends here too, and
         new ones wait for it to come back."""
@@ -310,7 +316,7 @@ class Agent:
                 "local_api_bytes": self.local.api_bytes,
                 "shared_memory_bytes": runner.shared_bytes,
                 "buckets_mapped": {str(pid): n for pid, n in self.buckets.holders().items()},
-                "gate_scheduling": self.gate_scheduling,
+                "gate_scheduling": self.gate_scheduling, "tracing": TRACE.on,
                 "collectives_on_standing_schedules": runner.standing_runs,
                 "late_chunks": phy.late if phy else 0,
                 "worst_late_s": phy.worst_late_s if phy else 0.0,

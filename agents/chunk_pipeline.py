@@ -115,3 +115,4 @@ def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
         np.add(target, data, out=target)
     elif not np.may_share_memory(data, target):  # else read into it already
         target[...] = data
+    ctx.reduced()

@@ -102,6 +102,9 @@ class ClockSync:
         self.excursion = Excursion()
         self.via = "none"
         """Where the last samples came from: "udp", "grpc" or "none"."""
+        self.offset_ns = 0
+        """The offset of the last burst's estimate, ns: read without the lock (the trace
+        reads it on the data path, where waiting for a burst would cost a send)."""
         self._rpc_sample = rpc_sample
         self._udp: UdpProbe | None = None
         self._closed = False
@@ -138,7 +141,9 @@ class ClockSync:
                 self.filter.add(s)
             if got:
                 self.via = via
-        return self.estimate()
+        est = self.estimate()
+        self.offset_ns = round(est.offset_s * 1e9)
+        return est
 
     def estimate(self) -> ClockEstimate:
         """The best estimate now."""

@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from protos.schedule_wire import (
     continuing_slots,
     granted_slots,
 )
+
+if TYPE_CHECKING:
+    from agents.trace_hooks import RunTrace
 
 REDUCE = "reduce"
 COPY = "copy"
@@ -78,6 +81,10 @@ class CollectiveRun:
     line_rate_bps: float = 0.0
     """The ideal network's line rate: its wire time is the schedule receives are due by."""
     stats: dict[str, float] = field(default_factory=dict)
+    collective: str = ""
+    """The schedule's collective (``ring``, ...), for the trace."""
+    caller_step: int = 0
+    """The training process's number for this call, for the trace."""
 
     @property
     def gated(self) -> bool:
@@ -125,6 +132,8 @@ class RunContext:
     """Slots that keep the previous slot's circuits: their sends wait for no edge."""
     to_confirm: frozenset[tuple[int, str]] = frozenset()
     worst_gate_s: float = 0.0
+    trace: RunTrace | None = None
+    """This run on the trace while it records (`agents.trace_hooks`), else None."""
 
     def __post_init__(self) -> None:
         run, me = self.run, self.run.me
@@ -213,6 +222,11 @@ class RunContext:
     def deadline(self, k: int) -> float:
         """When a receive of step k gives up: `due` plus the receive timeout."""
         return self.due(k) + self.run.receive_timeout_s
+
+    def reduced(self) -> None:
+        """The chunk received last on this thread is applied to the buffer (for the trace)."""
+        if self.trace is not None:
+            self.trace.reduced()
 
     def raise_if_cancelled(self) -> None:
         """CollectiveError when the agent cancelled the collective (not when it failed)."""

@@ -76,6 +76,7 @@ class CollectiveRunner:
         """Whether the call in flight got past the barrier or ready exchange into its data
         phase (its buffer may be partly reduced; it is never run a second time)."""
         self._current_job = ""
+        self._step = 0
         self._cancel = threading.Event()
         self._running = threading.Event()
         self._abort_reason = ""
@@ -121,6 +122,7 @@ class CollectiveRunner:
         # the caller's number for this call: its own, or its count of calls on this job
         step = req.step or req.steps.get(job.id, 0) + 1
         header["resolved"] = {"job": job.id, "step": step}  # told back to the client
+        self._step = step  # for the trace
         if job.network == "ideal":
             seq = job.next_seq
             job.next_seq += 1
@@ -310,7 +312,8 @@ class CollectiveRunner:
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,
             slots=decoded.slots, t0_local=t0_local, network=job.network,
             receive_timeout_s=decoded.receive_timeout_s,
-            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9,
+            collective=decoded.collective, caller_step=self._step)
         if t0_local > 0:
             self.starts.append((job.id, seq, self._called_at,
                                 t0_local + first_data_start(schedule)))

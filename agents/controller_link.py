@@ -46,6 +46,9 @@ class StreamListener(Protocol):
     def on_peer_lost(self, event: pb.PeerLost) -> None:
         """A participant of a job stopped answering."""
 
+    def on_trace(self, event: pb.TraceSwitch) -> None:
+        """The controller switches the trace on or off (`oddl trace start|stop`)."""
+
 
 class ControllerLink:
     """One node's gRPC link to the controller (see the module docstring)."""
@@ -166,6 +169,8 @@ class ControllerLink:
             listener.on_peer_lost(event.peer_lost)
         elif kind == "ended":
             listener.on_ended(event.ended)
+        elif kind == "trace":
+            listener.on_trace(event.trace)
         with self.cond:
             self.cond.notify_all()
 

@@ -33,6 +33,8 @@ from agents.collective_run import CancelEither, ChunkLink, CollectiveRun, Handof
 from agents.gate import SlotGate
 from agents.step_by_step import INLINE_SEND, run_steps
 from agents.stream_wire import CHUNK_BYTES
+from agents.trace_hooks import RunTrace, TracedLink
+from common.tracing import TRACE
 
 __all__ = ["ChunkLink", "CollectiveRun", "Handoffs", "run_collective"]
 
@@ -53,7 +55,11 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     own_sender = sender is None
     if sender is None:
         sender = ThreadPoolExecutor(1, thread_name_prefix=f"{run.me}-send")
-    ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel))
+    trace = RunTrace(run, buf.nbytes, buf.itemsize) if TRACE.on else None
+    if trace is not None:
+        link = TracedLink(link, trace)
+    ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel),
+                     trace=trace)
     started = wallclock.now()
     if not run.gated:
         ctx.ideal_timing(started)
@@ -64,14 +70,18 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     # chunk; large ones pipeline their chunks across steps on the sender thread
     biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
                   default=0) * buf.itemsize
+    ok = False
     try:
         if plan.pipelined and biggest > INLINE_SEND:
             run_pipelined(ctx, plan)
         else:
             run_steps(ctx)
+        ok = True
     finally:
         if own_sender:
             sender.shutdown(wait=True)
+        if trace is not None:
+            trace.finished(run.collective, run.caller_step, ok)
     run.stats["duration_s"] = wallclock.now() - started
     run.stats["gate_error_max_s"] = ctx.worst_gate_s
     return buf.reshape(buffer.shape)

@@ -108,6 +108,7 @@ def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int]], op:
                 np.add(target, data, out=target)
             else:
                 target[...] = data
+            ctx.reduced()
     logger.debug("%s seq %d step %d: received from %s", run.me, run.seq, k, src)
 
 

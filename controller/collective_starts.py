@@ -17,6 +17,8 @@ from collections import Counter
 
 from common.config import OPTINC, TestbedConfig
 from common.errors import OddlError, OperationRefused
+from common.tracing import TRACE
+from controller import trace_hooks
 from controller.agent_registry import AgentRegistry
 from controller.devices import DeviceManager
 from controller.jobs import MAX_ELEMENTS, Barrier, JobManager, JobRecord
@@ -110,6 +112,8 @@ class CollectiveStarts:
         self._launch(job, barrier.seq, go)
         self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
         self.jobs.save(job)
+        if TRACE.on:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")
 
     def _go_optinc(self, job: JobRecord, barrier: Barrier) -> None:
         """Start an optinc collective: its two-slot schedule, no retunes, no slot executor."""
@@ -128,6 +132,8 @@ class CollectiveStarts:
 
     def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> None:
         """Hand the collective's slots that change circuits (if any) to the executor."""
+        if TRACE.on:
+            trace_hooks.remember(job.id, seq, go)
         with self.lock:
             self._started[job.id] = max(self._started.get(job.id, 0), seq)
             self.executor.launch(job, seq, go)
@@ -161,6 +167,8 @@ class CollectiveStarts:
             return
         self._launch(job, request.seq, go)
         self.jobs.save(job)
+        if TRACE.on:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, request.seq, job.nodes, go, "standing start")
 
     def _standing_job(self, request: pb.StartStandingRequest) -> JobRecord | None:
         """The job of a standing start to execute, or None for a copy already seen."""

@@ -29,6 +29,7 @@ from controller.jobs import JobManager, JobRecord
 from controller.slot_executor import SlotExecutor
 from controller.store import Store
 from controller.testbed_model import timing_from_config, topology_from_config
+from controller.trace_switch import set_trace
 from controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
 from drivers.interfaces import Route
 from protos import oddl_pb2 as pb
@@ -222,6 +223,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         return device_log_pb(self.devices, request.device, request.limit)
 
     # ---- operator changes -------------------------------------------------------------
+    def SetTrace(self, request, context):  # noqa: N802
+        return self._refusing(context, lambda: set_trace(self.cfg, self.registry, request))
+
     def Reconfigure(self, request, context):  # noqa: N802
         kind = request.WhichOneof("change")
         if kind == "set_channel":

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from common.errors import OddlError
 from common.metrics import Metrics
+from common.tracing import TRACE
+from controller import trace_hooks
 from controller.devices import DeviceManager
 from controller.jobs import JobRecord
 from controller.scheduling.slot_grants import (
@@ -53,6 +55,8 @@ class Confirmations:
         """Record one confirmed arrival and wake the executors."""
         with self._cond:
             self._seen.add((job_id, seq, slot, src))
+            if TRACE.on:
+                trace_hooks.control("handoff confirmed", job_id, seq, slot=slot, node=src)
             self._version += 1
             self._cond.notify_all()
 
@@ -173,6 +177,7 @@ class SlotExecutor:
                         version, min(max(decision.wake_at - self._clock(), 0.0), 0.05))
         finally:
             self.confirmations.forget(job.id, seq)
+            trace_hooks.forget(job.id, seq)
 
     def _carry_out(self, job: JobRecord, seq: int, core: SlotGrants,
                    decision: SlotDecision) -> bool:
@@ -180,7 +185,11 @@ class SlotExecutor:
         for grant in decision.grants:
             self._grant(job, seq, grant)
         if decision.retune is not None:
-            core.retuned(decision.retune.slot, self._retune(job, decision.retune))
+            started = time.time_ns()
+            errors = self._retune(job, decision.retune)
+            core.retuned(decision.retune.slot, errors)
+            if TRACE.on:
+                trace_hooks.retuned(job.id, seq, decision.retune, started, errors)
         if decision.failure is not None:
             self._fail(job, seq, decision.failure)
         return decision.done
@@ -197,6 +206,8 @@ class SlotExecutor:
         granted = self._clock()
         late = granted - grant.data_start_s
         self._circuits_ready(job, seq, grant.slot, "")
+        if TRACE.on:
+            trace_hooks.control("grant", job.id, seq, slot=grant.slot, late_us=late * 1e6)
         if self.metrics is not None:
             self.metrics.overrun.observe(max(late, 0.0))
             self.metrics.guard_phase.labels("confirmed").observe(

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from drivers.command_trace import traced
 from drivers.itla_frames import (
     FRAME_LEN,
     NOP_ERROR_MASK,
@@ -261,6 +262,12 @@ class ItlaLink(TransportOwner):
                 raise _Silent(f"{stale} replies echo the wrong register")
 
     def _exchange(self, reg: Register, data: int = 0, write: bool = False) -> Reply:
+        """One exchange (on the trace when it records: `drivers.command_trace`)."""
+        return traced(self.name, f"itla {'write' if write else 'read'} {reg.name}",
+                      lambda: self._exchange_once(reg, data, write),
+                      lambda reply: f"{reply.status.name} 0x{reply.data:04X}")
+
+    def _exchange_once(self, reg: Register, data: int = 0, write: bool = False) -> Reply:
         """One exchange; XE becomes ItlaExecutionError with the NOP error code and a remedy.
 
         CII (the module is still initialising after power-up or a reset) is retried every

@@ -21,6 +21,8 @@ from pyvisa.errors import InvalidSession, VisaIOError
 from pyvisa.resources import MessageBasedResource
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from common.tracing import TRACE
+from drivers.command_trace import traced
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +214,10 @@ class PowerMeterLink:
 
     def query(self, command: str) -> str:
         """Send a SCPI query and return the answer line (stripped)."""
-        return self._query(command, explain_timeout=True)
+        if not TRACE.on:
+            return self._query(command, explain_timeout=True)
+        return traced(self.name, f"meter {command}",
+                      lambda: self._query(command, explain_timeout=True))
 
     def command(self, command: str) -> None:
         """Send a SCPI setting, then raise DeviceError if the meter queued an error for it."""

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
+from common.tracing import TRACE
+from drivers.command_trace import traced
 from drivers.interfaces import DeviceIdentity, Route
 from drivers.transport import Transport, TransportOwner
 from drivers.wss_channels import ChannelNumbering
@@ -276,7 +278,16 @@ class FlexgridWss(TransportOwner):
 
     def _exchange(self, command: str, *, results: int = 0,
                   final_timeout: float | None = None) -> list[str]:
-        """Send `command`; return its result lines (at most `results`) once 'OK' came."""
+        """Send `command`; return its result lines (at most `results`) once 'OK' came (on
+        the trace when it records: `drivers.command_trace`)."""
+        if not TRACE.on:
+            return self._exchange_once(command, results, final_timeout)
+        return traced(self.name, f"wss {describe(command)}",
+                      lambda: self._exchange_once(command, results, final_timeout),
+                      lambda lines: "; ".join(lines) or "OK")
+
+    def _exchange_once(self, command: str, results: int, final_timeout: float | None
+                       ) -> list[str]:
         with self._lock:
             if self._closed:
                 raise DeviceError(f"{describe(command)}: the driver is closed; open a new one",

@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         simulate_cli,
         testbed_cli,
         topoopt_cli,
+        trace_tools_cli,
     )
 
     p = argparse.ArgumentParser(prog="oddl", description="Testbed controller for all-optical "
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs_cli.register(sub)
     simulate_cli.register(sub)
     topoopt_cli.register(sub)
+    trace_tools_cli.register(sub)  # `oddl trace`: start, stop (trace_switch_cli), merge, ...
     return p
 
 

@@ -90,8 +90,10 @@ def _run_leg(tb: RunningTestbed, out: DemoOutcome, leg: tuple[str, str, str],
 
 
 def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int,
-                     collective: str, progress: bool = True) -> dict[str, Any]:
-    """Start everything, run both trainings, stop everything; return the summary."""
+                     collective: str, progress: bool = True,
+                     trace: Path | None = None) -> dict[str, Any]:
+    """Start everything, run both trainings, stop everything; return the summary. With
+    `trace`, every process records its timeline into that folder (docs/tracing.md)."""
     run_dir.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
@@ -100,7 +102,7 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
 
     with RunningTestbed(run_dir, config, agent_timeout_s=None,
                          state=run_dir / "controller.sqlite",
-                         progress=demo_progress(say, config, run_dir)) as tb:
+                         progress=demo_progress(say, config, run_dir), trace=trace) as tb:
         out = DemoOutcome(tb.cfg, n_params, run_dir)
         for leg in _legs(collective):
             _run_leg(tb, out, leg, iterations, say)
@@ -115,7 +117,15 @@ def run_demo(args: argparse.Namespace) -> int:
     """The `oddl demo` command."""
     config = Path(args.config) if args.config else DEFAULT_TESTBED
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    trace = Path(args.trace) if args.trace else None
     summary = run_testbed_demo(config, run_dir, args.iterations, args.params, args.collective,
-                               progress=not args.json)
+                               progress=not args.json, trace=trace)
+    if trace is not None:
+        from oddl.trace_merge import merge_paths, write_json
+
+        write_json(merge_paths([str(trace)]), str(trace / "timeline.json"))
+        if not args.json:
+            print(f"[demo] timeline of every process in {trace}/*.trace.json, merged into "
+                  f"{trace}/timeline.json (docs/tracing.md)")
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0 if summary["all_results_exact"] else 1

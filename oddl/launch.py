@@ -39,6 +39,9 @@ DEFAULT_TESTBED = shipped_testbed("emulated-4node.toml")
 """The emulated four-node testbed of `oddl demo`, `oddl testbed up` and the benchmarks: the
 package's own copy (oddl/testbeds/, also reachable as deploy/testbeds/ in the source tree)."""
 
+TRACE_GRACE_S = 60.0
+"""How long a recording process may take to write its trace after SIGTERM."""
+
 LOCAL = "127.0.0.1:0"
 """Listen on loopback, on a port the kernel picks."""
 
@@ -114,29 +117,32 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
                     state: Path | None = None, detach: bool = False, timeout: float = 30.0,
                     verbose_agents: bool = False, progress: Progress | None = None,
                     resolved_name: str = "testbed.resolved.toml",
-                    agent_env: Mapping[str, dict[str, str]] | None = None) -> Launched:
+                    agent_env: Mapping[str, dict[str, str]] | None = None,
+                    trace: Path | None = None) -> Launched:
     """Start the emulator host, the controller and every node's agent in `group`.
 
     `state`: the controller's state file; `detach`: the processes outlive this one (`oddl
     testbed up`); `timeout`: seconds each may take to become ready; `agent_env`: extra
-    environment variables by node id (`ODDL_CLOCK_SHIFT_US` for a rehearsal, say). The caller
+    environment variables by node id (`ODDL_CLOCK_SHIFT_US` for a rehearsal, say); `trace`:
+    every process records its timeline into that folder (docs/tracing.md). The caller
     stops the group (also when this raises: what started is in it).
     """
     total = 2 + len(load_testbed(config).nodes)  # a broken file fails here, before any start
     say = progress or (lambda step, steps, what: None)
     resolved = workdir / resolved_name
     say(1, total, "emulated devices and fabric")
-    emulators = group.start("emulators", emulators_command(config, resolved), timeout=timeout,
-                            detach=detach)
+    rec = ["--trace", str(trace)] if trace is not None else []
+    emulators = group.start("emulators", emulators_command(config, resolved) + rec,
+                            timeout=timeout, detach=detach)
     say(2, total, "controller")
-    ctl = group.start("controller", controller_command(resolved, state=state), timeout=timeout,
-                      detach=detach)
+    ctl = group.start("controller", controller_command(resolved, state=state) + rec,
+                      timeout=timeout, detach=detach)
     cfg = load_testbed(resolved)
     agents = {}
     for i, node in enumerate(cfg.nodes):
         say(3 + i, total, f"agent {node.id}")
         agents[node.id] = group.start(f"agent-{node.id}", agent_command(
-            resolved, node.id, ctl["address"], verbose_agents), timeout=timeout, detach=detach,
+            resolved, node.id, ctl["address"], verbose_agents) + rec, timeout=timeout, detach=detach,
             env=(agent_env or {}).get(node.id))
     return Launched(resolved, cfg, ctl["address"], agents, emulators, ctl)
 
@@ -202,7 +208,7 @@ class RunningTestbed:
         from oddl.operator import OperatorClient
 
         self.workdir = workdir
-        self.group = ProcessGroup(workdir)
+        self.group = ProcessGroup(workdir, grace=TRACE_GRACE_S if launch.get("trace") else 5.0)
         self.clients: list[AgentClient] = []
         self._operator: OperatorClient | None = None
         try:

@@ -98,6 +98,11 @@ class OperatorClient:
         req = pb.ReconfigureRequest(dry_run=dry_run, **{k: v for k, v in change.items()})
         return _as_dict(self._call("Reconfigure", req, timeout=60))
 
+    def set_trace(self, on: bool, directory: str = "", buffer_events: int = 0) -> dict[str, Any]:
+        """Start (`on`) or stop recording at the controller and every agent."""
+        req = pb.SetTraceRequest(on=on, dir=directory, buffer_events=buffer_events)
+        return _as_dict(self._call("SetTrace", req, timeout=120))
+
     def close(self) -> None:
         """Release the channel."""
         self._channel.close()

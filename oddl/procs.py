@@ -145,8 +145,11 @@ class ManagedProcess:
 class ProcessGroup:
     """Processes started in order and stopped in reverse, also on errors and Ctrl-C."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, grace: float = 5.0):
         self.log_dir = log_dir
+        self.grace = grace
+        """Seconds each child gets to stop after SIGTERM (one that writes its trace may need
+        more) before SIGKILL."""
         self.procs: list[ManagedProcess] = []
 
     def start(self, name: str, argv: list[str], timeout: float = 30.0,
@@ -160,7 +163,7 @@ class ProcessGroup:
     def stop_all(self) -> None:
         """Stop every child, newest first."""
         while self.procs:
-            self.procs.pop().stop()
+            self.procs.pop().stop(self.grace)
 
     def __enter__(self) -> ProcessGroup:
         return self

@@ -12,6 +12,7 @@ from typing import Any
 
 from common.errors import ConfigError
 from common.signals import StopSignals
+from common.tracing import session as tracing
 from oddl.exit_codes import EXIT_OK
 
 
@@ -38,6 +39,9 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
     from controller.server import ControllerServer
 
     cfg = load_testbed(args.config)
+    if args.trace:  # first: the start-up's device commands are on the trace
+        tracing.start(args.trace, "controller", testbed=cfg.name, testbed_file=args.config,
+                      capacity=args.trace_buffer)
     server = ControllerServer(cfg, args.listen, metrics_listen=args.metrics or None,
                               state=args.state, insecure=args.insecure)
     try:
@@ -47,6 +51,7 @@ def cmd_controller_serve(args: argparse.Namespace) -> int:
         wait_for_signal()
     finally:
         server.stop()
+        tracing.stop()
     return EXIT_OK
 
 
@@ -66,16 +71,28 @@ def cmd_agent_serve(args: argparse.Namespace) -> int:
         if args.metrics:  # first: a bad address stops the agent before it registers
             agent.metrics.serve(args.metrics, who=f"agent {args.node}")
         agent.start()
+        if args.trace:  # after the first clock sync: events go on the controller's clock
+            trace_agent(agent, args)
         print_ready({"ready": True, "node": args.node, "local_api": agent.local_api,
                       "data_address": agent.data_address, "metrics": agent.metrics.address},
                      args.ready_file)
         wait_for_signal()
     finally:
         agent.close()
+        tracing.stop()
     return EXIT_OK
 
 
+def trace_agent(agent: Any, args: argparse.Namespace) -> None:
+    """Record this agent's timeline on the controller's clock (its measured offset)."""
+    from agents import trace_switch
+
+    trace_switch.start(agent.node_id, agent.cfg, lambda: agent.clock, args.trace,
+                       args.trace_buffer, lambda: agent.ctl.sync.offset_ns)
+
+
 def _ready_and_metrics(sp: argparse.ArgumentParser) -> None:
+    tracing.add_arguments(sp)
     sp.add_argument("--ready-file", help="write the ready line (JSON, with the served "
                     "addresses) here too")
     sp.add_argument("--metrics", default="127.0.0.1:0",

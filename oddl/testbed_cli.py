@@ -67,12 +67,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         launched = launch_emulated(
             group, config, run_dir, state=run_dir / "controller.sqlite", detach=True,
+            trace=Path(args.trace).resolve() if args.trace else None,
             progress=None if args.json else
             lambda step, steps, what: print(f"[{step}/{steps}] {what}", flush=True))
     except BaseException:
         group.stop_all()
         raise
     state = _state(launched, group, run_dir)
+    state["trace"] = str(Path(args.trace).resolve()) if args.trace else ""
     for p in group.procs:
         p.release()
     (run_dir / STATE_FILE).write_text(json.dumps(state, indent=1), encoding="utf-8")
@@ -99,7 +101,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + (60 if state.get("trace") else 10)  # traces to write
     while time.monotonic() < deadline and any(_ours(p) for p in pids):
         time.sleep(0.1)
     killed = [p for p in pids if _ours(p)]
@@ -120,6 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--config", help="testbed file (default: the emulated four-node testbed)")
     up.add_argument("--run-dir", default=str(DEFAULT_RUN_DIR))
     up.add_argument("--json", action="store_true")
+    up.add_argument("--trace", metavar="DIR", help="every process records its timeline into "
+                    "DIR/<process>.trace.json, written when `oddl testbed down` stops it "
+                    "(docs/tracing.md)")
     up.set_defaults(func=cmd_up)
     down = tsub.add_parser("down", help="stop everything `up` started")
     down.add_argument("--run-dir", default=str(DEFAULT_RUN_DIR))

@@ -48,6 +48,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 
 from common.errors import CollectiveError, ConfigError
+from oddl import torch_trace
 from oddl.torch_channel import (
     ENV_API,
     ENV_FALLBACK,
@@ -108,7 +109,8 @@ class OddlProcessGroup(dist.ProcessGroup):
     # -- plumbing --
     def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
         inline = opts is not None and not getattr(opts, "asyncOp", True)
-        return _create_work_from_future(self._channel.submit(kind, fn, inline))
+        with torch_trace.call(self, kind, fn) as traced:  # ODDL_TRACE_DIR, torch.profiler
+            return _create_work_from_future(self._channel.submit(kind, traced, inline))
 
     def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
         if self._fallback is None:

@@ -97,18 +97,48 @@ class WatchScheduleRequest(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
 
 class ScheduleEvent(_message.Message):
-    __slots__ = ("assigned", "go", "ended", "circuits_ready", "peer_lost")
+    __slots__ = ("assigned", "go", "ended", "circuits_ready", "peer_lost", "trace")
     ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     GO_FIELD_NUMBER: _ClassVar[int]
     ENDED_FIELD_NUMBER: _ClassVar[int]
     CIRCUITS_READY_FIELD_NUMBER: _ClassVar[int]
     PEER_LOST_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     assigned: JobAssigned
     go: CollectiveGo
     ended: JobEnded
     circuits_ready: CircuitsReady
     peer_lost: PeerLost
-    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ..., circuits_ready: _Optional[_Union[CircuitsReady, _Mapping]] = ..., peer_lost: _Optional[_Union[PeerLost, _Mapping]] = ...) -> None: ...
+    trace: TraceSwitch
+    def __init__(self, assigned: _Optional[_Union[JobAssigned, _Mapping]] = ..., go: _Optional[_Union[CollectiveGo, _Mapping]] = ..., ended: _Optional[_Union[JobEnded, _Mapping]] = ..., circuits_ready: _Optional[_Union[CircuitsReady, _Mapping]] = ..., peer_lost: _Optional[_Union[PeerLost, _Mapping]] = ..., trace: _Optional[_Union[TraceSwitch, _Mapping]] = ...) -> None: ...
+
+class TraceSwitch(_message.Message):
+    __slots__ = ("on", "dir", "buffer_events")
+    ON_FIELD_NUMBER: _ClassVar[int]
+    DIR_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    on: bool
+    dir: str
+    buffer_events: int
+    def __init__(self, on: _Optional[bool] = ..., dir: _Optional[str] = ..., buffer_events: _Optional[int] = ...) -> None: ...
+
+class SetTraceRequest(_message.Message):
+    __slots__ = ("on", "dir", "buffer_events")
+    ON_FIELD_NUMBER: _ClassVar[int]
+    DIR_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    on: bool
+    dir: str
+    buffer_events: int
+    def __init__(self, on: _Optional[bool] = ..., dir: _Optional[str] = ..., buffer_events: _Optional[int] = ...) -> None: ...
+
+class SetTraceReply(_message.Message):
+    __slots__ = ("controller_file", "agents")
+    CONTROLLER_FILE_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    controller_file: str
+    agents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, controller_file: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CircuitsReady(_message.Message):
     __slots__ = ("job_id", "seq", "slot", "error")

@@ -119,6 +119,11 @@ class ControllerStub:
                 request_serializer=protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
                 response_deserializer=protos_dot_oddl__pb2.ReconfigureReply.FromString,
                 _registered_method=True)
+        self.SetTrace = channel.unary_unary(
+                '/oddl.v1.Controller/SetTrace',
+                request_serializer=protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.SetTraceReply.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -247,6 +252,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTrace(self, request, context):
+        """Operators: start or stop recording the timeline (docs/tracing.md) at the controller and
+        every registered agent (told over their schedule streams).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -334,6 +347,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.Reconfigure,
                     request_deserializer=protos_dot_oddl__pb2.ReconfigureRequest.FromString,
                     response_serializer=protos_dot_oddl__pb2.ReconfigureReply.SerializeToString,
+            ),
+            'SetTrace': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTrace,
+                    request_deserializer=protos_dot_oddl__pb2.SetTraceRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.SetTraceReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -795,6 +813,33 @@ class Controller:
             '/oddl.v1.Controller/Reconfigure',
             protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
             protos_dot_oddl__pb2.ReconfigureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTrace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oddl.v1.Controller/SetTrace',
+            protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
+            protos_dot_oddl__pb2.SetTraceReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,7 @@ METHOD_RULES: Mapping[str, Rule] = MappingProxyType({
     "SubmitJob": OPERATOR_RPC,
     "CancelJob": OPERATOR_RPC,
     "Reconfigure": OPERATOR_RPC,
+    "SetTrace": OPERATOR_RPC,
     # both: reads
     "ListJobs": READ_RPC,
     "GetSchedule": READ_RPC,

@@ -30,7 +30,10 @@ from common.config import (
 )
 from common.errors import ConfigError
 from common.signals import StopSignals
+from common.tracing import TRACE
+from common.tracing import session as tracing
 from drivers.emulators.fabric import Fabric, OpticalModel
+from drivers.emulators.light_trace import LightTrace
 from drivers.emulators.lighttable import HEARTBEAT_S, LightPublisher, LightTable
 from drivers.emulators.tcpserve import TcpEmulatorServer
 
@@ -173,6 +176,9 @@ def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
     tb.light = LightTable.create(len(tb.cfg.nodes), path=path or None)
     publisher = LightPublisher(tb.light, [n.id for n in tb.cfg.nodes], model.path_code,
                                model.transitions)
+    light_trace = LightTrace(tb.cfg, lambda node, t: model.path(node, t).power_dbm)
+    publisher.on_update = light_trace.update
+    TRACE.flushers.append(light_trace.flush)
     for device in (*tb.lasers.values(), *tb.switches.values()):
         device.on_change = publisher.update
     publisher.update()
@@ -245,6 +251,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resolved", help="write the resolved testbed file here "
                         "(default: print it only)")
     parser.add_argument("--host", default="127.0.0.1", help="address the emulators bind")
+    tracing.add_arguments(parser)
     parser.add_argument("--reuse", metavar="RESOLVED",
                         help="take over the addresses of an earlier run's resolved file (a "
                         "restart after a crash: the controller and agents find it again)")
@@ -255,10 +262,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_testbed(args.config)
     phases_dir = Path(args.resolved).resolve().parent if args.resolved else None
     reuse = load_testbed(args.reuse) if args.reuse else None
+    if args.trace:  # the same digest as the controller's and agents': of the resolved file
+        tracing.start(args.trace, "emulators", testbed=cfg.name, capacity=args.trace_buffer)
     tb = start_emulated_testbed(cfg, args.host, phases_dir=phases_dir, reuse=reuse)
     try:
         with StopSignals() as stop:
             text = dump_testbed(tb.resolved)
+            if args.trace:
+                TRACE.meta["testbed_sha256"] = tracing.testbed_digest(text)
             if args.resolved:
                 Path(args.resolved).write_text(text, encoding="utf-8")
             print(json.dumps({"ready": True, "resolved": args.resolved or "",
@@ -269,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
             stop.wait()
     finally:
         tb.close()
+        tracing.stop()
         sys.stdout.flush()
     return 0
 

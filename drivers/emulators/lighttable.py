@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.tracing import TRACE
+
 logger = logging.getLogger(__name__)
 
 MAGIC = b"ODDLLT02"
@@ -310,6 +312,9 @@ class LightPublisher:
         self._transitions = transitions
         self._clock = clock
         self._lock = threading.Lock()
+        self.on_update: Callable[[str, list[tuple[float, int]], float], None] | None = None
+        """Called with each node's new timeline while the trace records
+        (`drivers.emulators.light_trace`)."""
 
     def update(self) -> None:
         """Recompute every node's timeline from the devices' state now."""
@@ -317,4 +322,7 @@ class LightPublisher:
             now = self._clock()
             times = [now] + sorted(t for t in self._transitions(now) if t > now)
             for i, node in enumerate(self.nodes):
-                self.table.write(i, [(t, self._path_of(node, t)) for t in times], now)
+                timeline = [(t, self._path_of(node, t)) for t in times]
+                self.table.write(i, timeline, now)
+                if self.on_update is not None and TRACE.on:
+                    self.on_update(node, timeline, now)

@@ -1,0 +1,34 @@
+"""`SetTrace`: start or stop recording at run time (`oddl trace start|stop`).
+
+The controller switches its own recorder and tells every registered agent over its schedule
+stream (``TraceSwitch``); each agent then records into the same folder on its own host. The
+emulator host is not reachable from here: it records only when started with ``--trace``.
+"""
+
+from __future__ import annotations
+
+from common.config import TestbedConfig
+from common.errors import OperationRefused
+from common.tracing import DEFAULT_CAPACITY, TRACE
+from common.tracing import session as tracing
+from controller.agent_registry import AgentRegistry
+from protos import oddl_pb2 as pb
+
+
+def set_trace(cfg: TestbedConfig, registry: AgentRegistry, request: pb.SetTraceRequest
+              ) -> pb.SetTraceReply:
+    """Carry out one `SetTrace` request (OperationRefused for a start with no folder)."""
+    agents = tuple(sorted(registry.agents))
+    if request.on:
+        if not request.dir:
+            raise OperationRefused("a trace start needs the folder to record into; pass "
+                                   "`oddl trace start --dir DIR`")
+        tracing.start(request.dir, "controller", testbed=cfg.name, testbed_file=cfg.path,
+                      capacity=request.buffer_events or DEFAULT_CAPACITY)
+        path = ""
+    else:
+        written = TRACE.stop()
+        path = str(written) if written else ""
+    registry.push(agents, pb.ScheduleEvent(trace=pb.TraceSwitch(
+        on=request.on, dir=request.dir, buffer_events=request.buffer_events)))
+    return pb.SetTraceReply(controller_file=path, agents=list(agents))
