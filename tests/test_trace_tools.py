@@ -235,3 +235,28 @@ def test_plot_of_one_collective_and_of_one_that_is_not_there(tmp_path, capsys):
     assert code == 2 and "no events of job j9 seq any; the trace holds (job, seq) [('j1', 3)]" \
         in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_an_agent_made_late_on_purpose_shows_as_overruns_in_the_summary(tmp_path, capsys):
+    """A gated ring on real stream links (tests/test_trace_record.py's scenario) whose rank 2
+    starts 0.5 s late: the summary gives n2's slots a gate error above 0.4 s and counts its
+    overruns (the others', who wait for its data, too), and the text names them."""
+    from test_trace_record import _gated_ring
+
+    from common.tracing import TRACE
+
+    TRACE.start(tmp_path, "agents-in-process",
+                meta={"testbed": "in-process", "testbed_sha256": "c3" * 32})
+    try:
+        _gated_ring(late_rank=2, delay_s=0.5, slot_s=0.02)
+    finally:
+        path = TRACE.stop()
+    assert path is not None
+    s = summarise(load_trace(str(path)).doc)
+    (c,) = s["collectives"]
+    late = [sl for sl in s["slots"] if sl["node"] == "n2"]
+    assert late and min(sl["gate_error_us"] for sl in late) > 400_000
+    assert c["overruns"] > 0 and "n2" in {f["node"] for f in s["faults"]
+                                          if f["fault"] == "overrun"}
+    code, out, _err = _cli(capsys, "trace", "summary", str(path))
+    assert code == 0 and "overrun    at n2" in out
