@@ -170,6 +170,9 @@ def write_json(doc: dict[str, Any], out: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, separators=(",", ":"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any file the user writes, not mkstemp's 0600
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
