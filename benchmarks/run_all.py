@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
                     ["--iterations", "6"]),
     "topoopt": (["bench_topoopt.py"], [], []),
     "torch-backend": (["bench_torch_backend.py"], [], ["--repeats", "3"]),
+    "trace": (["bench_trace.py"], ["--rounds", "8"], ["--rounds", "3"]),
 }
 
 
