@@ -50,9 +50,9 @@ def check_call(kind: str, op: str, root: int, dtype: np.dtype, world: int | None
                ) -> None:
     """OperationRefused naming what is wrong with (kind, op, root) for `dtype` (and `world`
     ranks, when known)."""
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise OperationRefused(f"unknown collective kind {kind!r}; use one of {', '.join(KINDS)}")
-    if op not in UFUNCS:
+    if not isinstance(op, str) or op not in UFUNCS:
         raise OperationRefused(f"unknown reduction op {op!r}; use one of {', '.join(UFUNCS)}")
     if op != "sum" and kind not in REDUCING:
         raise OperationRefused(f"{kind} does not reduce; call it without op (op {op!r})")
@@ -67,6 +67,37 @@ def check_call(kind: str, op: str, root: int, dtype: np.dtype, world: int | None
     if world is not None and root >= world:
         raise OperationRefused(f"root {root} is not a rank of this job of {world} ranks; use "
                                f"0..{world - 1}")
+
+
+def check_on_job(call: tuple[str, str, int], dtype: np.dtype, elements: int, world: int,
+                 collective: str, laid_out_for: int | None = None) -> None:
+    """OperationRefused unless a job of `world` ranks running `collective` can serve the
+    (kind, op, root) call on a work buffer of `elements` elements that the client laid out
+    for `laid_out_for` ranks (None: it did not say)."""
+    kind, op, root = call
+    check_call(kind, op, root, dtype, world)
+    if laid_out_for is not None and laid_out_for != world:
+        raise OperationRefused(f"the client laid out its {kind} buffer for {laid_out_for} ranks; "
+                               f"the job has {world}: ask for the world again (AgentClient "
+                               "does, and calls once more)")
+    refusal = optinc_refusal((kind, op, root)) if collective == "optinc" else ""
+    if refusal:
+        raise OperationRefused(refusal)
+    blocks = work_blocks(kind, world)
+    if elements % blocks:
+        raise OperationRefused(f"{kind} on {world} ranks needs a work buffer of {blocks} equal "
+                               f"blocks; {elements} elements do not split so: use "
+                               "agents.client.AgentClient, which lays it out")
+
+
+def optinc_refusal(call: tuple[str, str, int]) -> str:
+    """Why OptINC cannot run this call ("" if it can): the device averages in the network."""
+    kind, op, _root = call
+    if kind == ALL_REDUCE and op == "sum":
+        return ""
+    return (f"optinc cannot run {describe(*call)}: the OptINC device averages the uploads in "
+            "the network (it sums, then every node scales), so it serves the summed all-reduce "
+            "only; submit a ring or halving-doubling job for other ops and collectives")
 
 
 def describe(kind: str, op: str, root: int) -> str:
