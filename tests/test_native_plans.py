@@ -6,6 +6,8 @@ ready exchange and the agent refuse name their reason."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import EMULATED
@@ -20,6 +22,10 @@ from controller.jobs import JobManager
 from controller.scheduling import Topology, execute_plan, make_plan, schedule_plan, validate_plan
 from controller.scheduling.native import blocks, native_plan
 from controller.testbed_model import timing_from_config, topology_from_config
+from oddl.plan_cli import main as plan_main
+from offline.simulator.core import SimConfig
+from offline.simulator.engine import simulate
+from offline.simulator.testbed import predict_testbed_allreduce
 from protos.schedule_wire import decode_schedule, encode_schedule
 
 
@@ -92,6 +98,8 @@ def test_all_to_all_lands_block_i_from_rank_i(n: int):
     assert plan.bytes_sent(1).tolist() == [(n - 1) * m] * n
     with pytest.raises(PlanError, match="2·N equal blocks"):
         native_plan("ring", "all_to_all", 4, 2 * 4 * 3 + 1)
+    with pytest.raises(PlanError, match="all_to_all has no root"):
+        native_plan("ring", "all_to_all", 4, 8, root=1)
 
 
 def _wire(plan_name: str, kind: str, n: int, n_elems: int):
@@ -107,7 +115,8 @@ def test_every_kind_schedules_without_contention(n: int):
     for algorithm in _algorithms(n):
         for kind in ("all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather",
                      "scatter"):
-            plan = native_plan(algorithm, kind, n, 2 * n * 1000, root=n - 1)
+            root = n - 1 if kind in ("broadcast", "gather", "scatter") else 0
+            plan = native_plan(algorithm, kind, n, 2 * n * 1000, root=root)
             sched = schedule_plan(plan, topo.node_ids, topo, TIMING, 4)
             sched.check_contention_free()
             assert {s.step for s in sched.slots} == set(range(plan.n_steps)), (algorithm, kind)
@@ -180,3 +189,24 @@ def test_the_ready_exchange_refuses_mismatched_calls_on_every_rank():
     assert Ready.decode("n1", theirs[0].encode()) == theirs[0]
     old = b'{"n": 8, "dtype": "<f4", "ready": 1.0, "standing": true, "step": 3}'
     assert Ready.decode("n1", old).call == ("all_reduce", "sum", 0)  # an older agent's ready
+
+
+def test_the_simulators_lay_out_every_kind():
+    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
+    full = predict_testbed_allreduce(cfg, 4_000_000, kind="all_reduce").as_dict()
+    half = predict_testbed_allreduce(cfg, 4_000_000, kind="all_gather").as_dict()
+    assert half["slots"] * 2 == full["slots"] and half["schedule_ms"] < full["schedule_ms"]
+    res = simulate(SimConfig(model="resnet50", nodes=8, kind="reduce_scatter"))
+    whole = simulate(SimConfig(model="resnet50", nodes=8))
+    assert 0 < res.result("oddl").comm_s < whole.result("oddl").comm_s
+
+
+def test_oddl_plan_lays_out_a_kind(capsys: pytest.CaptureFixture[str]):
+    assert plan_main(["plan", "halving-doubling", "--nodes", "8", "--bytes", "8MB", "--kind",
+                      "reduce_scatter", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["collective"] == "halving-doubling reduce_scatter" and d["steps"] == 3
+    assert plan_main(["plan", "ring", "--nodes", "5", "--kind", "broadcast", "--root", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ring broadcast from rank 2 on 5 nodes: 4 steps")
+    assert "node2->node3" in out

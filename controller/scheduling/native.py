@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.collective_kinds import ROOTED
 from common.errors import PlanError
 from controller.scheduling.collectives import Op, Plan, Step, _append_nonempty, read_only
 from controller.scheduling.registry import check_sizes, make_plan
@@ -36,6 +37,9 @@ def native_plan(algorithm: str, kind: str, n_ranks: int, n_elems: int, root: int
     n, n_elems = check_sizes(kind, n_ranks, n_elems)
     if not 0 <= root < n:
         raise PlanError(f"{kind} root {root} is not a rank of {n}; use 0..{n - 1}")
+    if root and kind not in ROOTED:
+        raise PlanError(f"{kind} has no root (root {root}); only {', '.join(sorted(ROOTED))} "
+                        "take one")
     family = HALVES.get(algorithm, "ring")
     if kind in ("all_gather", "reduce_scatter"):
         build = _hd_half if family == "halving-doubling" else _ring_half
