@@ -36,9 +36,9 @@ def testbed(request, tmp_path_factory) -> Iterator[RunningTestbed]:
         yield tb
 
 
-def on_all(tb: RunningTestbed, call: Call) -> list[Any]:
+def on_all(tb: RunningTestbed | list[AgentClient], call: Call) -> list[Any]:
     """`call(client, rank)` on every rank at once; each result (exceptions raised)."""
-    outs = collective_all(tb.clients, call)[1]
+    outs = collective_all(tb if isinstance(tb, list) else tb.clients, call)[1]
     for out in outs:
         if isinstance(out, Exception):
             raise out
@@ -60,7 +60,7 @@ def _reduced(xs: list[np.ndarray], op: str) -> np.ndarray:
     return REDUCE[op].reduce(np.stack(xs), axis=0)
 
 
-def check_every_kind(tb: RunningTestbed, j: str, dtype: str, ops: tuple[str, ...], n: int
+def check_every_kind(tb: RunningTestbed | list[AgentClient], j: str, dtype: str, ops: tuple[str, ...], n: int
                      ) -> None:
     """Every kind (and every op of `ops`) on job `j`, exact."""
     xs = _data(1, (n,), dtype)
@@ -147,3 +147,35 @@ def test_bitwise_ops_on_floats_are_refused_unrun(testbed: RunningTestbed, job: s
     xs = _data(4, (16,), "<i4")
     for out in on_all(testbed, lambda c, r: c.allreduce(xs[r], op="bxor", job=job)):
         assert np.array_equal(out, _reduced(xs, "bxor"))
+
+
+def test_every_kind_without_shared_memory(testbed: RunningTestbed, job: str):
+    """The bytes path (an agent on another mount, a client that turned sharing off)."""
+    clients = [AgentClient(c.address, shared_memory=False) for c in testbed.clients]
+    try:
+        before = sum(c.status()["local_api_bytes"] for c in clients)
+        check_every_kind(clients, job, "<i4", ("sum", "bor"), 777)
+        assert sum(c.status()["local_api_bytes"] for c in clients) > before
+        assert [c.world(job) for c in clients] == [(r, N) for r in range(N)]
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_client_names_a_wrong_layout(testbed: RunningTestbed, job: str):
+    client = testbed.clients[0]
+    with pytest.raises(ValueError, match=r"shape \(world, ...\) with world = 4"):
+        client.reduce_scatter(np.ones((3, 5)), job=job)
+    with pytest.raises(ValueError, match="passes out="):
+        client.scatter(None, root=1, job=job)
+    with pytest.raises(ValueError, match=r"out of all_gather must be a writable float64\[4, 5\]"):
+        client.all_gather(np.ones(5), out=np.empty((4, 4)), job=job)
+
+
+def test_schedule_show_lays_out_a_kind(testbed: RunningTestbed, job: str):
+    sched = testbed.operator.schedule(job, 4 * 4000, 4, "all_gather")
+    assert sched.collective == "ring/all_gather" and len(sched.steps) == N - 1
+    chain = testbed.operator.schedule(job, 4000, 4, "broadcast", 2)
+    assert [(s.src[0], s.dst[0]) for s in chain.steps] == [(2, 3), (3, 0), (0, 1)]
+    with pytest.raises(OperationRefused, match="unknown collective kind 'reduce'"):
+        testbed.operator.schedule(job, 4000, 4, "reduce")
