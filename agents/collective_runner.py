@@ -339,7 +339,7 @@ class CollectiveRunner:
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
                                   wallclock.now() + max(2 * run.receive_timeout_s, 5.0),
-                                  self._cancel)
+                                  self._cancel, self._call)
             self.done += 1
             return out
         except CollectiveError as exc:

@@ -18,7 +18,7 @@ from helpers import EMULATED
 
 from agents.client import AgentClient
 from agents.client_collectives import collective_all
-from common.errors import OperationRefused, StepMismatch
+from common.errors import CollectiveError, OperationRefused, StepMismatch
 from oddl.launch import RunningTestbed, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -179,3 +179,18 @@ def test_schedule_show_lays_out_a_kind(testbed: RunningTestbed, job: str):
     assert [(s.src[0], s.dst[0]) for s in chain.steps] == [(2, 3), (3, 0), (0, 1)]
     with pytest.raises(OperationRefused, match="unknown collective kind 'reduce'"):
         testbed.operator.schedule(job, 4000, 4, "reduce")
+
+
+def test_different_ops_on_the_ideal_network_fail_on_every_rank(testbed: RunningTestbed,
+                                                               job: str):
+    """The ideal network starts a call at once, comparing nothing first: the outcome round
+    compares the calls, so a rank with another op fails every rank instead of returning a
+    result that differs from its peers'."""
+    xs = _data(5, (256,), "<i8")
+    ops = ["max", "max", "min", "max"]
+    outs = collective_all(testbed.clients, lambda c, r: c.allreduce(xs[r], op=ops[r], job=job))
+    for out in outs[1]:
+        assert isinstance(out, CollectiveError) and not isinstance(out, StepMismatch), out
+        assert "n0: all_reduce max, n1: all_reduce max, n2: all_reduce min" in str(out)
+    for out in on_all(testbed, lambda c, r: c.allreduce(xs[r], op="max", job=job)):
+        assert np.array_equal(out, _reduced(xs, "max"))
