@@ -98,7 +98,11 @@ def broadcast(client: AgentClient, array: np.ndarray, root: int, opts: Opts) -> 
     """Rank `root`'s `array` on every rank: in place when `array` is writable."""
     if isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable:
         return client.call_collective(array, "broadcast", root=root, out=array, **opts)
-    return client.call_collective(np.array(array), "broadcast", root=root, **opts)
+    res = client.call_collective(np.array(array), "broadcast", root=root, **opts)
+    if isinstance(array, np.ndarray) and array.flags.writeable:  # strided: written back
+        array[...] = res
+        return array
+    return res
 
 
 def all_to_all(client: AgentClient, array: Any, out: np.ndarray | None, opts: Opts

@@ -116,6 +116,10 @@ def test_shared_arrays_run_with_no_copy(testbed: RunningTestbed, job: str):
         a[...] = r
     outs = on_all(testbed, lambda c, r: c.broadcast(arrays[r], root=3, job=job))
     assert all(o is a and np.all(o == 3) for o, a in zip(outs, arrays, strict=True))
+    strided = [np.arange(20, dtype=np.int16)[::2] * (r + 1) for r in range(N)]
+    outs = on_all(testbed, lambda c, r: c.broadcast(strided[r], root=1, job=job))
+    for o, a in zip(outs, strided, strict=True):
+        assert o is a and np.array_equal(o, np.arange(0, 40, 4, dtype=np.int16))
 
 
 @pytest.mark.parametrize("job", [("ring", "optical")], indirect=True)
