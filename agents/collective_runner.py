@@ -96,7 +96,7 @@ class CollectiveRunner:
 
     # ---- the call ---------------------------------------------------------------------
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
-        """All-reduce one array (sum) with the job's collective and return the result."""
+        """Run one call (an all-reduce, or another kind or op) on its job; its result."""
         self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
         array = request_array(req, payload, self.buckets, self.bucket_files)
