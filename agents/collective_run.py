@@ -21,6 +21,7 @@ from agents import wallclock
 from agents.chunkplan import busiest_port_bytes
 from agents.gate import Cancel, SlotGate
 from agents.stream_wire import ChunkHead
+from common.collective_kinds import UFUNCS
 from common.errors import CollectiveError
 from protos.schedule_wire import (
     SlotSpec,
@@ -80,6 +81,10 @@ class CollectiveRun:
     receive_timeout_s: float = 2.0
     line_rate_bps: float = 0.0
     """The ideal network's line rate: its wire time is the schedule receives are due by."""
+    reduce_op: str = "sum"
+    """What a receiver does with a REDUCE segment (`common.collective_kinds.UFUNCS`)."""
+    kind: str = "all_reduce"
+    """The call's collective kind (`common.collective_kinds`), for the trace."""
     stats: dict[str, float] = field(default_factory=dict)
     collective: str = ""
     """The schedule's collective (``ring``, ...), for the trace."""
@@ -227,6 +232,13 @@ class RunContext:
         """The chunk received last on this thread is applied to the buffer (for the trace)."""
         if self.trace is not None:
             self.trace.reduced()
+
+    def apply(self, target: np.ndarray, data: np.ndarray, op: str) -> None:
+        """Apply a received segment to `target`: reduce it with the run's op, or copy it."""
+        if op == REDUCE:
+            UFUNCS[self.run.reduce_op](target, data, out=target)
+        elif not np.may_share_memory(data, target):  # else it was read into place already
+            target[...] = data
 
     def raise_if_cancelled(self) -> None:
         """CollectiveError when the agent cancelled the collective (not when it failed)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from agents import localapi, outcome, wallclock
 from agents.agent_jobs import AgentJob, JobTable
-from agents.bucket_server import BucketRegistry
+from agents.bucket_server import BucketRegistry, request_array
 from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
 from agents.data_links import DataLinks
@@ -32,6 +32,7 @@ from agents.optinc_run import run_optinc
 from agents.standing import Ready, agree, exchange
 from agents.stream_wire import PeerAhead, PeerGaveUp
 from agents.streams import StreamLink
+from common.collective_kinds import ALL_REDUCE, check_on_job
 from common.config import OPTINC, TestbedConfig
 from common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
 from common.shm import BucketMaps
@@ -77,6 +78,8 @@ class CollectiveRunner:
         phase (its buffer may be partly reduced; it is never run a second time)."""
         self._current_job = ""
         self._step = 0
+        self._call: tuple[str, str, int] = (ALL_REDUCE, "sum", 0)
+        """(kind, op, root) of the call in flight."""
         self._cancel = threading.Event()
         self._running = threading.Event()
         self._abort_reason = ""
@@ -94,11 +97,13 @@ class CollectiveRunner:
 
     # ---- the call ---------------------------------------------------------------------
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
-        """All-reduce one array (sum) with the job's collective and return the result."""
+        """Run one call (an all-reduce, or another kind or op) on its job; its result."""
         self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
-        array = self._array(req, payload)
+        array = request_array(req, payload, self.buckets, self.bucket_files)
+        self.shared_bytes += req.nbytes if req.bucket is not None or req.shm is not None else 0
         job = self._job_for(req.job)
+        self._call = req.call
         self._data_moved = False
         try:
             return self._allreduce_on(job, req, array, header)
@@ -119,6 +124,8 @@ class CollectiveRunner:
 
     def _allreduce_on(self, job: AgentJob, req: localapi.AllreduceRequest, array: np.ndarray,
                       header: dict[str, Any]) -> np.ndarray:
+        check_on_job(req.call, req.dtype, array.size, len(job.nodes), job.collective,
+                     req.world)  # OperationRefused, unrun, unless the job can serve it
         # the caller's number for this call: its own, or its count of calls on this job
         step = req.step or req.steps.get(job.id, 0) + 1
         header["resolved"] = {"job": job.id, "step": step}  # told back to the client
@@ -144,23 +151,12 @@ class CollectiveRunner:
                                                  or ends_where_it_starts(go.schedule)):
             # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
             # server) goes through the barrier every time: the controller lays it out anew
-            job.standing[(array.size, array.dtype.str)] = go.schedule
+            job.standing[self._key(array)] = go.schedule
         return self._run(job, seq, array, go.schedule, t0_local)
 
-    def _array(self, req: localapi.AllreduceRequest, payload: bytes) -> np.ndarray:
-        """The request's array: in the client's shared-memory bucket (run in place) or in
-        the payload."""
-        try:
-            if req.bucket is not None or req.shm is not None:
-                view = (self.buckets.view(req.bucket, req.nbytes) if req.bucket is not None
-                        else self.bucket_files.open_bucket(str(req.shm), req.nbytes))
-                array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
-                self.shared_bytes += req.nbytes
-                return array
-            return np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)
-        except ValueError as exc:
-            raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
-                                   "the array bytes") from exc
+    def _key(self, array: np.ndarray) -> tuple[int, str, str, int]:
+        """A standing schedule's key: bucket, kind and root (the op changes no schedule)."""
+        return array.size, array.dtype.str, self._call[0], self._call[2]
 
     def _refresh_jobs(self) -> None:
         """Ask the controller which jobs this node is in (the event stream may lag a submit)."""
@@ -174,6 +170,8 @@ class CollectiveRunner:
         if not refreshed and self.jobs.needs_refresh(job_id):
             self._refresh_jobs()
         return self.jobs.pick(job_id)
+
+    job_for = _job_for  # the job a call runs on (the agent's world answers)
 
     # ---- starting a collective --------------------------------------------------------
     def _wait_for_peers(self, job: AgentJob, timeout_s: float) -> None:
@@ -197,9 +195,11 @@ class CollectiveRunner:
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
         seq = job.next_seq
+        kind, op, root = self._call
         self.ctl.ready(pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                                  shape=list(array.shape),
-                                                 dtype=array.dtype.str, caller_step=step))
+                                                 dtype=array.dtype.str, caller_step=step,
+                                                 kind=kind, op=op, root=root))
         job.next_seq += 1
         return seq
 
@@ -210,9 +210,10 @@ class CollectiveRunner:
         with the same sequence number)."""
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
-        schedule = job.standing.get((array.size, array.dtype.str))
+        schedule = job.standing.get(self._key(array))
         mine = Ready(self.node_id, array.size, array.dtype.str,
-                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None, step)
+                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None, step,
+                     self._call)
         self._begin(job)
         try:
             seq, theirs = self._exchange(job, mine, wallclock.now() + timeout_s)
@@ -277,15 +278,16 @@ class CollectiveRunner:
         req = pb.StartStandingRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                       t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
                                       itemsize=array.dtype.itemsize,
-                                      schedule_sha256=schedule_sha256(schedule))
+                                      schedule_sha256=schedule_sha256(schedule),
+                                      kind=self._call[0], root=self._call[2])
         self.ctl.start_standing(req)
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
-        key = (array.size, array.dtype.str)
+        key = self._key(array)
         schedule = job.plans.get(key)
         if schedule is None:
             schedule = self.ctl.get_schedule(job.id, array.size * array.dtype.itemsize,
-                                             array.dtype.itemsize)
+                                             array.dtype.itemsize, self._call[0], self._call[2])
             job.plans[key] = schedule
         return self._run(job, seq, array, schedule, 0.0)
 
@@ -312,7 +314,8 @@ class CollectiveRunner:
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,
             slots=decoded.slots, t0_local=t0_local, network=job.network,
             receive_timeout_s=decoded.receive_timeout_s,
-            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9,
+            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9, reduce_op=self._call[1],
+            kind=self._call[0],
             collective=decoded.collective, caller_step=self._step)
         if t0_local > 0:
             self.starts.append((job.id, seq, self._called_at,
@@ -326,7 +329,7 @@ class CollectiveRunner:
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
                                   wallclock.now() + max(2 * run.receive_timeout_s, 5.0),
-                                  self._cancel)
+                                  self._cancel, self._call)
             self.done += 1
             return out
         except CollectiveError as exc:

@@ -125,7 +125,7 @@ class RunTrace:
     # ---- the collective ----------------------------------------------------------------
     def finished(self, collective: str, step: int, ok: bool) -> None:
         """The collective's own event, from the executor's start to now."""
-        kind = "all_reduce"
+        kind = self.run.kind
         TRACE.complete(Track(self.process, "collectives"), f"{collective or 'plan'} {kind}",
                        "collective", TRACE.to_controller(self.started),
                        TRACE.to_controller(wallclock.now_ns()), self._base(
