@@ -34,7 +34,8 @@ import zmq
 from zmq.utils import monitor as zmq_monitor
 
 from agents import localapi
-from agents.bucket_link import Bucket, ClientBuckets
+from agents.adopted import AdoptedMemory
+from agents.bucket_link import Bucket, ClientBuckets, Named
 from common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,13 @@ class AgentClient:
 
     def _bucket_for(self, nbytes: int) -> Bucket:
         return self._buckets.for_bytes(nbytes)
+
+    def adopt(self, memory: AdoptedMemory) -> bool:
+        """Hand shared memory this process has to the agent as an extra bucket (decision
+        record 0017): `allreduce` of an array in it then runs in place, with no copy. False
+        when the agent refuses it (or takes no descriptors): such arrays are copied."""
+        return self.shared_memory and self._buckets.adopt(
+            memory, min(self.timeout_s, CONNECT_GRACE_S))
 
     def allreduce(self, array: np.ndarray, *, job: str | None = None,
                   out: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
@@ -170,8 +178,8 @@ class AgentClient:
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
-        bucket = self._buckets.bucket
-        in_place = bucket is not None and bucket.owns(a)
+        bucket: Named | None = self._buckets.holding(a)  # its own bucket or adopted memory
+        in_place = bucket is not None
         if in_place:
             view = a
         else:
@@ -189,7 +197,7 @@ class AgentClient:
             return view.copy()
         raise self._error(frames)
 
-    def _request_on_bucket(self, bucket: Bucket, header: dict[str, Any], in_place: bool
+    def _request_on_bucket(self, bucket: Named, header: dict[str, Any], in_place: bool
                            ) -> list[bytes]:
         """Send the request naming `bucket`; its reply frames. A restarted agent that does
         not know the bucket gets it handed over again (once); one that cannot reach it makes

@@ -152,7 +152,8 @@ class CollectiveRunner:
         the payload."""
         try:
             if req.bucket is not None or req.shm is not None:
-                view = (self.buckets.view(req.bucket, req.nbytes) if req.bucket is not None
+                view = (self.buckets.view(req.bucket, req.nbytes, req.offset)
+                        if req.bucket is not None
                         else self.bucket_files.open_bucket(str(req.shm), req.nbytes))
                 array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
                 self.shared_bytes += req.nbytes

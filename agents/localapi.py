@@ -227,6 +227,9 @@ class AllreduceRequest:
     steps: dict[str, int] = field(default_factory=dict)
     """Per job, the number of the caller's last call on it: without `step`, this call is the
     next one of the job the agent runs it on."""
+    offset: int = 0
+    """Where in the bucket `bucket` the array starts, in bytes (memory the client adopted,
+    e.g. a tensor's storage, holds the array at the tensor's offset)."""
 
     @property
     def nbytes(self) -> int:
@@ -270,6 +273,11 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if bucket is not None and shm is not None:
         raise OperationRefused("malformed allreduce request: it names a bucket file and a "
                                "bucket token; name one")
+    offset = header.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 1 << 62 \
+            or offset and bucket is None:
+        raise OperationRefused(f"malformed allreduce request: offset {offset!r} is not a "
+                               "byte offset into the bucket the request names by its token")
     job = header.get("job")
     if job is not None and (not isinstance(job, str) or not job):
         raise OperationRefused("malformed allreduce request: job is not a job id")
@@ -280,7 +288,7 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
                                "number of seconds in (0, 86400]")
     step, steps = _parse_steps(header)
     return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps)
+                            steps, offset)
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:
