@@ -8,6 +8,7 @@ through four real agents of the emulated testbed (`test_buckets_e2e.Bed`) and `A
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -286,3 +287,40 @@ def test_freed_adopted_memory_is_released_at_the_agent(agent: Agent):
         assert len(p.client._buckets.adopted) == 1
     finally:
         p.client.close()
+
+
+# ---- DDP through the backend -----------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_ddp_over_oddl_trains_in_its_promoted_buckets_as_gloo_does(tmp_path: Path):
+    from helpers import EMULATED
+
+    from oddl.launch import RunningTestbed, torchrun_env
+    from oddl.procs import free_port
+
+    worker = Path(__file__).resolve().parent / "zero_copy_worker.py"
+    with RunningTestbed(tmp_path, EMULATED) as tb:
+        nodes = tb.launched.node_ids
+        tb.operator.submit("zero-copy-ddp", nodes, "ring", "optical")
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, str(worker)],
+                                  env=torchrun_env(rank, len(nodes), port, tb.launched.apis),
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for rank in range(len(nodes))]
+        results = []
+        try:
+            for p in procs:
+                out, err = p.communicate(timeout=240)
+                assert p.returncode == 0, err[-3000:]
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+    for r in results:
+        # DDP's bucket was promoted, and the parameters' grads (views into it) followed
+        assert r["promoted"] >= 1 and all(r["grads_shared"]), r["grads_shared"]
+        for mine, gloos in zip(r["oddl"], r["gloo"], strict=True):
+            assert np.allclose(mine, gloos, rtol=1e-5, atol=1e-6)
+    assert all(r["oddl"] == results[0]["oddl"] for r in results)  # replicas agree exactly
