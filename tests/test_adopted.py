@@ -9,6 +9,7 @@ through four real agents of the emulated testbed (`test_buckets_e2e.Bed`) and `A
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -324,3 +325,29 @@ def test_ddp_over_oddl_trains_in_its_promoted_buckets_as_gloo_does(tmp_path: Pat
         for mine, gloos in zip(r["oddl"], r["gloo"], strict=True):
             assert np.allclose(mine, gloos, rtol=1e-5, atol=1e-6)
     assert all(r["oddl"] == results[0]["oddl"] for r in results)  # replicas agree exactly
+
+
+def test_requests_name_an_offset_only_into_a_bucket_token_and_within_it():
+    from agents import localapi
+    from agents.bucket_registry import BucketRegistry
+    from common.errors import BucketUnavailable
+
+    token = "ab" * 16
+    assert localapi.parse_allreduce({"dtype": "<f4", "shape": [2], "bucket": token,
+                                     "offset": 64}).offset == 64
+    for bad in ({"offset": 8}, {"bucket": token, "offset": -8},
+                {"bucket": token, "offset": True}, {"bucket": token, "offset": "8"}):
+        with pytest.raises(OperationRefused, match="is not a byte offset into the bucket"):
+            localapi.parse_allreduce({"dtype": "<f4", "shape": [2], **bad})
+    registry = BucketRegistry(max_adopted=1)
+    try:
+        first = registry.adopt(1, os.getpid(), mmap.mmap(-1, 4096))
+        assert registry.view(first, 96, 4000).nbytes == 96
+        with pytest.raises(OperationRefused, match="needs 97 B at offset 4000"):
+            registry.view(first, 97, 4000)
+        registry.adopt(1, os.getpid(), mmap.mmap(-1, 4096))  # over the bound: drops the first
+        with pytest.raises(BucketUnavailable) as unknown:
+            registry.view(first, 8)
+        assert unknown.value.kind == "bucket-unknown"
+    finally:
+        registry.close()
