@@ -112,8 +112,11 @@ class Promoter:
         forbid_resize(storage)
         self.promoted += 1
         if not self.client.adopt(StorageMemory(storage, fd)):
-            logger.info("a tensor's storage of %d B moved into shared memory but the agent "
-                        "did not adopt it; it is copied as before", storage.nbytes())
+            # an agent of another uid (or one that takes no descriptors): it will refuse
+            # every storage, so move no more of them
+            self.enabled = False
+            logger.warning("the agent did not adopt a tensor's memory; this process copies "
+                           "its tensors as before from now on (decision record 0017)")
 
 
 def plain(t: torch.Tensor, min_bytes: int) -> bool:

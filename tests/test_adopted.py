@@ -138,7 +138,11 @@ def test_unsealed_memory_is_mapped_only_when_the_agent_is_told_to_trust_it():
 _ADOPT_AS = """
 import mmap, os, sys
 import numpy as np
+import torch  # first: this interpreter's files are root's
 from agents.bucket_link import ClientBuckets
+from agents.client import AgentClient
+from oddl.torch_adopt import Promoter
+import json, select, socket, weakref, fcntl, logging  # noqa: F401  (as is the standard library)
 os.setgid(int(sys.argv[3])); os.setuid(int(sys.argv[2]))
 fd = os.memfd_create("not-sealed", os.MFD_CLOEXEC)
 os.ftruncate(fd, 1 << 20)
@@ -149,6 +153,12 @@ class Memory:
     def descriptor(self): return fd
 b = ClientBuckets(sys.argv[1])
 print(b.adopt(Memory(), 30), b.holding(a[8:16]) is None)
+# the backend's side: after the first refusal it moves no more storages
+p = Promoter(AgentClient(sys.argv[1], timeout_s=30), min_bytes=4096, enabled=True)
+first, second = torch.zeros(4096), torch.zeros(4096)
+for t in (first, first, second, second):
+    p.before_in_place(t)
+print(p.promoted, p.enabled, second.untyped_storage().is_shared())
 """
 
 
@@ -167,7 +177,7 @@ def test_an_agent_of_another_uid_refuses_unsealed_memory_and_the_client_copies(
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 0, proc.stderr[-2000:]
         # not adopted (so arrays in it take the copy path), and the reason is said
-        assert proc.stdout.split() == ["False", "True"], proc.stdout
+        assert proc.stdout.split() == ["False", "True", "1", "False", "False"], proc.stdout
         assert "not adopted" in proc.stderr and "sealed against shrinking" in proc.stderr \
             and "only a process of the agent's own uid" in proc.stderr, proc.stderr
         assert a.registry.holders() == {}
