@@ -17,6 +17,7 @@ Otherwise (`tcp://127.0.0.1`, no memfd) the bucket is a self-cleaning named file
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import socket
@@ -25,13 +26,20 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agents import localapi
-from agents.bucket_server import REGISTRATION
+from agents.adopted import AdoptedMemory, AdoptedTable, InRegion, Region
+from agents.bucket_server import ADOPTION, REGISTRATION
 from common import memfd
 from common.errors import BucketUnavailable, CollectiveError, OperationRefused
 from common.shm import SharedBucket
 
+logger = logging.getLogger(__name__)
+
 Bucket = memfd.MemfdBucket | SharedBucket
+Named = Bucket | InRegion
+"""What a request can name: the client's own bucket, or a place in memory it adopted."""
 _REPLY_LIMIT = 4096  # longest reply read from the bucket socket (a token is about 70 B)
 
 
@@ -44,6 +52,8 @@ class BucketLink:
         self._sock: socket.socket | None = None
         self._token = ""
         self._holder: weakref.ref[memfd.MemfdBucket] | None = None
+        self.epoch = 0
+        """Counts the connections made: tokens handed out on an earlier one are void."""
         _LINKS.add(self)
 
     def token_for(self, bucket: memfd.MemfdBucket, timeout_s: float) -> str:
@@ -51,16 +61,45 @@ class BucketLink:
         connection has not (a new bucket, a new or restarted agent). BucketUnavailable
         (``bucket-unreachable``) when there is no bucket socket to reach; OperationRefused
         when the agent refuses the bucket; CollectiveError when it does not answer."""
-        if self._sock is not None and self._closed_by_agent():
-            self.reset()
+        self.check_open()
         if self._sock is not None and self._holder is not None and self._holder() is bucket:
             return self._token
+        self._token = _token_from(self._exchange(REGISTRATION, [bucket.fd], timeout_s),
+                                  self.path)
+        self._holder = weakref.ref(bucket)
+        return self._token
+
+    def adopt(self, fd: int, timeout_s: float) -> str:
+        """Hand memory the process adopts over (its descriptor `fd`); the agent's token for
+        it, valid on this connection (`epoch`). Errors as `token_for`."""
+        self.check_open()
+        return _token_from(self._exchange(ADOPTION, [fd], timeout_s), self.path)
+
+    def release(self, token: str, timeout_s: float) -> None:
+        """Tell the agent to unmap the adopted bucket `token` (its memory was freed)."""
+        self.check_open()
+        if self._sock is not None:
+            self._exchange(json.dumps({"op": "release", "token": token}).encode(), [],
+                           timeout_s)
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def check_open(self) -> None:
+        """Forget the connection if the agent closed it (a restart)."""
+        if self._sock is not None and self._closed_by_agent():
+            self.reset()
+
+    def _exchange(self, message: bytes, fds: list[int], timeout_s: float) -> bytes:
+        """Send one message (connecting first if needed); the agent's reply."""
         if self._sock is None:
             self._sock = self._connect(time.monotonic() + timeout_s)
+            self.epoch += 1
         try:
-            socket.send_fds(self._sock, [REGISTRATION], [bucket.fd])
+            socket.send_fds(self._sock, [message], fds)
             self._sock.settimeout(timeout_s)
-            reply = self._sock.recv(_REPLY_LIMIT)
+            return self._sock.recv(_REPLY_LIMIT)
         except TimeoutError:
             self.reset()
             raise CollectiveError(f"the agent's bucket socket {self.path} did not answer within "
@@ -68,11 +107,8 @@ class BucketLink:
         except OSError as exc:  # it closed meanwhile (a restart): the caller tries again
             self.reset()
             raise BucketUnavailable(f"the agent's bucket socket {self.path} closed while "
-                                    f"handing over the bucket ({exc})",
+                                    f"handing over a bucket ({exc})",
                                     kind="bucket-unknown") from exc
-        self._token = _token_from(reply, self.path)
-        self._holder = weakref.ref(bucket)
-        return self._token
 
     def _closed_by_agent(self) -> bool:
         """True when the agent's end has closed (it never sends unasked)."""
@@ -147,6 +183,7 @@ class ClientBuckets:
         path = localapi.bucket_socket(address)
         self._link = BucketLink(path) if path is not None and memfd.supported() else None
         self.bucket: Bucket | None = None
+        self.adopted = AdoptedTable()
         self._finalizer = weakref.finalize(self, _close, self._link)
 
     @property
@@ -168,12 +205,61 @@ class ClientBuckets:
             self.bucket.close()
             self.bucket = None
 
-    def naming(self, bucket: Bucket, timeout_s: float) -> dict[str, str]:
+    def naming(self, bucket: Named, timeout_s: float) -> dict[str, str | int]:
         """The request header fields that name `bucket` to the agent."""
         if isinstance(bucket, SharedBucket):
             return {"shm": str(bucket.path)}
         assert self._link is not None
+        if isinstance(bucket, InRegion):
+            return {"bucket": self._region_token(bucket.region, timeout_s),
+                    "offset": bucket.offset}
         return {"bucket": self._link.token_for(bucket, timeout_s)}
+
+    def adopt(self, memory: AdoptedMemory, timeout_s: float) -> bool:
+        """Hand `memory` to the agent as an extra bucket (decision record 0017): arrays
+        inside it are then reduced in place. False (with a warning) when the agent refuses
+        it or cannot be reached that way: arrays in it keep taking the copy path."""
+        if self._link is None:
+            return False
+        epoch = self._link.epoch
+        for gone in self.adopted.add(memory):  # freed, replaced or beyond the bound
+            if gone.token and gone.epoch == epoch:
+                try:
+                    self._link.release(gone.token, timeout_s)
+                except (BucketUnavailable, CollectiveError) as exc:  # costs memory only
+                    logger.debug("%s: could not release adopted memory: %s", self.address,
+                                 exc)
+        region = self.adopted.find_memory(memory)
+        assert region is not None
+        try:
+            self._region_token(region, timeout_s)
+        except (OperationRefused, BucketUnavailable) as exc:
+            self.adopted.forget(region)
+            logger.warning("%s: not adopted, arrays in it are copied into the bucket: %s",
+                           self.address, exc)
+            return False
+        return True
+
+    def holding(self, a: np.ndarray) -> Named | None:
+        """What holds `a` already, so that it is reduced in place: the bucket (an array from
+        `shared_array()`), or memory this client adopted; None when `a` must be copied."""
+        if self.bucket is not None and self.bucket.owns(a):
+            return self.bucket
+        return self.adopted.find(a)
+
+    def _region_token(self, region: Region, timeout_s: float) -> str:
+        """The agent's token for an adopted region, handing it over (again) if this
+        connection has not: a new connection, or the agent forgot it."""
+        assert self._link is not None
+        self._link.check_open()
+        if region.token and region.epoch == self._link.epoch and self._link.connected:
+            return region.token
+        fd = region.memory.descriptor()
+        if fd is None:
+            raise BucketUnavailable("the adopted memory was freed", kind="bucket-unknown")
+        region.token = self._link.adopt(fd, timeout_s)
+        region.epoch = self._link.epoch
+        return region.token
 
     def agent_forgot(self) -> None:
         """The agent holds no such token (it restarted): hand the bucket over again."""

@@ -1,4 +1,4 @@
-"""The agent's side of buckets passed as descriptors: the bucket socket and the maps.
+"""The agent's side of buckets passed as descriptors: the bucket socket.
 
 Beside an ipc local API socket (`localapi.bucket_socket`: same folder, same mode and group,
 so the kernel lets in exactly the users the local API lets in) the agent listens on a Unix
@@ -6,10 +6,19 @@ SOCK_SEQPACKET socket. A training process connects once and sends one message pe
 ``{"op": "bucket"}`` with one memfd attached (SCM_RIGHTS). The agent maps it
 (`common.memfd.map_bucket_fd` refuses anything but a sealed memory file), closes the
 received descriptor, and answers ``{"token": T, "bytes": N}``; requests on the local API then
-name the bucket by `T`. Each connection holds at most one bucket (a new one replaces it), and
-when the connection closes — the client closed, was garbage collected, exited or was
-killed — its bucket is unmapped at once (or, while a collective still runs on it, as soon as
-that collective lets go). A malformed message gets ``{"kind": "refused", "message": ...}``
+name the bucket by `T`. Each connection holds one such bucket (a new one replaces it).
+
+``{"op": "bucket", "adopt": true}`` with one descriptor hands over memory the process already
+had (a tensor's storage moved into shared memory, decision record 0017): kept beside the
+connection's own bucket, up to `bucket_registry.MAX_ADOPTED` of them, and requests name it by
+its token and a byte offset. From a client of the agent's own uid (SO_PEERCRED) it may be an
+unsealed shared-memory file; from any other uid it must be sealed like a bucket.
+``{"op": "release", "token": T}`` (no descriptor) unmaps an adopted bucket whose memory the
+client freed.
+
+When the connection closes — the client closed, was garbage collected, exited or was
+killed — its buckets are unmapped at once (or, while a collective still runs on one, as soon
+as that collective lets go). A malformed message gets ``{"kind": "refused", "message": ...}``
 and changes nothing.
 """
 
@@ -18,9 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import mmap
 import os
-import secrets
 import selectors
 import socket
 import stat
@@ -33,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from agents import localapi
+from agents.bucket_registry import BucketRegistry
 from common import memfd
-from common.errors import BucketUnavailable, ConfigError, OperationRefused
+from common.errors import ConfigError, OperationRefused
 from common.memfd import map_bucket_fd
 from common.shm import BucketMaps
 
@@ -42,88 +50,11 @@ logger = logging.getLogger(__name__)
 
 REGISTRATION = b'{"op": "bucket"}'
 """The message that carries a bucket's descriptor."""
+ADOPTION = b'{"op": "bucket", "adopt": true}'
+"""The message that carries the descriptor of memory the client adopts (decision 0017)."""
 MAX_MESSAGE = 1024
 """Longest message the bucket socket reads (a registration is about 20 bytes)."""
 _MAX_FDS = 4  # more than one is refused; the kernel discards any beyond this
-
-
-class BucketRegistry:
-    """The clients' buckets by token; the bucket socket's thread adds and drops them, the
-    collectives thread looks them up."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._maps: dict[str, mmap.mmap] = {}
-        self._token_of: dict[int, str] = {}
-        self._pid_of: dict[str, int] = {}
-
-    def add(self, client: int, pid: int, buf: mmap.mmap) -> str:
-        """Keep `buf` as client `client`'s bucket (replacing its previous one); its token."""
-        token = secrets.token_hex(16)
-        with self._lock:
-            old = self._token_of.pop(client, None)
-            self._token_of[client] = token
-            self._maps[token] = buf
-            self._pid_of[token] = pid
-            old_buf = self._forget(old)
-        _unmap(old_buf)
-        return token
-
-    def drop(self, client: int) -> None:
-        """Client `client` went away: unmap its bucket."""
-        with self._lock:
-            buf = self._forget(self._token_of.pop(client, None))
-        _unmap(buf)
-
-    def _forget(self, token: str | None) -> mmap.mmap | None:
-        if token is None:
-            return None
-        self._pid_of.pop(token, None)
-        return self._maps.pop(token, None)
-
-    def view(self, token: str, nbytes: int) -> memoryview:
-        """A writable view of the first `nbytes` of the bucket `token`; BucketUnavailable
-        (``bucket-unknown``) for a token this agent does not hold (it restarted, or the
-        client's connection closed), OperationRefused for a bucket smaller than `nbytes`."""
-        with self._lock:
-            buf = self._maps.get(token)
-            if buf is None:
-                raise BucketUnavailable(
-                    "this agent holds no bucket with that token (it restarted, or the "
-                    "client's bucket connection closed); hand the descriptor over again",
-                    kind="bucket-unknown")
-            if len(buf) < nbytes:
-                raise OperationRefused(f"the bucket holds {len(buf)} B, the request needs "
-                                       f"{nbytes} B")
-            return memoryview(buf)[:nbytes]  # made under the lock: never of a closed map
-
-    def holders(self) -> dict[int, int]:
-        """Bytes mapped per client process id (for status and tests)."""
-        with self._lock:
-            out: dict[int, int] = {}
-            for token, buf in self._maps.items():
-                pid = self._pid_of.get(token, 0)
-                out[pid] = out.get(pid, 0) + len(buf)
-            return out
-
-    def close(self) -> None:
-        """Unmap every bucket."""
-        with self._lock:
-            bufs = list(self._maps.values())
-            self._maps.clear()
-            self._token_of.clear()
-            self._pid_of.clear()
-        for buf in bufs:
-            _unmap(buf)
-
-
-def _unmap(buf: mmap.mmap | None) -> None:
-    if buf is None:
-        return
-    try:
-        buf.close()
-    except BufferError:  # a collective still runs on it: it unmaps when that lets go
-        logger.debug("a bucket is still in use; it is unmapped when released")
 
 
 @dataclass
@@ -199,14 +130,21 @@ class BucketServer:
                   ) -> dict[str, Any]:
         """The reply to one message: a token for its bucket, or the reason it is refused."""
         try:
-            _check_message(data, fds, flags)
-            buf = map_bucket_fd(fds[0])
+            message = _parse_message(data, fds, flags)
+            if message["op"] == "release":
+                return {"released": self.registry.release(client.key, message["token"])}
+            adopt = message.get("adopt") is True
+            # an unsealed file could shrink under the agent's mapping (SIGBUS): only a
+            # process that could kill the agent anyway may hand one over
+            buf = map_bucket_fd(fds[0], sealed=not (adopt and client.uid == os.geteuid()))
         except OperationRefused as exc:
             logger.warning("%s: refused a bucket from pid %d (uid %d): %s", self.node_id,
                            client.pid, client.uid, exc)
             return {"kind": "refused", "message": f"{self.node_id}: {exc}"}
-        token = self.registry.add(client.key, client.pid, buf)
-        logger.debug("%s: bucket of %d B from pid %d", self.node_id, len(buf), client.pid)
+        token = (self.registry.adopt if adopt else self.registry.add)(client.key, client.pid,
+                                                                       buf)
+        logger.debug("%s: %s of %d B from pid %d", self.node_id,
+                     "adopted memory" if adopt else "bucket", len(buf), client.pid)
         return {"token": token, "bytes": len(buf)}
 
     def _drop(self, client: _Client) -> None:
@@ -232,23 +170,29 @@ class BucketServer:
         self._selector.close()
 
 
-def _check_message(data: bytes, fds: list[int], flags: int) -> None:
-    """Refuse (OperationRefused, naming what is wrong) anything but one registration
-    carrying exactly one descriptor."""
+def _parse_message(data: bytes, fds: list[int], flags: int) -> dict[str, Any]:
+    """The message, or OperationRefused naming what is wrong: a bucket (own or adopted)
+    carries exactly one descriptor, a release none."""
     if flags & socket.MSG_TRUNC:
         raise OperationRefused(f"the message is longer than {MAX_MESSAGE} B; send "
                                f"{REGISTRATION.decode()} with one memfd")
-    if flags & socket.MSG_CTRUNC or len(fds) != 1:
-        raise OperationRefused(f"the message carries {len(fds)}"
-                               f"{'+' if flags & socket.MSG_CTRUNC else ''} descriptors; "
-                               "send exactly one memfd per bucket")
     try:
         message = json.loads(data)
     except (ValueError, RecursionError):
         message = None
+    if isinstance(message, dict) and message.get("op") == "release":
+        if fds or not isinstance(message.get("token"), str):
+            raise OperationRefused('a release is {"op": "release", "token": T} with no '
+                                   "descriptor")
+        return message
+    if flags & socket.MSG_CTRUNC or len(fds) != 1:
+        raise OperationRefused(f"the message carries {len(fds)}"
+                               f"{'+' if flags & socket.MSG_CTRUNC else ''} descriptors; "
+                               "send exactly one memfd per bucket")
     if not isinstance(message, dict) or message.get("op") != "bucket":
         raise OperationRefused(f"the message {data[:60]!r} is not " + REGISTRATION.decode()
                                + "; use agents.client.AgentClient")
+    return message
 
 
 def _bind(path: Path, api_path: Path) -> socket.socket:
@@ -283,7 +227,7 @@ def request_array(req: localapi.AllreduceRequest, payload: bytes, registry: Buck
     not make the array the header says."""
     try:
         if req.bucket is not None or req.shm is not None:
-            view = (registry.view(req.bucket, req.nbytes) if req.bucket is not None
+            view = (registry.view(req.bucket, req.nbytes, req.offset) if req.bucket is not None
                     else files.open_bucket(str(req.shm), req.nbytes))
             return np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
         return np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)

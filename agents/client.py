@@ -30,9 +30,10 @@ import numpy as np
 
 from agents import client_collectives as kinds
 from agents import localapi
+from agents.adopted import AdoptedMemory
 from agents.agent_socket import CONNECT_GRACE_S, AgentSocket
 from agents.agent_socket import error as error_of_reply
-from agents.bucket_link import Bucket, ClientBuckets
+from agents.bucket_link import Bucket, ClientBuckets, Named
 from agents.client_collectives import allreduce_all as allreduce_all
 from common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
@@ -79,6 +80,13 @@ class AgentClient:
 
     def _bucket_for(self, nbytes: int) -> Bucket:
         return self._buckets.for_bytes(nbytes)
+
+    def adopt(self, memory: AdoptedMemory) -> bool:
+        """Hand shared memory this process has to the agent as an extra bucket (decision
+        record 0017): `allreduce` of an array in it then runs in place, with no copy. False
+        when the agent refuses it (or takes no descriptors): such arrays are copied."""
+        return self.shared_memory and self._buckets.adopt(
+            memory, min(self.timeout_s, CONNECT_GRACE_S))
 
     def allreduce(self, array: np.ndarray, *, op: str = "sum", job: str | None = None,
                   step: int | None = None, out: np.ndarray | None = None,
@@ -232,8 +240,8 @@ class AgentClient:
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
-        bucket = self._buckets.bucket
-        in_place = bucket is not None and bucket.owns(a)
+        bucket: Named | None = self._buckets.holding(a)  # its own bucket or adopted memory
+        in_place = bucket is not None
         if in_place:
             view = a
         else:
@@ -251,7 +259,7 @@ class AgentClient:
             return view.copy()
         raise error_of_reply(frames)
 
-    def _request_on_bucket(self, bucket: Bucket, header: dict[str, Any], in_place: bool
+    def _request_on_bucket(self, bucket: Named, header: dict[str, Any], in_place: bool
                            ) -> list[bytes]:
         """Send the request naming `bucket`; its reply frames. A restarted agent that does
         not know the bucket gets it handed over again (once); one that cannot reach it makes

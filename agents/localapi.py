@@ -242,6 +242,9 @@ class AllreduceRequest:
     def call(self) -> tuple[str, str, int]:
         """(kind, op, root): what the ranks' calls must agree on."""
         return self.kind, self.op, self.root
+    offset: int = 0
+    """Where in the bucket `bucket` the array starts, in bytes (memory the client adopted,
+    e.g. a tensor's storage, holds the array at the tensor's offset)."""
 
     @property
     def nbytes(self) -> int:
@@ -285,6 +288,11 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if bucket is not None and shm is not None:
         raise OperationRefused("malformed allreduce request: it names a bucket file and a "
                                "bucket token; name one")
+    offset = header.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 1 << 62 \
+            or offset and bucket is None:
+        raise OperationRefused(f"malformed allreduce request: offset {offset!r} is not a "
+                               "byte offset into the bucket the request names by its token")
     job = header.get("job")
     if job is not None and (not isinstance(job, str) or not job):
         raise OperationRefused("malformed allreduce request: job is not a job id")
@@ -302,7 +310,7 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
         raise OperationRefused(f"malformed allreduce request: world {world!r} is not a number "
                                "of ranks")
     return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps, kind, op, root, world)
+                            steps, kind, op, root, world, offset)
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:

@@ -83,22 +83,21 @@ def _release(buf: mmap.mmap, fd: int) -> None:
         pass
 
 
-def map_bucket_fd(fd: int) -> mmap.mmap:
+def map_bucket_fd(fd: int, *, sealed: bool = True) -> mmap.mmap:
     """The agent's side: map a descriptor a client handed over, all of it, writable.
-    OperationRefused, naming what is wrong, for anything but a sealed memory file the agent
-    may write, of at most MAX_BUCKET_BYTES. The caller still owns (and closes) `fd`."""
+    OperationRefused, naming what is wrong, for anything but a memory file the agent may
+    write, of at most MAX_BUCKET_BYTES, sealed against shrinking unless `sealed` is False
+    (memory a client of the agent's own uid adopts, decision record 0017). The caller still
+    owns (and closes) `fd`."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise OperationRefused("the descriptor is not a memory file (use "
                                "agents.client.AgentClient, which sends a memfd)")
-    try:
-        seals = fcntl.fcntl(fd, _F_GET_SEALS) if _F_GET_SEALS is not None else 0
-    except OSError:
-        seals = 0
-    if not seals & _SHRINK:
+    if sealed and not seals_against_shrinking(fd):
         raise OperationRefused("the descriptor is not a memfd sealed against shrinking "
                                "(F_SEAL_SHRINK): a bucket that could shrink under the agent's "
-                               "mapping would crash it")
+                               "mapping would crash it; only a process of the agent's own uid "
+                               "may hand over unsealed memory (it copies instead)")
     if not 0 < st.st_size <= MAX_BUCKET_BYTES:
         raise OperationRefused(f"the bucket holds {st.st_size} B; the agent maps 1 B to "
                                f"{MAX_BUCKET_BYTES} B")
@@ -107,3 +106,12 @@ def map_bucket_fd(fd: int) -> mmap.mmap:
     except (OSError, ValueError) as exc:
         raise OperationRefused(f"cannot map the bucket for writing ({exc}); send a memfd "
                                "opened read-write and not sealed against writes") from exc
+
+
+def seals_against_shrinking(fd: int) -> bool:
+    """Whether the file behind `fd` carries F_SEAL_SHRINK (nobody can make it smaller)."""
+    try:
+        seals = fcntl.fcntl(fd, _F_GET_SEALS) if _F_GET_SEALS is not None else 0
+    except OSError:
+        seals = 0
+    return bool(seals & _SHRINK)

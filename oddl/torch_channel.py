@@ -20,6 +20,7 @@ import torch
 
 from agents.client import AgentClient
 from common.errors import CollectiveError, ConfigError
+from oddl.torch_adopt import Promoter, array_of
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Channel:
     def __init__(self, api: str, job: str | None, timeout_s: float):
         self.api, self.job = api, job
         self.client = AgentClient(api, timeout_s=timeout_s)
+        self.promoter = Promoter(self.client)  # zero copies for reused tensors
         self.failed = ""
         self._use = threading.Lock()  # held while a call uses the client
         self._state = threading.Lock()
@@ -188,6 +190,10 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
             and t.dtype not in (torch.float16, torch.float32, torch.float64):
         raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
                                     f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+    if what == "all_reduce" and _channel is not None and _channel.promoter.enabled \
+            and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
+        _channel.promoter.before_in_place(t)
+        return array_of(t)
     return t.detach().contiguous().numpy()
 
 

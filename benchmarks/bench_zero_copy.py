@@ -1,0 +1,154 @@
+"""`dist.all_reduce` of a reused tensor, as DDP runs it: oddl's copy path, oddl's zero-copy
+path (decision record 0017) and gloo, in the same run, on direct links.
+
+Starts the emulated testbed with direct links (host-to-host TCP streams, as in a lab) and a
+job on its four nodes, and four rank processes with torchrun's environment. Each joins
+`init_process_group("oddl")` and a gloo group of the same four ranks, and per size times in
+alternation (float32, after the same barrier, R times each):
+- gloo: `dist.all_reduce(t, group=gloo)`;
+- oddl copy: `dist.all_reduce(t)` with promotion off (the tensor is copied into the client's
+  bucket and back, two memcpy per call);
+- oddl adopted: `dist.all_reduce(t)` of a tensor whose storage the backend moved into shared
+  memory and the agent adopted (promoted at the second call, during the warm-up).
+Prints per size the medians of rank 0 (which waits, as every rank, for the slowest) and the
+ratios to gloo; the issue's aim is oddl within 1.1x gloo at 16-256 MB.
+
+    python benchmarks/bench_zero_copy.py [--sizes-mb 16,64,256] [--repeats 5]
+        [--collective ring] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from bench_common import emit
+from bench_dataplane import _testbed_file
+
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, torchrun_env
+from oddl.procs import free_port
+
+N = 4
+MODES = ("gloo", "copy", "adopted")
+
+
+def rank_main(sizes_mb: list[float], repeats: int) -> None:
+    """One rank (RANK, WORLD_SIZE, MASTER_*, ODDL_LOCAL_API set by the parent)."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import oddl.torch_backend  # noqa: F401  (registers the backend)
+    import oddl.torch_channel as oc
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=600))
+    gloo = dist.new_group(backend="gloo")
+    assert oc._channel is not None
+    promoter = oc._channel.promoter
+    out: dict[str, Any] = {"rank": rank, "sizes": {}}
+
+    def call(mode: str, t: torch.Tensor) -> float:
+        promoter.enabled = mode == "adopted"
+        t.fill_(1.0)
+        dist.barrier(group=gloo)
+        start = time.perf_counter()
+        dist.all_reduce(t, group=gloo if mode == "gloo" else None)
+        took = time.perf_counter() - start
+        if float(t[0]) != N or float(t[-1]) != N:
+            raise SystemExit(f"{mode}: wrong sum {float(t[0])}, {float(t[-1])}")
+        return took
+
+    try:
+        for mb in sizes_mb:
+            n = int(mb * 1e6) // 4
+            tensors = {m: torch.ones(n, dtype=torch.float32) for m in MODES}
+            for m in MODES:  # warm-up; the adopted one is promoted at its second call
+                call(m, tensors[m])
+                call(m, tensors[m])
+            if not tensors["adopted"].untyped_storage().is_shared():
+                raise SystemExit("the reused tensor was not promoted")
+            times: dict[str, list[float]] = {m: [] for m in MODES}
+            for _ in range(repeats):
+                for m in MODES:
+                    times[m].append(call(m, tensors[m]))
+            out["sizes"][str(mb)] = times
+            del tensors
+        out["promoted"] = promoter.promoted
+    finally:
+        dist.destroy_process_group()
+    print(json.dumps(out), flush=True)
+
+
+def run(config: Path, sizes_mb: list[float], repeats: int, collective: str) -> dict[str, Any]:
+    """Start the testbed (direct links) and the ranks; return the summary."""
+    with tempfile.TemporaryDirectory(prefix="bench-zero-copy-") as tmp, \
+            RunningTestbed(Path(tmp), _testbed_file(Path(tmp), "direct", config),
+                           agent_timeout_s=None) as tb:
+        nodes = tb.launched.node_ids[:N]
+        tb.operator.submit("bench-zero-copy", nodes, collective, "ideal")
+        apis = [tb.launched.agents[n]["local_api"] for n in nodes]
+        port = free_port()
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--rank-worker", "--sizes-mb",
+             ",".join(map(str, sizes_mb)), "--repeats", str(repeats)],
+            env=torchrun_env(rank, N, port, apis), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True) for rank in range(N)]
+        results = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=3600)
+            if p.returncode != 0:
+                raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+    r0 = next(r for r in results if r["rank"] == 0)
+    rows = []
+    for mb in sizes_mb:
+        med = {m: median(r0["sizes"][str(mb)][m]) for m in MODES}
+        rows.append({"size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
+                     "copy_x_gloo": med["copy"] / med["gloo"],
+                     "adopted_x_gloo": med["adopted"] / med["gloo"],
+                     "adopted_x_copy": med["adopted"] / med["copy"]})
+    return {"bench": "zero_copy", "collective": collective, "links": "direct",
+            "repeats": repeats, "nodes": N, "rows": rows, "promoted_rank0": r0["promoted"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
+    parser.add_argument("--sizes-mb", default="16,64,256")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--collective", default="ring")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = [float(s) for s in args.sizes_mb.split(",")]
+    if args.rank_worker:
+        rank_main(sizes, args.repeats)
+        return 0
+    return emit(run(Path(args.config), sizes, args.repeats, args.collective), args.json,
+                table)
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary for people."""
+    return [f"dist.all_reduce of a reused tensor, {summary['collective']} on direct links, "
+            f"{N} ranks, float32, median of {summary['repeats']} (rank 0)",
+            f"{'size':>8}{'gloo':>11}{'copy':>11}{'adopted':>11}{'copy/gloo':>11}"
+            f"{'adopted/gloo':>14}{'adopted/copy':>14}",
+            *(f"{r['size_mb']:>6g}MB{r['gloo_ms']:>9.1f}ms{r['copy_ms']:>9.1f}ms"
+              f"{r['adopted_ms']:>9.1f}ms{r['copy_x_gloo']:>11.2f}{r['adopted_x_gloo']:>14.2f}"
+              f"{r['adopted_x_copy']:>14.2f}" for r in summary["rows"])]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
