@@ -5,33 +5,15 @@
     import oddl.torch_backend  # registers the backend
     dist.init_process_group("oddl")  # under torchrun; ODDL_LOCAL_API names the agent
 
-Each collective is carried by the local agent's all-reduce (sum) of the job, so its bytes go
-over the circuits the controller schedules:
-
-- all_reduce SUM directly, AVG as the sum divided by the world size (floating point only);
-- broadcast: the root contributes its tensor, every other rank zeros (the sum is the root's
-  tensor, bit for bit, except that -0.0 arrives as +0.0);
-- all_gather / all_gather_into_tensor: a zeroed world-sized buffer in which each rank fills
-  its own slot; reduce_scatter / reduce_scatter_tensor: all-reduce, keep this rank's part;
-- barrier: a one-element all-reduce; all_to_all: an all-reduce of the world × world block
-  matrix (correct, but world× the bytes of a point-to-point exchange), preceded by a small
-  all-reduce of the split sizes when they are not all equal.
-
-MIN, MAX, PRODUCT and the other reductions are not sums; the optics cannot carry them and the
-call fails with `UnsupportedCollective` naming the option, unless ``ODDL_TORCH_FALLBACK=gloo``
-routes them to a gloo group created beside this one (counted apart in `counters()`).
-
-Environment (set by the launcher): ``ODDL_LOCAL_API`` the agent's address, or a
-comma-separated list indexed by rank (several ranks on one host, as in the emulated testbed);
-``ODDL_JOB`` the job id (optional when the node takes part in one job only);
-``ODDL_TORCH_FALLBACK`` (``gloo`` or unset). At group creation a one-vector all-reduce checks
-that the ranks are distinct and that the job has exactly world-size nodes (a rank's node is
-irrelevant to a sum, so any rank-to-node order is correct).
+Each collective of the world group is carried by the local agent's job (docs/torch-backend.md
+says as what, and at how many bytes); what the job cannot carry fails with
+`UnsupportedCollective` naming ``ODDL_TORCH_FALLBACK=gloo``, which routes it to a gloo group
+beside this one, one tensor per call, counted apart in `counters()`. Subgroups smaller than the
+world are served by gloo (oddl.torch_subgroup says why), counted and named the same way.
 
 Calls run on one FIFO worker thread per process (shared by every oddl group), so collectives
-reach the agent in the order the training script issued them, which c10d requires to be the
-same on every rank; `async_op=True` returns work whose wait() and get_future() behave as
-gloo's. Only importable where torch is installed (the extra `oddl[torch]`).
+reach the agent in the order the script issued them, which c10d requires to be the same on
+every rank. Only importable where torch is installed (the extra `oddl[torch]`).
 """
 
 from __future__ import annotations
@@ -45,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 
 from common.errors import CollectiveError, ConfigError
 from oddl.torch_channel import (
@@ -53,16 +34,17 @@ from oddl.torch_channel import (
     ENV_FALLBACK,
     ENV_JOB,
     Channel,
+    FutureWork,
     UnsupportedCollective,
     as_numpy,
     block_exchange,
-    channel_for,
     count,
     counters,
     flat_sum,
-    handshake,
+    joined_channel,
     reset_counters,
 )
+from oddl.torch_subgroup import GlooServedGroup, allreduce_options, each, gloo_beside
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +90,7 @@ class OddlProcessGroup(dist.ProcessGroup):
     # -- plumbing --
     def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
         inline = opts is not None and not getattr(opts, "asyncOp", True)
-        return _create_work_from_future(self._channel.submit(kind, fn, inline))
+        return FutureWork(self._channel.submit(kind, fn, inline))
 
     def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
         if self._fallback is None:
@@ -142,7 +124,8 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._sum_kind("all_reduce", opts)
         if name is None:
             return self._via_fallback(f"all_reduce({_reduce_name(opts)})", tensors,
-                                      lambda fb: fb.allreduce(tensors, opts), opts)
+                                      lambda fb: each(fb.allreduce, tensors,
+                                                       allreduce_options(opts)), opts)
         world = self._world
 
         def run() -> list[torch.Tensor]:
@@ -300,7 +283,7 @@ class OddlProcessGroup(dist.ProcessGroup):
             return self.allreduce(tensors, ar)
         name = f"reduce({_reduce_name(opts)})"
         self._fallback_or_refuse(name, f"reduction {_reduce_name(opts)} is not a sum")
-        return self._via_fallback(name, tensors, lambda fb: fb.reduce(tensors, opts), opts)
+        return self._via_fallback(name, tensors, lambda fb: each(fb.reduce, tensors, opts), opts)
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> Any:
@@ -335,8 +318,26 @@ class OddlProcessGroup(dist.ProcessGroup):
     all_to_all_single = alltoall_base  # type: ignore[assignment]
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        """Each tensor is summed in turn (one agent call each), in the list's order."""
+        """Each tensor is reduced on its own (one agent call each), in the list's order."""
         return self.allreduce(tensors, opts)
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]],
+                            inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        """One gather of the inputs' concatenation; outputs[r][i] receives rank r's input i."""
+        def run() -> list[torch.Tensor]:
+            if len(outputs) != self._world:
+                raise UnsupportedCollective(f"all_gather_coalesced: {len(outputs)} output "
+                                            f"lists for a world of {self._world}")
+            flat = torch.cat([t.reshape(-1) for t in inputs])
+            total = self._gather_into(flat, "all_gather_coalesced").reshape(self._world, -1)
+            for r, outs in enumerate(outputs):
+                offset = 0
+                for o in outs:
+                    part = total[r, offset:offset + o.numel()]
+                    o.copy_(torch.from_numpy(part).view_as(o))
+                    offset += o.numel()
+            return [o for outs in outputs for o in outs]
+        return self._work("all_gather_coalesced", run, opts)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: Any = None) -> Any:
@@ -352,35 +353,28 @@ class OddlProcessGroup(dist.ProcessGroup):
 
 # ---- creation and registration -------------------------------------------------------------
 
-def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
-    """The creator torch.distributed calls for ``init_process_group("oddl")``."""
+def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
+    """The creator torch.distributed calls for ``init_process_group("oddl")`` and for each
+    ``new_group``: the world's group over the agent's job, a smaller one served by gloo."""
     rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
     ranks = list(dist_opts.global_ranks_in_group or [])
-    if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
-        raise UnsupportedCollective(f"an oddl group of ranks {ranks}: the agent's job spans the "
-                                    "whole world; create subgroups with backend='gloo'")
     timeout = dist_opts.timeout
     timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
                  else 1800.0)
-    channel = channel_for(rank, timeout_s)
-    # every rank is here together (c10d's rendezvous came first): a short wait is enough, and
-    # a job of another size fails in a minute instead of the group's timeout
-    saved = channel.client.timeout_s
-    channel.client.timeout_s = min(saved, HANDSHAKE_TIMEOUT_S)
-    try:
-        channel.submit("handshake", lambda: handshake(channel, rank, world)).wait()
-    finally:
-        channel.client.timeout_s = saved
+    name = str(dist_opts.group_id or "")
+    if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
+        gloo = gloo_beside(dist_opts, "oddl-subgroup", rank, world, timeout_s)
+        return GlooServedGroup(rank, world, gloo, name, ranks)
+    channel = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
     if mode == "gloo":
-        fallback = dist.ProcessGroupGloo(dist.PrefixStore("oddl-fallback", dist_opts.store),
-                                         rank, world, datetime.timedelta(seconds=timeout_s))
+        fallback = gloo_beside(dist_opts, "oddl-fallback", rank, world, timeout_s)
     elif mode:
         raise ConfigError(f"{ENV_FALLBACK}={mode!r}: use 'gloo' or leave it unset")
     logger.info("oddl backend: rank %d of %d via agent %s (job %s), fallback %s", rank, world,
                 channel.api, channel.job or "its only job", mode or "none")
-    return OddlProcessGroup(rank, world, channel, fallback, str(dist_opts.group_id or ""))
+    return OddlProcessGroup(rank, world, channel, fallback, name)
 
 
 def register() -> None:

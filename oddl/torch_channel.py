@@ -17,14 +17,16 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from agents.client import AgentClient
 from common.errors import CollectiveError, ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "UnsupportedCollective",
-           "as_numpy", "channel_for", "count", "counters", "flat_sum", "reset_counters"]
+__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "FutureWork", "UnsupportedCollective",
+           "as_numpy", "channel_for", "count", "counters", "flat_sum", "joined_channel",
+           "reset_counters"]
 
 ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
 
@@ -64,6 +66,29 @@ def reset_counters() -> None:
     """Zero the counters (e.g. at the start of an iteration)."""
     with _counter_lock:
         _counters.clear()
+
+
+# ---- work objects ---------------------------------------------------------------------------
+
+class FutureWork(dist.Work):
+    """c10d's work for a call that completes `future`: wait() raises the call's error.
+
+    (torch 2.13's `_create_work_from_future` makes a work whose wait() returns True even when
+    the future failed: a failed collective would leave its tensors as they were, silently.)"""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._future.wait()  # raises the call's error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
 
 
 # ---- the channel to the agent: one client and one FIFO thread per process ---------------
@@ -167,6 +192,20 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
             _channel = Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
             atexit.register(_close_channel)
         return _channel
+
+
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float) -> Channel:
+    """The process's channel, after the handshake with the job's other ranks. Every rank is
+    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of another
+    size fails in that time instead of the group's timeout."""
+    channel = channel_for(rank, timeout_s)
+    saved = channel.client.timeout_s
+    channel.client.timeout_s = min(saved, handshake_s)
+    try:
+        channel.submit("handshake", lambda: handshake(channel, rank, world)).wait()
+    finally:
+        channel.client.timeout_s = saved
+    return channel
 
 
 def _close_channel() -> None:

@@ -73,6 +73,19 @@ def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
     assert oc.as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
 
 
+def test_a_call_that_failed_raises_at_wait():
+    """c10d's own work from a future returns True from wait() even when the call failed."""
+    import oddl.torch_channel as oc
+
+    fut: torch.futures.Future = torch.futures.Future()
+    work = oc.FutureWork(fut)
+    assert not work.is_completed()
+    fut.set_exception(oc.UnsupportedCollective("all_gather: 3 outputs for a world of 4"))
+    with pytest.raises(oc.UnsupportedCollective, match="3 outputs"):
+        work.wait()
+    assert work.get_future() is fut
+
+
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory) -> Iterator[list[str]]:
     """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
@@ -162,6 +175,34 @@ def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
         # all_to_all costs world × world blocks (plus the sizes) per rank
         assert kinds["all_to_all_single"]["optical_bytes"] == (WORLD * WORLD * 3 * 8
                                                               + WORLD * WORLD * 8)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_lists_reduce_each_tensor_and_subgroups_are_served(apis: list[str]):
+    res = run_world(apis, "lists_and_subgroups")
+    small = [np.array([[r + 1.0, -2.0, 3.0] for r in range(WORLD)]),
+             np.array([[10.0 * (r + 1), 1.0] for r in range(WORLD)])]
+    expected = {"MAX": [s.max(0) for s in small], "MIN": [s.min(0) for s in small],
+                "PRODUCT": [s.prod(0) for s in small]}
+    for r, got in enumerate(res):
+        assert got["all_gather_coalesced"] == [
+            [_inputs(i, 3).astype(float).tolist(), _inputs(i + 10, 5).astype(float).tolist()]
+            for i in range(WORLD)]
+        assert got["short_gather_error"] == (f"UnsupportedCollective: all_gather: {WORLD - 1} "
+                                             f"outputs for a world of {WORLD}")
+        assert got["coalesced_sum"] == [s.sum(0).tolist() for s in small]
+        for op, want in expected.items():
+            # each tensor on its own: MAX of [a, b] is [max a, max b], not max over both
+            assert got[f"coalesced_{op}"] == [w.tolist() for w in want], op
+        assert got["pair_sum"] == [float(sum(range(2 * (r // 2), 2 * (r // 2) + 2)))]
+        kinds = got["counters"]["kinds"]
+        assert kinds["all_gather_coalesced"]["optical_bytes"] == WORLD * 8 * 4
+        assert kinds["all_reduce(MAX)"]["fallback_bytes"] == 5 * 4
+        assert kinds["allreduce (subgroup, gloo)"]["fallback_bytes"] == 4
+        if r in (1, 2):
+            assert got["middle_gather"] == [[1, 1], [2, 2]]
+            assert kinds["allgather (subgroup, gloo)"]["calls"] == 1
 
 
 @pytest.mark.e2e

@@ -128,6 +128,45 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
     out["counters"] = ob.counters()
 
 
+def lists_and_subgroups(rank: int, world: int) -> dict[str, Any]:
+    """Coalesced lists (each tensor reduced on its own, over the fallback too) and subgroups
+    (served by gloo, counted)."""
+    out: dict[str, Any] = {}
+    ins = [inputs(rank, 3, torch.float32), inputs(rank + 10, 5, torch.float32)]
+    outs = [[torch.empty(3), torch.empty(5)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    out["all_gather_coalesced"] = [[t.tolist() for t in per] for per in outs]
+    try:  # found wrong on the worker thread: the error reaches the caller's wait()
+        dist.all_gather([torch.empty(2) for _ in range(world - 1)], torch.ones(2))
+        out["short_gather_error"] = ""
+    except Exception as exc:  # reported to the test
+        out["short_gather_error"] = f"{type(exc).__name__}: {exc}"
+    # small integers: the product of four stays exact in float32
+    small = [torch.tensor([rank + 1.0, -2.0, 3.0]), torch.tensor([10.0 * (rank + 1), 1.0])]
+    sums = [t.clone() for t in small]
+    dist.all_reduce_coalesced(sums)
+    out["coalesced_sum"] = [t.tolist() for t in sums]
+    os.environ[ob.ENV_FALLBACK] = "gloo"
+    group = dist.new_group(backend="oddl")
+    for op in ("MAX", "MIN", "PRODUCT"):
+        got = [t.clone() for t in small]
+        dist.all_reduce_coalesced(got, op=getattr(dist.ReduceOp, op), group=group)
+        out[f"coalesced_{op}"] = [t.tolist() for t in got]
+    del os.environ[ob.ENV_FALLBACK]
+    # subgroups as hybrid sharding makes them: two pairs, and [1, 2] as the suite's tests do
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    middle = dist.new_group([1, 2])
+    mine = torch.tensor([float(rank)])
+    dist.all_reduce(mine, group=pairs[rank // 2])
+    out["pair_sum"] = mine.tolist()
+    if rank in (1, 2):
+        gathered = [torch.empty(2, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(gathered, torch.full((2,), rank, dtype=torch.int64), group=middle)
+        out["middle_gather"] = [g.tolist() for g in gathered]
+    out["counters"] = ob.counters()
+    return out
+
+
 def _digits() -> dict[str, np.ndarray]:
     from oddl.train_worker import load_digits_split
 
@@ -199,7 +238,8 @@ def main() -> int:
     torch.set_num_threads(1)
     dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=60))
     try:
-        result = {"collectives": collectives, "training": training}[scenario](rank, world)
+        result = {"collectives": collectives, "training": training,
+                  "lists_and_subgroups": lists_and_subgroups}[scenario](rank, world)
         dist.barrier()
     finally:
         dist.destroy_process_group()
