@@ -37,6 +37,7 @@ from agents.gate import SlotGate
 from agents.line_rate import LineRateMeter, rate_warning
 from agents.local_server import LocalServer
 from common.config import TestbedConfig
+from common.errors import OperationRefused
 from common.listen_errors import ListenOrigin, listen_error
 from common.metrics import Metrics, counter, gauge
 from protos import oddl_pb2 as pb
@@ -196,7 +197,16 @@ class Agent:
 
     def _work_loop(self) -> None:
         self._gate_thread_setup()  # small collectives gate their sends on this thread
-        self.local.work_loop(self.runner.allreduce, self._failed)
+        self.local.work_loop(self.runner.allreduce, self._failed, self._world)
+
+    def _world(self, header: dict[str, Any]) -> dict[str, Any]:
+        """The job a call naming `header["job"]` (or none) runs on: its id, this node's rank
+        and its nodes (the client lays out the work buffer of a collective by them)."""
+        job_id = header.get("job")
+        if job_id is not None and (not isinstance(job_id, str) or not job_id):
+            raise OperationRefused("malformed world request: job is not a job id")
+        job = self.runner.job_for(job_id)
+        return {"job": job.id, "rank": job.rank, "nodes": list(job.nodes)}
 
     def _heartbeat_counters(self) -> dict[str, Any]:
         p50, p99, _ = self.gate.percentiles()

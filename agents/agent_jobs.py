@@ -23,9 +23,10 @@ class AgentJob:
     collective: str
     next_seq: int = 1
     ended: str = ""
-    plans: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
-    standing: dict[tuple[int, str], pb.Schedule] = field(default_factory=dict)
-    """The last schedule of each bucket (elements, dtype): run again without the
+    plans: dict[tuple[int, str, str, int], pb.Schedule] = field(default_factory=dict)
+    standing: dict[tuple[int, str, str, int], pb.Schedule] = field(default_factory=dict)
+    """The last schedule of each bucket and collective (elements, dtype, kind, root): run
+    again without the
     controller's barrier (`agents.standing`); one that retunes is announced to the
     controller, which executes its retunes. Cleared when a collective fails."""
     down: dict[str, str] = field(default_factory=dict)

@@ -101,7 +101,7 @@ def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
     """Receive one chunk, confirm the flow's arrival when it is its last, apply it."""
     run, buf = ctx.run, ctx.buf
     src = run.nodes[op.peer]
-    target = buf[op.offset:op.offset + op.n]
+    target = buf[op.landing:op.landing + op.n]
     copy = run.steps[op.step].op != REDUCE
     head, payload = ctx.link.recv_chunk(run.job_id, src, run.seq, op.step, ctx.deadline(op.step),
                                         ctx.stop, target.data.cast("B") if copy else None)
@@ -110,8 +110,4 @@ def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
         # the flow's light has done its work once its last chunk is in: confirm before
         # reducing it, so the controller's retune starts a reduction earlier
         ctx.confirm(op.step, src)
-    data = np.frombuffer(payload, dtype=buf.dtype)
-    if not copy:
-        np.add(target, data, out=target)
-    elif not np.may_share_memory(data, target):  # else read into it already
-        target[...] = data
+    ctx.apply(target, np.frombuffer(payload, dtype=buf.dtype), run.steps[op.step].op)

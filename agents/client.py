@@ -23,24 +23,22 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import zmq
-from zmq.utils import monitor as zmq_monitor
 
+from agents import client_collectives as kinds
 from agents import localapi
+from agents.agent_socket import CONNECT_GRACE_S, AgentSocket
+from agents.agent_socket import error as error_of_reply
 from agents.bucket_link import Bucket, ClientBuckets
+from agents.client_collectives import allreduce_all as allreduce_all
 from common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
 
-CONNECT_GRACE_S = 5.0
-"""How long a request waits for the agent's socket to accept a connection (a restart)."""
+__all__ = ["CONNECT_GRACE_S", "AgentClient", "allreduce_all"]
 
 
 class AgentClient:
@@ -48,29 +46,28 @@ class AgentClient:
 
     def __init__(self, address: str, *, timeout_s: float = 120.0, shared_memory: bool = True):
         self.address = address
-        self.timeout_s = timeout_s
         self.shared_memory = shared_memory
         self._buckets = ClientBuckets(address)
-        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        # the agent going away (killed, restarted) ends a waiting request at once, and a
-        # request is not sent into a connection that is not there
-        self._events: zmq.Socket[bytes] = self._sock.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        self._connected = False
-        self._generation: str | None = None
-        """The agent process this client talks to (learned by a hello after each connect)."""
+        self._conn = AgentSocket(address, timeout_s)
         self._steps: dict[str, int] = {}
         """Per job id, the step number of this client's last call on it."""
         self._last_job: str | None = None
         self._sent = False
         self._resolved: tuple[str, int] | None = None
         """The job and step the agent took the call in flight as (from its reply)."""
-        self._sock.connect(address)
-        self._rid = 0
+        self._worlds: dict[str | None, tuple[int, int]] = {}
+        """Per job argument, (rank, world) as the agent said (`world`)."""
         # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
-        self._finalizer = weakref.finalize(self, _release, self._sock, self._events,
-                                           self._buckets)
+        self._finalizer = weakref.finalize(self, _release, self._conn, self._buckets)
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a call waits for the agent (its collective's timeout)."""
+        return self._conn.timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._conn.timeout_s = value
 
     def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An array in this client's shared-memory bucket: `allreduce` reduces it in place
@@ -83,18 +80,89 @@ class AgentClient:
     def _bucket_for(self, nbytes: int) -> Bucket:
         return self._buckets.for_bytes(nbytes)
 
-    def allreduce(self, array: np.ndarray, *, job: str | None = None,
-                  out: np.ndarray | None = None, step: int | None = None) -> np.ndarray:
-        """Sum `array` across the job's nodes; returns a new array of the same shape and dtype,
-        or the sum written into `out` (e.g. `out=array`, in place as gloo does: no new
-        memory), or, for an array from `shared_array()`, that array with the sum in place.
+    def allreduce(self, array: np.ndarray, *, op: str = "sum", job: str | None = None,
+                  step: int | None = None, out: np.ndarray | None = None,
+                  timeout_s: float | None = None) -> np.ndarray:
+        """Reduce `array` elementwise across the job's nodes with `op` (sum, min, max, prod;
+        band, bor, bxor for integers); returns a new array of the same shape and dtype, or
+        the result written into `out` (e.g. `out=array`, in place as gloo does: no new
+        memory), or, for an array from `shared_array()`, that array with the result in place.
 
         `step` numbers the call; every rank must hand in the same number for the same
         collective. By default the client counts its calls per job (1, 2, ...), so the n-th
         call of every rank on a job pairs with the n-th of the others. A loop that retries a
         failed call, or goes on past one, passes its own number (the training iteration):
-        a retry keeps its number. Calls whose numbers differ fail on every rank with
+        a retry keeps its number. Calls whose numbers (or ops) differ fail on every rank with
         `StepMismatch`; a call refused unrun (`OperationRefused`) uses up no number."""
+        return self.call_collective(array, "all_reduce", op=op, job=job, step=step, out=out,
+                                    timeout_s=timeout_s)
+
+    def all_gather(self, array: np.ndarray, *, out: np.ndarray | None = None,
+                   job: str | None = None, step: int | None = None,
+                   timeout_s: float | None = None) -> np.ndarray:
+        """Every rank's `array` in rank order: shape (world, *array.shape)."""
+        return kinds.all_gather(self, array, out, _opts(job, step, timeout_s))
+
+    def reduce_scatter(self, array: np.ndarray, *, op: str = "sum",
+                       out: np.ndarray | None = None, job: str | None = None,
+                       step: int | None = None, timeout_s: float | None = None) -> np.ndarray:
+        """This rank's block of the reduction of every rank's (world, *s) `array`: (*s)."""
+        return kinds.reduce_scatter(self, array, op, out, _opts(job, step, timeout_s))
+
+    def broadcast(self, array: np.ndarray, *, root: int, job: str | None = None,
+                  step: int | None = None, timeout_s: float | None = None) -> np.ndarray:
+        """Rank `root`'s `array` on every rank, in place when `array` is writable."""
+        return kinds.broadcast(self, array, root, _opts(job, step, timeout_s))
+
+    def all_to_all(self, array: np.ndarray, *, out: np.ndarray | None = None,
+                   job: str | None = None, step: int | None = None,
+                   timeout_s: float | None = None) -> np.ndarray:
+        """`array` (world, *s): block j goes to rank j; result[i] came from rank i."""
+        return kinds.all_to_all(self, array, out, _opts(job, step, timeout_s))
+
+    def gather(self, array: np.ndarray, *, root: int, out: np.ndarray | None = None,
+               job: str | None = None, step: int | None = None,
+               timeout_s: float | None = None) -> np.ndarray | None:
+        """Every rank's `array` at `root` as (world, *array.shape); None on other ranks."""
+        return kinds.gather(self, array, root, out, _opts(job, step, timeout_s))
+
+    def scatter(self, array: np.ndarray | None, *, root: int, out: np.ndarray | None = None,
+                job: str | None = None, step: int | None = None,
+                timeout_s: float | None = None) -> np.ndarray:
+        """Block `rank` of the root's (world, *s) `array`; other ranks pass None and `out`."""
+        return kinds.scatter(self, array, root, out, _opts(job, step, timeout_s))
+
+    def world(self, job: str | None = None) -> tuple[int, int]:
+        """(this node's rank, the number of ranks) of the job a call naming `job` runs on."""
+        if job not in self._worlds:
+            self._conn.ensure_connected()
+            info = self._conn.query(b"world", {"job": job} if job else {})
+            self._worlds[job] = (int(info["rank"]), len(info["nodes"]))
+        return self._worlds[job]
+
+    def in_bucket(self, array: np.ndarray) -> bool:
+        """Whether `array` lives in this client's shared-memory bucket."""
+        return self._buckets.bucket is not None and self._buckets.bucket.owns(array)
+
+    def call_collective(self, array: np.ndarray, kind: str, *, op: str = "sum", root: int = 0,
+                        world: int | None = None, job: str | None = None,
+                        step: int | None = None, out: np.ndarray | None = None,
+                        timeout_s: float | None = None) -> np.ndarray:
+        """Run collective `kind` on `array`, a work buffer laid out for `world` ranks
+        (`agents.client_collectives`); the result as `allreduce` returns it."""
+        call = {k: v for k, v in (("kind", kind), ("op", op), ("root", root), ("world", world))
+                if v not in (None, "all_reduce", "sum", 0)}  # the defaults go unsaid
+        usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
+        try:
+            return self._call(array, call, job, step, out)
+        except OperationRefused:
+            self._worlds.clear()  # maybe laid out for a job that changed: ask anew next time
+            raise
+        finally:
+            self._conn.timeout_s = usual
+
+    def _call(self, array: np.ndarray, call: dict[str, Any], job: str | None,
+              step: int | None, out: np.ndarray | None) -> np.ndarray:
         a = np.ascontiguousarray(array)
         if out is not None and (out.shape != a.shape or out.dtype != a.dtype
                                 or not out.flags.writeable):
@@ -104,7 +172,8 @@ class AgentClient:
                                  or step < 1):
             raise ValueError(f"step must be a positive integer, not {step!r}")
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
-                                  "timeout_s": self.timeout_s, "steps": dict(self._steps)}
+                                  "timeout_s": self.timeout_s, "steps": dict(self._steps),
+                                  **call}
         if step is not None:
             header["step"] = step
         if job:
@@ -116,7 +185,7 @@ class AgentClient:
             except AgentRestarted:
                 # the request reached the agent after it restarted and was not run: learn the
                 # new generation and call once more
-                self._generation = None
+                self._conn.generation = None
                 return self._allreduce_once(a, header, out)
         except OperationRefused:
             refused = True  # refused unrun: the number is not used up
@@ -146,12 +215,12 @@ class AgentClient:
                 return self._allreduce_shared(a, header, out)
             except _NoSharedMemory:
                 self.shared_memory = False
-        self._ensure_connected()
-        self._stamp(header)
-        self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
+        self._conn.ensure_connected()
+        self._conn.stamp(header)
+        self._conn.sock.send_multipart([b"allreduce", json.dumps(header).encode(), a.tobytes()],
                                   copy=False)
         self._sent = True
-        frames = self._recv(self._rid)
+        frames = self._reply()
         if frames[0] == b"ok" and len(frames) == 3:
             meta = json.loads(frames[1])
             result = np.frombuffer(frames[2], dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
@@ -159,14 +228,7 @@ class AgentClient:
                 np.copyto(out, result)
                 return out
             return result.copy()
-        raise self._error(frames)
-
-    def _stamp(self, header: dict[str, Any]) -> None:
-        """A fresh request id, and the generation of the agent the request is meant for."""
-        self._rid += 1
-        header["rid"] = self._rid
-        if self._generation is not None:
-            header["generation"] = self._generation
+        raise error_of_reply(frames)
 
     def _allreduce_shared(self, a: np.ndarray, header: dict[str, Any],
                           out: np.ndarray | None) -> np.ndarray:
@@ -187,7 +249,7 @@ class AgentClient:
                 np.copyto(out, view)
                 return out
             return view.copy()
-        raise self._error(frames)
+        raise error_of_reply(frames)
 
     def _request_on_bucket(self, bucket: Bucket, header: dict[str, Any], in_place: bool
                            ) -> list[bytes]:
@@ -195,7 +257,7 @@ class AgentClient:
         not know the bucket gets it handed over again (once); one that cannot reach it makes
         this client send bytes from now on (_NoSharedMemory)."""
         for attempt in (1, 2):
-            self._ensure_connected()
+            self._conn.ensure_connected()
             try:
                 header.update(self._buckets.naming(bucket, min(self.timeout_s,
                                                                 CONNECT_GRACE_S)))
@@ -203,18 +265,18 @@ class AgentClient:
                 if exc.kind == "bucket-unknown" and attempt == 1:
                     continue
                 raise self._no_shared_memory(exc) from exc
-            self._stamp(header)
-            self._sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
+            self._conn.stamp(header)
+            self._conn.sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
             self._sent = True
             try:
-                frames = self._recv(self._rid)
+                frames = self._reply()
             except CollectiveError:
                 # the agent may still finish this collective and write into the bucket later:
                 # never hand that memory out again
                 if not in_place:
                     self._buckets.discard()
                 raise
-            error = self._error(frames) if frames[0] != b"ok" else None
+            error = error_of_reply(frames) if frames[0] != b"ok" else None
             if not isinstance(error, BucketUnavailable):
                 return frames
             if error.kind == "bucket-unknown" and attempt == 1:
@@ -230,88 +292,14 @@ class AgentClient:
 
     def status(self) -> dict[str, Any]:
         """The agent's status snapshot."""
-        self._rid += 1
-        self._ensure_connected()
-        self._sock.send_multipart([b"status", str(self._rid).encode()])
-        frames = self._recv(self._rid)
-        if frames[0] == b"ok":
-            return json.loads(frames[1])
-        raise self._error(frames)
+        self._conn.ensure_connected()
+        return self._conn.query(b"status")
 
-    def _ensure_connected(self) -> None:
-        """Before a request: apply the connection's events so far (a disconnect from before
-        does not fail this request), waiting a little for an agent that is (re)starting;
-        CollectiveError if none accepts a connection at the address."""
-        self._connection_events(0)
-        deadline = time.monotonic() + min(self.timeout_s, CONNECT_GRACE_S)
-        while not self._connected:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CollectiveError(f"no agent is listening at {self.address} (it stopped, "
-                                      "or has not started yet); start it with `oddl agent "
-                                      "serve` or check the address")
-            self._connection_events(int(left * 1000) + 1)
-        if self._generation is None:
-            self._hello()
-
-    def _hello(self) -> None:
-        """Learn the generation of the agent at the other end of the connection."""
-        self._rid += 1
-        self._sock.send_multipart([b"hello", str(self._rid).encode()])
-        frames = self._recv(self._rid)
-        if frames[0] != b"ok":
-            raise self._error(frames)
-        generation = json.loads(frames[1]).get("generation")
-        self._generation = generation if isinstance(generation, str) else None
-
-    def _connection_events(self, wait_ms: int) -> bool:
-        """Apply pending connect/disconnect events; True if the connection dropped."""
-        dropped = False
-        while self._events.poll(wait_ms):
-            event = zmq_monitor.parse_monitor_message(self._events.recv_multipart())
-            if event["event"] == zmq.EVENT_CONNECTED:
-                self._connected = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._connected = False
-                self._generation = None  # whoever answers next is learned anew
-                dropped = True
-            wait_ms = 0
-        return dropped
-
-    def _recv(self, rid: int) -> list[bytes]:
-        """The reply to request `rid`; replies to earlier requests that timed out are dropped.
-        CollectiveError when the agent does not answer in time or goes away meanwhile."""
-        deadline = time.monotonic() + self.timeout_s + 5.0
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._events, zmq.POLLIN)
-        while True:
-            left = deadline - time.monotonic()
-            ready = dict(poller.poll(max(0, int(left * 1000)))) if left > 0 else {}
-            if not ready:
-                raise CollectiveError(f"the agent at {self.address} did not answer within "
-                                      f"{self.timeout_s:.0f} s; is `oddl agent serve` running?")
-            if self._sock in ready:  # a reply that made it before a disconnect still counts
-                frames = self._sock.recv_multipart()
-                if _reply_rid(frames) in (rid, None):  # None: a request it could not parse
-                    self._resolved = _reply_resolved(frames) or self._resolved
-                    return frames
-                logger.debug("dropped a late reply from %s (request %s, waiting for %d)",
-                             self.address, _reply_rid(frames), rid)
-            if self._events in ready and self._connection_events(0):
-                raise CollectiveError(
-                    f"the agent at {self.address} closed the connection while this request "
-                    "was in flight (it stopped or restarted); no result was returned — retry "
-                    "once it is back")
-
-    @staticmethod
-    def _error(frames: list[bytes]) -> Exception:
-        try:
-            info = json.loads(frames[1])
-            kind, message = info["kind"], info["message"]
-        except (IndexError, ValueError, KeyError):
-            return CollectiveError(f"unexpected reply from the agent: {frames[:1]!r}")
-        return localapi.error_of_kind(kind, message)
+    def _reply(self) -> list[bytes]:
+        """The reply to the request just sent; notes the job and step it was taken as."""
+        frames = self._conn.recv(self._conn.rid)
+        self._resolved = localapi.reply_resolved(frames) or self._resolved
+        return frames
 
     def close(self) -> None:
         """Release the socket and the shared-memory bucket (also done when the client is
@@ -325,36 +313,10 @@ class AgentClient:
         self.close()
 
 
-def _release(sock: zmq.Socket[bytes], events: zmq.Socket[bytes], buckets: ClientBuckets
-             ) -> None:
-    """Close a client's sockets and release its bucket (its agent lets go of it then)."""
-    try:
-        sock.disable_monitor()
-    except zmq.ZMQError:  # the context is gone already (interpreter exit)
-        pass
-    events.close(0)
-    sock.close(0)
+def _release(conn: AgentSocket, buckets: ClientBuckets) -> None:
+    """Close a client's socket and release its bucket (its agent lets go of it then)."""
+    conn.close()
     buckets.close()
-
-
-def _reply_rid(frames: list[bytes]) -> int | None:
-    try:
-        rid = json.loads(frames[1]).get("rid")
-    except (IndexError, ValueError, AttributeError):
-        return None
-    return rid if isinstance(rid, int) else None
-
-
-def _reply_resolved(frames: list[bytes]) -> tuple[str, int] | None:
-    """The job and step a reply says the call was taken as (None when it says nothing)."""
-    try:
-        resolved = json.loads(frames[1]).get("resolved")
-        job, step = resolved["job"], resolved["step"]
-    except (IndexError, ValueError, AttributeError, TypeError, KeyError):
-        return None
-    if isinstance(job, str) and isinstance(step, int) and not isinstance(step, bool):
-        return job, step
-    return None
 
 
 class _NoSharedMemory(Exception):
@@ -362,31 +324,5 @@ class _NoSharedMemory(Exception):
     /dev/shm, a bucket socket this user may not open)."""
 
 
-def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,
-                  inplace: bool = False, step: int | None = None) -> tuple[float, list[Any]]:
-    """Call allreduce on every client at once (one thread each, released together); with
-    `inplace` each sum is written into its input array, as gloo does; `step` numbers the
-    call on every client (default: each client's own count).
-
-    Returns the wall time from the common start to the last result, and per client its
-    result or the exception it raised (for tests, benchmarks and demos driving all nodes).
-    """
-    outs: list[Any] = [None] * len(clients)
-    start = threading.Barrier(len(clients) + 1)
-
-    def call(r: int) -> None:
-        start.wait()
-        try:
-            outs[r] = clients[r].allreduce(arrays[r], out=arrays[r] if inplace else None,
-                                           step=step)
-        except Exception as exc:  # handed back to the caller
-            outs[r] = exc
-
-    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0, outs
+def _opts(job: str | None, step: int | None, timeout_s: float | None) -> dict[str, Any]:
+    return {"job": job, "step": step, "timeout_s": timeout_s}

@@ -21,6 +21,7 @@ from agents import wallclock
 from agents.chunkplan import busiest_port_bytes
 from agents.gate import Cancel, SlotGate
 from agents.stream_wire import ChunkHead
+from common.collective_kinds import UFUNCS
 from common.errors import CollectiveError
 from protos.schedule_wire import (
     SlotSpec,
@@ -77,6 +78,8 @@ class CollectiveRun:
     receive_timeout_s: float = 2.0
     line_rate_bps: float = 0.0
     """The ideal network's line rate: its wire time is the schedule receives are due by."""
+    reduce_op: str = "sum"
+    """What a receiver does with a REDUCE segment (`common.collective_kinds.UFUNCS`)."""
     stats: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -213,6 +216,13 @@ class RunContext:
     def deadline(self, k: int) -> float:
         """When a receive of step k gives up: `due` plus the receive timeout."""
         return self.due(k) + self.run.receive_timeout_s
+
+    def apply(self, target: np.ndarray, data: np.ndarray, op: str) -> None:
+        """Apply a received segment to `target`: reduce it with the run's op, or copy it."""
+        if op == REDUCE:
+            UFUNCS[self.run.reduce_op](target, data, out=target)
+        elif not np.may_share_memory(data, target):  # else it was read into place already
+            target[...] = data
 
     def raise_if_cancelled(self) -> None:
         """CollectiveError when the agent cancelled the collective (not when it failed)."""

@@ -32,6 +32,7 @@ from agents.optinc_run import run_optinc
 from agents.standing import Ready, agree, exchange
 from agents.stream_wire import PeerAhead, PeerGaveUp
 from agents.streams import StreamLink
+from common.collective_kinds import ALL_REDUCE, check_on_job
 from common.config import OPTINC, TestbedConfig
 from common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
 from common.shm import BucketMaps
@@ -76,6 +77,8 @@ class CollectiveRunner:
         """Whether the call in flight got past the barrier or ready exchange into its data
         phase (its buffer may be partly reduced; it is never run a second time)."""
         self._current_job = ""
+        self._call: tuple[str, str, int] = (ALL_REDUCE, "sum", 0)
+        """(kind, op, root) of the call in flight."""
         self._cancel = threading.Event()
         self._running = threading.Event()
         self._abort_reason = ""
@@ -98,6 +101,7 @@ class CollectiveRunner:
         req = localapi.parse_allreduce(header)
         array = self._array(req, payload)
         job = self._job_for(req.job)
+        self._call = req.call
         self._data_moved = False
         try:
             return self._allreduce_on(job, req, array, header)
@@ -118,6 +122,8 @@ class CollectiveRunner:
 
     def _allreduce_on(self, job: AgentJob, req: localapi.AllreduceRequest, array: np.ndarray,
                       header: dict[str, Any]) -> np.ndarray:
+        check_on_job(req.call, req.dtype, array.size, len(job.nodes), job.collective,
+                     req.world)  # OperationRefused, unrun, unless the job can serve it
         # the caller's number for this call: its own, or its count of calls on this job
         step = req.step or req.steps.get(job.id, 0) + 1
         header["resolved"] = {"job": job.id, "step": step}  # told back to the client
@@ -142,8 +148,12 @@ class CollectiveRunner:
                                                  or ends_where_it_starts(go.schedule)):
             # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
             # server) goes through the barrier every time: the controller lays it out anew
-            job.standing[(array.size, array.dtype.str)] = go.schedule
+            job.standing[self._key(array)] = go.schedule
         return self._run(job, seq, array, go.schedule, t0_local)
+
+    def _key(self, array: np.ndarray) -> tuple[int, str, str, int]:
+        """A standing schedule's key: bucket, kind and root (the op changes no schedule)."""
+        return array.size, array.dtype.str, self._call[0], self._call[2]
 
     def _array(self, req: localapi.AllreduceRequest, payload: bytes) -> np.ndarray:
         """The request's array: in the client's shared-memory bucket (run in place) or in
@@ -173,6 +183,8 @@ class CollectiveRunner:
             self._refresh_jobs()
         return self.jobs.pick(job_id)
 
+    job_for = _job_for  # the job a call runs on (the agent's world answers)
+
     # ---- starting a collective --------------------------------------------------------
     def _wait_for_peers(self, job: AgentJob, timeout_s: float) -> None:
         """Before a collective starts: wait (up to the call's timeout) for the peers the
@@ -195,9 +207,11 @@ class CollectiveRunner:
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
         seq = job.next_seq
+        kind, op, root = self._call
         self.ctl.ready(pb.ReadyCollectiveRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                                  shape=list(array.shape),
-                                                 dtype=array.dtype.str, caller_step=step))
+                                                 dtype=array.dtype.str, caller_step=step,
+                                                 kind=kind, op=op, root=root))
         job.next_seq += 1
         return seq
 
@@ -208,9 +222,10 @@ class CollectiveRunner:
         with the same sequence number)."""
         if job.ended:
             raise OperationRefused(f"job {job.id} has ended: {job.ended}")
-        schedule = job.standing.get((array.size, array.dtype.str))
+        schedule = job.standing.get(self._key(array))
         mine = Ready(self.node_id, array.size, array.dtype.str,
-                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None, step)
+                     wallclock.now() + self.ctl.clock.offset_s, schedule is not None, step,
+                     self._call)
         self._begin(job)
         try:
             seq, theirs = self._exchange(job, mine, wallclock.now() + timeout_s)
@@ -275,15 +290,16 @@ class CollectiveRunner:
         req = pb.StartStandingRequest(node_id=self.node_id, job_id=job.id, seq=seq,
                                       t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
                                       itemsize=array.dtype.itemsize,
-                                      schedule_sha256=schedule_sha256(schedule))
+                                      schedule_sha256=schedule_sha256(schedule),
+                                      kind=self._call[0], root=self._call[2])
         self.ctl.start_standing(req)
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
-        key = (array.size, array.dtype.str)
+        key = self._key(array)
         schedule = job.plans.get(key)
         if schedule is None:
             schedule = self.ctl.get_schedule(job.id, array.size * array.dtype.itemsize,
-                                             array.dtype.itemsize)
+                                             array.dtype.itemsize, self._call[0], self._call[2])
             job.plans[key] = schedule
         return self._run(job, seq, array, schedule, 0.0)
 
@@ -310,7 +326,7 @@ class CollectiveRunner:
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,
             slots=decoded.slots, t0_local=t0_local, network=job.network,
             receive_timeout_s=decoded.receive_timeout_s,
-            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9)
+            line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9, reduce_op=self._call[1])
         if t0_local > 0:
             self.starts.append((job.id, seq, self._called_at,
                                 t0_local + first_data_start(schedule)))

@@ -296,11 +296,13 @@ class ControllerLink:
             raise rpc_error(exc, "listing jobs") from exc
         return jobs, peers
 
-    def get_schedule(self, job_id: str, message_bytes: int, itemsize: int) -> pb.Schedule:
-        """The schedule (and plan) of a job's collective of `message_bytes`."""
+    def get_schedule(self, job_id: str, message_bytes: int, itemsize: int,
+                     kind: str = "all_reduce", root: int = 0) -> pb.Schedule:
+        """The schedule (and plan) of a job's collective `kind` of `message_bytes`."""
         try:
             return self.stub.GetSchedule(pb.GetScheduleRequest(
-                job_id=job_id, message_bytes=message_bytes, itemsize=itemsize),
+                job_id=job_id, message_bytes=message_bytes, itemsize=itemsize, kind=kind,
+                root=root),
                 timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
             raise rpc_error(exc, f"fetching the plan of job {job_id}") from exc

@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 Allreduce = Callable[[dict[str, Any], bytes], np.ndarray]
 """Runs one all-reduce request (header, payload) and returns the result."""
 
+World = Callable[[dict[str, Any]], dict[str, Any]]
+"""Answers a world request (header): the job, this node's rank and the job's size."""
+
 OnFailure = Callable[[str, str], None]
 """Told of a failed request: its kind ("lost data", "step mismatch", "collective", "refused",
 "internal")
@@ -58,6 +61,8 @@ class _Request:
     header: dict[str, Any]
     payload: bytes
     shared: bool = False
+    query: bool = False
+    """A question about the job (`world`), not a collective."""
 
 
 class LocalServer:
@@ -133,6 +138,15 @@ class LocalServer:
             rid = _rid(frames[2]) if len(frames) > 2 else None
             self._api.send_multipart([ident, b"ok", json.dumps(
                 {"node": self.node_id, "generation": self.generation, "rid": rid}).encode()])
+        elif op == b"world" and len(frames) == 3:
+            try:
+                header = json.loads(frames[2])
+                if not isinstance(header, dict):
+                    raise ValueError("header is not an object")
+            except (ValueError, RecursionError) as exc:
+                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+                return
+            self._work.put(_Request(ident, header, b"", query=True))  # the job table may lag
         elif op == b"allreduce" and len(frames) == 4:
             try:
                 header = json.loads(frames[2])
@@ -156,8 +170,10 @@ class LocalServer:
                 "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
                 None)])
 
-    def work_loop(self, allreduce: Allreduce, on_failure: OnFailure) -> None:
-        """Run the queued all-reduces one at a time until `stop` (or `wake`)."""
+    def work_loop(self, allreduce: Allreduce, on_failure: OnFailure,
+                  world: World | None = None) -> None:
+        """Run the queued collectives (and world questions) one at a time until `stop` (or
+        `wake`)."""
         push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(self._results_addr)
@@ -166,16 +182,21 @@ class LocalServer:
                 req = self._work.get()
                 if req is None:
                     return
-                push.send_multipart(self._serve(req, allreduce, on_failure))
+                push.send_multipart(self._serve(req, allreduce, on_failure, world))
         finally:
             push.close(0)
 
-    def _serve(self, req: _Request, allreduce: Allreduce, on_failure: OnFailure
-               ) -> list[bytes]:
-        """The reply frames to one all-reduce request."""
+    def _serve(self, req: _Request, allreduce: Allreduce, on_failure: OnFailure,
+               world: World | None = None) -> list[bytes]:
+        """The reply frames to one request."""
         rid = req.header.get("rid")
         rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
         try:
+            if req.query:
+                if world is None:
+                    raise OperationRefused(f"{self.node_id}: this agent answers no world "
+                                           "requests")
+                return [req.ident, b"ok", json.dumps({**world(req.header), "rid": rid}).encode()]
             return _ok(req, allreduce(req.header, req.payload), rid)
         except BucketUnavailable as exc:  # the client hands it over again, or sends bytes
             return [req.ident, b"error", _err(exc.kind, str(exc), rid)]

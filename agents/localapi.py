@@ -11,6 +11,7 @@ logs that it is reachable by every local user.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from common.collective_kinds import ALL_REDUCE, check_call
 from common.errors import (
     AgentRestarted,
     BucketUnavailable,
@@ -227,6 +229,19 @@ class AllreduceRequest:
     steps: dict[str, int] = field(default_factory=dict)
     """Per job, the number of the caller's last call on it: without `step`, this call is the
     next one of the job the agent runs it on."""
+    kind: str = ALL_REDUCE
+    """The collective (`common.collective_kinds`); the array is its work buffer."""
+    op: str = "sum"
+    """The reduction op."""
+    root: int = 0
+    """The root rank of broadcast, gather and scatter."""
+    world: int | None = None
+    """The number of ranks the client laid the work buffer out for (None: not said)."""
+
+    @property
+    def call(self) -> tuple[str, str, int]:
+        """(kind, op, root): what the ranks' calls must agree on."""
+        return self.kind, self.op, self.root
 
     @property
     def nbytes(self) -> int:
@@ -279,8 +294,15 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
         raise OperationRefused(f"malformed allreduce request: timeout_s {timeout!r} is not a "
                                "number of seconds in (0, 86400]")
     step, steps = _parse_steps(header)
+    kind, op, root = (header.get("kind", ALL_REDUCE), header.get("op", "sum"),
+                      header.get("root", 0))
+    check_call(kind, op, root, dtype)
+    world = header.get("world")
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int)):
+        raise OperationRefused(f"malformed allreduce request: world {world!r} is not a number "
+                               "of ranks")
     return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps)
+                            steps, kind, op, root, world)
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:
@@ -297,3 +319,24 @@ def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:
         raise OperationRefused("malformed allreduce request: steps is not an object of job "
                                "ids and non-negative step numbers")
     return step, steps
+
+
+# ---- reply frames ------------------------------------------------------------------------
+def reply_rid(frames: list[bytes]) -> int | None:
+    try:
+        rid = json.loads(frames[1]).get("rid")
+    except (IndexError, ValueError, AttributeError):
+        return None
+    return rid if isinstance(rid, int) else None
+
+
+def reply_resolved(frames: list[bytes]) -> tuple[str, int] | None:
+    """The job and step a reply says the call was taken as (None when it says nothing)."""
+    try:
+        resolved = json.loads(frames[1]).get("resolved")
+        job, step = resolved["job"], resolved["step"]
+    except (IndexError, ValueError, AttributeError, TypeError, KeyError):
+        return None
+    if isinstance(job, str) and isinstance(step, int) and not isinstance(step, bool):
+        return job, step
+    return None

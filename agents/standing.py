@@ -24,6 +24,7 @@ from typing import Any
 
 from agents import wallclock
 from agents.stream_wire import READY_STEP, ChunkHead, PeerAhead, node_tag
+from common.collective_kinds import ALL_REDUCE, call_mismatch
 from common.errors import CollectiveError, StepMismatch
 from common.pairing import step_mismatch
 
@@ -41,17 +42,22 @@ class Ready:
     standing: bool
     step: int = 0
     """The caller's step number (0: none given)."""
+    call: tuple[str, str, int] = (ALL_REDUCE, "sum", 0)
+    """The caller's (kind, op, root) (`common.collective_kinds`)."""
 
     def encode(self) -> bytes:
         return json.dumps({"n": self.elements, "dtype": self.dtype, "ready": self.ready_s,
-                           "standing": self.standing, "step": self.step}).encode()
+                           "standing": self.standing, "step": self.step,
+                           "call": list(self.call)}).encode()
 
     @staticmethod
     def decode(node: str, raw: bytes | memoryview) -> Ready:
         try:
             d = json.loads(bytes(raw))
+            kind, op, root = d.get("call", (ALL_REDUCE, "sum", 0))
             return Ready(node, int(d["n"]), str(d["dtype"]), float(d["ready"]),
-                         bool(d["standing"]), int(d.get("step", 0)))
+                         bool(d["standing"]), int(d.get("step", 0)),
+                         (str(kind), str(op), int(root)))
         except (ValueError, KeyError, TypeError) as exc:
             raise CollectiveError(f"a malformed ready message from {node} ({exc})") from exc
 
@@ -98,10 +104,12 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
 def agree(job: str, seq: int, mine: Ready, theirs: Sequence[Ready], margin_s: float
           ) -> tuple[bool, float]:
     """(every node holds the standing schedule for the same bucket, the start time on the
-    controller's clock). StepMismatch when the callers' step numbers differ. Different
+    controller's clock). StepMismatch when the callers' step numbers differ, or their calls
+    (kind, op, root). Different
     buckets go to the controller's barrier, which refuses them with the whole story."""
     everyone = (mine, *theirs)
-    mismatch = step_mismatch(job, seq, {r.node: r.step for r in everyone})
+    mismatch = step_mismatch(job, seq, {r.node: r.step for r in everyone}) or call_mismatch(
+        job, seq, {r.node: r.call for r in everyone})
     if mismatch:
         raise StepMismatch(f"{mine.node}: {mismatch}")
     same = all((r.elements, r.dtype) == (mine.elements, mine.dtype) for r in theirs)

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from agents.collective_run import REDUCE, RunContext
+from agents.collective_run import RunContext
 from agents.stream_wire import CHUNK_BYTES, ChunkHead, node_tag
 
 logger = logging.getLogger(__name__)
@@ -24,6 +24,8 @@ them at once); bigger ones send on the sender thread while this thread receives.
 
 Segments = dict[int, list[tuple[int, int]]]
 """Per peer rank, the (offset, length) element ranges of one step."""
+Landings = dict[int, list[tuple[int, int, int]]]
+"""Per peer rank, the (offset here, length, sender's offset) ranges one step receives."""
 
 
 def run_steps(ctx: RunContext) -> None:
@@ -57,16 +59,17 @@ def _run_step(ctx: RunContext, k: int) -> None:
         pending.result()
 
 
-def _segments(ctx: RunContext, k: int) -> tuple[Segments, Segments]:
+def _segments(ctx: RunContext, k: int) -> tuple[Segments, Landings]:
     """This node's sends and receives of step k, by peer rank."""
     step, rank = ctx.run.steps[k], ctx.run.rank
     sends: Segments = defaultdict(list)
-    recvs: Segments = defaultdict(list)
-    for s, d, off, length in zip(step.src, step.dst, step.offset, step.length, strict=True):
+    recvs: Landings = defaultdict(list)
+    for s, d, off, length, at in zip(step.src, step.dst, step.offset, step.length,
+                                     step.landing, strict=True):
         if s == rank:
             sends[d].append((off, length))
         if d == rank:
-            recvs[s].append((off, length))
+            recvs[s].append((at, length, off))  # lands at `at` here; sent from `off`
     return sends, recvs
 
 
@@ -90,29 +93,25 @@ def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
         logger.debug("%s seq %d step %d: sent to %s", run.me, run.seq, k, dst)
 
 
-def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int]], op: str) -> None:
+def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int, int]], op: str
+             ) -> None:
     """Receive one peer's segments of step k chunk by chunk and apply each to the buffer,
     each chunk due by `RunContext.due` plus the receive timeout (the schedule, not how far
     this node has got)."""
     run, buf = ctx.run, ctx.buf
     chunk = max(1, CHUNK_BYTES // buf.itemsize)
-    for off, n in segs:
-        for o in range(off, off + n, chunk):
-            m = min(chunk, off + n - o)
+    for at, n, off in segs:
+        for o in range(at, at + n, chunk):
+            m = min(chunk, at + n - o)
             head, payload = ctx.link.recv_chunk(run.job_id, src, run.seq, k, ctx.deadline(k),
                                                 ctx.stop)
-            ctx.check_head(head, src, k, o, m)
-            data = np.frombuffer(payload, dtype=buf.dtype)
-            target = buf[o:o + m]
-            if op == REDUCE:
-                np.add(target, data, out=target)
-            else:
-                target[...] = data
+            ctx.check_head(head, src, k, off + o - at, m)
+            ctx.apply(buf[o:o + m], np.frombuffer(payload, dtype=buf.dtype), op)
     logger.debug("%s seq %d step %d: received from %s", run.me, run.seq, k, src)
 
 
-def _overlap(sends: Segments, recvs: Segments) -> bool:
+def _overlap(sends: Segments, recvs: Landings) -> bool:
     """True when a range this node receives into overlaps one it sends in the same step."""
     out = sorted(seg for segs in sends.values() for seg in segs)
-    return any(o < ro + rn and ro < o + n for segs in recvs.values() for ro, rn in segs
+    return any(o < ro + rn and ro < o + n for segs in recvs.values() for ro, rn, _ in segs
                for o, n in out)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 
+from common.collective_kinds import ALL_REDUCE, KINDS, optinc_refusal
 from common.config import OPTINC, TestbedConfig
 from common.errors import OddlError, OperationRefused
 from controller.agent_registry import AgentRegistry
@@ -74,7 +75,9 @@ class CollectiveStarts:
         OddlError when the ready itself is refused (unknown job, node not in it, ...)."""
         with self.lock:
             barrier = self.jobs.ready(request.job_id, request.seq, request.node_id,
-                                      request.shape, request.dtype, request.caller_step)
+                                      request.shape, request.dtype, request.caller_step,
+                                      (request.kind or ALL_REDUCE, request.op or "sum",
+                                       request.root))
             job = self.jobs.get(request.job_id)
             if barrier is None:
                 barrier = self._abandon_for_dead(job)
@@ -101,7 +104,7 @@ class CollectiveStarts:
         self.executor.join(job.id)
         try:
             sched = self.jobs.schedule(job, barrier.n_elems, barrier.itemsize,
-                                       self.node_channels(job))
+                                       self.node_channels(job), barrier.kind, barrier.root)
         except OddlError as exc:
             self._go_error(job, barrier.seq, f"no schedule: {exc}")
             return
@@ -148,7 +151,8 @@ class CollectiveStarts:
         why = ""
         try:
             sched = self.jobs.schedule(job, request.message_bytes // request.itemsize,
-                                       request.itemsize, self.node_channels(job))
+                                       request.itemsize, self.node_channels(job),
+                                       request.kind or ALL_REDUCE, request.root)
             go.schedule.CopyFrom(encode_schedule(sched, job.id, self.receive_timeout_s))
             ours = schedule_sha256(go.schedule)
         except OddlError as exc:
@@ -198,8 +202,10 @@ class CollectiveStarts:
             logger.warning("collective %d of %s failed at %s: %s", request.seq, request.job_id,
                            request.node_id, request.error)
 
-    def schedule_pb(self, job_id: str, message_bytes: int, itemsize: int) -> pb.Schedule:
-        """The schedule a job's collective of `message_bytes` would run on (`GetSchedule`)."""
+    def schedule_pb(self, job_id: str, message_bytes: int, itemsize: int,
+                    kind: str = ALL_REDUCE, root: int = 0) -> pb.Schedule:
+        """The schedule a job's collective `kind` of `message_bytes` would run on
+        (`GetSchedule`)."""
         with self.lock:
             job = self.jobs.get(job_id)
             itemsize = itemsize or 4
@@ -212,9 +218,14 @@ class CollectiveStarts:
             if message_bytes % itemsize:
                 raise OperationRefused(f"message_bytes {message_bytes} is not a multiple of "
                                        f"itemsize {itemsize}")
+            if kind not in KINDS:
+                raise OperationRefused(f"unknown collective kind {kind!r}; use one of "
+                                       f"{', '.join(KINDS)}")
+            if job.collective == OPTINC and kind != ALL_REDUCE:
+                raise OperationRefused(optinc_refusal((kind, "sum", root)))
             if job.collective == OPTINC:
                 return encode_optinc_schedule(self.jobs.optinc_schedule(
                     job, message_bytes // itemsize, itemsize), job.id, self.receive_timeout_s)
             sched = self.jobs.schedule(job, message_bytes // itemsize, itemsize,
-                                       self.node_channels(job))
+                                       self.node_channels(job), kind, root)
             return encode_schedule(sched, job.id, self.receive_timeout_s)

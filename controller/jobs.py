@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from common.collective_kinds import ALL_REDUCE, optinc_refusal
 from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from common.errors import OddlError, OperationRefused
-from common.pairing import step_mismatch
+from controller.barrier_checks import MAX_ELEMENTS as MAX_ELEMENTS
+from controller.barrier_checks import Call, Entry, agreed_call
 from controller.device_types import Configuration
 from controller.optinc_schedule import (
     OptincSchedule,
@@ -37,6 +39,7 @@ from controller.scheduling import (
     make_plan,
     schedule_plan,
 )
+from controller.scheduling.native import native_plan
 from controller.store import Store
 from controller.testbed_model import (
     timing_from_config as timing_from_config,
@@ -49,8 +52,6 @@ from drivers.interfaces import Route
 logger = logging.getLogger(__name__)
 
 NETWORKS = ("optical", "ideal")
-MAX_ELEMENTS = 1 << 36
-"""Largest all-reduce (elements) a job accepts: 256 GiB of float32."""
 
 
 def known_collectives() -> list[str]:
@@ -67,6 +68,8 @@ class Barrier:
     n_elems: int
     itemsize: int
     error: str = ""
+    kind: str = ALL_REDUCE
+    root: int = 0
 
 
 @dataclass
@@ -88,12 +91,12 @@ class JobRecord:
     last_seq: int = 0
     """The highest collective sequence number any node has entered (rejoining agents continue
     after it)."""
-    ready: dict[int, dict[str, tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    ready: dict[int, dict[str, Entry]] = field(default_factory=dict)
     ready_steps: dict[int, dict[str, int]] = field(default_factory=dict)
     """Per waiting barrier, each node's caller step (`common.pairing`)."""
     failed_seqs: set[int] = field(default_factory=set)
-    schedules: dict[tuple[int, int, tuple[int | None, ...]], Schedule | OptincSchedule] = field(
-        default_factory=dict)
+    schedules: dict[tuple[int, int, tuple[int | None, ...], str, int],
+                    Schedule | OptincSchedule] = field(default_factory=dict)
 
     PERSISTED = ("id", "name", "nodes", "collective", "network", "params", "submitted_ns",
                  "state", "reason", "collectives_done", "reconfigurations", "guard_time_s",
@@ -255,7 +258,7 @@ class JobManager:
 
     def optinc_schedule(self, job: JobRecord, n_elems: int, itemsize: int) -> OptincSchedule:
         """The two-slot schedule of an optinc job for `n_elems` elements (cached)."""
-        key = (n_elems, itemsize, ())
+        key = (n_elems, itemsize, (), ALL_REDUCE, 0)
         cached = job.schedules.get(key)
         if isinstance(cached, OptincSchedule):
             return cached
@@ -285,14 +288,16 @@ class JobManager:
 
     # ---- schedules --------------------------------------------------------------------
     def schedule(self, job: JobRecord, n_elems: int, itemsize: int,
-                 initial_channels: Mapping[str, int | None] | None = None) -> Schedule:
-        """The job's collective laid out for `n_elems` elements (cached)."""
+                 initial_channels: Mapping[str, int | None] | None = None,
+                 kind: str = ALL_REDUCE, root: int = 0) -> Schedule:
+        """The job's collective `kind` laid out for `n_elems` elements (cached)."""
         init = tuple((initial_channels or {}).get(n) for n in job.nodes)
-        key = (n_elems, itemsize, init)
+        key = (n_elems, itemsize, init, kind, root)
         cached = job.schedules.get(key)
         if isinstance(cached, Schedule):
             return cached
-        plan = make_plan(job.collective, len(job.nodes), n_elems, **_plan_params(job.params))
+        plan = native_plan(job.collective, kind, len(job.nodes), n_elems, root,
+                           **_plan_params(job.params))
         sched = schedule_plan(plan, job.nodes, self.topology, self.timing, itemsize,
                               initial_channels=dict(zip(job.nodes, init, strict=True)))
         if len(job.schedules) > 64:
@@ -302,7 +307,7 @@ class JobManager:
 
     # ---- the barrier ------------------------------------------------------------------
     def ready(self, job_id: str, seq: int, node: str, shape: Sequence[int], dtype: str,
-              step: int = 0) -> Barrier | None:
+              step: int = 0, call: Call = (ALL_REDUCE, "sum", 0)) -> Barrier | None:
         """Record one node's ready; return the barrier's outcome once every node is in."""
         job = self.get(job_id)
         if not job.running:
@@ -314,42 +319,21 @@ class JobManager:
             return Barrier(job_id, seq, 0, 0, error=f"collective {seq} of job {job_id} was "
                            "already abandoned (a node failed); continue with the next one")
         job.last_seq = max(job.last_seq, seq)
-        entries = job.ready.setdefault(seq, {})
-        entries[node] = (tuple(int(x) for x in shape), dtype)
-        steps = job.ready_steps.setdefault(seq, {})
-        steps[node] = step
-        if len(entries) < len(job.nodes):
+        job.ready.setdefault(seq, {})[node] = (tuple(int(x) for x in shape), dtype, call)
+        job.ready_steps.setdefault(seq, {})[node] = step
+        if len(job.ready[seq]) < len(job.nodes):
             return None
-        del job.ready[seq]
-        del job.ready_steps[seq]
-        mismatch = step_mismatch(job_id, seq, steps)
-        if mismatch:
-            return Barrier(job_id, seq, 0, 0, error=mismatch)
-        kinds = {v for v in entries.values()}
-        if len(kinds) > 1:
-            detail = ", ".join(f"{n}: shape {list(s)} dtype {d}" for n, (s, d) in sorted(entries.items()))
-            return Barrier(job_id, seq, 0, 0, error=(
-                f"collective {seq} of job {job_id} refused: the training processes handed in "
-                f"different arrays ({detail}); every node must all-reduce the same shape and "
-                "dtype in the same order"))
-        shape_, dtype_ = kinds.pop()
-        n = 1
-        for x in shape_:
-            n *= x
-        if any(x < 0 for x in shape_) or n > MAX_ELEMENTS:
-            return Barrier(job_id, seq, 0, 0, error=(
-                f"collective {seq} of job {job_id} refused: shape {list(shape_)} is not an "
-                f"array this testbed can all-reduce (at most {MAX_ELEMENTS:,} elements)"))
-        try:
-            dt = np.dtype(dtype_)
-        except TypeError:
-            return Barrier(job_id, seq, 0, 0, error=f"unknown dtype {dtype_!r}")
+        agreed = agreed_call(job_id, seq, job.ready.pop(seq), job.ready_steps.pop(seq))
+        if isinstance(agreed, str):
+            return Barrier(job_id, seq, 0, 0, error=agreed)
         if job.collective == OPTINC:
-            error = self._optinc_barrier(job, n, dt)
+            error = optinc_refusal(agreed.call) or self._optinc_barrier(job, agreed.n_elems,
+                                                                        agreed.dtype)
             if error:
                 return Barrier(job_id, seq, 0, 0, error=f"collective {seq} of job {job_id} "
                                f"refused: {error}")
-        return Barrier(job_id, seq, n, dt.itemsize)
+        kind, _op, root = agreed.call
+        return Barrier(job_id, seq, agreed.n_elems, agreed.dtype.itemsize, kind=kind, root=root)
 
     def _optinc_barrier(self, job: JobRecord, n_elems: int, dtype: np.dtype) -> str:
         """Why an optinc bucket cannot go to the device ("" if it can)."""

@@ -201,7 +201,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def GetSchedule(self, request, context):  # noqa: N802
         return self._refusing(context, lambda: self.starts.schedule_pb(
-            request.job_id, request.message_bytes, request.itemsize))
+            request.job_id, request.message_bytes, request.itemsize, request.kind or "all_reduce",
+            request.root))
 
     # ---- reading ----------------------------------------------------------------------
     def GetTopology(self, request, context):  # noqa: N802

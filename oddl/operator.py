@@ -83,10 +83,12 @@ class OperatorClient:
         """Cancel a job; returns it."""
         return _as_dict(self._call("CancelJob", pb.CancelJobRequest(job_id=job_id)))
 
-    def schedule(self, job_id: str, message_bytes: int, itemsize: int = 4) -> pb.Schedule:
-        """The schedule a job's collective gets for `message_bytes`."""
+    def schedule(self, job_id: str, message_bytes: int, itemsize: int = 4,
+                 kind: str = "all_reduce", root: int = 0) -> pb.Schedule:
+        """The schedule a job's collective `kind` gets for `message_bytes`."""
         return self._call("GetSchedule", pb.GetScheduleRequest(
-            job_id=job_id, message_bytes=message_bytes, itemsize=itemsize))
+            job_id=job_id, message_bytes=message_bytes, itemsize=itemsize, kind=kind,
+            root=root))
 
     def device_log(self, limit: int = 100, device: str = "") -> list[dict[str, Any]]:
         """The newest device-log entries."""

@@ -90,7 +90,8 @@ def cmd_schedule_show(args: argparse.Namespace) -> int:
     from oddl.operator import format_schedule
     from oddl.plan_cli import parse_size
 
-    sched = connect(args).schedule(args.job_id, parse_size(args.bytes), args.itemsize)
+    sched = connect(args).schedule(args.job_id, parse_size(args.bytes), args.itemsize,
+                                   args.kind, args.root)
     print(json.dumps(MessageToDict(sched, preserving_proto_field_name=True)) if args.json
           else format_schedule(sched))
     return EXIT_OK
@@ -214,6 +215,10 @@ def register_schedule_show(ssub: argparse._SubParsersAction) -> None:
     show.add_argument("job_id")
     show.add_argument("--bytes", default="1MB", help="message size (e.g. 4MB)")
     show.add_argument("--itemsize", type=int, default=4)
+    show.add_argument("--kind", default="all_reduce", help="collective kind: all_reduce, "
+                      "all_gather, reduce_scatter, broadcast, all_to_all, gather, scatter")
+    show.add_argument("--root", type=int, default=0, help="root rank (broadcast, gather, "
+                      "scatter)")
     show.set_defaults(func=cmd_schedule_show)
 
 

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from common.collective_kinds import KINDS
 from common.config import OPTINC
 from common.errors import PlanError, ScheduleError
 from oddl.byte_sizes import parse_size
@@ -109,6 +110,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="buffer size per node, e.g. 574.67MB (default 100MB)",
     )
     p.add_argument("--itemsize", type=int, default=4, help="bytes per element (default 4)")
+    p.add_argument("--kind", default="all_reduce", choices=KINDS,
+                   help="the collective a job of this algorithm runs (default %(default)s); "
+                   "--bytes is then its work buffer (docs/collectives.md)")
+    p.add_argument("--root", type=int, default=0,
+                   help="root rank of broadcast, gather and scatter (default 0)")
     p.add_argument("--gbps", type=float, default=100.0, help="line rate (default 100 Gbit/s)")
     p.add_argument(
         "--tune-us",

@@ -27,7 +27,8 @@ class Built:
 
 def build(args: argparse.Namespace, collective: str) -> Built:
     """Make the plan and the schedule the arguments ask for (PlanError/ScheduleError if not)."""
-    from controller.scheduling import TimingModel, Topology, make_plan, schedule_plan
+    from controller.scheduling import TimingModel, Topology, schedule_plan
+    from controller.scheduling.native import native_plan
 
     if collective == OPTINC:
         raise PlanError("optinc has no TT-FR slot schedule (its OptINC devices are not "
@@ -40,7 +41,10 @@ def build(args: argparse.Namespace, collective: str) -> Built:
     if args.itemsize < 1:
         raise PlanError(f"--itemsize must be >= 1 byte; got {args.itemsize}, e.g. 4 for float32")
     n_elems = args.bytes // args.itemsize
-    plan = make_plan(collective, args.nodes, n_elems, **params)
+    kind, root = getattr(args, "kind", "all_reduce"), getattr(args, "root", 0)
+    plan = native_plan(collective, kind, args.nodes, n_elems, root, **params)
+    if kind != "all_reduce":  # the job's algorithm gives its halves, or the ring's
+        collective = f"{collective} {kind}" + (f" from rank {root}" if root else "")
     if not args.gbps > 0:
         raise PlanError(f"--gbps must be positive; got {args.gbps}")
     timing = TimingModel(

@@ -37,7 +37,8 @@ def format_text(d: dict[str, Any]) -> str:
 def _header(d: dict[str, Any]) -> list[str]:
     params = ", ".join(f"{k}={v}" for k, v in d["params"].items())
     return [
-        f"{d['collective']} all-reduce on {d['nodes']} nodes"
+        f"{d['collective']}{'' if ' ' in d['collective'] else ' all-reduce'} on "
+        f"{d['nodes']} nodes"
         f"{f' ({params})' if params else ''}: {d['steps']} steps, {d['slots']} slots, "
         f"{d['reconfigurations']} reconfigurations (transmitter retunes)",
         f"  buffer {mb(d['bytes'])} ({d['elements']:,} x {d['itemsize']} B) at "

@@ -141,7 +141,7 @@ class ConfirmDeliveryReply(_message.Message):
     def __init__(self) -> None: ...
 
 class StartStandingRequest(_message.Message):
-    __slots__ = ("node_id", "job_id", "seq", "t0_ns", "message_bytes", "itemsize", "schedule_sha256")
+    __slots__ = ("node_id", "job_id", "seq", "t0_ns", "message_bytes", "itemsize", "schedule_sha256", "kind", "root")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,8 @@ class StartStandingRequest(_message.Message):
     MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ITEMSIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     job_id: str
     seq: int
@@ -156,7 +158,9 @@ class StartStandingRequest(_message.Message):
     message_bytes: int
     itemsize: int
     schedule_sha256: bytes
-    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., t0_ns: _Optional[int] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ..., schedule_sha256: _Optional[bytes] = ...) -> None: ...
+    kind: str
+    root: int
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., t0_ns: _Optional[int] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ..., schedule_sha256: _Optional[bytes] = ..., kind: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
 
 class StartStandingReply(_message.Message):
     __slots__ = ()
@@ -200,20 +204,26 @@ class JobEnded(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReadyCollectiveRequest(_message.Message):
-    __slots__ = ("node_id", "job_id", "seq", "shape", "dtype", "caller_step")
+    __slots__ = ("node_id", "job_id", "seq", "shape", "dtype", "caller_step", "kind", "op", "root")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     CALLER_STEP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     job_id: str
     seq: int
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
     caller_step: int
-    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., caller_step: _Optional[int] = ...) -> None: ...
+    kind: str
+    op: str
+    root: int
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., seq: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., caller_step: _Optional[int] = ..., kind: _Optional[str] = ..., op: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
 
 class ReadyCollectiveReply(_message.Message):
     __slots__ = ()
@@ -328,14 +338,18 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., collective: _Optional[str] = ..., network: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., collectives_done: _Optional[int] = ..., reconfigurations: _Optional[int] = ..., guard_time_s: _Optional[float] = ..., submitted_ns: _Optional[int] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GetScheduleRequest(_message.Message):
-    __slots__ = ("job_id", "message_bytes", "itemsize")
+    __slots__ = ("job_id", "message_bytes", "itemsize", "kind", "root")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ITEMSIZE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     message_bytes: int
     itemsize: int
-    def __init__(self, job_id: _Optional[str] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ...) -> None: ...
+    kind: str
+    root: int
+    def __init__(self, job_id: _Optional[str] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ..., kind: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
 
 class Schedule(_message.Message):
     __slots__ = ("job_id", "collective", "n_elems", "itemsize", "slots", "reconfigurations", "guard_total_s", "makespan_s", "efficiency", "steps", "receive_timeout_s")
@@ -418,18 +432,20 @@ class Circuit(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., transmitter: _Optional[str] = ..., channel: _Optional[int] = ..., frequency_thz: _Optional[float] = ..., wss: _Optional[str] = ..., in_port: _Optional[str] = ..., out_port: _Optional[int] = ..., bytes: _Optional[int] = ..., retune: _Optional[bool] = ...) -> None: ...
 
 class PlanStep(_message.Message):
-    __slots__ = ("op", "src", "dst", "offset", "length")
+    __slots__ = ("op", "src", "dst", "offset", "length", "recv_offset")
     OP_FIELD_NUMBER: _ClassVar[int]
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
+    RECV_OFFSET_FIELD_NUMBER: _ClassVar[int]
     op: str
     src: _containers.RepeatedScalarFieldContainer[int]
     dst: _containers.RepeatedScalarFieldContainer[int]
     offset: _containers.RepeatedScalarFieldContainer[int]
     length: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, op: _Optional[str] = ..., src: _Optional[_Iterable[int]] = ..., dst: _Optional[_Iterable[int]] = ..., offset: _Optional[_Iterable[int]] = ..., length: _Optional[_Iterable[int]] = ...) -> None: ...
+    recv_offset: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, op: _Optional[str] = ..., src: _Optional[_Iterable[int]] = ..., dst: _Optional[_Iterable[int]] = ..., offset: _Optional[_Iterable[int]] = ..., length: _Optional[_Iterable[int]] = ..., recv_offset: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetTopologyRequest(_message.Message):
     __slots__ = ()

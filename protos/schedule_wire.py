@@ -103,8 +103,10 @@ def encode_schedule(sched: ScheduleShape, job_id: str, receive_timeout_s: float
     out = _header(sched, job_id, sched.plan.collective, sched.plan.n_elems,
                   sched.reconfigurations, receive_timeout_s)
     for step in sched.plan.steps:
-        out.steps.add(op=str(step.op), src=step.src.tolist(), dst=step.dst.tolist(),
-                      offset=step.offset.tolist(), length=step.length.tolist())
+        wire = out.steps.add(op=str(step.op), src=step.src.tolist(), dst=step.dst.tolist(),
+                             offset=step.offset.tolist(), length=step.length.tolist())
+        if step.recv_offset is not None:  # absent: at the send offset (every all-reduce)
+            wire.recv_offset.extend(step.recv_offset.tolist())
     grid = sched.topology.grid
     for slot in sched.slots:
         retuning = {r.transmitter for r in slot.retunes()}
@@ -164,6 +166,13 @@ class StepSpec:
     dst: tuple[int, ...]
     offset: tuple[int, ...]
     length: tuple[int, ...]
+    recv_offset: tuple[int, ...] = ()
+    """Where each receiver puts its segment; empty: at `offset`."""
+
+    @property
+    def landing(self) -> tuple[int, ...]:
+        """Where each transfer lands in its receiver's buffer (element offsets)."""
+        return self.recv_offset or self.offset
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,8 @@ class DecodedSchedule:
 
 def decode_schedule(schedule: pb.Schedule) -> DecodedSchedule:
     """Decode a wire schedule (as `encode_schedule`/`encode_optinc_schedule` made it)."""
-    steps = tuple(StepSpec(s.op, tuple(s.src), tuple(s.dst), tuple(s.offset), tuple(s.length))
+    steps = tuple(StepSpec(s.op, tuple(s.src), tuple(s.dst), tuple(s.offset), tuple(s.length),
+                           tuple(s.recv_offset))
                   for s in schedule.steps)
     slots = tuple(SlotSpec(s.index, s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
                            tuple((c.src, c.dst) for c in s.circuits), s.changes_circuits,

@@ -55,6 +55,10 @@ class Step:
     length: np.ndarray
     op: Op
     phase: str = ""
+    recv_offset: np.ndarray | None = None
+    """Where each receiver puts the segment (element offset in its buffer); None: at the
+    sender's `offset` (every all-reduce). All-to-all receives block i into another range than
+    the one its sender read."""
 
     def __post_init__(self) -> None:
         n = self.src.shape
@@ -64,6 +68,14 @@ class Step:
                 f"shapes {self.src.shape}, {self.dst.shape}, {self.offset.shape}, "
                 f"{self.length.shape}"
             )
+        if self.recv_offset is not None and self.recv_offset.shape != n:
+            raise PlanError(f"a step's recv_offset must be as long as its offset ({n}); got "
+                            f"shape {self.recv_offset.shape}")
+
+    @property
+    def landing(self) -> np.ndarray:
+        """Where each transfer lands in its receiver's buffer (element offsets)."""
+        return self.offset if self.recv_offset is None else self.recv_offset
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -211,17 +223,18 @@ def validate_plan(plan: Plan) -> None:
         bad = np.flatnonzero(step.src == step.dst)
         if len(bad):
             raise PlanError(f"{where}: rank {step.src[bad[0]]} sends to itself; drop the transfer")
-        end = step.offset + step.length
-        bad = np.flatnonzero((step.offset < 0) | (step.length <= 0) | (end > n_elems))
-        if len(bad):
-            t = bad[0]
-            raise PlanError(
-                f"{where}: transfer {t} covers [{step.offset[t]}, {end[t]}) of length "
-                f"{step.length[t]}; segments must be non-empty and inside [0, {n_elems})"
-            )
+        for side, starts in (("covers", step.offset), ("lands on", step.landing)):
+            end = starts + step.length
+            bad = np.flatnonzero((starts < 0) | (step.length <= 0) | (end > n_elems))
+            if len(bad):
+                t = bad[0]
+                raise PlanError(
+                    f"{where}: transfer {t} {side} [{starts[t]}, {end[t]}) of length "
+                    f"{step.length[t]}; segments must be non-empty and inside [0, {n_elems})"
+                )
         if step.op is Op.COPY:
-            order = np.lexsort((step.offset, step.dst))
-            d, o, e = step.dst[order], step.offset[order], end[order]
+            order = np.lexsort((step.landing, step.dst))
+            d, o, e = step.dst[order], step.landing[order], end[order]
             clash = np.flatnonzero((d[1:] == d[:-1]) & (o[1:] < e[:-1]))
             if len(clash):
                 c = clash[0]
@@ -231,11 +244,13 @@ def validate_plan(plan: Plan) -> None:
                 )
 
 
-def execute_plan(plan: Plan, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def execute_plan(plan: Plan, inputs: Sequence[np.ndarray],
+                 reduce: np.ufunc = np.add) -> list[np.ndarray]:
     """Run `plan` on one input buffer per rank and return every rank's final buffer.
 
     The reference executor (pure numpy, snapshot semantics, receives applied in transfer
-    order). The inputs are not modified. For an all-reduce every output equals the sum.
+    order; REDUCE applies `reduce`, a binary ufunc). The inputs are not modified. For an
+    all-reduce every output equals the sum.
     """
     if len(inputs) != plan.n_ranks:
         raise PlanError(
@@ -252,9 +267,9 @@ def execute_plan(plan: Plan, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         src, dst = step.src.tolist(), step.dst.tolist()
         off, ln = step.offset.tolist(), step.length.tolist()
         sent = [bufs[s][o : o + m].copy() for s, o, m in zip(src, off, ln, strict=True)]
-        for d, o, m, data in zip(dst, off, ln, sent, strict=True):
+        for d, o, m, data in zip(dst, step.landing.tolist(), ln, sent, strict=True):
             if step.op is Op.REDUCE:
-                bufs[d][o : o + m] += data
+                reduce(bufs[d][o : o + m], data, out=bufs[d][o : o + m])
             else:
                 bufs[d][o : o + m] = data
     return bufs

@@ -17,7 +17,8 @@ import numpy as np
 from common.config import OPTINC
 from common.config import OPTINC_MAX_INPUTS as COMMON_OPTINC_MAX_INPUTS
 from common.errors import OddlError
-from controller.scheduling import Op, Plan, Step, TimingModel, make_plan
+from controller.scheduling import Op, Plan, Step, TimingModel
+from controller.scheduling.native import native_plan
 from offline.simulator.sipring import RULES
 from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 
@@ -72,6 +73,8 @@ class SimConfig:
     nodes: int = _f(1024, "data-parallel workers, one per node")
     gbps: float = _f(100.0, "line rate per node (and per wavelength), Gbit/s")
     collective: str = _f("ring", "all-reduce on ODDL, fat-tree, ideal and SiP-Ring")
+    kind: str = _f("all_reduce", "the collective the job runs: all_reduce, all_gather, "
+                   "reduce_scatter, broadcast, all_to_all, gather, scatter (docs/collectives.md)")
     itemsize: int = _f(4, "bytes per gradient element (4 = fp32, 2 = fp16)")
     batch: int = _f(DEFAULT_BATCH, "images per worker per iteration")
     sustained_tflops: float = _f(SUSTAINED_TFLOPS, "sustained training TFLOP/s per worker")
@@ -308,10 +311,12 @@ def _plan(config: SimConfig, collective: str, cache: dict[tuple[Any, ...], Plan]
         params.setdefault("wavelengths", config.wrht_wavelengths)
     elif collective == "totientperms":
         params.setdefault("degree", config.topoopt_degree)
-    key = (collective, config.nodes, config.elements, tuple(sorted(params.items())))
+    key = (collective, config.kind, config.nodes, config.elements,
+           tuple(sorted(params.items())))
     plan = cache.get(key)
     if plan is None:
-        plan = cache[key] = make_plan(collective, config.nodes, config.elements, **params)
+        plan = cache[key] = native_plan(collective, config.kind, config.nodes, config.elements,
+                                        0, **params)
     return plan
 
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from common.config import TestbedConfig
 from common.errors import OddlError
-from controller.scheduling import Plan, make_plan, schedule_plan
+from controller.scheduling import Plan, schedule_plan
+from controller.scheduling.native import native_plan
 
 NETWORKS = ("optical", "ideal")
 
@@ -97,16 +98,18 @@ def predict_testbed_allreduce(
     network: str = "optical",
     itemsize: int = 4,
     overheads: TestbedOverheads | None = None,
+    kind: str = "all_reduce",
     **params: object,
 ) -> TestbedPrediction:
-    """Predict one all-reduce of `n_elems` elements over all nodes of the testbed `cfg`."""
+    """Predict one collective `kind` (an all-reduce by default) of `n_elems` elements (its
+    work buffer) over all nodes of the testbed `cfg`."""
     from controller.testbed_model import timing_from_config, topology_from_config
 
     if network not in NETWORKS:
         raise OddlError(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
     o = overheads or TestbedOverheads()
     nodes = tuple(n.id for n in cfg.nodes)
-    plan = make_plan(collective, len(nodes), n_elems, **params)
+    plan = native_plan(collective, kind, len(nodes), n_elems, 0, **params)
     timing = timing_from_config(cfg)
     copy_s = 2 * 8.0 * n_elems * itemsize / (o.copy_gbps * 1e9)
     steps = sum(1 for s in plan.steps if len(s))
