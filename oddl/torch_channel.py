@@ -25,7 +25,7 @@ from common.errors import CollectiveError, ConfigError
 logger = logging.getLogger(__name__)
 
 __all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "FutureWork", "UnsupportedCollective",
-           "as_numpy", "channel_for", "count", "counters", "flat_sum", "joined_channel",
+           "as_numpy", "channel_for", "count", "counters", "joined_channel",
            "reset_counters"]
 
 ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
@@ -194,18 +194,22 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
         return _channel
 
 
-def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float) -> Channel:
-    """The process's channel, after the handshake with the job's other ranks. Every rank is
-    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of another
-    size fails in that time instead of the group's timeout."""
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
+                   ) -> tuple[Channel, list[int]]:
+    """The process's channel, after the handshake with the job's other ranks, and each group
+    rank's job rank. Every rank is here together (c10d's rendezvous came first): `handshake_s`
+    is enough, and a job of another size fails in that time instead of the group's timeout."""
     channel = channel_for(rank, timeout_s)
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, handshake_s)
+
+    def shake() -> list[int]:
+        return handshake(channel, rank, world, channel.client.world(channel.job)[0])
     try:
-        channel.submit("handshake", lambda: handshake(channel, rank, world)).wait()
+        to_job: list[int] = channel.submit("handshake", shake).wait()
     finally:
         channel.client.timeout_s = saved
-    return channel
+    return channel, to_job
 
 
 def _close_channel() -> None:
@@ -230,49 +234,13 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def flat_sum(channel: Channel, tensors: list[torch.Tensor], what: str) -> np.ndarray:
-    """Sum the concatenation of `tensors` (one dtype) across the job; returns the flat sum."""
-    arrays = [as_numpy(t, what).reshape(-1) for t in tensors]
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
-    buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
-    return channel.sum_(buf)
-
-
-def block_exchange(channel: Channel, me: int, world: int, outs: list[torch.Tensor],
-                   ins: list[torch.Tensor], what: str) -> None:
-    """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
-    what rank i sends to rank j, each block sized to the largest (agreed by a first small
-    all-reduce of the sizes)."""
-    if len(outs) != world or len(ins) != world:
-        raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
-                                    f"for a world of {world}")
-    dtypes = {t.dtype for t in (*outs, *ins)}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
-    sizes = np.zeros((world, world), dtype=np.int64)
-    sizes[me] = [t.numel() for t in ins]
-    channel.sum_(sizes)
-    for i in range(world):
-        if sizes[i, me] != outs[i].numel():
-            raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
-                                  f"{me}, which expects {outs[i].numel()}")
-    cap = int(sizes.max())
-    first = as_numpy(ins[0], what)
-    blocks = np.zeros((world, world, cap), dtype=first.dtype)
-    for j, t in enumerate(ins):
-        blocks[me, j, :t.numel()] = as_numpy(t, what).reshape(-1)
-    channel.sum_(blocks.reshape(-1))
-    for i, o in enumerate(outs):
-        o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
-    count(what, optical=blocks.nbytes + sizes.nbytes)
-
-
-def handshake(channel: Channel, rank: int, world: int) -> None:
-    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
-    v = np.zeros(world + 1, dtype=np.int64)
+def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = None
+              ) -> list[int]:
+    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce); returns
+    each group rank's job rank (this rank's is `job_rank`, the agent's, by default `rank`)."""
+    v = np.zeros(2 * world + 1, dtype=np.int64)
     v[rank], v[world] = 1, 1
+    v[world + 1 + rank] = rank if job_rank is None else job_rank
     try:
         channel.sum_(v)
     except CollectiveError as exc:
@@ -287,3 +255,8 @@ def handshake(channel: Channel, rank: int, world: int) -> None:
                           f"{'; no rank ' + str(missing) if missing else ''}"
                           f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
                           "one rank per node of the job, each with its own agent")
+    to_job = [int(j) for j in v[world + 1:]]
+    if sorted(to_job) != list(range(world)):
+        raise ConfigError(f"the ranks sit on job ranks {to_job}, not one each of 0..{world - 1}: "
+                          f"is every rank talking to its own node's agent ({ENV_API})?")
+    return to_job
