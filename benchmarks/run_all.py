@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "demo-optinc": (["-m", "oddl", "demo"], ["--collective", "optinc", "--iterations", "20"],
                     ["--iterations", "6"]),
     "topoopt": (["bench_topoopt.py"], [], []),
+    "native-collectives": (["bench_collectives.py"], [], ["--sizes", "16MB", "--repeats", "3"]),
     "torch-backend": (["bench_torch_backend.py"], [], ["--repeats", "3"]),
 }
 

@@ -214,13 +214,13 @@ def _testbed(args: argparse.Namespace) -> int:
     pred = predict_testbed_allreduce(cfg, args.bytes // itemsize,
                                      collective=args.collective or "ring",
                                      network=args.network, itemsize=itemsize, overheads=over,
-                                     kind=args.kind)
+                                     kind=args.kind or "all_reduce")
     d = pred.as_dict()
     if args.json:
         print(json.dumps({"testbed": cfg.name, **d}))
         return EXIT_OK
-    print(f"{cfg.name}: {d['collective']} {args.kind.replace('_', '-')} of {d['bytes']:,} B on "
-          f"{d['nodes']} nodes, "
+    kind = (args.kind or "all_reduce").replace("_", "-")
+    print(f"{cfg.name}: {d['collective']} {kind} of {d['bytes']:,} B on {d['nodes']} nodes, "
           f"{d['network']} network at {d['line_rate_gbps']:g} Gbit/s")
     print(f"  predicted {d['total_ms']:.2f} ms = schedule {d['schedule_ms']:.2f} + launch "
           f"{d['launch_ms']:.2f} + fixed {d['fixed_ms']:.2f} + copies {d['copy_ms']:.2f} "
