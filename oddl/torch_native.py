@@ -130,8 +130,8 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: np.ndarray, name: str,
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
                ins: list[torch.Tensor], what: str) -> None:
     """Block j of `ins` to group rank j, outs[i] from group rank i. Uneven blocks travel
-    padded to the largest (found with a small all-gather of the sizes, which also checks that
-    every rank expects what the others send)."""
+    padded to the largest (found with a small all-reduce of the world × world sizes, which
+    also checks that every rank expects what the others send)."""
     world = len(ranks.to_job)
     if len(outs) != world or len(ins) != world:
         raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
@@ -140,8 +140,10 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
     dtypes = {a.dtype for a in arrays} | {raw(o[:0], what).dtype for o in outs}
     if len(dtypes) != 1:
         raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
-    sent = np.array([a.size for a in arrays], dtype=np.int64)
-    sizes = all_gather(ch, ranks, sent, f"{what} (sizes)")  # [i, j]: rank i sends to rank j
+    sizes = np.zeros((world, world), dtype=np.int64)  # [i, j]: rank i sends to rank j
+    sizes[me] = [a.size for a in arrays]
+    ch.sum_(sizes)
+    count(f"{what} (sizes)", optical=sizes.nbytes)
     for i in range(world):
         if sizes[i, me] != outs[i].numel():
             raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "

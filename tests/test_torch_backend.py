@@ -172,7 +172,7 @@ def test_every_collective_is_exact_and_only_point_to_point_needs_the_fallback(ap
         assert kinds["all_reduce(SUM)"]["optical_bytes"] >= 1000 * 8
         assert kinds["all_gather"]["optical_bytes"] == WORLD * 7 * 4
         assert kinds["barrier"]["calls"] >= 1
-        # all_to_all hands the agent one block per rank (the sizes go ahead, gathered)
+        # all_to_all hands the agent one block per rank (the sizes go ahead, summed)
         assert kinds["all_to_all_single"]["optical_bytes"] == WORLD * 3 * 8
         assert kinds["all_to_all_single (sizes)"]["optical_bytes"] == WORLD * WORLD * 8
 
