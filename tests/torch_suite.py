@@ -24,7 +24,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,11 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "DDP": ("DistributedDataParallel", "ddp_"),
 }
 SUBGROUP = "*_group"
+# of the suite's 74 DDP tests without CUDA in their names, these run on a CPU-only machine;
+# the others skip on gloo too ("Need at least 2 CUDA devices", measured with --all-ddp)
+DDP_ON_CPU = ("test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
+              "test_DistributedDataParallel_requires_grad", "test_ddp_create_graph",
+              "test_ddp_logging_data_cpu")
 NOT_HERE = re.compile(r"cuda|nccl|gpu")
 
 # `make test`'s subset: a few tests of every family, minutes on a loaded 2-core machine
@@ -82,8 +89,10 @@ def suite_tests() -> list[str]:
     return out.split()
 
 
-def select(families: list[str] | None, fast: bool, tests: list[str] | None) -> list[str]:
-    """The tests to run: named ones, the fast subset, or every test of `families`."""
+def select(families: list[str] | None, fast: bool, tests: list[str] | None,
+           all_ddp: bool = False) -> list[str]:
+    """The tests to run: named ones, the fast subset, or every test of `families` (of DDP's,
+    those that run without CUDA unless `all_ddp`)."""
     if tests:
         return tests
     if fast:
@@ -94,7 +103,8 @@ def select(families: list[str] | None, fast: bool, tests: list[str] | None) -> l
         raise SystemExit(f"unknown families {sorted(unknown)}; known: "
                          f"{', '.join([*FAMILIES, SUBGROUP])}")
     return [n for n in suite_tests()
-            if family_of(n) in wanted and not NOT_HERE.search(n)]
+            if family_of(n) in wanted and not NOT_HERE.search(n)
+            and (all_ddp or family_of(n) != "DDP" or n in DDP_ON_CPU)]
 
 
 def run_backend(backend: str, names: list[str], world: int,
@@ -161,8 +171,10 @@ def print_summary(summary: dict[str, Any], backends: list[str]) -> None:
 
 
 def run_suite(names: list[str], backends: list[str], world: int = 4,
-              workdir: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Start the emulated testbed with a job on its nodes and run `names` per backend."""
+              workdir: Path | None = None, parallel: bool = False
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Start the emulated testbed with a job on its nodes and run `names` per backend (the
+    backends one after the other, or side by side when `parallel`)."""
     from oddl.launch import RunningTestbed
 
     with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp, \
@@ -172,7 +184,10 @@ def run_suite(names: list[str], backends: list[str], world: int = 4,
             raise SystemExit(f"the testbed has {len(nodes)} nodes, the world is {world}")
         job = tb.operator.submit("torch-suite", nodes, "ring", "optical")
         try:
-            return {b: run_backend(b, names, world, tb.launched.apis) for b in backends}
+            with ThreadPoolExecutor(len(backends) if parallel else 1) as pool:
+                runs = {b: pool.submit(run_backend, b, names, world, tb.launched.apis)
+                        for b in backends}
+                return {b: run.result() for b, run in runs.items()}
         finally:
             tb.operator.cancel(job["id"])
 
@@ -184,13 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tests", help="comma-separated test names (overrides the rest)")
     p.add_argument("--backends", default="oddl,gloo")
     p.add_argument("--world", type=int, default=4)
+    p.add_argument("--all-ddp", action="store_true", help="every DDP test, not only those "
+                   "that run without CUDA")
+    p.add_argument("--parallel", action="store_true", help="run the backends side by side")
     p.add_argument("--json", type=Path, help="write every outcome and the summary here")
     a = p.parse_args(argv)
     names = select(a.families.split(",") if a.families else None, a.fast,
-                   a.tests.split(",") if a.tests else None)
+                   a.tests.split(",") if a.tests else None, a.all_ddp)
     backends = a.backends.split(",")
     print(f"{len(names)} tests x {backends}", flush=True)
-    results = run_suite(names, backends, a.world)
+    started = time.monotonic()
+    results = run_suite(names, backends, a.world, parallel=a.parallel)
+    print(f"{time.monotonic() - started:.0f} s", flush=True)
     summary = summarize(results)
     print_summary(summary, backends)
     if a.json:
