@@ -11,7 +11,8 @@ tests), the ranks started with the "spawn" method, so each rank re-imports this 
 main module, and with it `oddl.torch_backend`, which registers the backend.
 
 `DistTestCases` (torch.testing._internal.common_distributed) decides some skips by backend
-name; for oddl this file declares, by configuration and only what is true: `ddp` (DDP runs over
+name, most when the suite's module is imported (its decorators); for oddl this file declares,
+before that import, by configuration and only what is true: `ddp` (DDP runs over
 it), `subgroup` (`new_group(ranks)` is served) and `plugin` (a registered third-party backend,
 which `require_backend_is_available` accepts). Not `gpu` or `cuda` (CPU tensors only), and the
 tests that name gloo itself (`require_backend_is_available({"gloo"})`, `BACKEND != "gloo"`)
@@ -30,19 +31,21 @@ import unittest
 from pathlib import Path
 
 from torch.testing._internal.common_distributed import DistTestCases
-from torch.testing._internal.distributed.distributed_test import (
-    DistributedTest,
-    TestDistBackend,
-)
 
 import oddl.torch_backend  # noqa: F401  registers "oddl", in the spawned ranks too
 
 BACKEND = os.environ["BACKEND"]
 ODDL_FEATURES = ("ddp", "subgroup", "plugin")
 
+# before the suite is imported: its decorators read these sets when its module loads
 if BACKEND == "oddl":
     for feature in ODDL_FEATURES:
         DistTestCases.backend_feature[feature].add("oddl")
+
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
