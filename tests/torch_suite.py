@@ -3,7 +3,9 @@
     python tests/torch_suite.py [--families all_reduce,broadcast,...] [--fast] [--tests a,b]
         [--backends oddl,gloo] [--world 4] [--json runs/torch-suite.json]
 
-Starts the emulated testbed (deploy/testbeds/emulated-4node.toml), submits a ring job on its
+Starts the emulated testbed (deploy/testbeds/emulated-4node.toml; for `--world 8` the same
+testbed widened to eight nodes, for the `*_group` tests that need WORLD_SIZE >= 8), submits a
+ring job on its
 nodes, and runs the selected tests of the installed wheel's
 `torch/testing/_internal/distributed/distributed_test.py` once per backend through
 tests/torch_suite_spawn.py (BACKEND, WORLD_SIZE, and for oddl the agents' ODDL_LOCAL_API). Prints
@@ -170,6 +172,35 @@ def print_summary(summary: dict[str, Any], backends: list[str]) -> None:
         print(f"\noddl failed ({len(names)}): {reason}\n    " + " ".join(names))
 
 
+def testbed_file(world: int, workdir: Path) -> Path:
+    """The emulated testbed of `world` nodes: the shipped four-node file, or for another size
+    the same testbed widened (a node, laser, WSS port and meter channel per rank; no OptINC
+    device, which is built for four inputs)."""
+    if world == 4:
+        return EMULATED
+    import tomllib
+
+    import tomli_w
+
+    cfg = tomllib.loads(EMULATED.read_text())
+    laser = next(d for d in cfg["devices"] if d["kind"] == "itla")
+    others = [d for d in cfg["devices"] if d["kind"] in ("wss", "powermeter")]
+    for d in others:
+        d["ports" if d["kind"] == "wss" else "channels"] = world
+        if d["kind"] == "wss":
+            d["channels_allowed"] = [1, max(8, world)]
+    cfg["testbed"]["name"] = f"emulated-{world}node"
+    cfg["nodes"] = [{"id": f"n{k}", "host": "127.0.0.1", "transmitter": f"laser{k}",
+                     "rx_thz": round(193.1 + 0.1 * k, 1)} for k in range(world)]
+    cfg["devices"] = [{**laser, "id": f"laser{k}"} for k in range(world)] + others
+    cfg["fibres"] = ([{"from": f"n{k}.tx", "to": "wss0.in"} for k in range(world)]
+                     + [{"from": f"wss0.{k + 1}", "to": f"n{k}.rx"} for k in range(world)]
+                     + [{"from": f"wss0.{k + 1}", "to": f"pm0.{k + 1}"} for k in range(world)])
+    path = workdir / f"emulated-{world}node.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    return path
+
+
 def run_suite(names: list[str], backends: list[str], world: int = 4,
               workdir: Path | None = None, parallel: bool = False
               ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -178,7 +209,7 @@ def run_suite(names: list[str], backends: list[str], world: int = 4,
     from oddl.launch import RunningTestbed
 
     with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp, \
-            RunningTestbed(workdir or Path(tmp), EMULATED) as tb:
+            RunningTestbed(workdir or Path(tmp), testbed_file(world, Path(tmp))) as tb:
         nodes = tb.launched.node_ids
         if len(nodes) != world:
             raise SystemExit(f"the testbed has {len(nodes)} nodes, the world is {world}")
