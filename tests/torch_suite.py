@@ -5,8 +5,7 @@
 
 Starts the emulated testbed (deploy/testbeds/emulated-4node.toml; for `--world 8` the same
 testbed widened to eight nodes, for the `*_group` tests that need WORLD_SIZE >= 8), submits a
-ring job on its
-nodes, and runs the selected tests of the installed wheel's
+ring job on its nodes, and runs the selected tests of the installed wheel's
 `torch/testing/_internal/distributed/distributed_test.py` once per backend through
 tests/torch_suite_spawn.py (BACKEND, WORLD_SIZE, and for oddl the agents' ODDL_LOCAL_API). Prints
 per family passed / failed / skipped for each backend and the oddl failures grouped by reason;
