@@ -108,9 +108,10 @@ def select(families: list[str] | None, fast: bool, tests: list[str] | None,
             and (all_ddp or family_of(n) != "DDP" or n in DDP_ON_CPU)]
 
 
-def run_backend(backend: str, names: list[str], world: int,
-                apis: list[str]) -> dict[str, dict[str, Any]]:
-    """Run `names` with BACKEND=`backend`; each test's outcome."""
+def run_backend(backend: str, names: list[str], world: int, apis: list[str],
+                fallback: bool = False) -> dict[str, dict[str, Any]]:
+    """Run `names` with BACKEND=`backend` (for oddl with ODDL_TORCH_FALLBACK=gloo when
+    `fallback`, else without); each test's outcome."""
     with tempfile.TemporaryDirectory(prefix=f"torch-suite-{backend}-") as tmp:
         out = Path(tmp) / "outcomes.json"
         env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(world),
@@ -121,6 +122,8 @@ def run_backend(backend: str, names: list[str], world: int,
         env.pop("ODDL_TORCH_FALLBACK", None)
         if backend == "oddl":
             env["ODDL_LOCAL_API"] = ",".join(apis)
+            if fallback:
+                env["ODDL_TORCH_FALLBACK"] = "gloo"
         log = Path(tmp) / "log"
         with log.open("w") as sink:
             proc = subprocess.run([sys.executable, str(SPAWN), str(out), *names], env=env,
@@ -201,7 +204,7 @@ def testbed_file(world: int, workdir: Path) -> Path:
 
 
 def run_suite(names: list[str], backends: list[str], world: int = 4,
-              workdir: Path | None = None, parallel: bool = False
+              workdir: Path | None = None, parallel: bool = False, fallback: bool = False
               ) -> dict[str, dict[str, dict[str, Any]]]:
     """Start the emulated testbed with a job on its nodes and run `names` per backend (the
     backends one after the other, or side by side when `parallel`)."""
@@ -215,8 +218,8 @@ def run_suite(names: list[str], backends: list[str], world: int = 4,
         job = tb.operator.submit("torch-suite", nodes, "ring", "optical")
         try:
             with ThreadPoolExecutor(len(backends) if parallel else 1) as pool:
-                runs = {b: pool.submit(run_backend, b, names, world, tb.launched.apis)
-                        for b in backends}
+                runs = {b: pool.submit(run_backend, b, names, world, tb.launched.apis,
+                                        fallback) for b in backends}
                 return {b: run.result() for b, run in runs.items()}
         finally:
             tb.operator.cancel(job["id"])
@@ -232,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all-ddp", action="store_true", help="every DDP test, not only those "
                    "that run without CUDA")
     p.add_argument("--parallel", action="store_true", help="run the backends side by side")
+    p.add_argument("--fallback", action="store_true",
+                   help="oddl with ODDL_TORCH_FALLBACK=gloo (point-to-point over gloo)")
     p.add_argument("--json", type=Path, help="write every outcome and the summary here")
     a = p.parse_args(argv)
     names = select(a.families.split(",") if a.families else None, a.fast,
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = a.backends.split(",")
     print(f"{len(names)} tests x {backends}", flush=True)
     started = time.monotonic()
-    results = run_suite(names, backends, a.world, parallel=a.parallel)
+    results = run_suite(names, backends, a.world, parallel=a.parallel, fallback=a.fallback)
     print(f"{time.monotonic() - started:.0f} s", flush=True)
     summary = summarize(results)
     print_summary(summary, backends)
