@@ -30,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agents import localapi
 from common import memfd
 from common.errors import BucketUnavailable, ConfigError, OperationRefused
 from common.memfd import map_bucket_fd
+from common.shm import BucketMaps
 
 logger = logging.getLogger(__name__)
 
@@ -271,3 +274,19 @@ def _bind(path: Path, api_path: Path) -> socket.socket:
     sock.listen(64)
     sock.setblocking(False)
     return sock
+
+
+def request_array(req: localapi.AllreduceRequest, payload: bytes, registry: BucketRegistry,
+                  files: BucketMaps) -> np.ndarray:
+    """A request's array: in the client's shared-memory bucket (a descriptor's `registry`, or
+    a named file's `files`), run in place, or in the payload. OperationRefused if its bytes do
+    not make the array the header says."""
+    try:
+        if req.bucket is not None or req.shm is not None:
+            view = (registry.view(req.bucket, req.nbytes) if req.bucket is not None
+                    else files.open_bucket(str(req.shm), req.nbytes))
+            return np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
+        return np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)
+    except ValueError as exc:
+        raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
+                               "the array bytes") from exc

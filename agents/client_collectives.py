@@ -43,13 +43,20 @@ def _input(client: AgentClient, array: Any) -> np.ndarray:
     return a.copy() if client.in_bucket(a) else a
 
 
+def _check_out(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype, what: str
+               ) -> None:
+    """ValueError, before anything runs, unless `out` fits the result."""
+    if out is not None and (out.shape != shape or out.dtype != dtype
+                            or not out.flags.writeable):
+        raise ValueError(f"out of {what} must be a writable {dtype}{list(shape)} array, not "
+                         f"{out.dtype}{list(out.shape)}")
+
+
 def _result(client: AgentClient, part: np.ndarray, out: np.ndarray | None,
             what: str) -> np.ndarray:
     """`part` of a work buffer, written into `out` or as an array of its own."""
     if out is not None:
-        if out.shape != part.shape or out.dtype != part.dtype or not out.flags.writeable:
-            raise ValueError(f"out of {what} must be a writable {part.dtype}{list(part.shape)} "
-                             f"array, not {out.dtype}{list(out.shape)}")
+        _check_out(out, part.shape, part.dtype, what)
         if not np.shares_memory(out, part):
             np.copyto(out, part)
         return out
@@ -67,6 +74,7 @@ def all_gather(client: AgentClient, array: Any, out: np.ndarray | None, opts: Op
     """Every rank's `array` stacked in rank order: shape (world, *array.shape)."""
     a = _input(client, array)
     rank, world = client.world(opts.get("job"))
+    _check_out(out, (world, *a.shape), a.dtype, "all_gather")
     work = _work(client, (world, *a.shape), a.dtype, out)
     work[rank] = a
     res = client.call_collective(work, "all_gather", world=world, **opts)
@@ -79,6 +87,7 @@ def reduce_scatter(client: AgentClient, array: Any, op: str, out: np.ndarray | N
     a = _input(client, array)
     rank, world = client.world(opts.get("job"))
     _blocks(a, world, "reduce_scatter")
+    _check_out(out, a.shape[1:], a.dtype, "reduce_scatter")
     work = _work(client, a.shape, a.dtype)
     np.copyto(work, a)
     res = client.call_collective(work, "reduce_scatter", op=op, world=world, **opts)
@@ -89,7 +98,11 @@ def broadcast(client: AgentClient, array: np.ndarray, root: int, opts: Opts) -> 
     """Rank `root`'s `array` on every rank: in place when `array` is writable."""
     if isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable:
         return client.call_collective(array, "broadcast", root=root, out=array, **opts)
-    return client.call_collective(np.array(array), "broadcast", root=root, **opts)
+    res = client.call_collective(np.array(array), "broadcast", root=root, **opts)
+    if isinstance(array, np.ndarray) and array.flags.writeable:  # strided: written back
+        array[...] = res
+        return array
+    return res
 
 
 def all_to_all(client: AgentClient, array: Any, out: np.ndarray | None, opts: Opts
@@ -98,6 +111,7 @@ def all_to_all(client: AgentClient, array: Any, out: np.ndarray | None, opts: Op
     a = _input(client, array)
     rank, world = client.world(opts.get("job"))
     _blocks(a, world, "all_to_all")
+    _check_out(out, a.shape, a.dtype, "all_to_all")
     work = _work(client, (2 * world, *a.shape[1:]), a.dtype)
     work[:world] = a
     work[world + rank] = a[rank]  # its own block stays here
@@ -110,6 +124,7 @@ def gather(client: AgentClient, array: Any, root: int, out: np.ndarray | None, o
     """Every rank's `array` stacked at `root` (shape (world, *array.shape)); None elsewhere."""
     a = _input(client, array)
     rank, world = client.world(opts.get("job"))
+    _check_out(out if rank == root else None, (world, *a.shape), a.dtype, "gather")
     work = _work(client, (world, *a.shape), a.dtype, out if rank == root else None)
     work[rank] = a
     res = client.call_collective(work, "gather", root=root, world=world, **opts)
@@ -132,6 +147,7 @@ def scatter(client: AgentClient, array: Any, root: int, out: np.ndarray | None,
                          "and dtype) or an array of the root's shape")
     else:
         shape, dtype = out.shape, out.dtype
+    _check_out(out, shape, dtype, "scatter")
     work = _work(client, (world, *shape), dtype)
     if rank == root:
         np.copyto(work, a)

@@ -22,7 +22,7 @@ import numpy as np
 
 from agents import localapi, outcome, wallclock
 from agents.agent_jobs import AgentJob, JobTable
-from agents.bucket_server import BucketRegistry
+from agents.bucket_server import BucketRegistry, request_array
 from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
 from agents.data_links import DataLinks
@@ -96,10 +96,11 @@ class CollectiveRunner:
 
     # ---- the call ---------------------------------------------------------------------
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
-        """All-reduce one array (sum) with the job's collective and return the result."""
+        """Run one call (an all-reduce, or another kind or op) on its job; its result."""
         self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
-        array = self._array(req, payload)
+        array = request_array(req, payload, self.buckets, self.bucket_files)
+        self.shared_bytes += req.nbytes if req.bucket is not None or req.shm is not None else 0
         job = self._job_for(req.job)
         self._call = req.call
         self._data_moved = False
@@ -154,21 +155,6 @@ class CollectiveRunner:
     def _key(self, array: np.ndarray) -> tuple[int, str, str, int]:
         """A standing schedule's key: bucket, kind and root (the op changes no schedule)."""
         return array.size, array.dtype.str, self._call[0], self._call[2]
-
-    def _array(self, req: localapi.AllreduceRequest, payload: bytes) -> np.ndarray:
-        """The request's array: in the client's shared-memory bucket (run in place) or in
-        the payload."""
-        try:
-            if req.bucket is not None or req.shm is not None:
-                view = (self.buckets.view(req.bucket, req.nbytes) if req.bucket is not None
-                        else self.bucket_files.open_bucket(str(req.shm), req.nbytes))
-                array = np.frombuffer(view, dtype=req.dtype).reshape(req.shape)
-                self.shared_bytes += req.nbytes
-                return array
-            return np.frombuffer(payload, dtype=req.dtype).reshape(req.shape)
-        except ValueError as exc:
-            raise OperationRefused(f"malformed allreduce request ({exc}); send dtype, shape and "
-                                   "the array bytes") from exc
 
     def _refresh_jobs(self) -> None:
         """Ask the controller which jobs this node is in (the event stream may lag a submit)."""
@@ -339,7 +325,7 @@ class CollectiveRunner:
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
                                   wallclock.now() + max(2 * run.receive_timeout_s, 5.0),
-                                  self._cancel)
+                                  self._cancel, self._call)
             self.done += 1
             return out
         except CollectiveError as exc:

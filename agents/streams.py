@@ -301,7 +301,7 @@ class StreamLink:
                 if head.seq == seq and head.step == DONE_STEP != step:
                     # the peer ended this collective without sending what this node waits
                     # for: it failed (its reason), or its chunk was lost on the way
-                    ok, reason = outcome.decode(src, memoryview(buf)[:head.nbytes])
+                    ok, reason, _call = outcome.decode(src, memoryview(buf)[:head.nbytes])
                     if not ok:
                         raise outcome.gave_up(self.node_id, src, job, seq, reason)
                 if (head.seq, head.step) > (seq, step):  # from further ahead: keep it

@@ -18,7 +18,7 @@ from helpers import EMULATED
 
 from agents.client import AgentClient
 from agents.client_collectives import collective_all
-from common.errors import OperationRefused, StepMismatch
+from common.errors import CollectiveError, OperationRefused, StepMismatch
 from oddl.launch import RunningTestbed, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -36,9 +36,9 @@ def testbed(request, tmp_path_factory) -> Iterator[RunningTestbed]:
         yield tb
 
 
-def on_all(tb: RunningTestbed, call: Call) -> list[Any]:
+def on_all(tb: RunningTestbed | list[AgentClient], call: Call) -> list[Any]:
     """`call(client, rank)` on every rank at once; each result (exceptions raised)."""
-    outs = collective_all(tb.clients, call)[1]
+    outs = collective_all(tb if isinstance(tb, list) else tb.clients, call)[1]
     for out in outs:
         if isinstance(out, Exception):
             raise out
@@ -60,7 +60,7 @@ def _reduced(xs: list[np.ndarray], op: str) -> np.ndarray:
     return REDUCE[op].reduce(np.stack(xs), axis=0)
 
 
-def check_every_kind(tb: RunningTestbed, j: str, dtype: str, ops: tuple[str, ...], n: int
+def check_every_kind(tb: RunningTestbed | list[AgentClient], j: str, dtype: str, ops: tuple[str, ...], n: int
                      ) -> None:
     """Every kind (and every op of `ops`) on job `j`, exact."""
     xs = _data(1, (n,), dtype)
@@ -116,6 +116,10 @@ def test_shared_arrays_run_with_no_copy(testbed: RunningTestbed, job: str):
         a[...] = r
     outs = on_all(testbed, lambda c, r: c.broadcast(arrays[r], root=3, job=job))
     assert all(o is a and np.all(o == 3) for o, a in zip(outs, arrays, strict=True))
+    strided = [np.arange(20, dtype=np.int16)[::2] * (r + 1) for r in range(N)]
+    outs = on_all(testbed, lambda c, r: c.broadcast(strided[r], root=1, job=job))
+    for o, a in zip(outs, strided, strict=True):
+        assert o is a and np.array_equal(o, np.arange(0, 40, 4, dtype=np.int16))
 
 
 @pytest.mark.parametrize("job", [("ring", "optical")], indirect=True)
@@ -147,3 +151,50 @@ def test_bitwise_ops_on_floats_are_refused_unrun(testbed: RunningTestbed, job: s
     xs = _data(4, (16,), "<i4")
     for out in on_all(testbed, lambda c, r: c.allreduce(xs[r], op="bxor", job=job)):
         assert np.array_equal(out, _reduced(xs, "bxor"))
+
+
+def test_every_kind_without_shared_memory(testbed: RunningTestbed, job: str):
+    """The bytes path (an agent on another mount, a client that turned sharing off)."""
+    clients = [AgentClient(c.address, shared_memory=False) for c in testbed.clients]
+    try:
+        before = sum(c.status()["local_api_bytes"] for c in clients)
+        check_every_kind(clients, job, "<i4", ("sum", "bor"), 777)
+        assert sum(c.status()["local_api_bytes"] for c in clients) > before
+        assert [c.world(job) for c in clients] == [(r, N) for r in range(N)]
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_client_names_a_wrong_layout(testbed: RunningTestbed, job: str):
+    client = testbed.clients[0]
+    with pytest.raises(ValueError, match=r"shape \(world, ...\) with world = 4"):
+        client.reduce_scatter(np.ones((3, 5)), job=job)
+    with pytest.raises(ValueError, match="passes out="):
+        client.scatter(None, root=1, job=job)
+    with pytest.raises(ValueError, match=r"out of all_gather must be a writable float64\[4, 5\]"):
+        client.all_gather(np.ones(5), out=np.empty((4, 4)), job=job)
+
+
+def test_schedule_show_lays_out_a_kind(testbed: RunningTestbed, job: str):
+    sched = testbed.operator.schedule(job, 4 * 4000, 4, "all_gather")
+    assert sched.collective == "ring/all_gather" and len(sched.steps) == N - 1
+    chain = testbed.operator.schedule(job, 4000, 4, "broadcast", 2)
+    assert [(s.src[0], s.dst[0]) for s in chain.steps] == [(2, 3), (3, 0), (0, 1)]
+    with pytest.raises(OperationRefused, match="unknown collective kind 'reduce'"):
+        testbed.operator.schedule(job, 4000, 4, "reduce")
+
+
+def test_different_ops_on_the_ideal_network_fail_on_every_rank(testbed: RunningTestbed,
+                                                               job: str):
+    """The ideal network starts a call at once, comparing nothing first: the outcome round
+    compares the calls, so a rank with another op fails every rank instead of returning a
+    result that differs from its peers'."""
+    xs = _data(5, (256,), "<i8")
+    ops = ["max", "max", "min", "max"]
+    outs = collective_all(testbed.clients, lambda c, r: c.allreduce(xs[r], op=ops[r], job=job))
+    for out in outs[1]:
+        assert isinstance(out, CollectiveError) and not isinstance(out, StepMismatch), out
+        assert "n0: all_reduce max, n1: all_reduce max, n2: all_reduce min" in str(out)
+    for out in on_all(testbed, lambda c, r: c.allreduce(xs[r], op="max", job=job)):
+        assert np.array_equal(out, _reduced(xs, "max"))

@@ -13,6 +13,7 @@ import pytest
 from helpers import EMULATED
 from plan_checks import TIMING
 
+from agents import outcome
 from agents.chunkplan import chunk_plan
 from agents.standing import Ready, agree
 from common.collective_kinds import check_call, check_on_job, work_blocks
@@ -210,3 +211,9 @@ def test_oddl_plan_lays_out_a_kind(capsys: pytest.CaptureFixture[str]):
     out = capsys.readouterr().out
     assert out.startswith("ring broadcast from rank 2 on 5 nodes: 4 steps")
     assert "node2->node3" in out
+
+
+def test_the_outcome_message_carries_the_call():
+    body = outcome.encode(True, "", ("all_reduce", "max", 0))
+    assert outcome.decode("n1", body) == (True, "", ("all_reduce", "max", 0))
+    assert outcome.decode("n1", outcome.encode(True))[2] is None  # an older agent's says none
