@@ -120,10 +120,11 @@ class GlooServedGroup(dist.ProcessGroup):
 def _forward(ours: str) -> Callable[..., Any]:
     theirs = _GLOO_NAME.get(ours, ours)
 
-    def method(self: GlooServedGroup, *args: Any) -> Any:
-        count(f"{ours} ({SUBGROUP_TAG})", fallback=nbytes(a for a in args if
+    def method(self: GlooServedGroup, *args: Any, **kwargs: Any) -> Any:
+        given = [*args, *kwargs.values()]  # c10d passes some by keyword (barrier(opts=...))
+        count(f"{ours} ({SUBGROUP_TAG})", fallback=nbytes(a for a in given if
                                                          isinstance(a, list | torch.Tensor)))
-        return getattr(self._gloo, theirs)(*args)
+        return getattr(self._gloo, theirs)(*args, **kwargs)
     method.__name__ = ours
     return method
 

@@ -203,6 +203,7 @@ def test_lists_reduce_each_tensor_and_subgroups_are_served(apis: list[str]):
         if r in (1, 2):
             assert got["middle_gather"] == [[1, 1], [2, 2]]
             assert kinds["allgather (subgroup, gloo)"]["calls"] == 1
+            assert kinds["barrier (subgroup, gloo)"]["calls"] == 1
             assert got["middle_coalesced_max"] == [small[0][1:3].max(0).tolist(),
                                                    small[1][1:3].max(0).tolist()]
 

@@ -164,6 +164,7 @@ def lists_and_subgroups(rank: int, world: int) -> dict[str, Any]:
         gathered = [torch.empty(2, dtype=torch.int64) for _ in range(2)]
         dist.all_gather(gathered, torch.full((2,), rank, dtype=torch.int64), group=middle)
         out["middle_gather"] = [g.tolist() for g in gathered]
+        dist.barrier(group=middle)  # c10d passes barrier's options by keyword
         got = [t.clone() for t in small]  # gloo's, each tensor on its own too
         dist.all_reduce_coalesced(got, op=dist.ReduceOp.MAX, group=middle)
         out["middle_coalesced_max"] = [t.tolist() for t in got]
