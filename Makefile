@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test lint protos check-protos bench fuzz soak lab clean
+.PHONY: help venv demo test lint protos check-protos bench fuzz soak lab clean torch-suite
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
@@ -14,6 +14,7 @@ help:
 	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
 	@echo "make soak    - 10 minutes of traffic under kills and stalls (SOAK_ARGS=--minutes 60)"
 	@echo "make protos  - regenerate the gRPC code from protos/oddl.proto"
+	@echo "make torch-suite - PyTorch's distributed suite on oddl and gloo (TORCH_SUITE_ARGS=--fast)"
 	@echo "make lab     - rehearse a five-host lab in network namespaces (root; LAB_ARGS=--keep)"
 
 $(STAMP): pyproject.toml
@@ -75,3 +76,10 @@ soak: $(STAMP)
 LAB_ARGS ?=
 lab: $(TORCH_STAMP)
 	$(BIN)/python -m lab --json runs/lab.json $(LAB_ARGS)
+
+# PyTorch's own distributed suite (the wheel's distributed_test.py) on the oddl backend and on
+# gloo in the same run, on the emulated testbed (docs/torch-backend.md); `make test` runs its
+# fast subset (tests/test_torch_suite.py)
+TORCH_SUITE_ARGS ?= --parallel
+torch-suite: $(TORCH_STAMP)
+	$(BIN)/python tests/torch_suite.py --json runs/torch-suite.json $(TORCH_SUITE_ARGS)

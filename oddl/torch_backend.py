@@ -5,33 +5,16 @@
     import oddl.torch_backend  # registers the backend
     dist.init_process_group("oddl")  # under torchrun; ODDL_LOCAL_API names the agent
 
-Each collective is carried by the local agent's all-reduce (sum) of the job, so its bytes go
-over the circuits the controller schedules:
-
-- all_reduce SUM directly, AVG as the sum divided by the world size (floating point only);
-- broadcast: the root contributes its tensor, every other rank zeros (the sum is the root's
-  tensor, bit for bit, except that -0.0 arrives as +0.0);
-- all_gather / all_gather_into_tensor: a zeroed world-sized buffer in which each rank fills
-  its own slot; reduce_scatter / reduce_scatter_tensor: all-reduce, keep this rank's part;
-- barrier: a one-element all-reduce; all_to_all: an all-reduce of the world × world block
-  matrix (correct, but world× the bytes of a point-to-point exchange), preceded by a small
-  all-reduce of the split sizes when they are not all equal.
-
-MIN, MAX, PRODUCT and the other reductions are not sums; the optics cannot carry them and the
-call fails with `UnsupportedCollective` naming the option, unless ``ODDL_TORCH_FALLBACK=gloo``
-routes them to a gloo group created beside this one (counted apart in `counters()`).
-
-Environment (set by the launcher): ``ODDL_LOCAL_API`` the agent's address, or a
-comma-separated list indexed by rank (several ranks on one host, as in the emulated testbed);
-``ODDL_JOB`` the job id (optional when the node takes part in one job only);
-``ODDL_TORCH_FALLBACK`` (``gloo`` or unset). At group creation a one-vector all-reduce checks
-that the ranks are distinct and that the job has exactly world-size nodes (a rank's node is
-irrelevant to a sum, so any rank-to-node order is correct).
+Each collective of the world group is the agent's native collective of the same kind on the
+job (oddl.torch_native; docs/torch-backend.md says at how many bytes). Point-to-point and
+PREMUL_SUM are not carried: they fail with `UnsupportedCollective` naming
+``ODDL_TORCH_FALLBACK=gloo``, which routes them to a gloo group beside this one, one tensor per
+call, counted apart in `counters()`. Subgroups smaller than the world are served by gloo
+(oddl.torch_subgroup says why), counted and named the same way.
 
 Calls run on one FIFO worker thread per process (shared by every oddl group), so collectives
-reach the agent in the order the training script issued them, which c10d requires to be the
-same on every rank; `async_op=True` returns work whose wait() and get_future() behave as
-gloo's. Only importable where torch is installed (the extra `oddl[torch]`).
+reach the agent in the order the script issued them, which c10d requires to be the same on
+every rank. Only importable where torch is installed (the extra `oddl[torch]`).
 """
 
 from __future__ import annotations
@@ -45,25 +28,23 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 
 from common.errors import CollectiveError, ConfigError
+from oddl import torch_native as native
 from oddl import torch_trace
 from oddl.torch_channel import (
     ENV_API,
     ENV_FALLBACK,
     ENV_JOB,
     Channel,
+    FutureWork,
     UnsupportedCollective,
-    as_numpy,
-    block_exchange,
-    channel_for,
     count,
     counters,
-    flat_sum,
-    handshake,
+    joined_channel,
     reset_counters,
 )
+from oddl.torch_subgroup import GlooServedGroup, gloo_beside
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +52,25 @@ __all__ = ["BACKEND", "ENV_API", "ENV_FALLBACK", "ENV_JOB", "OddlProcessGroup",
            "UnsupportedCollective", "counters", "create", "register", "reset_counters"]
 
 BACKEND = "oddl"
-_SUMS = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.AVG: "AVG"}
 HANDSHAKE_TIMEOUT_S = 60.0
 
 
 def _reduce_name(opts: Any) -> str:
     op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
-    for known, name in _SUMS.items():
-        if op == known:
+    for name in native.OPS:
+        if op == getattr(dist.ReduceOp, name):
             return name
     return str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+
+
+def _rows(t: torch.Tensor, sizes: list[int], world: int, what: str) -> list[torch.Tensor]:
+    """`t` split along its first dimension by `sizes` (equal parts when empty)."""
+    if not sizes:
+        if t.shape[0] % world:
+            raise UnsupportedCollective(f"{what}: {t.shape[0]} rows, not a multiple of the "
+                                        f"world {world}")
+        sizes = [t.shape[0] // world] * world
+    return list(torch.split(t, list(sizes), dim=0))
 
 
 # ---- the process group ---------------------------------------------------------------------
@@ -89,12 +79,13 @@ class OddlProcessGroup(dist.ProcessGroup):
     """torch.distributed's view of the optical testbed (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, channel: Channel, fallback: Any = None,
-                 name: str = ""):
+                 name: str = "", to_job: list[int] | None = None):
         super().__init__(rank, world)  # type: ignore[call-arg]  # the (rank, size) constructor
         self._rank, self._world = rank, world
         self._channel = channel
         self._fallback = fallback
         self._name = name
+        self._ranks = native.Ranks(to_job if to_job is not None else list(range(world)))
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return BACKEND
@@ -110,79 +101,96 @@ class OddlProcessGroup(dist.ProcessGroup):
     def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
         inline = opts is not None and not getattr(opts, "asyncOp", True)
         with torch_trace.call(self, kind, fn) as traced:  # ODDL_TRACE_DIR, torch.profiler
-            return _create_work_from_future(self._channel.submit(kind, traced, inline))
+            return FutureWork(self._channel.submit(kind, traced, inline))
 
     def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
         if self._fallback is None:
             raise UnsupportedCollective(
-                f"{kind}: {reason}; the optical testbed only sums. Set {ENV_FALLBACK}=gloo to "
-                "route such calls to a gloo group beside the oddl one (they are counted), or "
-                "rewrite the call as a sum")
+                f"{kind}: {reason}. Set {ENV_FALLBACK}=gloo to route such calls to a gloo "
+                "group beside the oddl one (they are counted)")
         return self._fallback
 
-    def _sum_kind(self, kind: str, opts: Any) -> str | None:
+    @staticmethod
+    def _op(kind: str, opts: Any) -> str:
+        """The reduction's name; one the agent has no counterpart for is refused (PREMUL_SUM,
+        NCCL's scaled sum, which gloo refuses too)."""
         name = _reduce_name(opts)
-        if name in ("SUM", "AVG"):
-            return name
-        self._fallback_or_refuse(f"{kind}({name})", f"reduction {name} is not a sum")
-        return None
+        if name not in native.OPS:
+            raise UnsupportedCollective(f"{kind}({name}): the agent reduces with "
+                                        f"{', '.join(native.OPS)}; not {name}")
+        return name
 
-    def _via_fallback(self, kind: str, tensors: list[torch.Tensor],
-                      call: Callable[[Any], Any], opts: Any = None) -> Any:
-        fb = self._fallback
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-
-        def run() -> list[torch.Tensor]:
-            call(fb).wait()
-            count(kind, fallback=nbytes)
-            return tensors
-        return self._work(kind, run, opts)
-
-    # -- collectives --
+    # -- reductions --
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        """Each tensor reduced on its own, in place (a list is c10d's coalesced form)."""
         opts = opts or dist.AllreduceOptions()
-        name = self._sum_kind("all_reduce", opts)
-        if name is None:
-            return self._via_fallback(f"all_reduce({_reduce_name(opts)})", tensors,
-                                      lambda fb: fb.allreduce(tensors, opts), opts)
-        world = self._world
+        name = self._op("all_reduce", opts)
 
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                if name == "AVG" and not t.is_floating_point():
-                    raise UnsupportedCollective(f"all_reduce(AVG) of {t.dtype}: average "
-                                                "floating-point tensors (or SUM the integers)")
-                a = as_numpy(t, "all_reduce")
-                if t.is_contiguous():
-                    self._channel.sum_(a)  # in place, in the tensor's own memory
-                else:  # `a` is a contiguous copy
-                    t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
-                if name == "AVG":
-                    t.div_(world)
-                count(f"all_reduce({name})", optical=a.nbytes)
+                native.reduce_(self._channel, t, name, self._world, "all_reduce")
             return tensors
         return self._work("all_reduce", run, opts)
 
+    allreduce_coalesced = allreduce
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        """An all-reduce: the root gets the result as gloo's does (the others get it too)."""
+        opts = opts or dist.ReduceOptions()
+        name = self._op("reduce", opts)
+
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                native.reduce_(self._channel, t, name, self._world, "reduce")
+            return tensors
+        return self._work("reduce", run, opts)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+        name = self._op("reduce_scatter", opts)
+
+        def run() -> list[torch.Tensor]:
+            for out, parts in zip(outputs, inputs, strict=True):
+                if len(parts) != self._world or any(p.numel() != out.numel() for p in parts):
+                    raise UnsupportedCollective(
+                        f"reduce_scatter: {len(parts)} inputs of {[p.numel() for p in parts]} "
+                        f"elements for a world of {self._world} and an output of "
+                        f"{out.numel()}")
+                blocks = np.stack([native.as_numpy(p, "reduce_scatter").reshape(-1)
+                                   for p in parts])
+                native.reduce_scatter(self._channel, self._ranks, blocks, name, out,
+                                      "reduce_scatter")
+            return outputs
+        return self._work("reduce_scatter", run, opts)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                             opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+        name = self._op("reduce_scatter_tensor", opts)
+
+        def run() -> list[torch.Tensor]:
+            if input.numel() != output.numel() * self._world:
+                raise UnsupportedCollective(f"reduce_scatter_tensor: input has {input.numel()} "
+                                            f"elements, not world × {output.numel()}")
+            blocks = native.as_numpy(input, "reduce_scatter_tensor").reshape(self._world, -1)
+            native.reduce_scatter(self._channel, self._ranks, blocks, name, output,
+                                  "reduce_scatter_tensor")
+            return [output]
+        return self._work("reduce_scatter_tensor", run, opts)
+
+    # -- byte movers --
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         root = (opts or dist.BroadcastOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                a = as_numpy(t, "broadcast").copy()
-                if self._rank != root:
-                    a[...] = 0
-                t.copy_(torch.from_numpy(self._channel.sum_(a)).view_as(t))
-                count("broadcast", optical=a.nbytes)
+                native.broadcast(self._channel, self._ranks, t, root)
             return tensors
         return self._work("broadcast", run, opts)
 
-    def _gather_into(self, flat_in: torch.Tensor, what: str) -> np.ndarray:
-        """The world-sized sum in which slot r holds rank r's `flat_in`."""
-        a = as_numpy(flat_in, what).reshape(-1)
-        buf = np.zeros(a.size * self._world, dtype=a.dtype)
-        buf[self._rank * a.size:(self._rank + 1) * a.size] = a
-        count(what, optical=buf.nbytes)
-        return self._channel.sum_(buf)
+    def _gathered(self, flat_in: np.ndarray, what: str) -> np.ndarray:
+        return native.all_gather(self._channel, self._ranks, flat_in, what)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: Any = None) -> Any:
@@ -191,9 +199,9 @@ class OddlProcessGroup(dist.ProcessGroup):
                 if len(outs) != self._world:
                     raise UnsupportedCollective(f"all_gather: {len(outs)} outputs for a world "
                                                 f"of {self._world}")
-                total = self._gather_into(t, "all_gather").reshape(self._world, -1)
+                total = self._gathered(native.raw(t, "all_gather").reshape(-1), "all_gather")
                 for r, o in enumerate(outs):
-                    o.copy_(torch.from_numpy(total[r]).view_as(o))
+                    native.store(o, total[r])
             return outputs
         return self._work("all_gather", run, opts)
 
@@ -204,54 +212,74 @@ class OddlProcessGroup(dist.ProcessGroup):
                 raise UnsupportedCollective(f"all_gather_into_tensor: output has "
                                             f"{output.numel()} elements, not world × "
                                             f"{input.numel()}")
-            total = self._gather_into(input, "all_gather_into_tensor")
-            output.copy_(torch.from_numpy(total).view_as(output))
+            flat = native.raw(input, "all_gather_into_tensor").reshape(-1)
+            native.store(output, self._gathered(flat, "all_gather_into_tensor"))
             return [output]
         return self._work("all_gather_into_tensor", run, opts)
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
-                       opts: Any = None) -> Any:
-        opts = opts or dist.ReduceScatterOptions()
-        name = self._sum_kind("reduce_scatter", opts)
-        if name is None:
-            return self._via_fallback(f"reduce_scatter({_reduce_name(opts)})", outputs,
-                                      lambda fb: fb.reduce_scatter(outputs, inputs, opts), opts)
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]],
+                            inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        """One gather of the inputs' concatenation; outputs[r][i] receives rank r's input i."""
+        def run() -> list[torch.Tensor]:
+            if len(outputs) != self._world:
+                raise UnsupportedCollective(f"all_gather_coalesced: {len(outputs)} output "
+                                            f"lists for a world of {self._world}")
+            flat = np.concatenate([native.raw(t, "all_gather_coalesced").reshape(-1)
+                                   for t in inputs])
+            total = self._gathered(flat, "all_gather_coalesced")
+            for r, outs in enumerate(outputs):
+                offset = 0
+                for o in outs:
+                    native.store(o, total[r, offset:offset + o.numel()])
+                    offset += o.numel()
+            return [o for outs in outputs for o in outs]
+        return self._work("all_gather_coalesced", run, opts)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                      output_split_sizes: list[int], input_split_sizes: list[int],
+                      opts: Any = None) -> Any:
+        what = "all_to_all_single"
 
         def run() -> list[torch.Tensor]:
-            for out, parts in zip(outputs, inputs, strict=True):
-                total = flat_sum(self._channel, parts, "reduce_scatter")
-                count(f"reduce_scatter({name})", optical=total.nbytes)
-                mine = total.reshape(self._world, -1)[self._rank]
-                self._store_reduced(out, mine, name)
-            return outputs
-        return self._work("reduce_scatter", run, opts)
-
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                             opts: Any = None) -> Any:
-        opts = opts or dist.ReduceScatterOptions()
-        name = self._sum_kind("reduce_scatter_tensor", opts)
-        if name is None:
-            return self._via_fallback(f"reduce_scatter_tensor({_reduce_name(opts)})", [output],
-                                      lambda fb: fb._reduce_scatter_base(output, input, opts), opts)
-
-        def run() -> list[torch.Tensor]:
-            if input.numel() != output.numel() * self._world:
-                raise UnsupportedCollective(f"reduce_scatter_tensor: input has {input.numel()} "
-                                            f"elements, not world × {output.numel()}")
-            total = flat_sum(self._channel, [input], "reduce_scatter_tensor")
-            count(f"reduce_scatter_tensor({name})", optical=total.nbytes)
-            self._store_reduced(output, total.reshape(self._world, -1)[self._rank], name)
+            native.all_to_all(self._channel, self._ranks, self._rank,
+                              _rows(output, output_split_sizes, self._world, what),
+                              _rows(input, input_split_sizes, self._world, what), what)
             return [output]
-        return self._work("reduce_scatter_tensor", run, opts)
+        return self._work(what, run, opts)
 
-    def _store_reduced(self, out: torch.Tensor, part: np.ndarray, name: str) -> None:
-        value = torch.from_numpy(part).view_as(out)
-        if name == "AVG":
-            if not out.is_floating_point():
-                raise UnsupportedCollective(f"reduce_scatter(AVG) of {out.dtype}: average "
-                                            "floating-point tensors")
-            value = value / self._world
-        out.copy_(value)
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                 opts: Any = None) -> Any:
+        def run() -> list[torch.Tensor]:
+            native.all_to_all(self._channel, self._ranks, self._rank, list(outputs),
+                              list(inputs), "all_to_all")
+            return outputs
+        return self._work("all_to_all", run, opts)
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+               opts: Any = None) -> Any:
+        root = (opts or dist.GatherOptions()).rootRank
+
+        def run() -> list[torch.Tensor]:
+            outs = outputs[0] if self._rank == root else []
+            if self._rank == root and len(outs) != self._world:
+                raise UnsupportedCollective(f"gather: {len(outs)} outputs at the root for a "
+                                            f"world of {self._world}")
+            native.gather(self._channel, self._ranks, self._rank, inputs[0], root, outs)
+            return outs
+        return self._work("gather", run, opts)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                opts: Any = None) -> Any:
+        root = (opts or dist.ScatterOptions()).rootRank
+
+        def run() -> list[torch.Tensor]:
+            ins = inputs[0] if self._rank == root else []
+            if self._rank == root and len(ins) != self._world:
+                raise UnsupportedCollective(f"scatter: {len(ins)} inputs at the root for a "
+                                            f"world of {self._world}")
+            native.scatter(self._channel, self._ranks, self._rank, outputs[0], root, ins)
+            return outputs
+        return self._work("scatter", run, opts)
 
     def barrier(self, opts: Any = None) -> Any:
         def run() -> list[torch.Tensor]:
@@ -264,63 +292,10 @@ class OddlProcessGroup(dist.ProcessGroup):
             return []
         return self._work("barrier", run, opts)
 
-    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                      output_split_sizes: list[int], input_split_sizes: list[int],
-                      opts: Any = None) -> Any:
-        world = self._world
-
-        def splits(t: torch.Tensor, sizes: list[int], what: str) -> list[torch.Tensor]:
-            if not sizes:
-                if t.shape[0] % world:
-                    raise UnsupportedCollective(f"all_to_all_single: {what} has {t.shape[0]} "
-                                                f"rows, not a multiple of the world {world}")
-                sizes = [t.shape[0] // world] * world
-            return list(torch.split(t, list(sizes), dim=0))
-
-        def run() -> list[torch.Tensor]:
-            block_exchange(self._channel, self._rank, world,
-                           splits(output, output_split_sizes, "output"),
-                           splits(input, input_split_sizes, "input"), "all_to_all_single")
-            return [output]
-        return self._work("all_to_all_single", run, opts)
-
-    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                 opts: Any = None) -> Any:
-        def run() -> list[torch.Tensor]:
-            block_exchange(self._channel, self._rank, self._world, list(outputs), list(inputs),
-                           "all_to_all")
-            return outputs
-        return self._work("all_to_all", run, opts)
-
-    # -- what the optics do not carry: the fallback, or a clear error --
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        """SUM/AVG as an all-reduce (every rank gets the result, the root as gloo's)."""
-        opts = opts or dist.ReduceOptions()
-        if _reduce_name(opts) in ("SUM", "AVG"):
-            ar = dist.AllreduceOptions()
-            ar.reduceOp, ar.asyncOp = opts.reduceOp, getattr(opts, "asyncOp", True)
-            return self.allreduce(tensors, ar)
-        name = f"reduce({_reduce_name(opts)})"
-        self._fallback_or_refuse(name, f"reduction {_reduce_name(opts)} is not a sum")
-        return self._via_fallback(name, tensors, lambda fb: fb.reduce(tensors, opts), opts)
-
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-               opts: Any = None) -> Any:
-        self._fallback_or_refuse("gather", "gather is not implemented over the optics (use "
-                                 "all_gather, which is)")
-        return self._via_fallback("gather", inputs,
-                                  lambda fb: fb.gather(outputs, inputs, opts), opts)
-
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
-                opts: Any = None) -> Any:
-        self._fallback_or_refuse("scatter", "scatter is not implemented over the optics (use "
-                                 "broadcast, which is)")
-        return self._via_fallback("scatter", outputs,
-                                  lambda fb: fb.scatter(outputs, inputs, opts), opts)
-
+    # -- point-to-point: the fallback, or a clear error --
     def _p2p(self, kind: str, tensors: list[torch.Tensor], call: Callable[[Any], Any]) -> Any:
-        fb = self._fallback_or_refuse(kind, "point-to-point transfers do not go over the "
-                                      "scheduled circuits")
+        fb = self._fallback_or_refuse(kind, "point-to-point transfers are not a collective "
+                                      "of the job's schedule")
         count(f"{kind} (fallback)", fallback=sum(t.numel() * t.element_size()
                                                   for t in tensors))
         return call(fb)  # gloo's own work: a receive must not block the collectives' queue
@@ -331,14 +306,13 @@ class OddlProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
         return self._p2p("recv", tensors, lambda fb: fb.recv(tensors, src, tag))
 
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
+        return self._p2p("recv", tensors, lambda fb: fb.recv_anysource(tensors, tag))
+
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base
     reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
     all_to_all_single = alltoall_base  # type: ignore[assignment]
-
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        """Each tensor is summed in turn (one agent call each), in the list's order."""
-        return self.allreduce(tensors, opts)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: Any = None) -> Any:
@@ -354,35 +328,29 @@ class OddlProcessGroup(dist.ProcessGroup):
 
 # ---- creation and registration -------------------------------------------------------------
 
-def create(dist_opts: Any, backend_opts: Any = None) -> OddlProcessGroup:
-    """The creator torch.distributed calls for ``init_process_group("oddl")``."""
+def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
+    """The creator torch.distributed calls for ``init_process_group("oddl")`` and for each
+    ``new_group``: the world's group over the agent's job, a smaller one served by gloo."""
     rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
     ranks = list(dist_opts.global_ranks_in_group or [])
-    if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
-        raise UnsupportedCollective(f"an oddl group of ranks {ranks}: the agent's job spans the "
-                                    "whole world; create subgroups with backend='gloo'")
     timeout = dist_opts.timeout
     timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
                  else 1800.0)
-    channel = channel_for(rank, timeout_s)
-    # every rank is here together (c10d's rendezvous came first): a short wait is enough, and
-    # a job of another size fails in a minute instead of the group's timeout
-    saved = channel.client.timeout_s
-    channel.client.timeout_s = min(saved, HANDSHAKE_TIMEOUT_S)
-    try:
-        channel.submit("handshake", lambda: handshake(channel, rank, world)).wait()
-    finally:
-        channel.client.timeout_s = saved
+    name = str(dist_opts.group_id or "")
+    if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
+        gloo = gloo_beside(dist_opts, "oddl-subgroup", rank, world, timeout_s)
+        return GlooServedGroup(rank, world, gloo, name, ranks)
+    channel, to_job = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
     if mode == "gloo":
-        fallback = dist.ProcessGroupGloo(dist.PrefixStore("oddl-fallback", dist_opts.store),
-                                         rank, world, datetime.timedelta(seconds=timeout_s))
+        fallback = gloo_beside(dist_opts, "oddl-fallback", rank, world, timeout_s)
     elif mode:
         raise ConfigError(f"{ENV_FALLBACK}={mode!r}: use 'gloo' or leave it unset")
-    logger.info("oddl backend: rank %d of %d via agent %s (job %s), fallback %s", rank, world,
-                channel.api, channel.job or "its only job", mode or "none")
-    return OddlProcessGroup(rank, world, channel, fallback, str(dist_opts.group_id or ""))
+    logger.info("oddl backend: rank %d of %d (job rank %d) via agent %s (job %s), fallback %s",
+                rank, world, to_job[rank], channel.api, channel.job or "its only job",
+                mode or "none")
+    return OddlProcessGroup(rank, world, channel, fallback, name, to_job)
 
 
 def register() -> None:

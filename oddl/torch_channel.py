@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from agents.client import AgentClient
 from common.errors import CollectiveError, ConfigError
@@ -24,8 +25,9 @@ from oddl.torch_adopt import Promoter, array_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "UnsupportedCollective",
-           "as_numpy", "channel_for", "count", "counters", "flat_sum", "reset_counters"]
+__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "FutureWork", "UnsupportedCollective",
+           "as_numpy", "channel_for", "count", "counters", "joined_channel",
+           "reset_counters"]
 
 ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
 
@@ -65,6 +67,29 @@ def reset_counters() -> None:
     """Zero the counters (e.g. at the start of an iteration)."""
     with _counter_lock:
         _counters.clear()
+
+
+# ---- work objects ---------------------------------------------------------------------------
+
+class FutureWork(dist.Work):
+    """c10d's work for a call that completes `future`: wait() raises the call's error.
+
+    (torch 2.13's `_create_work_from_future` makes a work whose wait() returns True even when
+    the future failed: a failed collective would leave its tensors as they were, silently.)"""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._future.wait()  # raises the call's error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
 
 
 # ---- the channel to the agent: one client and one FIFO thread per process ---------------
@@ -171,6 +196,24 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
         return _channel
 
 
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
+                   ) -> tuple[Channel, list[int]]:
+    """The process's channel, after the handshake with the job's other ranks, and each group
+    rank's job rank. Every rank is here together (c10d's rendezvous came first): `handshake_s`
+    is enough, and a job of another size fails in that time instead of the group's timeout."""
+    channel = channel_for(rank, timeout_s)
+    saved = channel.client.timeout_s
+    channel.client.timeout_s = min(saved, handshake_s)
+
+    def shake() -> list[int]:
+        return handshake(channel, rank, world, channel.client.world(channel.job)[0])
+    try:
+        to_job: list[int] = channel.submit("handshake", shake).wait()
+    finally:
+        channel.client.timeout_s = saved
+    return channel, to_job
+
+
 def _close_channel() -> None:
     global _channel
     with _channel_lock:
@@ -197,49 +240,13 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def flat_sum(channel: Channel, tensors: list[torch.Tensor], what: str) -> np.ndarray:
-    """Sum the concatenation of `tensors` (one dtype) across the job; returns the flat sum."""
-    arrays = [as_numpy(t, what).reshape(-1) for t in tensors]
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: tensors of one dtype, not {sorted(map(str, dtypes))}")
-    buf = np.concatenate(arrays) if len(arrays) > 1 else arrays[0].copy()
-    return channel.sum_(buf)
-
-
-def block_exchange(channel: Channel, me: int, world: int, outs: list[torch.Tensor],
-                   ins: list[torch.Tensor], what: str) -> None:
-    """All-to-all as one all-reduce of the world × world block matrix: block (i, j) holds
-    what rank i sends to rank j, each block sized to the largest (agreed by a first small
-    all-reduce of the sizes)."""
-    if len(outs) != world or len(ins) != world:
-        raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
-                                    f"for a world of {world}")
-    dtypes = {t.dtype for t in (*outs, *ins)}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
-    sizes = np.zeros((world, world), dtype=np.int64)
-    sizes[me] = [t.numel() for t in ins]
-    channel.sum_(sizes)
-    for i in range(world):
-        if sizes[i, me] != outs[i].numel():
-            raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
-                                  f"{me}, which expects {outs[i].numel()}")
-    cap = int(sizes.max())
-    first = as_numpy(ins[0], what)
-    blocks = np.zeros((world, world, cap), dtype=first.dtype)
-    for j, t in enumerate(ins):
-        blocks[me, j, :t.numel()] = as_numpy(t, what).reshape(-1)
-    channel.sum_(blocks.reshape(-1))
-    for i, o in enumerate(outs):
-        o.copy_(torch.from_numpy(blocks[i, me, :o.numel()].copy()).view_as(o))
-    count(what, optical=blocks.nbytes + sizes.nbytes)
-
-
-def handshake(channel: Channel, rank: int, world: int) -> None:
-    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce)."""
-    v = np.zeros(world + 1, dtype=np.int64)
+def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = None
+              ) -> list[int]:
+    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce); returns
+    each group rank's job rank (this rank's is `job_rank`, the agent's, by default `rank`)."""
+    v = np.zeros(2 * world + 1, dtype=np.int64)
     v[rank], v[world] = 1, 1
+    v[world + 1 + rank] = rank if job_rank is None else job_rank
     try:
         channel.sum_(v)
     except CollectiveError as exc:
@@ -254,3 +261,8 @@ def handshake(channel: Channel, rank: int, world: int) -> None:
                           f"{'; no rank ' + str(missing) if missing else ''}"
                           f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
                           "one rank per node of the job, each with its own agent")
+    to_job = [int(j) for j in v[world + 1:]]
+    if sorted(to_job) != list(range(world)):
+        raise ConfigError(f"the ranks sit on job ranks {to_job}, not one each of 0..{world - 1}: "
+                          f"is every rank talking to its own node's agent ({ENV_API})?")
+    return to_job

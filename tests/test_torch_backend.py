@@ -73,6 +73,19 @@ def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
     assert oc.as_numpy(torch.ones(3, dtype=torch.float16), "x").dtype == np.float16
 
 
+def test_a_call_that_failed_raises_at_wait():
+    """c10d's own work from a future returns True from wait() even when the call failed."""
+    import oddl.torch_channel as oc
+
+    fut: torch.futures.Future = torch.futures.Future()
+    work = oc.FutureWork(fut)
+    assert not work.is_completed()
+    fut.set_exception(oc.UnsupportedCollective("all_gather: 3 outputs for a world of 4"))
+    with pytest.raises(oc.UnsupportedCollective, match="3 outputs"):
+        work.wait()
+    assert work.get_future() is fut
+
+
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory) -> Iterator[list[str]]:
     """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
@@ -115,9 +128,9 @@ def _inputs(rank: int, n: int) -> np.ndarray:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
-def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
+def test_every_collective_is_exact_and_only_point_to_point_needs_the_fallback(apis: list[str]):
     res = run_world(apis, "collectives")
-    allin = {n: np.stack([_inputs(r, n) for r in range(WORLD)]) for n in (5, 6 * WORLD, 7, 8, 9,
+    allin = {n: np.stack([_inputs(r, n) for r in range(WORLD)]) for n in (3, 5, 6 * WORLD, 7, 8, 9,
                                                                             10, 12, 50, 100,
                                                                             333, 1000)}
     for r, got in enumerate(res):
@@ -139,29 +152,60 @@ def test_every_collective_is_exact_and_max_needs_the_fallback(apis: list[str]):
                                             for k in range(3)]
         assert got["all_to_all_uneven"] == [[1000 * i + r] * (r + 1) for i in range(WORLD)]
         assert got["reduce_to_1"] == (allin[8].sum(0).tolist() if r == 1 else None)
-        assert "gather is not implemented over the optics" in got["gather_error"]
+        assert got["gather_to_0"] == (allin[3].tolist() if r == 0 else None)
+        assert got["scatter_from_3"] == [10.0 * r] * 2
+        assert got["broadcast_bf16"] == [2.5] * 5
         assert got["recv_from_left"] == [(r - 1) % WORLD] * 4
         assert kinds["send (fallback)"]["fallback_bytes"] == 32
         assert got["async_wait"] == [True, True, True]
         assert got["async_sums"] == [(allin[100] + k).sum(0).tolist() for k in range(3)]
         assert got["future_value"] == allin[10].sum(0).tolist() and got["future_done"]
-        # MAX: a clear error naming the option, the tensor untouched, nothing counted ...
-        assert "UnsupportedCollective" in got["max_error"]
-        assert "MAX" in got["max_error"] and "ODDL_TORCH_FALLBACK=gloo" in got["max_error"]
-        assert got["max_left_unchanged"]
-        before = got["counters_before_fallback"]
-        assert before["total"]["fallback_calls"] == 0
-        # ... and exact over the gloo fallback, counted as such
-        assert got["max_fallback"] == allin[9].astype(np.float32).max(0).astype(float).tolist()
+        # MAX: the agent's own reduction, exact, no fallback
+        assert got["max_native"] == allin[9].astype(np.float32).max(0).astype(float).tolist()
+        assert got["counters_before_fallback"]["total"]["fallback_calls"] == 0
+        assert "UnsupportedCollective" in got["send_error"]
+        assert "ODDL_TORCH_FALLBACK=gloo" in got["send_error"]
         kinds = got["counters"]["kinds"]
-        assert kinds["all_reduce(MAX)"] == {"calls": 1, "optical_bytes": 0, "fallback_calls": 1,
-                                            "fallback_bytes": 9 * 4}
+        assert kinds["all_reduce(MAX)"] == {"calls": 1, "optical_bytes": 9 * 4,
+                                            "fallback_calls": 0, "fallback_bytes": 0}
+        assert kinds["gather"]["optical_bytes"] == 3 * 8
         assert kinds["all_reduce(SUM)"]["optical_bytes"] >= 1000 * 8
         assert kinds["all_gather"]["optical_bytes"] == WORLD * 7 * 4
         assert kinds["barrier"]["calls"] >= 1
-        # all_to_all costs world × world blocks (plus the sizes) per rank
-        assert kinds["all_to_all_single"]["optical_bytes"] == (WORLD * WORLD * 3 * 8
-                                                              + WORLD * WORLD * 8)
+        # all_to_all hands the agent one block per rank (the sizes go ahead, summed)
+        assert kinds["all_to_all_single"]["optical_bytes"] == WORLD * 3 * 8
+        assert kinds["all_to_all_single (sizes)"]["optical_bytes"] == WORLD * WORLD * 8
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_lists_reduce_each_tensor_and_subgroups_are_served(apis: list[str]):
+    res = run_world(apis, "lists_and_subgroups")
+    small = [np.array([[r + 1.0, -2.0, 3.0] for r in range(WORLD)]),
+             np.array([[10.0 * (r + 1), 1.0] for r in range(WORLD)])]
+    expected = {"MAX": [s.max(0) for s in small], "MIN": [s.min(0) for s in small],
+                "PRODUCT": [s.prod(0) for s in small]}
+    for r, got in enumerate(res):
+        assert got["all_gather_coalesced"] == [
+            [_inputs(i, 3).astype(float).tolist(), _inputs(i + 10, 5).astype(float).tolist()]
+            for i in range(WORLD)]
+        assert got["short_gather_error"] == (f"UnsupportedCollective: all_gather: {WORLD - 1} "
+                                             f"outputs for a world of {WORLD}")
+        assert got["coalesced_sum"] == [s.sum(0).tolist() for s in small]
+        for op, want in expected.items():
+            # each tensor on its own: MAX of [a, b] is [max a, max b], not max over both
+            assert got[f"coalesced_{op}"] == [w.tolist() for w in want], op
+        assert got["pair_sum"] == [float(sum(range(2 * (r // 2), 2 * (r // 2) + 2)))]
+        kinds = got["counters"]["kinds"]
+        assert kinds["all_gather_coalesced"]["optical_bytes"] == WORLD * 8 * 4
+        assert kinds["all_reduce(MAX)"]["optical_bytes"] == 5 * 4
+        assert kinds["allreduce (subgroup, gloo)"]["fallback_bytes"] == 4
+        if r in (1, 2):
+            assert got["middle_gather"] == [[1, 1], [2, 2]]
+            assert kinds["allgather (subgroup, gloo)"]["calls"] == 1
+            assert kinds["barrier (subgroup, gloo)"]["calls"] == 1
+            assert got["middle_coalesced_max"] == [small[0][1:3].max(0).tolist(),
+                                                   small[1][1:3].max(0).tolist()]
 
 
 @pytest.mark.e2e

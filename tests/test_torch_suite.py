@@ -1,0 +1,42 @@
+"""PyTorch's own distributed suite on the oddl backend: the fast subset must keep passing.
+
+`make test` runs tests/torch_suite.py's FAST selection (a few tests of every family) with
+BACKEND=oddl on the emulated testbed; every test recorded in
+tests/data/torch_suite_oddl_passes.json must still pass, each failure shown with its reason.
+`make torch-suite` runs every family on oddl and on gloo in the same run (docs/torch-backend.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("expecttest")  # the suite's own import (the extra `oddl[torch]`)
+
+import torch_suite  # noqa: E402  (tests/torch_suite.py, after the skips)
+
+
+def test_the_families_sort_the_suites_names():
+    assert torch_suite.family_of("test_all_reduce_sum") == "all_reduce"
+    assert torch_suite.family_of("test_all_reduce_group_max") == "*_group"
+    assert torch_suite.family_of("test_all_reduce_full_group_max") == "all_reduce"
+    assert torch_suite.family_of("test_reduce_sum_twice") == "reduce"
+    assert torch_suite.family_of("test_send_recv_any_source") == "send/recv"
+    assert torch_suite.family_of("test_ddp_create_graph") == "DDP"
+    assert torch_suite.family_of("test_get_rank") is None
+    reason = torch_suite.reason_of({"reason": "Traceback ...\noddl.torch_channel."
+                                              "UnsupportedCollective: send: no\n\n"})
+    assert reason == "UnsupportedCollective: send: no"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)
+def test_oddl_keeps_passing_what_it_passed():
+    recorded = set(json.loads(torch_suite.PASSES.read_text())["oddl"])
+    assert recorded <= set(torch_suite.FAST), "the record names tests the fast run leaves out"
+    results = torch_suite.run_suite(list(torch_suite.FAST), ["oddl"])["oddl"]
+    lost = {n: torch_suite.reason_of(results[n]) if n in results else "not run"
+            for n in sorted(recorded) if results.get(n, {}).get("status") != "passed"}
+    assert not lost, f"oddl no longer passes: {json.dumps(lost, indent=1)}"
