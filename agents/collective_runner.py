@@ -152,6 +152,11 @@ class CollectiveRunner:
             # a schedule that leaves a laser elsewhere than it starts (WRHT, the parameter
             # server) goes through the barrier every time: the controller lays it out anew
             job.standing[self._key(array)] = go.schedule
+        else:
+            # and it leaves the job's other standing schedules (a ring's, which retunes
+            # nothing) assuming circuits that are gone: every node ran this same schedule, so
+            # all drop theirs alike and meet at the barrier, which lays the circuits out again
+            job.standing.clear()
         return self._run(job, seq, array, go.schedule, t0_local)
 
     def _key(self, array: np.ndarray) -> tuple[int, str, str, int]:

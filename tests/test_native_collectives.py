@@ -198,3 +198,27 @@ def test_different_ops_on_the_ideal_network_fail_on_every_rank(testbed: RunningT
         assert "n0: all_reduce max, n1: all_reduce max, n2: all_reduce min" in str(out)
     for out in on_all(testbed, lambda c, r: c.allreduce(xs[r], op="max", job=job)):
         assert np.array_equal(out, _reduced(xs, "max"))
+
+
+@pytest.mark.parametrize("job", [("ring", "optical")], indirect=True)
+def test_a_collective_after_one_that_moves_the_lasers_is_exact(testbed: RunningTestbed,
+                                                                job: str):
+    """An all-to-all on a ring job retunes the lasers to circuits the ring does not use and
+    leaves them there; the ring's standing schedules (which retune nothing) must not run on
+    the circuits the all-to-all left: the next call meets at the barrier, which lays the
+    ring's circuits out again."""
+    def gather_twice() -> None:
+        for _ in range(2):  # the second runs on the standing schedule of the first
+            outs = on_all(testbed, lambda c, r: c.all_gather(np.full(3000, r, np.int64),
+                                                             job=job))
+            want = np.repeat(np.arange(N, dtype=np.int64)[:, None], 3000, 1)
+            assert all(np.array_equal(o, want) for o in outs)
+
+    gather_twice()
+    for _ in range(2):
+        blocks = [np.arange(N * 700, dtype=np.int64).reshape(N, 700) + 10_000 * r
+                  for r in range(N)]
+        outs = on_all(testbed, lambda c, r, b=blocks: c.all_to_all(b[r], job=job))
+        for r, out in enumerate(outs):
+            assert np.array_equal(out, np.stack([blocks[i][r] for i in range(N)]))
+        gather_twice()
