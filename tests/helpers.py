@@ -116,3 +116,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
             return time.monotonic() - start
         time.sleep(interval)
     raise AssertionError(f"{what} did not happen within {timeout} s")
+
+
+def run_ranks(argv: list[str], apis: list[str], timeout: float,
+              env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Start one process per agent API as torchrun would (rank r on `apis`, a fresh
+    rendezvous port, `env` added), each running `argv` from the project's root; their last
+    stdout lines as JSON, in rank order. Fails naming a rank's error output; kills the others."""
+    from oddl.launch import torchrun_env
+    from oddl.procs import free_port
+
+    port = free_port()
+    procs = [subprocess.Popen(argv, env={**torchrun_env(rank, len(apis), port, apis),
+                                         **(env or {})},
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in range(len(apis))]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return results

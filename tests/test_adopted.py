@@ -8,7 +8,6 @@ through four real agents of the emulated testbed (`test_buckets_e2e.Bed`) and `A
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import subprocess
@@ -304,31 +303,15 @@ def test_freed_adopted_memory_is_released_at_the_agent(agent: Agent):
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_ddp_over_oddl_trains_in_its_promoted_buckets_as_gloo_does(tmp_path: Path):
-    from helpers import EMULATED
+    from helpers import EMULATED, run_ranks
 
-    from oddl.launch import RunningTestbed, torchrun_env
-    from oddl.procs import free_port
+    from oddl.launch import RunningTestbed
 
     worker = Path(__file__).resolve().parent / "zero_copy_worker.py"
     with RunningTestbed(tmp_path, EMULATED) as tb:
         nodes = tb.launched.node_ids
         tb.operator.submit("zero-copy-ddp", nodes, "ring", "optical")
-        port = free_port()
-        procs = [subprocess.Popen([sys.executable, str(worker)],
-                                  env=torchrun_env(rank, len(nodes), port, tb.launched.apis),
-                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for rank in range(len(nodes))]
-        results = []
-        try:
-            for p in procs:
-                out, err = p.communicate(timeout=240)
-                assert p.returncode == 0, err[-3000:]
-                results.append(json.loads(out.strip().splitlines()[-1]))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(10)
+        results = run_ranks([sys.executable, str(worker)], tb.launched.apis[:len(nodes)], 240)
     for r in results:
         # DDP's bucket was promoted, and the parameters' grads (views into it) followed
         assert r["promoted"] >= 1 and all(r["grads_shared"]), r["grads_shared"]

@@ -7,8 +7,6 @@ their results; the checks here compute the expected values from the same inputs.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import EMULATED, ROOT, train_demo_summary
+from helpers import EMULATED, run_ranks, train_demo_summary
 
 torch = pytest.importorskip("torch")
 
@@ -100,26 +98,8 @@ def apis(tmp_path_factory) -> Iterator[list[str]]:
 
 def run_world(apis: list[str], scenario: str, timeout: float = 150) -> list[dict[str, Any]]:
     """Start the four ranks as torchrun would; their JSON results in rank order."""
-    from oddl.launch import torchrun_env
-    from oddl.procs import free_port
-
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario],
-                              env=torchrun_env(rank, WORLD, port, apis), cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank in range(WORLD)]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            assert p.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    return results
+    assert len(apis) == WORLD
+    return run_ranks([sys.executable, str(WORKER), scenario], apis, timeout)
 
 
 def _inputs(rank: int, n: int) -> np.ndarray:

@@ -8,13 +8,12 @@ timeline, and HolisticTraceAnalysis reading the merged file (extra `oddl[torch]`
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import EMULATED, ROOT
+from helpers import EMULATED, ROOT, run_ranks
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
@@ -26,29 +25,9 @@ STEPS = 2
 
 def _run_ranks(apis: list[str], trace_dir: Path, profile_dir: Path,
                testbed: Path) -> list[dict[str, Any]]:
-    from oddl.launch import torchrun_env
-    from oddl.procs import free_port
-
-    port = free_port()
-    procs = []
-    for rank in range(WORLD):
-        env = {**torchrun_env(rank, WORLD, port, apis), "ODDL_TRACE_DIR": str(trace_dir),
-               "ODDL_CONFIG": str(testbed)}
-        procs.append(subprocess.Popen(
-            [sys.executable, str(EXAMPLE), "--out", str(profile_dir), "--steps", str(STEPS)],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=240)
-            assert p.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    return results
+    return run_ranks([sys.executable, str(EXAMPLE), "--out", str(profile_dir), "--steps",
+                      str(STEPS)], apis, 240,
+                     {"ODDL_TRACE_DIR": str(trace_dir), "ODDL_CONFIG": str(testbed)})
 
 
 @pytest.fixture(scope="module")
