@@ -83,3 +83,28 @@ def check_float_sum(outs: list[np.ndarray], arrays: list[np.ndarray]) -> None:
     for out in outs:
         if not np.all(np.abs(out - stacked.sum(axis=0)) <= bound * 1.01 + 1e-30):
             raise RuntimeError("ring all-reduce differs from the sum")
+
+
+def run_rank_workers(script: str, apis: list[str], worker_args: list[str],
+                     timeout_s: float) -> list[dict[str, Any]]:
+    """Run `script --rank-worker WORKER_ARGS` once per agent API as torchrun would (rank r on
+    apis[r]); each rank's last stdout line as JSON, in rank order. SystemExit naming a failed
+    rank's error output."""
+    import subprocess
+    import sys
+
+    from oddl.launch import torchrun_env
+    from oddl.procs import free_port
+
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, script, "--rank-worker", *worker_args],
+                              env=torchrun_env(rank, len(apis), port, apis),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(len(apis))]
+    results = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout_s)
+        if p.returncode != 0:
+            raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    return results

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,10 +24,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench_common import emit
+from bench_common import emit, run_rank_workers
 
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed, torchrun_env
-from oddl.procs import free_port
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed
 
 N = 4
 
@@ -92,18 +90,8 @@ def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
         nodes = tb.launched.node_ids[:N]
         tb.operator.submit("bench-torch-backend", nodes, collective, network)
         apis = [tb.launched.agents[n]["local_api"] for n in nodes]
-        port = free_port()
-        procs = [subprocess.Popen(
-            [sys.executable, __file__, "--rank-worker", "--sizes-mb",
-             ",".join(map(str, sizes_mb)), "--repeats", str(repeats)],
-            env=torchrun_env(rank, N, port, apis), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True) for rank in range(N)]
-        results = []
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=1800)
-            if p.returncode != 0:
-                raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
-            results.append(json.loads(stdout.strip().splitlines()[-1]))
+        results = run_rank_workers(__file__, apis, ["--sizes-mb", ",".join(map(str, sizes_mb)),
+                                                    "--repeats", str(repeats)], 1800)
     rows = []
     r0 = next(r for r in results if r["rank"] == 0)
     for mb in sizes_mb:
