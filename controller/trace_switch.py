@@ -7,6 +7,8 @@ emulator host is not reachable from here: it records only when started with ``--
 
 from __future__ import annotations
 
+import os
+
 from common.config import TestbedConfig
 from common.errors import OperationRefused
 from common.tracing import DEFAULT_CAPACITY, TRACE
@@ -23,8 +25,18 @@ def set_trace(cfg: TestbedConfig, registry: AgentRegistry, request: pb.SetTraceR
         if not request.dir:
             raise OperationRefused("a trace start needs the folder to record into; pass "
                                    "`oddl trace start --dir DIR`")
-        tracing.start(request.dir, "controller", testbed=cfg.name, testbed_file=cfg.path,
-                      capacity=request.buffer_events or DEFAULT_CAPACITY)
+        if not os.path.isabs(request.dir):
+            raise OperationRefused(f"trace folder {request.dir!r} is not an absolute path: it "
+                                   "names a folder on the controller's and every agent's "
+                                   "host, whose working folders differ; give an absolute one "
+                                   "(`oddl trace start --dir` makes a relative one absolute)")
+        try:
+            tracing.start(request.dir, "controller", testbed=cfg.name, testbed_file=cfg.path,
+                          capacity=request.buffer_events or DEFAULT_CAPACITY)
+        except (OSError, ValueError) as exc:
+            raise OperationRefused(
+                f"cannot record into {request.dir!r} on the controller's host ({exc}); give a "
+                "folder it may create and write") from exc
         path = ""
     else:
         written = TRACE.stop()
