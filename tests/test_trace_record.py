@@ -269,6 +269,9 @@ def test_trace_start_and_stop_at_run_time_record_only_the_window(tmp_path: Path)
                    "every agent's file")
         with pytest.raises(OperationRefused, match="--dir"):
             tb.operator.set_trace(True, "")
+        with pytest.raises(OperationRefused, match="not an absolute path"):
+            tb.operator.set_trace(True, "relative/folder")
+        assert not Path("relative").exists()
         tb.operator.cancel(job["id"])
     for path in trace.glob("agent-*.trace.json"):
         seqs = {e["args"]["seq"] for e in _events(_load(path), "collective")}
