@@ -205,6 +205,10 @@ class ControllerLink:
             except grpc.RpcError as exc:
                 logger.warning("%s: could not report to the controller (seq %d): %s",
                                self.node_id, req.seq, _code(exc))
+            except ValueError:  # `close` closed the channel under reports still queued
+                logger.info("%s: the agent stopped with %d outcome reports unsent",
+                            self.node_id, self._reports.qsize() + 1)
+                return
 
     # ---- the barrier and the grants ---------------------------------------------------
     def ready(self, req: pb.ReadyCollectiveRequest) -> None:
