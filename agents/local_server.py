@@ -139,21 +139,13 @@ class LocalServer:
             self._api.send_multipart([ident, b"ok", json.dumps(
                 {"node": self.node_id, "generation": self.generation, "rid": rid}).encode()])
         elif op == b"world" and len(frames) == 3:
-            try:
-                header = json.loads(frames[2])
-                if not isinstance(header, dict):
-                    raise ValueError("header is not an object")
-            except (ValueError, RecursionError) as exc:
-                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+            header = self._header(ident, frames[2])
+            if header is None:
                 return
             self._work.put(_Request(ident, header, b"", query=True))  # the job table may lag
         elif op == b"allreduce" and len(frames) == 4:
-            try:
-                header = json.loads(frames[2])
-                if not isinstance(header, dict):
-                    raise ValueError("header is not an object")
-            except (ValueError, RecursionError) as exc:
-                self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+            header = self._header(ident, frames[2])
+            if header is None:
                 return
             stamped = header.get("generation")
             if stamped is not None and stamped != self.generation:
@@ -214,6 +206,17 @@ class LocalServer:
             return [req.ident, b"error", _err(
                 "internal", f"{self.node_id}: internal error ({exc!r}); the agent keeps "
                 "running — please report this with its log", rid)]
+
+    def _header(self, ident: bytes, raw: bytes) -> dict[str, Any] | None:
+        """A request's JSON header, or None once a bad-request error is sent back."""
+        try:
+            header = json.loads(raw)
+            if not isinstance(header, dict):
+                raise ValueError("header is not an object")
+        except (ValueError, RecursionError) as exc:
+            self._api.send_multipart([ident, b"error", _err("bad-request", str(exc), None)])
+            return None
+        return header
 
 
 def _failure_kind(exc: CollectiveError) -> str:
