@@ -35,6 +35,7 @@ from agents.streams import StreamLink
 from common.collective_kinds import ALL_REDUCE, check_on_job
 from common.config import OPTINC, TestbedConfig
 from common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
+from common.pairing import refusal
 from common.shm import BucketMaps
 from protos import oddl_pb2 as pb
 from protos.schedule_wire import (
@@ -143,7 +144,7 @@ class CollectiveRunner:
         seq = self._ready(job, array, step)
         go = self.ctl.await_go(job, seq, req.timeout_s)
         if go.error:
-            raise CollectiveError(go.error)
+            raise refusal(self.node_id, job.id, seq, go.caller_steps, go.error)
         t0_local = go.t0_ns / 1e9 - self.ctl.clock.offset_s
         logger.debug("%s seq %d: barrier %.2f ms, go arrived %.2f ms before t0", self.node_id,
                      seq, (wallclock.now() - t_ready) * 1e3, (t0_local - wallclock.now()) * 1e3)

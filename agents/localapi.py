@@ -37,6 +37,7 @@ from common.errors import (
     OperationRefused,
     PeerDown,
     StepMismatch,
+    StepPassed,
 )
 
 logger = logging.getLogger(__name__)
@@ -187,8 +188,8 @@ def unlink(address: str) -> None:
 
 # ---- replies -----------------------------------------------------------------------------
 REPLY_KINDS: tuple[tuple[type[OddlError], str], ...] = (
-    (StepMismatch, "step-mismatch"), (LostData, "lost-data"), (PeerDown, "peer-down"),
-    (AgentRestarted, "restarted"))
+    (StepPassed, "step-passed"), (StepMismatch, "step-mismatch"), (LostData, "lost-data"),
+    (PeerDown, "peer-down"), (AgentRestarted, "restarted"))
 """Error types that travel from the agent to the client by kind, most specific first; the
 rest travel as "collective" (a failed collective) or "refused" (a request refused unrun)."""
 

@@ -25,8 +25,8 @@ from typing import Any
 from agents import wallclock
 from agents.stream_wire import READY_STEP, ChunkHead, PeerAhead, node_tag
 from common.collective_kinds import ALL_REDUCE, call_mismatch
-from common.errors import CollectiveError, StepMismatch
-from common.pairing import step_mismatch
+from common.errors import CollectiveError, StepMismatch, StepPassed
+from common.pairing import step_mismatch, step_passed
 
 __all__ = ["READY_STEP", "Ready", "agree", "exchange"]
 
@@ -104,11 +104,15 @@ def exchange(link: Any, job: str, seq: int, mine: Ready, peers: Sequence[str],
 def agree(job: str, seq: int, mine: Ready, theirs: Sequence[Ready], margin_s: float
           ) -> tuple[bool, float]:
     """(every node holds the standing schedule for the same bucket, the start time on the
-    controller's clock). StepMismatch when the callers' step numbers differ, or their calls
-    (kind, op, root). Different
+    controller's clock). StepPassed when another rank is past this call's step, StepMismatch
+    when the callers' step numbers otherwise differ, or their calls (kind, op, root). Different
     buckets go to the controller's barrier, which refuses them with the whole story."""
     everyone = (mine, *theirs)
-    mismatch = step_mismatch(job, seq, {r.node: r.step for r in everyone}) or call_mismatch(
+    steps = {r.node: r.step for r in everyone}
+    passed = step_passed(job, seq, mine.node, steps)
+    if passed:
+        raise StepPassed(passed)
+    mismatch = step_mismatch(job, seq, steps) or call_mismatch(
         job, seq, {r.node: r.call for r in everyone})
     if mismatch:
         raise StepMismatch(f"{mine.node}: {mismatch}")

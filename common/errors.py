@@ -55,6 +55,12 @@ class StepMismatch(CollectiveError):
     pairing them would reduce different training steps together, so nothing was run."""
 
 
+class StepPassed(StepMismatch):
+    """This rank's call is for a step another rank is already past: that rank finished or gave
+    up the step and will not make the call again, so retrying it can never pair. The caller
+    goes on with the next step (this step's result is lost on this rank)."""
+
+
 class ControllerUnavailable(OddlError):
     """The controller could not be reached."""
 

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 
 from common.collective_kinds import ALL_REDUCE, KINDS, optinc_refusal
 from common.config import OPTINC, TestbedConfig
@@ -59,9 +60,10 @@ class CollectiveStarts:
         self.registry.push(job.nodes, pb.ScheduleEvent(circuits_ready=pb.CircuitsReady(
             job_id=job.id, seq=seq, slot=slot, error=error)))
 
-    def _go_error(self, job: JobRecord, seq: int, error: str) -> None:
+    def _go_error(self, job: JobRecord, seq: int, error: str,
+                  caller_steps: Mapping[str, int] | None = None) -> None:
         self.registry.push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
-            job_id=job.id, seq=seq, error=error)))
+            job_id=job.id, seq=seq, error=error, caller_steps=caller_steps or {})))
 
     def _t0_ns(self) -> int:
         return time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
@@ -86,7 +88,7 @@ class CollectiveStarts:
                 if barrier is None:
                     return
         if barrier.error:
-            self._go_error(job, barrier.seq, barrier.error)
+            self._go_error(job, barrier.seq, barrier.error, barrier.caller_steps)
         elif job.collective == OPTINC:
             self._go_optinc(job, barrier)
         else:

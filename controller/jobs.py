@@ -70,6 +70,8 @@ class Barrier:
     error: str = ""
     kind: str = ALL_REDUCE
     root: int = 0
+    caller_steps: Mapping[str, int] = field(default_factory=dict)
+    """With `error`: each node's step number (a node behind another goes on, `common.pairing`)."""
 
 
 @dataclass
@@ -323,9 +325,10 @@ class JobManager:
         job.ready_steps.setdefault(seq, {})[node] = step
         if len(job.ready[seq]) < len(job.nodes):
             return None
-        agreed = agreed_call(job_id, seq, job.ready.pop(seq), job.ready_steps.pop(seq))
+        steps = job.ready_steps.pop(seq)
+        agreed = agreed_call(job_id, seq, job.ready.pop(seq), steps)
         if isinstance(agreed, str):
-            return Barrier(job_id, seq, 0, 0, error=agreed)
+            return Barrier(job_id, seq, 0, 0, error=agreed, caller_steps=steps)
         if job.collective == OPTINC:
             error = optinc_refusal(agreed.call) or self._optinc_barrier(job, agreed.n_elems,
                                                                         agreed.dtype)

@@ -260,18 +260,27 @@ class ReadyCollectiveReply(_message.Message):
     def __init__(self) -> None: ...
 
 class CollectiveGo(_message.Message):
-    __slots__ = ("job_id", "seq", "t0_ns", "schedule", "error")
+    __slots__ = ("job_id", "seq", "t0_ns", "schedule", "error", "caller_steps")
+    class CallerStepsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     T0_NS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CALLER_STEPS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     seq: int
     t0_ns: int
     schedule: Schedule
     error: str
-    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., t0_ns: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+    caller_steps: _containers.ScalarMap[str, int]
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., t0_ns: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., error: _Optional[str] = ..., caller_steps: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ReportCollectiveRequest(_message.Message):
     __slots__ = ("node_id", "job_id", "seq", "ok", "error", "duration_s", "gate_error_max_s")

@@ -78,10 +78,19 @@ def test_lab_rehearsal(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=1700)
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(report.read_text(encoding="utf-8"))
-    failed = [f"{c['name']}: {c['detail'][:300]}" for c in result["checks"] if not c["ok"]]
-    assert not failed and done.returncode == 0, "\n".join(failed) or done.stdout[-3000:]
+    failed = [f"{c['name']}: {c['detail'][:2000]}" for c in result["checks"] if not c["ok"]]
+    assert not failed and done.returncode == 0, "\n".join(
+        failed + _log_tails(report.with_name(report.name + ".logs"))) or done.stdout[-3000:]
     leftovers = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "oddl-lab-" not in leftovers
+
+
+def _log_tails(folder: Path, lines: int = 12) -> list[str]:
+    """The last lines of every service's log the rig kept for a failed run (CI keeps no files:
+    the assertion message is all a reader of a red run gets)."""
+    return [f"--- {log.name}:\n" + "\n".join(
+                log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+            for log in sorted(folder.glob("*agent*")) + sorted(folder.glob("*controller*"))]
 
 
 def test_the_wss_module_plan_is_uncommented_in_its_own_table() -> None:

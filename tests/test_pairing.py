@@ -23,8 +23,8 @@ from test_faults import Bench
 
 from agents.client import AgentClient, allreduce_all
 from common.config import parse_testbed
-from common.errors import CollectiveError, StepMismatch
-from common.pairing import step_mismatch
+from common.errors import CollectiveError, StepMismatch, StepPassed
+from common.pairing import passed_by, refusal, step_mismatch, step_passed
 from controller.jobs import JobManager
 from controller.testbed_model import timing_from_config, topology_from_config
 from oddl.launch import agent_command
@@ -38,6 +38,16 @@ def test_steps_pair_when_equal_or_not_given():
     assert "collective 4 of job j refused" in text and "n0 at step 133, n1 at step 51" in text
 
 
+def test_a_rank_behind_another_is_told_it_was_passed():
+    assert passed_by("n3", {"n0": 6, "n1": 7, "n2": 5, "n3": 5}) == ("n1", 7)
+    assert passed_by("n1", {"n0": 6, "n1": 7, "n3": 5}) is None
+    assert passed_by("n3", {"n0": 6, "n3": 0}) is None  # no number given: pairs with any
+    assert step_passed("j", 4, "n0", {"n0": 3, "n1": 3}) == ""
+    text = step_passed("j", 4, "n3", {"n0": 6, "n3": 5})
+    assert "step 5" in text and "n0 is already at step 6" in text and "next step" in text
+    assert type(refusal("n0", "j", 4, {}, "no schedule: x")) is CollectiveError
+
+
 def test_the_controllers_barrier_refuses_calls_of_different_steps():
     cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
     jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
@@ -46,6 +56,12 @@ def test_the_controllers_barrier_refuses_calls_of_different_steps():
     for node, step in zip(NODES, (9, 9, 3, 9), strict=True):
         outcome = jobs.ready(job.id, 1, node, [10], "<f4", step)
     assert outcome is not None and "n2 at step 3" in outcome.error
+    # each node learns the steps with the refusal: the one behind goes on, the others wait
+    assert outcome.caller_steps == {"n0": 9, "n1": 9, "n2": 3, "n3": 9}
+    behind = refusal("n2", job.id, 1, outcome.caller_steps, outcome.error)
+    assert isinstance(behind, StepPassed) and "n0 is already at step 9" in str(behind)
+    ahead = refusal("n0", job.id, 1, outcome.caller_steps, outcome.error)
+    assert type(ahead) is StepMismatch and str(ahead) == outcome.error
     for node in NODES:
         outcome = jobs.ready(job.id, 2, node, [10], "<f4", 10)
     assert outcome is not None and not outcome.error and outcome.n_elems == 10
@@ -109,6 +125,9 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
             arrays, outs = call(NODES, step=step)
             assert all(isinstance(o, np.ndarray) for o in outs), outs
             assert all(np.array_equal(o, np.sum(arrays, axis=0)) for o in outs)
+        # n3 retries step 49 (its reply was lost) while the others are in step 50: n3 is told
+        # it was passed, goes on with step 50, and that call pairs with theirs
+        _behind_is_refused_then_pairs(trainers, rng, steps=(49, 50))
     finally:
         for client in trainers.values():
             client.close()
@@ -145,27 +164,31 @@ def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     assert registry.agents["n0"].events.empty()
 
 def _behind_is_refused_then_pairs(trainers: dict[str, AgentClient],
-                                  rng: np.random.Generator) -> None:
+                                  rng: np.random.Generator,
+                                  steps: tuple[int, int] | None = None) -> None:
     """n3's call 2 is refused there, never paired with the others' waiting call 3; n3's next
-    call (its call 3) pairs with theirs, exactly."""
+    call (its call 3) pairs with theirs, exactly. With `steps` (behind, ahead) the calls carry
+    those numbers, as a loop that retries a failed step numbers them."""
+    behind, ahead = steps or (None, None)
     others = ("n0", "n1", "n2")
     arrays = [rng.integers(-1000, 1000, 3000) for _ in NODES]
     waiting: dict[str, object] = {}
 
     def other(i: int) -> None:
         try:
-            waiting[NODES[i]] = trainers[NODES[i]].allreduce(arrays[i])
+            waiting[NODES[i]] = trainers[NODES[i]].allreduce(arrays[i], step=ahead)
         except Exception as exc:  # handed to the test
             waiting[NODES[i]] = exc
     threads = [threading.Thread(target=other, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    with pytest.raises(StepMismatch) as err:
-        trainers["n3"].allreduce(rng.integers(-1000, 1000, 3000))
-    assert "n3 at step 2" in str(err.value) and "n0 at step 3" in str(err.value)
+    with pytest.raises(StepPassed) as err:
+        trainers["n3"].allreduce(rng.integers(-1000, 1000, 3000), step=behind)
+    assert f"its step {behind or 2}" in str(err.value)
+    assert f"already at step {ahead or 3}" in str(err.value)
     assert not any(isinstance(waiting.get(n), np.ndarray) for n in others)
     # n3's next call is its call 3: it pairs with the others' waiting call 3, exactly
-    out = trainers["n3"].allreduce(arrays[3])
+    out = trainers["n3"].allreduce(arrays[3], step=ahead)
     for t in threads:
         t.join(60)
     exact = np.sum(arrays, axis=0)
