@@ -27,15 +27,17 @@ import zmq
 
 from agents import localapi, trace_switch, wallclock
 from agents.agent_jobs import JobTable
-from agents.bucket_server import BucketRegistry
+from agents.bucket_server import BucketRegistry, request_array
 from agents.clock import ClockEstimate
 from agents.collective_runner import CollectiveRunner
 from agents.controller_link import ControllerLink
 from agents.data_links import open_links
 from agents.excursion import Excursion
+from agents.flows import Flows
 from agents.gate import SlotGate
 from agents.line_rate import LineRateMeter, rate_warning
 from agents.local_server import LocalServer
+from common.collective_kinds import P2P, check_on_job
 from common.config import TestbedConfig
 from common.errors import OperationRefused
 from common.listen_errors import ListenOrigin, listen_error
@@ -105,6 +107,7 @@ class Agent:
         """The clients' shared-memory buckets, handed over as descriptors."""
         self.runner = CollectiveRunner(cfg, node_id, self.ctl, self.jobs, self.links, self.gate,
                                        self._sender, self.buckets)
+        self.flows = Flows(node_id, self.ctl, self.links.link, self.gate)
         self.local = LocalServer(node_id, local_api, local_api_group, self._stop, self.buckets)
         self.local_api = self.local.address
         self._threads: list[threading.Thread] = []
@@ -155,6 +158,7 @@ class Agent:
         self._sender.submit(lambda: None)  # start the gate thread (and set its scheduling)
         for target, name in ((self._watch_loop, "watch"), (self._heartbeat_loop, "heartbeat"),
                              (self._api_loop, "local-api"), (self._work_loop, "collectives"),
+                             (self._receive_loop, "receives"),
                              (self.local.bucket_loop, "buckets"),
                              (self.ctl.report_loop, "reports")):
             t = threading.Thread(target=target, name=f"{self.node_id}-{name}", daemon=True)
@@ -183,7 +187,14 @@ class Agent:
         return self.ctl.sync_clock(samples)
 
     def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
-        """All-reduce one array (sum) with the job's collective and return the result."""
+        """Run one call of a training process: a collective of its job (`CollectiveRunner`),
+        or a send or a receive (`agents.flows`); its result."""
+        if header.get("kind") in P2P:
+            req = localapi.parse_allreduce(header)
+            job = self.runner.job_for(req.job)
+            check_on_job(req.call, req.dtype, 1, len(job.nodes), job.collective, req.world)
+            array = request_array(req, payload, self.buckets, self.runner.bucket_files)
+            return self.flows.serve(req, array, job, list(self.jobs.jobs.values()))
         return self.runner.allreduce(header, payload)
 
     # ---- threads ----------------------------------------------------------------------
@@ -198,7 +209,10 @@ class Agent:
 
     def _work_loop(self) -> None:
         self._gate_thread_setup()  # small collectives gate their sends on this thread
-        self.local.work_loop(self.runner.allreduce, self._failed, self._world)
+        self.local.work_loop(self.allreduce, self._failed, self._world)
+
+    def _receive_loop(self) -> None:
+        self.local.receive_loop(self.allreduce, self._failed)
 
     def _world(self, header: dict[str, Any]) -> dict[str, Any]:
         """The job a call naming `header["job"]` (or none) runs on: its id, this node's rank

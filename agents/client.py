@@ -140,6 +140,44 @@ class AgentClient:
         """Block `rank` of the root's (world, *s) `array`; other ranks pass None and `out`."""
         return kinds.scatter(self, array, root, out, _opts(job, step, timeout_s))
 
+    def send(self, array: np.ndarray, dst: int, *, tag: int = 0, job: str | None = None,
+             timeout_s: float | None = None) -> None:
+        """Send `array` to rank `dst` of the job as a point-to-point flow on its own circuit
+        (the controller tunes this node's transmitter to `dst`'s channel when it is
+        elsewhere); returns once the data is on its way. Sends and receives pair in order
+        per (sender, receiver, tag); they are no collective of the job (no step number)."""
+        self.call_p2p(array, "send", dst, tag, job, None, timeout_s)
+
+    def recv(self, out: np.ndarray, src: int, *, tag: int = 0, job: str | None = None,
+             timeout_s: float | None = None) -> np.ndarray:
+        """Receive the next flow from rank `src` on `tag` into `out` (a writable array of the
+        sender's shape and dtype); returns `out`."""
+        if not out.flags.writeable or not out.flags.c_contiguous:
+            raise ValueError("recv needs a writable, contiguous out array")
+        return self.call_p2p(out, "recv", src, tag, job, out, timeout_s)
+
+    def call_p2p(self, array: np.ndarray, kind: str, peer: int, tag: int, job: str | None,
+                 out: np.ndarray | None, timeout_s: float | None) -> np.ndarray:
+        """Have the agent run a send or a receive (`agents.flows`); its result as
+        `allreduce` returns one (the received array; for a send, nothing to read)."""
+        if isinstance(peer, bool) or not isinstance(peer, int) or peer < 0:
+            raise ValueError(f"the peer of a {kind} must be a rank number, not {peer!r}")
+        a = np.ascontiguousarray(array)
+        header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
+                                  "timeout_s": timeout_s or self.timeout_s, "kind": kind,
+                                  "root": peer, "tag": tag}
+        if job:
+            header["job"] = job
+        usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
+        try:
+            try:
+                return self._allreduce_once(a, header, out)
+            except AgentRestarted:
+                self._conn.generation = None  # refused unrun by a restarted agent: once more
+                return self._allreduce_once(a, header, out)
+        finally:
+            self._conn.timeout_s = usual
+
     def world(self, job: str | None = None) -> tuple[int, int]:
         """(this node's rank, the number of ranks) of the job a call naming `job` runs on."""
         if job not in self._worlds:

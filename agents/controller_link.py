@@ -305,6 +305,16 @@ class ControllerLink:
             raise rpc_error(exc, "listing jobs") from exc
         return jobs, peers
 
+    def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
+                     timeout_s: float) -> pb.FlowGrant:
+        """The grant of a point-to-point flow to `dst` (the controller may retune first)."""
+        try:
+            return self.stub.RequestFlow(pb.RequestFlowRequest(
+                node_id=self.node_id, job_id=job_id, dst=dst, message_bytes=message_bytes,
+                tag=tag), timeout=max(timeout_s, RPC_TIMEOUT_S))
+        except grpc.RpcError as exc:
+            raise rpc_error(exc, f"asking for a flow to {dst} (job {job_id})") from exc
+
     def get_schedule(self, job_id: str, message_bytes: int, itemsize: int,
                      kind: str = "all_reduce", root: int = 0) -> pb.Schedule:
         """The schedule (and plan) of a job's collective `kind` of `message_bytes`."""

@@ -91,6 +91,9 @@ class LocalServer:
         self._results_addr = f"inproc://agent-results-{uuid.uuid4().hex}"
         self._results.bind(self._results_addr)
         self._work: queue.Queue[_Request | None] = queue.Queue()
+        self._receives: queue.Queue[_Request | None] = queue.Queue()
+        """Point-to-point receives: served on a thread of their own, since a receive waits
+        for its peer's send, which may come after this node's next collective or send."""
 
     def close(self) -> None:
         """Release the sockets (after the threads ended) and the socket file."""
@@ -100,8 +103,9 @@ class LocalServer:
         self._results.close(0)
 
     def wake(self) -> None:
-        """End the collectives thread once its current request is done."""
+        """End the collectives and receives threads once their current requests are done."""
         self._work.put(None)
+        self._receives.put(None)
 
     def bucket_loop(self) -> None:
         """Take the clients' bucket descriptors until `stop`."""
@@ -155,8 +159,9 @@ class LocalServer:
                     "run: say hello and call again"), header.get("rid"))])
                 return
             self.api_bytes += len(frames[3])
-            self._work.put(_Request(ident, header, frames[3],
-                                    shared="shm" in header or "bucket" in header))
+            work = self._receives if header.get("kind") == "recv" else self._work
+            work.put(_Request(ident, header, frames[3],
+                              shared="shm" in header or "bucket" in header))
         else:
             self._api.send_multipart([ident, b"error", _err(
                 "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
@@ -164,14 +169,22 @@ class LocalServer:
 
     def work_loop(self, allreduce: Allreduce, on_failure: OnFailure,
                   world: World | None = None) -> None:
-        """Run the queued collectives (and world questions) one at a time until `stop` (or
-        `wake`)."""
+        """Run the queued collectives (and sends, and world questions) one at a time until
+        `stop` (or `wake`)."""
+        self._loop(self._work, allreduce, on_failure, world)
+
+    def receive_loop(self, receive: Allreduce, on_failure: OnFailure) -> None:
+        """Run the queued point-to-point receives one at a time until `stop` (or `wake`)."""
+        self._loop(self._receives, receive, on_failure, None)
+
+    def _loop(self, work: queue.Queue[_Request | None], allreduce: Allreduce,
+              on_failure: OnFailure, world: World | None) -> None:
         push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(self._results_addr)
         try:
             while not self.stop.is_set():
-                req = self._work.get()
+                req = work.get()
                 if req is None:
                     return
                 push.send_multipart(self._serve(req, allreduce, on_failure, world))

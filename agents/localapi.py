@@ -246,6 +246,8 @@ class AllreduceRequest:
     offset: int = 0
     """Where in the bucket `bucket` the array starts, in bytes (memory the client adopted,
     e.g. a tensor's storage, holds the array at the tensor's offset)."""
+    tag: int = 0
+    """A send's or a receive's tag: flows pair per (sender, receiver, tag)."""
 
     @property
     def nbytes(self) -> int:
@@ -310,8 +312,12 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if world is not None and (isinstance(world, bool) or not isinstance(world, int)):
         raise OperationRefused(f"malformed allreduce request: world {world!r} is not a number "
                                "of ranks")
+    tag = header.get("tag", 0)
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 31:
+        raise OperationRefused(f"malformed allreduce request: tag {tag!r} is not an integer in "
+                               "[0, 2**31)")
     return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps, kind, op, root, world, offset)
+                            steps, kind, op, root, world, offset, tag)
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:

@@ -24,6 +24,9 @@ ALL_REDUCE = "all_reduce"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather",
          "scatter")
 """The native collective kinds."""
+P2P = ("send", "recv")
+"""Point-to-point calls: a flow from one rank to one other (`agents.flows`); their root is the
+peer's rank, they reduce nothing, and they are no collective of the job (no step number)."""
 ROOTED = frozenset({"broadcast", "gather", "scatter"})
 """Kinds with a root rank."""
 REDUCING = frozenset({"all_reduce", "reduce_scatter"})
@@ -39,7 +42,7 @@ BITWISE = frozenset({"band", "bor", "bxor"})
 def work_blocks(kind: str, world: int) -> int:
     """How many equal blocks the work buffer of `kind` holds for `world` ranks (1: the
     array itself, as the all-reduce)."""
-    if kind in ("all_reduce", "broadcast"):
+    if kind in ("all_reduce", "broadcast") or kind in P2P:
         return 1
     if kind == "all_to_all":
         return 2 * world
@@ -50,8 +53,9 @@ def check_call(kind: str, op: str, root: int, dtype: np.dtype, world: int | None
                ) -> None:
     """OperationRefused naming what is wrong with (kind, op, root) for `dtype` (and `world`
     ranks, when known)."""
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise OperationRefused(f"unknown collective kind {kind!r}; use one of {', '.join(KINDS)}")
+    if not isinstance(kind, str) or kind not in KINDS + P2P:
+        raise OperationRefused(f"unknown collective kind {kind!r}; use one of "
+                               f"{', '.join(KINDS + P2P)}")
     if not isinstance(op, str) or op not in UFUNCS:
         raise OperationRefused(f"unknown reduction op {op!r}; use one of {', '.join(UFUNCS)}")
     if op != "sum" and kind not in REDUCING:
@@ -61,11 +65,12 @@ def check_call(kind: str, op: str, root: int, dtype: np.dtype, world: int | None
                                "use sum, min, max or prod for floating-point data")
     if isinstance(root, bool) or not isinstance(root, int) or root < 0:
         raise OperationRefused(f"root {root!r} is not a rank number")
-    if root and kind not in ROOTED:
+    if root and kind not in ROOTED and kind not in P2P:
         raise OperationRefused(f"{kind} has no root (root {root}); only "
                                f"{', '.join(sorted(ROOTED))} take one")
     if world is not None and root >= world:
-        raise OperationRefused(f"root {root} is not a rank of this job of {world} ranks; use "
+        what = "peer" if kind in P2P else "root"
+        raise OperationRefused(f"{what} {root} is not a rank of this job of {world} ranks; use "
                                f"0..{world - 1}")
 
 
@@ -106,6 +111,8 @@ def describe(kind: str, op: str, root: int) -> str:
         return f"{kind} {op}"
     if kind in ROOTED:
         return f"{kind} root {root}"
+    if kind in P2P:
+        return f"{kind} {'to' if kind == 'send' else 'from'} rank {root}"
     return kind
 
 

@@ -25,6 +25,7 @@ from controller.agent_registry import AgentRegistry
 from controller.collective_starts import CollectiveStarts
 from controller.device_types import Configuration, TransactionError
 from controller.devices import DeviceManager
+from controller.flows import FlowDesk
 from controller.jobs import JobManager, JobRecord
 from controller.slot_executor import SlotExecutor
 from controller.store import Store
@@ -70,6 +71,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                                   line_rate_gbps=cfg.fabric.line_rate_gbps, testbed=cfg.path)
         self.starts = CollectiveStarts(cfg, self.jobs, devices, self.registry, self.slots,
                                        self._lock, self.errors)
+        self.flows = FlowDesk(cfg, self.jobs, devices, self.slots, self._lock, self.errors)
 
     @property
     def stopped(self) -> threading.Event:
@@ -155,6 +157,9 @@ class ControllerService(pb_grpc.ControllerServicer):
     def StartStanding(self, request, context):  # noqa: N802
         self._refusing(context, lambda: self.starts.start_standing(request))
         return pb.StartStandingReply()
+
+    def RequestFlow(self, request, context):  # noqa: N802
+        return self._refusing(context, lambda: self.flows.request(request))
 
     def ConfirmDelivery(self, request, context):  # noqa: N802
         self.slots.confirmations.add(request.job_id, request.seq, request.slot, request.src)

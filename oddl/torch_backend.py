@@ -292,22 +292,31 @@ class OddlProcessGroup(dist.ProcessGroup):
             return []
         return self._work("barrier", run, opts)
 
-    # -- point-to-point: the fallback, or a clear error --
-    def _p2p(self, kind: str, tensors: list[torch.Tensor], call: Callable[[Any], Any]) -> Any:
-        fb = self._fallback_or_refuse(kind, "point-to-point transfers are not a collective "
-                                      "of the job's schedule")
-        count(f"{kind} (fallback)", fallback=sum(t.numel() * t.element_size()
-                                                  for t in tensors))
-        return call(fb)  # gloo's own work: a receive must not block the collectives' queue
-
+    # -- point-to-point: flows on their own circuits (agents.flows) --
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Any:
-        return self._p2p("send", tensors, lambda fb: fb.send(tensors, dst, tag))
+        """Each tensor as a flow to `dst` (in order with this rank's collectives)."""
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                native.send(self._channel, self._ranks, t, dst, tag)
+            return tensors
+        with torch_trace.call(self, "send", run) as traced:
+            return FutureWork(self._channel.submit("send", traced, collective=False))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
-        return self._p2p("recv", tensors, lambda fb: fb.recv(tensors, src, tag))
+        """The next flows from `src` on `tag` into each tensor (on the receives' thread)."""
+        def run(client: Any) -> list[torch.Tensor]:
+            for t in tensors:
+                native.recv(client, self._channel.job, self._ranks, t, src, tag)
+            return tensors
+        with torch_trace.call(self, "recv", lambda: None):
+            return FutureWork(self._channel.submit_receive("recv", run))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
-        return self._p2p("recv", tensors, lambda fb: fb.recv_anysource(tensors, tag))
+        fb = self._fallback_or_refuse("recv from any source", "flows pair per sender on the "
+                                      "testbed; name the source (dist.recv(t, src=...))")
+        count("recv any source (fallback)", fallback=sum(t.numel() * t.element_size()
+                                                          for t in tensors))
+        return fb.recv_anysource(tensors, tag)  # gloo's own work
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base

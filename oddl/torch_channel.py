@@ -107,6 +107,11 @@ class Channel:
         self._pending = 0  # calls submitted and not yet finished
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="oddl-pg")
+        self._receiver: AgentClient | None = None
+        """The client of point-to-point receives, on a thread of their own (`submit_receive`):
+        a receive waits for its peer's send, which may come after this rank's next call."""
+        self._receives: ThreadPoolExecutor | None = None
+        self._timeout_s = timeout_s
 
     def sum_(self, array: np.ndarray) -> np.ndarray:
         """Sum `array` across the job's nodes, in place (worker thread only). An empty array
@@ -119,13 +124,39 @@ class Channel:
                                   f"{array.dtype}{list(array.shape)}")
         return out
 
+    def submit_receive(self, what: str, fn: Callable[[AgentClient], Any]
+                       ) -> torch.futures.Future:
+        """Run `fn(receiving client)` on the receives' thread (in order); its result (or
+        error) completes the future. A failed receive breaks no collective sequence."""
+        fut: torch.futures.Future = torch.futures.Future()
+        with self._state:
+            if self._executor is None:
+                raise CollectiveError(f"{what}: the oddl backend was shut down")
+            if self._receives is None:
+                self._receiver = AgentClient(self.api, timeout_s=self._timeout_s)
+                self._receives = ThreadPoolExecutor(max_workers=1,
+                                                    thread_name_prefix="oddl-recv")
+            receiver, receives = self._receiver, self._receives
+            assert receiver is not None
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(receiver))
+            except BaseException as exc:  # handed to the caller through the future
+                logger.error("oddl %s failed: %s", what, exc)
+                fut.set_exception(exc)
+
+        receives.submit(run)
+        return fut
+
     def submit(self, what: str, fn: Callable[[], Any],
-               inline: bool = False) -> torch.futures.Future:
+               inline: bool = False, collective: bool = True) -> torch.futures.Future:
         """Run `fn` on the worker thread; its result (or error) completes the future.
 
         `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
         queued, run it on the caller's thread instead, saving the hand-over to the worker;
-        the order stays first-in first-out either way."""
+        the order stays first-in first-out either way. A failed `collective` breaks the
+        job's collective sequence: later calls are refused; a failed send does not."""
         fut: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
@@ -145,7 +176,7 @@ class Channel:
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to the caller through the future
-                if not isinstance(exc, UnsupportedCollective):
+                if collective and not isinstance(exc, UnsupportedCollective):
                     self.failed = self.failed or f"{what}: {exc}"
                 logger.error("oddl %s failed: %s", what, exc)
                 fut.set_exception(exc)
@@ -167,6 +198,10 @@ class Channel:
             self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
             self._executor = None
             self.client.close()
+        if self._receives is not None and self._receiver is not None:
+            self._receives.shutdown(wait=False, cancel_futures=True)
+            self._receiver.close()
+            self._receives = self._receiver = None
 
 
 _channel: Channel | None = None

@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from agents.client import AgentClient
 from common.errors import CollectiveError
 from oddl.torch_channel import Channel, UnsupportedCollective, as_numpy, count
 
 __all__ = ["OPS", "Ranks", "all_gather", "all_to_all", "as_numpy", "broadcast", "gather",
-           "raw", "reduce_", "reduce_scatter", "scatter", "store"]
+           "raw", "recv", "reduce_", "reduce_scatter", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
 OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
@@ -186,3 +187,22 @@ def scatter(ch: Channel, ranks: Ranks, me: int, out: torch.Tensor, root: int,
         res = ch.client.scatter(None, root=ranks.job(root), out=np.empty_like(mine),
                                 job=ch.job)
     store(out, res)
+
+
+def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, tag: int) -> None:
+    """`t` as a flow to group rank `dst` (its bytes; any dtype)."""
+    a = raw(t, "send")
+    if a.nbytes:
+        channel.client.send(a, ranks.job(dst), tag=tag, job=channel.job)
+    count("send", optical=a.nbytes)
+
+
+def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, src: int,
+         tag: int) -> None:
+    """The next flow from group rank `src` on `tag` into `t` (in its memory when contiguous)."""
+    a = raw(t, "recv")
+    if a.nbytes:
+        client.recv(a, ranks.job(src), tag=tag, job=job)
+        if not _in_place(a, t):
+            store(t, a)
+    count("recv", optical=a.nbytes)

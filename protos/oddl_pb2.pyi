@@ -196,6 +196,36 @@ class StartStandingReply(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class RequestFlowRequest(_message.Message):
+    __slots__ = ("node_id", "job_id", "dst", "message_bytes", "tag")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    job_id: str
+    dst: str
+    message_bytes: int
+    tag: int
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., dst: _Optional[str] = ..., message_bytes: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
+
+class FlowGrant(_message.Message):
+    __slots__ = ("flow", "t0_ns", "hold_s", "channel", "retuned", "guard_s")
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    T0_NS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_S_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    RETUNED_FIELD_NUMBER: _ClassVar[int]
+    GUARD_S_FIELD_NUMBER: _ClassVar[int]
+    flow: int
+    t0_ns: int
+    hold_s: float
+    channel: int
+    retuned: bool
+    guard_s: float
+    def __init__(self, flow: _Optional[int] = ..., t0_ns: _Optional[int] = ..., hold_s: _Optional[float] = ..., channel: _Optional[int] = ..., retuned: _Optional[bool] = ..., guard_s: _Optional[float] = ...) -> None: ...
+
 class JobAssigned(_message.Message):
     __slots__ = ("job", "rank", "peers", "next_seq")
     class PeersEntry(_message.Message):

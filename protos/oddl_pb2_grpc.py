@@ -74,6 +74,11 @@ class ControllerStub:
                 request_serializer=protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
                 response_deserializer=protos_dot_oddl__pb2.StartStandingReply.FromString,
                 _registered_method=True)
+        self.RequestFlow = channel.unary_unary(
+                '/oddl.v1.Controller/RequestFlow',
+                request_serializer=protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
+                response_deserializer=protos_dot_oddl__pb2.FlowGrant.FromString,
+                _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/oddl.v1.Controller/SubmitJob',
                 request_serializer=protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
@@ -193,6 +198,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestFlow(self, request, context):
+        """A training process sends a buffer to one node of its job (a point-to-point flow): the
+        controller tunes the sender's transmitter to the receiver's channel if it is elsewhere
+        and grants a window free on both ends (docs/collectives.md, point-to-point).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitJob(self, request, context):
         """Jobs: admission computes the plan and the job-scale configuration and applies it.
         """
@@ -302,6 +316,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.StartStanding,
                     request_deserializer=protos_dot_oddl__pb2.StartStandingRequest.FromString,
                     response_serializer=protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
+            ),
+            'RequestFlow': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestFlow,
+                    request_deserializer=protos_dot_oddl__pb2.RequestFlowRequest.FromString,
+                    response_serializer=protos_dot_oddl__pb2.FlowGrant.SerializeToString,
             ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
@@ -570,6 +589,33 @@ class Controller:
             '/oddl.v1.Controller/StartStanding',
             protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
             protos_dot_oddl__pb2.StartStandingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestFlow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oddl.v1.Controller/RequestFlow',
+            protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
+            protos_dot_oddl__pb2.FlowGrant.FromString,
             options,
             channel_credentials,
             insecure,

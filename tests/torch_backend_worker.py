@@ -110,25 +110,26 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
     dist.all_reduce(m, op=dist.ReduceOp.MAX)
     out["max_native"] = m.tolist()
     out["counters_before_fallback"] = ob.counters()
-    # point-to-point needs the fallback: refused without it ...
-    try:
-        dist.send(torch.ones(1), (rank + 1) % world)
-        out["send_error"] = ""
-    except Exception as exc:  # reported to the test
-        out["send_error"] = f"{type(exc).__name__}: {exc}"
-    # ... and carried by gloo in a group made with the fallback on, and counted
-    os.environ[ob.ENV_FALLBACK] = "gloo"
-    group = dist.new_group(backend="oddl")
-    # point-to-point over the fallback: rank r sends to r+1
+    # point-to-point natively, as flows: every rank posts its receive first (a ring exchange,
+    # which deadlocks if a receive holds up the rank's send)
     got = torch.empty(4, dtype=torch.int64)
-    send = torch.full((4,), rank, dtype=torch.int64)
-    if rank % 2 == 0:
-        dist.send(send, (rank + 1) % world, group=group)
-        dist.recv(got, (rank - 1) % world, group=group)
-    else:
-        dist.recv(got, (rank - 1) % world, group=group)
-        dist.send(send, (rank + 1) % world, group=group)
+    work = dist.irecv(got, (rank - 1) % world)
+    dist.send(torch.full((4,), rank, dtype=torch.int64), (rank + 1) % world)
+    work.wait()
     out["recv_from_left"] = got.tolist()
+    # any dtype, into a non-contiguous tensor, on a tag of its own
+    target = torch.zeros(3, 2, dtype=torch.bfloat16)[:, 0]
+    work = dist.irecv(target, (rank + 1) % world, tag=7)
+    dist.isend(torch.full((3,), 1.5 + rank, dtype=torch.bfloat16), (rank - 1) % world,
+               tag=7).wait()
+    work.wait()
+    out["recv_bf16_from_right"] = target.float().tolist()
+    # a receive from any source names the fix
+    try:
+        dist.recv(torch.empty(1))
+        out["anysource_error"] = ""
+    except Exception as exc:  # reported to the test
+        out["anysource_error"] = f"{type(exc).__name__}: {exc}"
     out["counters"] = ob.counters()
 
 

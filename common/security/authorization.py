@@ -48,6 +48,7 @@ METHOD_RULES: Mapping[str, Rule] = MappingProxyType({
     "ReportCollective": AGENT_RPC,
     "ConfirmDelivery": AGENT_RPC,
     "StartStanding": AGENT_RPC,
+    "RequestFlow": AGENT_RPC,
     # operators: changes
     "SubmitJob": OPERATOR_RPC,
     "CancelJob": OPERATOR_RPC,

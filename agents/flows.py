@@ -1,0 +1,181 @@
+"""Point-to-point flows at the agents: a training process's `send` and `recv`.
+
+A send is a flow from this node to one other node of the job, on its own circuit: the agent
+asks the controller for it (`RequestFlow`: the controller tunes this node's transmitter to the
+receiver's channel if it is elsewhere, and grants a window free at both ends), waits for the
+window on the slot gate, and sends a small header (the flow's bytes and dtype) and the data
+as chunks of the flow's number on a stream of their own per tag. It returns once the data is
+on its way, as gloo's send does; the receiver does not take part in the grant.
+
+A receive takes the next flow from the sender on that tag, in order, into the caller's
+array: its header must name the array's bytes and dtype, or the receive fails naming both
+(and the flow is drained, so the next one starts clean). Flow numbers only grow
+(`controller.flow_book`): a receiver that restarted takes up the sender's next number
+(`PeerAhead`), and a leftover of an abandoned flow (a lower number) is dropped.
+
+A flow that moved this node's laser leaves every standing schedule of this node's jobs
+assuming circuits that are gone: they are dropped, so the next collective of each meets at
+the controller's barrier, which lays its circuits out again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from agents import wallclock
+from agents.agent_jobs import AgentJob
+from agents.gate import SlotGate
+from agents.localapi import AllreduceRequest
+from agents.stream_wire import CHUNK_BYTES, READY_STEP, ChunkHead, PeerAhead, node_tag
+from common.errors import CollectiveError, OperationRefused
+from protos import oddl_pb2 as pb
+
+FLOW_STEP = 0
+"""The step number of a flow's data chunks (its header travels as READY_STEP)."""
+
+
+def flow_label(job_id: str, tag: int) -> str:
+    """The stream a job's flows of one tag travel on (one per tag: each in order)."""
+    return f"{job_id}/p2p/{tag}"
+
+
+class FlowControl(Protocol):
+    """What a sender needs of the controller link."""
+
+    def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
+                     timeout_s: float) -> pb.FlowGrant:
+        """The grant of a flow to `dst`."""
+
+    @property
+    def clock(self) -> Any:
+        """The controller-minus-agent clock estimate (`offset_s`)."""
+
+
+class Flows:
+    """Sends and receives of one agent."""
+
+    def __init__(self, node_id: str, control: FlowControl, link: Any, gate: SlotGate):
+        self.node_id = node_id
+        self.control = control
+        self.link = link
+        self.gate = gate
+        self._expected: dict[tuple[str, str], int] = {}
+        """Per (stream, sender): the number after the last flow taken from it."""
+        self._lock = threading.Lock()
+        self.sent = self.received = self.retuned = 0
+
+    def _check(self, job: AgentJob, peer_rank: int, what: str) -> str:
+        if not hasattr(self.link, "recv_chunk") or not hasattr(self.link, "reset_peer"):
+            raise OperationRefused(
+                f"{self.node_id}: {what} needs the agents' stream data path; this agent runs "
+                "ZeroMQ data links (`[fabric] data_path`), which carry collectives only")
+        if not 0 <= peer_rank < len(job.nodes) or job.nodes[peer_rank] == self.node_id:
+            raise OperationRefused(
+                f"{self.node_id}: {what} rank {peer_rank}: the peer must be another rank of job "
+                f"{job.id} (0..{len(job.nodes) - 1}, this node is rank {job.rank})")
+        return job.nodes[peer_rank]
+
+    def serve(self, req: AllreduceRequest, array: np.ndarray, job: AgentJob,
+              jobs: Iterable[AgentJob]) -> np.ndarray:
+        """Run a training process's send or receive; the received array (a send: none)."""
+        if req.kind == "send":
+            self.send(job, req.root, req.tag, array, req.timeout_s, jobs)
+            return np.empty(0, array.dtype)
+        out = array if array.flags.writeable else np.empty(req.shape, req.dtype)
+        return self.recv(job, req.root, req.tag, out, req.timeout_s)
+
+    # ---- sending ------------------------------------------------------------------------
+    def send(self, job: AgentJob, dst_rank: int, tag: int, array: np.ndarray,
+             timeout_s: float, jobs: Iterable[AgentJob]) -> None:
+        """Send `array` to rank `dst_rank` of `job` in a window the controller granted."""
+        dst = self._check(job, dst_rank, "send to")
+        if array.nbytes == 0:
+            raise OperationRefused(f"{self.node_id}: a send of 0 bytes to {dst}; send data")
+        grant = self.control.request_flow(job.id, dst, array.nbytes, tag, timeout_s)
+        if grant.retuned:  # this node's laser moved: no standing schedule of it holds
+            for each in jobs:
+                each.standing.clear()
+            self.retuned += 1
+        label = flow_label(job.id, tag)
+        body = json.dumps({"bytes": array.nbytes, "dtype": array.dtype.str,
+                           "shape": list(array.shape)}).encode()
+        deadline_s = max(timeout_s, 1.0)
+        optical = job.network == "optical"
+        self.gate.wait_until(grant.t0_ns / 1e9 - self.control.clock.offset_s)
+        self.link.send_chunk(label, dst, ChunkHead(grant.flow, READY_STEP, 0, len(body),
+                                                   node_tag(dst)),
+                             memoryview(body), deadline_s, None, optical)
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+        for offset in range(0, len(data), CHUNK_BYTES):
+            part = data[offset:offset + CHUNK_BYTES]
+            self.link.send_chunk(label, dst, ChunkHead(grant.flow, FLOW_STEP, offset, len(part),
+                                                       node_tag(dst)),
+                                 part, deadline_s, None, optical)
+        self.sent += 1
+
+    # ---- receiving ----------------------------------------------------------------------
+    def recv(self, job: AgentJob, src_rank: int, tag: int, out: np.ndarray,
+             timeout_s: float) -> np.ndarray:
+        """The next flow from rank `src_rank` of `job` on `tag`, written into `out`."""
+        src = self._check(job, src_rank, "receive from")
+        label = flow_label(job.id, tag)
+        deadline = wallclock.now() + timeout_s
+        with self._lock:
+            expected = self._expected.get((label, src), 1)
+        number, meta = self._header(label, src, expected, deadline, job, tag)
+        with self._lock:
+            self._expected[(label, src)] = number + 1
+        if meta.get("bytes") != out.nbytes or meta.get("dtype") != out.dtype.str:
+            self._drain(label, src, number, int(meta.get("bytes", 0)), deadline)
+            raise CollectiveError(
+                f"{self.node_id}: rank {src_rank} ({src}) sent {meta.get('bytes')} B of "
+                f"{meta.get('dtype')} on tag {tag} of job {job.id}, and this receive takes "
+                f"{out.nbytes} B of {out.dtype.str}: a send and its receive must name the same "
+                "shape and dtype (they pair in order per sender and tag)")
+        target = out.reshape(-1).view(np.uint8).data
+        got = 0
+        while got < out.nbytes:
+            head, payload = self.link.recv_chunk(label, src, number, FLOW_STEP, deadline)
+            if head.offset + head.nbytes > out.nbytes:
+                raise CollectiveError(f"{self.node_id}: a chunk of the flow from {src} lies "
+                                      f"past its {out.nbytes} B ({head.offset}+{head.nbytes})")
+            target[head.offset:head.offset + head.nbytes] = payload
+            got += head.nbytes
+        self.received += 1
+        return out
+
+    def _header(self, label: str, src: str, expected: int, deadline: float, job: AgentJob,
+                tag: int) -> tuple[int, dict[str, Any]]:
+        """(number, header) of the next flow from `src` on `label`: the first at or above
+        `expected` (a later one when the sender is ahead of what this agent has seen)."""
+        while True:
+            try:
+                head, raw = self.link.recv_chunk(label, src, expected, READY_STEP, deadline)
+            except PeerAhead as ahead:
+                expected = ahead.seq
+                continue
+            except CollectiveError as exc:
+                raise CollectiveError(
+                    f"{self.node_id}: nothing from {src} on tag {tag} of job {job.id} in time: "
+                    f"its training process has not sent it (every receive needs the peer's "
+                    f"send, in order per tag) or its agent cannot be reached ({exc})") from exc
+            try:
+                meta = json.loads(bytes(raw))
+                if not isinstance(meta, dict):
+                    raise ValueError("not an object")
+            except ValueError as exc:
+                raise CollectiveError(f"{self.node_id}: a malformed flow header from {src} "
+                                      f"({exc})") from exc
+            return head.seq, meta
+
+    def _drain(self, label: str, src: str, number: int, nbytes: int, deadline: float) -> None:
+        """Read and drop the data of flow `number` (its receive failed)."""
+        got = 0
+        while got < nbytes:
+            head, _payload = self.link.recv_chunk(label, src, number, FLOW_STEP, deadline)
+            got += head.nbytes
