@@ -194,7 +194,9 @@ class Agent:
             job = self.runner.job_for(req.job)
             check_on_job(req.call, req.dtype, 1, len(job.nodes), job.collective, req.world)
             array = request_array(req, payload, self.buckets, self.runner.bucket_files)
-            return self.flows.serve(req, array, job, list(self.jobs.jobs.values()))
+            header["resolved"] = {"job": job.id}
+            return self.flows.serve(req, array, job, list(self.jobs.jobs.values()),
+                                    header["resolved"])
         return self.runner.allreduce(header, payload)
 
     # ---- threads ----------------------------------------------------------------------

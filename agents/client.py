@@ -55,6 +55,7 @@ class AgentClient:
         self._last_job: str | None = None
         self._sent = False
         self._resolved: tuple[str, int] | None = None
+        self._last_reply: list[bytes] = []
         """The job and step the agent took the call in flight as (from its reply)."""
         self._worlds: dict[str | None, tuple[int, int]] = {}
         """Per job argument, (rank, world) as the agent said (`world`)."""
@@ -141,23 +142,39 @@ class AgentClient:
         return kinds.scatter(self, array, root, out, _opts(job, step, timeout_s))
 
     def send(self, array: np.ndarray, dst: int, *, tag: int = 0, job: str | None = None,
-             timeout_s: float | None = None) -> None:
+             session: str = "", timeout_s: float | None = None) -> None:
         """Send `array` to rank `dst` of the job as a point-to-point flow on its own circuit
         (the controller tunes this node's transmitter to `dst`'s channel when it is
         elsewhere); returns once the data is on its way. Sends and receives pair in order
-        per (sender, receiver, tag); they are no collective of the job (no step number)."""
-        self.call_p2p(array, "send", dst, tag, job, None, timeout_s)
+        per (sender, receiver, tag) within one `session` (a name both sides give, such as a
+        run's id: a flow a run left unreceived never pairs with the next run's receive);
+        they are no collective of the job (no step number)."""
+        self.call_p2p(array, "send", dst, (tag, session), job, None, timeout_s)
 
     def recv(self, out: np.ndarray, src: int, *, tag: int = 0, job: str | None = None,
-             timeout_s: float | None = None) -> np.ndarray:
+             session: str = "", timeout_s: float | None = None) -> np.ndarray:
         """Receive the next flow from rank `src` on `tag` into `out` (a writable array of the
         sender's shape and dtype); returns `out`."""
         if not out.flags.writeable or not out.flags.c_contiguous:
             raise ValueError("recv needs a writable, contiguous out array")
-        return self.call_p2p(out, "recv", src, tag, job, out, timeout_s)
+        return self.call_p2p(out, "recv", src, (tag, session), job, out, timeout_s)
 
-    def call_p2p(self, array: np.ndarray, kind: str, peer: int, tag: int, job: str | None,
-                 out: np.ndarray | None, timeout_s: float | None) -> np.ndarray:
+    def recv_any(self, out: np.ndarray, *, tag: int = 0, job: str | None = None,
+                 session: str = "", timeout_s: float | None = None) -> tuple[np.ndarray, int]:
+        """Receive the first flow from any rank on `tag` into `out`; (`out`, its sender's
+        rank)."""
+        if not out.flags.writeable or not out.flags.c_contiguous:
+            raise ValueError("recv_any needs a writable, contiguous out array")
+        self.call_p2p(out, "recv_any", 0, (tag, session), job, out, timeout_s)
+        source = localapi.reply_field(self._last_reply, "source")
+        if not isinstance(source, int):
+            raise CollectiveError(f"the agent at {self.address} did not say which rank sent "
+                                  "the flow it received")
+        return out, source
+
+    def call_p2p(self, array: np.ndarray, kind: str, peer: int, channel: tuple[int, str],
+                 job: str | None, out: np.ndarray | None, timeout_s: float | None
+                 ) -> np.ndarray:
         """Have the agent run a send or a receive (`agents.flows`); its result as
         `allreduce` returns one (the received array; for a send, nothing to read)."""
         if isinstance(peer, bool) or not isinstance(peer, int) or peer < 0:
@@ -165,7 +182,7 @@ class AgentClient:
         a = np.ascontiguousarray(array)
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
                                   "timeout_s": timeout_s or self.timeout_s, "kind": kind,
-                                  "root": peer, "tag": tag}
+                                  "root": peer, "tag": channel[0], "session": channel[1]}
         if job:
             header["job"] = job
         usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
@@ -344,6 +361,7 @@ class AgentClient:
     def _reply(self) -> list[bytes]:
         """The reply to the request just sent; notes the job and step it was taken as."""
         frames = self._conn.recv(self._conn.rid)
+        self._last_reply = frames
         self._resolved = localapi.reply_resolved(frames) or self._resolved
         return frames
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -37,11 +38,15 @@ from protos import oddl_pb2 as pb
 
 FLOW_STEP = 0
 """The step number of a flow's data chunks (its header travels as READY_STEP)."""
+ANY_SOURCE_POLL_S = 0.5e-3
+"""How often a receive from any source looks at every sender's stream again."""
 
 
-def flow_label(job_id: str, tag: int) -> str:
-    """The stream a job's flows of one tag travel on (one per tag: each in order)."""
-    return f"{job_id}/p2p/{tag}"
+def flow_label(job_id: str, session: str, tag: int) -> str:
+    """The stream a job's flows of one session and tag travel on (each in order). A session
+    (the torch backend draws one per process group) keeps a flow its run left unreceived
+    from pairing with a receive of the next run."""
+    return f"{job_id}/p2p/{session}/{tag}"
 
 
 class FlowControl(Protocol):
@@ -81,27 +86,33 @@ class Flows:
         return job.nodes[peer_rank]
 
     def serve(self, req: AllreduceRequest, array: np.ndarray, job: AgentJob,
-              jobs: Iterable[AgentJob]) -> np.ndarray:
-        """Run a training process's send or receive; the received array (a send: none)."""
+              jobs: Iterable[AgentJob], resolved: dict[str, Any]) -> np.ndarray:
+        """Run a training process's send or receive; the received array (a send: none).
+        A receive from any source puts the sender's rank into `resolved` (the reply's)."""
         if req.kind == "send":
-            self.send(job, req.root, req.tag, array, req.timeout_s, jobs)
+            self.send(job, req.root, req.tag, req.session, array, req.timeout_s, jobs)
             return np.empty(0, array.dtype)
         out = array if array.flags.writeable else np.empty(req.shape, req.dtype)
-        return self.recv(job, req.root, req.tag, out, req.timeout_s)
+        if req.kind == "recv_any":
+            out, source = self.recv_any(job, req.tag, req.session, out, req.timeout_s)
+            resolved["source"] = source  # told back to the client
+            return out
+        return self.recv(job, req.root, req.tag, req.session, out, req.timeout_s)
 
     # ---- sending ------------------------------------------------------------------------
-    def send(self, job: AgentJob, dst_rank: int, tag: int, array: np.ndarray,
+    def send(self, job: AgentJob, dst_rank: int, tag: int, session: str, array: np.ndarray,
              timeout_s: float, jobs: Iterable[AgentJob]) -> None:
-        """Send `array` to rank `dst_rank` of `job` in a window the controller granted."""
+        """Send `array` to rank `dst_rank` of `job` on (`tag`, `session`) in a window the
+        controller granted."""
         dst = self._check(job, dst_rank, "send to")
         if array.nbytes == 0:
             raise OperationRefused(f"{self.node_id}: a send of 0 bytes to {dst}; send data")
+        label = flow_label(job.id, session, tag)
         grant = self.control.request_flow(job.id, dst, array.nbytes, tag, timeout_s)
         if grant.retuned:  # this node's laser moved: no standing schedule of it holds
             for each in jobs:
                 each.standing.clear()
             self.retuned += 1
-        label = flow_label(job.id, tag)
         body = json.dumps({"bytes": array.nbytes, "dtype": array.dtype.str,
                            "shape": list(array.shape)}).encode()
         deadline_s = max(timeout_s, 1.0)
@@ -119,22 +130,51 @@ class Flows:
         self.sent += 1
 
     # ---- receiving ----------------------------------------------------------------------
-    def recv(self, job: AgentJob, src_rank: int, tag: int, out: np.ndarray,
+    def recv(self, job: AgentJob, src_rank: int, tag: int, session: str, out: np.ndarray,
              timeout_s: float) -> np.ndarray:
-        """The next flow from rank `src_rank` of `job` on `tag`, written into `out`."""
+        """The next flow from rank `src_rank` of `job` on (`tag`, `session`), into `out`."""
         src = self._check(job, src_rank, "receive from")
-        label = flow_label(job.id, tag)
+        label = flow_label(job.id, session, tag)
+        header = self._header(label, src, wallclock.now() + timeout_s)
+        if header is None:
+            raise CollectiveError(
+                f"{self.node_id}: nothing from {src} on tag {tag} of job {job.id} in time: its "
+                "training process has not sent it (every receive needs the peer's send, in "
+                "order per tag) or its agent cannot be reached (`oddl status`)")
+        return self._take(job, src, tag, label, header, out, wallclock.now() + timeout_s)
+
+    def recv_any(self, job: AgentJob, tag: int, session: str, out: np.ndarray,
+                 timeout_s: float) -> tuple[np.ndarray, int]:
+        """The first flow from any rank of `job` on (`tag`, `session`), into `out`; with the
+        rank it came from."""
+        label = flow_label(job.id, session, tag)
         deadline = wallclock.now() + timeout_s
-        with self._lock:
-            expected = self._expected.get((label, src), 1)
-        number, meta = self._header(label, src, expected, deadline, job, tag)
+        peers = [n for n in job.nodes if n != self.node_id]
+        while True:
+            for src in peers:
+                header = self._header(label, src, wallclock.now())  # only what is here now
+                if header is not None:
+                    return (self._take(job, src, tag, label, header, out, deadline),
+                            job.nodes.index(src))
+            if wallclock.now() > deadline:
+                raise CollectiveError(
+                    f"{self.node_id}: nothing from any rank on tag {tag} of job {job.id} in "
+                    "time: no training process sent to this rank")
+            time.sleep(ANY_SOURCE_POLL_S)
+
+    def _take(self, job: AgentJob, src: str, tag: int, label: str,
+              header: tuple[int, dict[str, Any]], out: np.ndarray, deadline: float
+              ) -> np.ndarray:
+        """The data of the flow whose header was taken, into `out` (or a failure naming both
+        sizes, the flow drained)."""
+        number, meta = header
         with self._lock:
             self._expected[(label, src)] = number + 1
         if meta.get("bytes") != out.nbytes or meta.get("dtype") != out.dtype.str:
             self._drain(label, src, number, int(meta.get("bytes", 0)), deadline)
             raise CollectiveError(
-                f"{self.node_id}: rank {src_rank} ({src}) sent {meta.get('bytes')} B of "
-                f"{meta.get('dtype')} on tag {tag} of job {job.id}, and this receive takes "
+                f"{self.node_id}: rank {job.nodes.index(src)} ({src}) sent {meta.get('bytes')} "
+                f"B of {meta.get('dtype')} on tag {tag} of job {job.id}, and this receive takes "
                 f"{out.nbytes} B of {out.dtype.str}: a send and its receive must name the same "
                 "shape and dtype (they pair in order per sender and tag)")
         target = out.reshape(-1).view(np.uint8).data
@@ -149,21 +189,21 @@ class Flows:
         self.received += 1
         return out
 
-    def _header(self, label: str, src: str, expected: int, deadline: float, job: AgentJob,
-                tag: int) -> tuple[int, dict[str, Any]]:
-        """(number, header) of the next flow from `src` on `label`: the first at or above
-        `expected` (a later one when the sender is ahead of what this agent has seen)."""
+    def _header(self, label: str, src: str, deadline: float
+                ) -> tuple[int, dict[str, Any]] | None:
+        """(number, header) of the next flow from `src` on `label` by `deadline` (None when
+        none came): the first at or above the number this agent expects next (a later one
+        when the sender is ahead of what this agent has seen, e.g. after a restart)."""
+        with self._lock:
+            expected = self._expected.get((label, src), 1)
         while True:
             try:
                 head, raw = self.link.recv_chunk(label, src, expected, READY_STEP, deadline)
             except PeerAhead as ahead:
                 expected = ahead.seq
                 continue
-            except CollectiveError as exc:
-                raise CollectiveError(
-                    f"{self.node_id}: nothing from {src} on tag {tag} of job {job.id} in time: "
-                    f"its training process has not sent it (every receive needs the peer's "
-                    f"send, in order per tag) or its agent cannot be reached ({exc})") from exc
+            except CollectiveError:
+                return None
             try:
                 meta = json.loads(bytes(raw))
                 if not isinstance(meta, dict):

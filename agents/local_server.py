@@ -159,7 +159,7 @@ class LocalServer:
                     "run: say hello and call again"), header.get("rid"))])
                 return
             self.api_bytes += len(frames[3])
-            work = self._receives if header.get("kind") == "recv" else self._work
+            work = self._receives if header.get("kind") in ("recv", "recv_any") else self._work
             work.put(_Request(ident, header, frames[3],
                               shared="shm" in header or "bucket" in header))
         else:

@@ -209,6 +209,7 @@ def error_of_kind(kind: str, message: str) -> OddlError:
 # ---- requests ----------------------------------------------------------------------------
 _DTYPE = re.compile(r"^[<>=|]?([iu][1248]|f[248])$")
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
+_SESSION = re.compile(r"^[A-Za-z0-9_-]{0,64}$")
 MAX_ELEMENTS = 1 << 34
 """Largest array the local API accepts (16 Gi elements): a bound against arithmetic overflow."""
 
@@ -248,6 +249,8 @@ class AllreduceRequest:
     e.g. a tensor's storage, holds the array at the tensor's offset)."""
     tag: int = 0
     """A send's or a receive's tag: flows pair per (sender, receiver, tag)."""
+    session: str = ""
+    """A send's or a receive's session: flows pair only within one (`agents.flows`)."""
 
     @property
     def nbytes(self) -> int:
@@ -316,8 +319,12 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 31:
         raise OperationRefused(f"malformed allreduce request: tag {tag!r} is not an integer in "
                                "[0, 2**31)")
+    session = header.get("session", "")
+    if not isinstance(session, str) or not _SESSION.match(session):
+        raise OperationRefused(f"malformed allreduce request: session {session!r} is not up "
+                               "to 64 letters, digits, '-' or '_'")
     return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps, kind, op, root, world, offset, tag)
+                            steps, kind, op, root, world, offset, tag, session)
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:
@@ -343,6 +350,14 @@ def reply_rid(frames: list[bytes]) -> int | None:
     except (IndexError, ValueError, AttributeError):
         return None
     return rid if isinstance(rid, int) else None
+
+
+def reply_field(frames: list[bytes], name: str) -> Any:
+    """What a reply's `resolved` says under `name` (None when it says nothing)."""
+    try:
+        return json.loads(frames[1])["resolved"][name]
+    except (IndexError, ValueError, TypeError, KeyError):
+        return None
 
 
 def reply_resolved(frames: list[bytes]) -> tuple[str, int] | None:

@@ -359,13 +359,15 @@ class StreamLink:
                 "transmitter channel and the WSS route, `oddl status`) or the peer failed")
 
     def forget_job(self, job: str) -> None:
-        """Close the streams of a job that ended."""
+        """Close the streams of a job that ended (its flows' too, `agents.flows`)."""
+        def of_job(label: str) -> bool:
+            return label == job or label.startswith(f"{job}/")
         with self._cond:
-            for key in [k for k in self._in if k[0] == job]:
+            for key in [k for k in self._in if of_job(k[0])]:
                 for conn in self._in.pop(key):
                     conn.close()
         with self._out_lock:
-            for key in [k for k in self._out if k[0] == job]:
+            for key in [k for k in self._out if of_job(k[0])]:
                 self._out.pop(key).close()
 
     def close(self) -> None:

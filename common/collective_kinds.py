@@ -24,9 +24,10 @@ ALL_REDUCE = "all_reduce"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather",
          "scatter")
 """The native collective kinds."""
-P2P = ("send", "recv")
+P2P = ("send", "recv", "recv_any")
 """Point-to-point calls: a flow from one rank to one other (`agents.flows`); their root is the
-peer's rank, they reduce nothing, and they are no collective of the job (no step number)."""
+peer's rank (none for a receive from any source), they reduce nothing, and they are no
+collective of the job (no step number)."""
 ROOTED = frozenset({"broadcast", "gather", "scatter"})
 """Kinds with a root rank."""
 REDUCING = frozenset({"all_reduce", "reduce_scatter"})
@@ -112,7 +113,8 @@ def describe(kind: str, op: str, root: int) -> str:
     if kind in ROOTED:
         return f"{kind} root {root}"
     if kind in P2P:
-        return f"{kind} {'to' if kind == 'send' else 'from'} rank {root}"
+        return ("recv from any rank" if kind == "recv_any"
+                else f"{kind} {'to' if kind == 'send' else 'from'} rank {root}")
     return kind
 
 

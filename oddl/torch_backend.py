@@ -79,13 +79,15 @@ class OddlProcessGroup(dist.ProcessGroup):
     """torch.distributed's view of the optical testbed (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, channel: Channel, fallback: Any = None,
-                 name: str = "", to_job: list[int] | None = None):
+                 name: str = "", to_job: list[int] | None = None, session: str = ""):
         super().__init__(rank, world)  # type: ignore[call-arg]  # the (rank, size) constructor
         self._rank, self._world = rank, world
         self._channel = channel
         self._fallback = fallback
         self._name = name
         self._ranks = native.Ranks(to_job if to_job is not None else list(range(world)))
+        self._session = session
+        """This group's point-to-point session: its flows pair only with its own."""
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return BACKEND
@@ -297,7 +299,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         """Each tensor as a flow to `dst` (in order with this rank's collectives)."""
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                native.send(self._channel, self._ranks, t, dst, tag)
+                native.send(self._channel, self._ranks, t, dst, (tag, self._session))
             return tensors
         with torch_trace.call(self, "send", run) as traced:
             return FutureWork(self._channel.submit("send", traced, collective=False))
@@ -306,17 +308,27 @@ class OddlProcessGroup(dist.ProcessGroup):
         """The next flows from `src` on `tag` into each tensor (on the receives' thread)."""
         def run(client: Any) -> list[torch.Tensor]:
             for t in tensors:
-                native.recv(client, self._channel.job, self._ranks, t, src, tag)
+                native.recv(client, self._channel.job, self._ranks, t, src,
+                            (tag, self._session))
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
             return FutureWork(self._channel.submit_receive("recv", run))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
-        fb = self._fallback_or_refuse("recv from any source", "flows pair per sender on the "
-                                      "testbed; name the source (dist.recv(t, src=...))")
-        count("recv any source (fallback)", fallback=sum(t.numel() * t.element_size()
-                                                          for t in tensors))
-        return fb.recv_anysource(tensors, tag)  # gloo's own work
+        """The first flow from any rank on `tag` into the tensor; the work names its sender
+        (`_source_rank`, as c10d asks)."""
+        if len(tensors) != 1:
+            raise UnsupportedCollective(f"recv from any source takes one tensor, not "
+                                        f"{len(tensors)}")
+        work: FutureWork
+
+        def run(client: Any) -> list[torch.Tensor]:
+            work.source = native.recv_any(client, self._channel.job, self._ranks, tensors[0],
+                                          (tag, self._session))
+            return tensors
+        with torch_trace.call(self, "recv", lambda: None):
+            work = FutureWork(self._channel.submit_receive("recv", run))
+        return work
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base
@@ -349,7 +361,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
         gloo = gloo_beside(dist_opts, "oddl-subgroup", rank, world, timeout_s)
         return GlooServedGroup(rank, world, gloo, name, ranks)
-    channel, to_job = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
+    channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
     if mode == "gloo":
@@ -357,9 +369,10 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     elif mode:
         raise ConfigError(f"{ENV_FALLBACK}={mode!r}: use 'gloo' or leave it unset")
     logger.info("oddl backend: rank %d of %d (job rank %d) via agent %s (job %s), fallback %s",
-                rank, world, to_job[rank], channel.api, channel.job or "its only job",
+                rank, world, shaken.to_job[rank], channel.api, channel.job or "its only job",
                 mode or "none")
-    return OddlProcessGroup(rank, world, channel, fallback, name, to_job)
+    return OddlProcessGroup(rank, world, channel, fallback, name, shaken.to_job,
+                            shaken.session)
 
 
 def register() -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,6 +82,8 @@ class FutureWork(dist.Work):
     def __init__(self, future: torch.futures.Future):
         super().__init__()
         self._future = future
+        self.source = -1
+        """A receive from any source: the group rank it came from, once done."""
 
     def wait(self, timeout: Any = None) -> bool:
         self._future.wait()  # raises the call's error
@@ -90,6 +94,11 @@ class FutureWork(dist.Work):
 
     def is_completed(self) -> bool:
         return self._future.done()
+
+    def _source_rank(self) -> int:
+        """The sender of a receive from any source (c10d's `recv(src=None)` asks)."""
+        self._future.wait()
+        return self.source
 
 
 # ---- the channel to the agent: one client and one FIFO thread per process ---------------
@@ -232,21 +241,21 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
 
 
 def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
-                   ) -> tuple[Channel, list[int]]:
-    """The process's channel, after the handshake with the job's other ranks, and each group
-    rank's job rank. Every rank is here together (c10d's rendezvous came first): `handshake_s`
-    is enough, and a job of another size fails in that time instead of the group's timeout."""
+                   ) -> tuple[Channel, Handshake]:
+    """The process's channel, after the handshake with the job's other ranks. Every rank is
+    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
+    another size fails in that time instead of the group's timeout."""
     channel = channel_for(rank, timeout_s)
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, handshake_s)
 
-    def shake() -> list[int]:
+    def shake() -> Handshake:
         return handshake(channel, rank, world, channel.client.world(channel.job)[0])
     try:
-        to_job: list[int] = channel.submit("handshake", shake).wait()
+        shaken: Handshake = channel.submit("handshake", shake).wait()
     finally:
         channel.client.timeout_s = saved
-    return channel, to_job
+    return channel, shaken
 
 
 def _close_channel() -> None:
@@ -275,13 +284,27 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+@dataclass(frozen=True)
+class Handshake:
+    """What the ranks of a new process group agreed on."""
+
+    to_job: list[int]
+    """Each group rank's job rank."""
+    session: str
+    """The group's point-to-point session (drawn by rank 0): a flow an earlier group left
+    unreceived never pairs with this group's receives."""
+
+
 def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = None
-              ) -> list[int]:
+              ) -> Handshake:
     """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce); returns
-    each group rank's job rank (this rank's is `job_rank`, the agent's, by default `rank`)."""
-    v = np.zeros(2 * world + 1, dtype=np.int64)
+    each group rank's job rank (this rank's is `job_rank`, the agent's, by default `rank`)
+    and the group's session."""
+    v = np.zeros(2 * world + 2, dtype=np.int64)
     v[rank], v[world] = 1, 1
     v[world + 1 + rank] = rank if job_rank is None else job_rank
+    if rank == 0:
+        v[-1] = secrets.randbits(62)
     try:
         channel.sum_(v)
     except CollectiveError as exc:
@@ -296,8 +319,8 @@ def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = No
                           f"{'; no rank ' + str(missing) if missing else ''}"
                           f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
                           "one rank per node of the job, each with its own agent")
-    to_job = [int(j) for j in v[world + 1:]]
+    to_job = [int(j) for j in v[world + 1:2 * world + 1]]
     if sorted(to_job) != list(range(world)):
         raise ConfigError(f"the ranks sit on job ranks {to_job}, not one each of 0..{world - 1}: "
                           f"is every rank talking to its own node's agent ({ENV_API})?")
-    return to_job
+    return Handshake(to_job, f"{int(v[-1]) & (1 << 62) - 1:x}")

@@ -22,7 +22,7 @@ from common.errors import CollectiveError
 from oddl.torch_channel import Channel, UnsupportedCollective, as_numpy, count
 
 __all__ = ["OPS", "Ranks", "all_gather", "all_to_all", "as_numpy", "broadcast", "gather",
-           "raw", "recv", "reduce_", "reduce_scatter", "scatter", "send", "store"]
+           "raw", "recv", "recv_any", "reduce_", "reduce_scatter", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
 OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
@@ -189,20 +189,34 @@ def scatter(ch: Channel, ranks: Ranks, me: int, out: torch.Tensor, root: int,
     store(out, res)
 
 
-def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, tag: int) -> None:
-    """`t` as a flow to group rank `dst` (its bytes; any dtype)."""
+def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str]
+         ) -> None:
+    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype)."""
     a = raw(t, "send")
     if a.nbytes:
-        channel.client.send(a, ranks.job(dst), tag=tag, job=channel.job)
+        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job)
     count("send", optical=a.nbytes)
 
 
 def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, src: int,
-         tag: int) -> None:
-    """The next flow from group rank `src` on `tag` into `t` (in its memory when contiguous)."""
+         on: tuple[int, str]) -> None:
+    """The next flow from group rank `src` on (tag, session) `on` into `t` (in its memory when
+    contiguous)."""
     a = raw(t, "recv")
     if a.nbytes:
-        client.recv(a, ranks.job(src), tag=tag, job=job)
+        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job)
         if not _in_place(a, t):
             store(t, a)
     count("recv", optical=a.nbytes)
+
+
+def recv_any(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor,
+             on: tuple[int, str]) -> int:
+    """The first flow from any rank on (tag, session) `on` into `t`; the group rank it came
+    from."""
+    a = raw(t, "recv")
+    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job)
+    if not _in_place(got, t):
+        store(t, got)
+    count("recv", optical=a.nbytes)
+    return ranks.from_job[source]

@@ -124,12 +124,15 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
                tag=7).wait()
     work.wait()
     out["recv_bf16_from_right"] = target.float().tolist()
-    # a receive from any source names the fix
-    try:
-        dist.recv(torch.empty(1))
-        out["anysource_error"] = ""
-    except Exception as exc:  # reported to the test
-        out["anysource_error"] = f"{type(exc).__name__}: {exc}"
+    # rank 0 receives from any source: every other rank's flow, each naming its sender
+    if rank == 0:
+        seen = []
+        for _ in range(world - 1):
+            t = torch.empty(2, dtype=torch.int64)
+            seen.append((dist.recv(t, tag=11), t.tolist()))
+        out["any_source"] = sorted(seen)
+    else:
+        dist.send(torch.full((2,), 100 + rank, dtype=torch.int64), 0, tag=11)
     out["counters"] = ob.counters()
 
 
