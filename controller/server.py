@@ -175,6 +175,9 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
         kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
     if kinds is not None:
         yield kinds
+    yield counter("oddl_flows_total", "Point-to-point flows granted", svc.flows.granted)
+    yield counter("oddl_flow_retunes_total", "Transmitter retunes made for point-to-point flows",
+                  svc.flows.retunes)
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
                 svc.registry.alive_count())
 

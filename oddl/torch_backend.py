@@ -6,15 +6,12 @@
     dist.init_process_group("oddl")  # under torchrun; ODDL_LOCAL_API names the agent
 
 Each collective of the world group is the agent's native collective of the same kind on the
-job (oddl.torch_native; docs/torch-backend.md says at how many bytes). Point-to-point and
-PREMUL_SUM are not carried: they fail with `UnsupportedCollective` naming
-``ODDL_TORCH_FALLBACK=gloo``, which routes them to a gloo group beside this one, one tensor per
-call, counted apart in `counters()`. Subgroups smaller than the world are served by gloo
-(oddl.torch_subgroup says why), counted and named the same way.
-
-Calls run on one FIFO worker thread per process (shared by every oddl group), so collectives
-reach the agent in the order the script issued them, which c10d requires to be the same on
-every rank. Only importable where torch is installed (the extra `oddl[torch]`).
+job (oddl.torch_native; docs/torch-backend.md says at how many bytes); send and recv are
+flows on their own circuits (agents.flows); a subgroup's calls are flows among its members
+(oddl.torch_flow_group). PREMUL_SUM fails with `UnsupportedCollective`. Calls run on one FIFO
+worker thread per process (shared by every oddl group), so collectives reach the agent in the
+order the script issued them, as c10d requires; receives run on lanes of their own. Only
+importable where torch is installed (the extra `oddl[torch]`).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import datetime
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,14 +33,17 @@ from oddl.torch_channel import (
     ENV_API,
     ENV_FALLBACK,
     ENV_JOB,
+    ENV_SUBGROUPS,
     Channel,
     FutureWork,
     UnsupportedCollective,
+    channel_for,
     count,
     counters,
     joined_channel,
     reset_counters,
 )
+from oddl.torch_flow_group import MeshChannel, subgroup_session
 from oddl.torch_subgroup import GlooServedGroup, gloo_beside
 
 logger = logging.getLogger(__name__)
@@ -53,14 +53,6 @@ __all__ = ["BACKEND", "ENV_API", "ENV_FALLBACK", "ENV_JOB", "OddlProcessGroup",
 
 BACKEND = "oddl"
 HANDSHAKE_TIMEOUT_S = 60.0
-
-
-def _reduce_name(opts: Any) -> str:
-    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
-    for name in native.OPS:
-        if op == getattr(dist.ReduceOp, name):
-            return name
-    return str(getattr(op, "op", op)).rsplit(".", 1)[-1]
 
 
 def _rows(t: torch.Tensor, sizes: list[int], world: int, what: str) -> list[torch.Tensor]:
@@ -105,22 +97,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         with torch_trace.call(self, kind, fn) as traced:  # ODDL_TRACE_DIR, torch.profiler
             return FutureWork(self._channel.submit(kind, traced, inline))
 
-    def _fallback_or_refuse(self, kind: str, reason: str) -> Any:
-        if self._fallback is None:
-            raise UnsupportedCollective(
-                f"{kind}: {reason}. Set {ENV_FALLBACK}=gloo to route such calls to a gloo "
-                "group beside the oddl one (they are counted)")
-        return self._fallback
-
-    @staticmethod
-    def _op(kind: str, opts: Any) -> str:
-        """The reduction's name; one the agent has no counterpart for is refused (PREMUL_SUM,
-        NCCL's scaled sum, which gloo refuses too)."""
-        name = _reduce_name(opts)
-        if name not in native.OPS:
-            raise UnsupportedCollective(f"{kind}({name}): the agent reduces with "
-                                        f"{', '.join(native.OPS)}; not {name}")
-        return name
+    _op = staticmethod(native.reduce_name)
 
     # -- reductions --
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -130,7 +107,8 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                native.reduce_(self._channel, t, name, self._world, "all_reduce")
+                native.reduce_(self._channel, t, name, self._world, "all_reduce",
+                               self._fallback)
             return tensors
         return self._work("all_reduce", run, opts)
 
@@ -143,7 +121,7 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                native.reduce_(self._channel, t, name, self._world, "reduce")
+                native.reduce_(self._channel, t, name, self._world, "reduce", self._fallback)
             return tensors
         return self._work("reduce", run, opts)
 
@@ -359,9 +337,9 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
                  else 1800.0)
     name = str(dist_opts.group_id or "")
     if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
-        gloo = gloo_beside(dist_opts, "oddl-subgroup", rank, world, timeout_s)
-        return GlooServedGroup(rank, world, gloo, name, ranks)
+        return _subgroup(dist_opts, rank, world, timeout_s, name, ranks)
     channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
+    _WORLD.update(to_job=shaken.to_job, session=shaken.session)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
     if mode == "gloo":
@@ -373,6 +351,33 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
                 mode or "none")
     return OddlProcessGroup(rank, world, channel, fallback, name, shaken.to_job,
                             shaken.session)
+
+
+_WORLD: dict[str, Any] = {}
+"""The world group's handshake (each global rank's job rank, the run's session)."""
+
+
+def _subgroup(dist_opts: Any, rank: int, world: int, timeout_s: float, name: str,
+              ranks: list[int]) -> dist.ProcessGroup:
+    """A group of fewer ranks than the world: over the optics as flows among its members
+    (`oddl.torch_flow_group`), or, with ODDL_TORCH_SUBGROUPS=gloo, a gloo group beside."""
+    mode = os.environ.get(ENV_SUBGROUPS, "").strip().lower() or "flows"
+    if mode == "gloo":
+        gloo = gloo_beside(dist_opts, "oddl-subgroup", rank, world, timeout_s)
+        return GlooServedGroup(rank, world, gloo, name, ranks)
+    if mode != "flows":
+        raise ConfigError(f"{ENV_SUBGROUPS}={mode!r}: use 'flows' (the default) or 'gloo'")
+    if not _WORLD:
+        raise ConfigError("a subgroup of the oddl backend needs its world group first: "
+                          "init_process_group('oddl') before new_group")
+    job_ranks = [_WORLD["to_job"][r] for r in ranks]
+    session = subgroup_session(_WORLD["session"], name or ",".join(map(str, ranks)))
+    if rank == 0:
+        logger.info("oddl backend: the subgroup of ranks %s runs over the optics as flows "
+                    "among its members (job ranks %s)", ranks, job_ranks)
+    # a MeshChannel is a Channel to the group's code: same calls, ranks as member indices
+    mesh = cast(Channel, MeshChannel(channel_for(rank, timeout_s), job_ranks, rank, session))
+    return OddlProcessGroup(rank, world, mesh, None, name, None, f"{session}p")
 
 
 def register() -> None:

@@ -32,6 +32,8 @@ __all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "FutureWork", "Unsup
            "reset_counters"]
 
 ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
+ENV_SUBGROUPS = "ODDL_TORCH_SUBGROUPS"
+"""How subgroups run: "flows" (the default: over the optics) or "gloo" (beside)."""
 
 
 class UnsupportedCollective(CollectiveError):
@@ -116,10 +118,8 @@ class Channel:
         self._pending = 0  # calls submitted and not yet finished
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="oddl-pg")
-        self._receiver: AgentClient | None = None
-        """The client of point-to-point receives, on a thread of their own (`submit_receive`):
-        a receive waits for its peer's send, which may come after this rank's next call."""
-        self._receives: ThreadPoolExecutor | None = None
+        self._lanes: dict[str, tuple[AgentClient, ThreadPoolExecutor]] = {}
+        """Receive lanes (`submit_receive`): a client and a thread each."""
         self._timeout_s = timeout_s
 
     def sum_(self, array: np.ndarray) -> np.ndarray:
@@ -133,20 +133,22 @@ class Channel:
                                   f"{array.dtype}{list(array.shape)}")
         return out
 
-    def submit_receive(self, what: str, fn: Callable[[AgentClient], Any]
+    def submit_receive(self, what: str, fn: Callable[[AgentClient], Any], lane: str = ""
                        ) -> torch.futures.Future:
-        """Run `fn(receiving client)` on the receives' thread (in order); its result (or
-        error) completes the future. A failed receive breaks no collective sequence."""
+        """Run `fn(receiving client)` on the thread of receive lane `lane` (in order); its
+        result (or error) completes the future. A receive waits for its peer's send, which
+        may come after this rank's next call: receives never hold up the worker thread, and a
+        subgroup's receives never wait behind the world's. A failed receive breaks no
+        collective sequence."""
         fut: torch.futures.Future = torch.futures.Future()
         with self._state:
             if self._executor is None:
                 raise CollectiveError(f"{what}: the oddl backend was shut down")
-            if self._receives is None:
-                self._receiver = AgentClient(self.api, timeout_s=self._timeout_s)
-                self._receives = ThreadPoolExecutor(max_workers=1,
-                                                    thread_name_prefix="oddl-recv")
-            receiver, receives = self._receiver, self._receives
-            assert receiver is not None
+            if lane not in self._lanes:
+                self._lanes[lane] = (AgentClient(self.api, timeout_s=self._timeout_s),
+                                     ThreadPoolExecutor(max_workers=1,
+                                                        thread_name_prefix=f"oddl-recv{lane}"))
+            receiver, receives = self._lanes[lane]
 
         def run() -> None:
             try:
@@ -207,10 +209,10 @@ class Channel:
             self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
             self._executor = None
             self.client.close()
-        if self._receives is not None and self._receiver is not None:
-            self._receives.shutdown(wait=False, cancel_futures=True)
-            self._receiver.close()
-            self._receives = self._receiver = None
+        for receiver, receives in self._lanes.values():
+            receives.shutdown(wait=False, cancel_futures=True)
+            receiver.close()
+        self._lanes.clear()
 
 
 _channel: Channel | None = None

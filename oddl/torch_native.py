@@ -14,14 +14,17 @@ width. Reductions need a dtype numpy can reduce.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from agents.client import AgentClient
 from common.errors import CollectiveError
 from oddl.torch_channel import Channel, UnsupportedCollective, as_numpy, count
 
-__all__ = ["OPS", "Ranks", "all_gather", "all_to_all", "as_numpy", "broadcast", "gather",
+__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_to_all", "as_numpy", "broadcast", "gather",
            "raw", "recv", "recv_any", "reduce_", "reduce_scatter", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
@@ -80,12 +83,36 @@ def store(out: torch.Tensor, values: np.ndarray) -> None:
     dst.copy_(src.reshape(dst.shape))
 
 
-def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str) -> None:
-    """All-reduce `t` in place with torch's reduction `name`."""
+def reduce_name(what: str, opts: Any) -> str:
+    """The name of `opts`' reduction; one the agent has no counterpart for is refused
+    (PREMUL_SUM, NCCL's scaled sum, which gloo refuses too)."""
+    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+    name = next((n for n in OPS if op == getattr(dist.ReduceOp, n)),
+                str(getattr(op, "op", op)).rsplit(".", 1)[-1])
+    if name not in OPS:
+        raise UnsupportedCollective(f"{what}({name}): the agent reduces with "
+                                    f"{', '.join(OPS)}; not {name}")
+    return name
+
+
+def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
+            fallback: Any = None) -> None:
+    """All-reduce `t` in place with torch's reduction `name`. A dtype the agent cannot reduce
+    (bfloat16, bool, complex) goes to `fallback` (ODDL_TORCH_FALLBACK=gloo), counted, or is
+    refused naming the fix."""
     if name == "AVG" and not t.is_floating_point():
         raise UnsupportedCollective(f"{what}(AVG) of {t.dtype}: average floating-point "
                                     "tensors (or SUM the integers)")
-    a = as_numpy(t, what)
+    try:
+        a = as_numpy(t, what)
+    except UnsupportedCollective:
+        if fallback is None or t.device.type != "cpu":
+            raise
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = getattr(dist.ReduceOp, name)
+        fallback.allreduce([t], opts).wait()
+        count(f"{what}({name}) (fallback)", fallback=t.numel() * t.element_size())
+        return
     if a.size:
         res = ch.client.allreduce(a, op=OPS[name], job=ch.job, out=a)
         if not _in_place(res, t):  # `a` was a contiguous copy

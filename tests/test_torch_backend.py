@@ -164,7 +164,7 @@ def test_every_collective_and_point_to_point_is_exact_and_native(apis: list[str]
 
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
-def test_lists_reduce_each_tensor_and_subgroups_are_served(apis: list[str]):
+def test_lists_reduce_each_tensor_and_subgroups_run_over_the_optics(apis: list[str]):
     res = run_world(apis, "lists_and_subgroups")
     small = [np.array([[r + 1.0, -2.0, 3.0] for r in range(WORLD)]),
              np.array([[10.0 * (r + 1), 1.0] for r in range(WORLD)])]
@@ -183,14 +183,23 @@ def test_lists_reduce_each_tensor_and_subgroups_are_served(apis: list[str]):
         assert got["pair_sum"] == [float(sum(range(2 * (r // 2), 2 * (r // 2) + 2)))]
         kinds = got["counters"]["kinds"]
         assert kinds["all_gather_coalesced"]["optical_bytes"] == WORLD * 8 * 4
-        assert kinds["all_reduce(MAX)"]["optical_bytes"] == 5 * 4
-        assert kinds["allreduce (subgroup, gloo)"]["fallback_bytes"] == 4
+        # the world's MAX, and (ranks 1, 2) the subgroup's, counted under the same kind
+        assert kinds["all_reduce(MAX)"]["optical_bytes"] == 5 * 4 * (2 if r in (1, 2) else 1)
+        # subgroups over the optics: flows among their members, nothing on gloo
+        assert kinds["subgroup flows"]["optical_bytes"] > 0
+        assert not [k for k in kinds if "gloo" in k and "beside" not in k and r in (1, 2)]
         if r in (1, 2):
             assert got["middle_gather"] == [[1, 1], [2, 2]]
-            assert kinds["allgather (subgroup, gloo)"]["calls"] == 1
-            assert kinds["barrier (subgroup, gloo)"]["calls"] == 1
             assert got["middle_coalesced_max"] == [small[0][1:3].max(0).tolist(),
                                                    small[1][1:3].max(0).tolist()]
+            assert got["middle_broadcast"] == [2.0] * 3
+            # rank 1 gets block 0 of (arange(4)·1 + arange(4)·2), rank 2 block 1
+            assert got["middle_reduce_scatter"] == ([0.0, 3.0] if r == 1 else [6.0, 9.0])
+            assert got["middle_all_to_all"] == ([1, 2, 2, 2] if r == 1 else [1, 1, 2])
+            assert got["middle_p2p"] == [10 * (3 - r)] * 2
+        if r in (0, 3):
+            assert got["beside_sum"] == [2.0]
+            assert kinds["allreduce (subgroup, gloo)"]["calls"] == 1
 
 
 @pytest.mark.e2e
