@@ -337,6 +337,8 @@ class Agent:
                 "measured_line_rate_gbps": _gbps(self.measured_line_rate_bps()),
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99, "gate_error_max_s": worst,
                 "collectives_done": runner.done, "collectives_failed": self.failed,
+                "flows_sent": self.flows.sent, "flows_received": self.flows.received,
+                "flows_that_retuned": self.flows.retuned,
                 "last_error": self.last_error, "jobs": sorted(self.jobs.jobs),
                 "misrouted_frames": self.links.misrouted,
                 "local_api_bytes": self.local.api_bytes,

@@ -98,6 +98,9 @@ def test_a_send_arrives_exactly_on_a_circuit_made_for_it(testbed):
         out = np.zeros_like(data)
         assert c[2].recv(out, 0, job=job) is out
         assert np.array_equal(out, data), dtype
+    status = c[0].status()
+    assert status["flows_sent"] >= 3 and status["flows_that_retuned"] >= 1, status
+    assert c[2].status()["flows_received"] >= 3
     # the ring's standing schedule assumed n0 -> n1: the next all-reduce is exact anyway
     xs = [np.full(1000, r + 1.0) for r in range(N)]
     for _ in range(2):
