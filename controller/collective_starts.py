@@ -179,12 +179,7 @@ class CollectiveStarts:
     def _standing_job(self, request: pb.StartStandingRequest) -> JobRecord | None:
         """The job of a standing start to execute, or None for a copy already seen."""
         with self.lock:
-            job = self.jobs.jobs.get(request.job_id)
-            if job is None or not job.running:
-                raise OperationRefused(f"job {request.job_id} is not running; see "
-                                       "`oddl jobs list`")
-            if request.node_id not in job.nodes:
-                raise OperationRefused(f"node {request.node_id} is not part of job {job.id}")
+            job = self.jobs.running_with(request.job_id, request.node_id)
             if request.itemsize not in (1, 2, 4, 8) or request.message_bytes == 0 \
                     or request.message_bytes % request.itemsize:
                 raise OperationRefused(

@@ -83,12 +83,7 @@ class FlowDesk:
 
     def _checked(self, request: pb.RequestFlowRequest) -> JobRecord:
         with self.lock:
-            job = self.jobs.jobs.get(request.job_id)
-            if job is None or not job.running:
-                raise OperationRefused(f"job {request.job_id!r} is not running; see "
-                                       "`oddl jobs list`")
-            if request.node_id not in job.nodes:
-                raise OperationRefused(f"node {request.node_id} is not part of job {job.id}")
+            job = self.jobs.running_with(request.job_id, request.node_id)
             if request.dst not in job.nodes or request.dst == request.node_id:
                 raise OperationRefused(
                     f"a flow from {request.node_id} to {request.dst!r}: the receiver must be "

@@ -279,6 +279,16 @@ class JobManager:
                                    f"{', '.join(self.jobs) or 'none'} (`oddl jobs list`)")
         return job
 
+    def running_with(self, job_id: str, node: str) -> JobRecord:
+        """The running job `job_id` with `node` in it (what an agent's request names), or
+        OperationRefused naming which is not so."""
+        job = self.jobs.get(job_id)
+        if job is None or not job.running:
+            raise OperationRefused(f"job {job_id!r} is not running; see `oddl jobs list`")
+        if node not in job.nodes:
+            raise OperationRefused(f"node {node} is not part of job {job.id}")
+        return job
+
     def end(self, job_id: str, state: str, reason: str) -> JobRecord:
         """Mark a job cancelled, failed or finished."""
         job = self.get(job_id)
