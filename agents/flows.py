@@ -33,6 +33,7 @@ from agents.agent_jobs import AgentJob
 from agents.gate import SlotGate
 from agents.localapi import AllreduceRequest
 from agents.stream_wire import CHUNK_BYTES, READY_STEP, ChunkHead, PeerAhead, node_tag
+from agents.streams import StreamLink
 from common.errors import CollectiveError, OperationRefused
 from protos import oddl_pb2 as pb
 
@@ -75,10 +76,11 @@ class Flows:
         self.sent = self.received = self.retuned = 0
 
     def _check(self, job: AgentJob, peer_rank: int, what: str) -> str:
-        if not hasattr(self.link, "recv_chunk") or not hasattr(self.link, "reset_peer"):
+        if not isinstance(self.link, StreamLink):
             raise OperationRefused(
                 f"{self.node_id}: {what} needs the agents' stream data path; this agent runs "
-                "ZeroMQ data links (`[fabric] data_path`), which carry collectives only")
+                "ZeroMQ data links (`[fabric] transport` relay or curve), which carry "
+                "collectives only: use transport = \"streams\" for point-to-point")
         if not 0 <= peer_rank < len(job.nodes) or job.nodes[peer_rank] == self.node_id:
             raise OperationRefused(
                 f"{self.node_id}: {what} rank {peer_rank}: the peer must be another rank of job "

@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "native-collectives": (["bench_collectives.py"], [], ["--sizes", "16MB", "--repeats", "3"]),
     "torch-backend": (["bench_torch_backend.py"], [], ["--repeats", "3"]),
     "trace": (["bench_trace.py"], ["--rounds", "8"], ["--rounds", "3"]),
+    "p2p": (["bench_p2p.py"], [], ["--sizes-mb", "0.004,16", "--repeats", "3"]),
 }
 
 

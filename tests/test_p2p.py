@@ -199,3 +199,16 @@ def test_the_controller_refuses_a_flow_it_cannot_grant(testbed):
                                                    message_bytes=nbytes), timeout=10)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert why in err.value.details()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_the_relay_transport_refuses_flows_naming_the_one_that_carries_them(tmp_path):
+    path = write_config(EMULATED, tmp_path / "relay.toml",
+                        {'link = "fabric"': 'link = "fabric"\ntransport = "relay"'})
+    with RunningTestbed(tmp_path, path) as tb:
+        job = tb.operator.submit("p2p-relay", [], "ring", "optical")["id"]
+        with pytest.raises(OperationRefused, match='transport = "streams" for point-to-point'):
+            tb.clients[0].send(np.ones(4), 1, job=job)
+        outs = collective_all(tb.clients, lambda cl, r: cl.allreduce(np.full(4, r), job=job))[1]
+        assert all(np.array_equal(o, np.full(4, 6)) for o in outs), outs  # collectives still go
