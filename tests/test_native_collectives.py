@@ -180,7 +180,9 @@ def test_schedule_show_lays_out_a_kind(testbed: RunningTestbed, job: str):
     sched = testbed.operator.schedule(job, 4 * 4000, 4, "all_gather")
     assert sched.collective == "ring/all_gather" and len(sched.steps) == N - 1
     chain = testbed.operator.schedule(job, 4000, 4, "broadcast", 2)
-    assert [(s.src[0], s.dst[0]) for s in chain.steps] == [(2, 3), (3, 0), (0, 1)]
+    # three pieces down 2 -> 3 -> 0 -> 1, one hop further each step
+    assert [list(zip(s.src, s.dst, strict=True)) for s in chain.steps] == [
+        [(2, 3)], [(2, 3), (3, 0)], [(2, 3), (3, 0), (0, 1)], [(3, 0), (0, 1)], [(0, 1)]]
     with pytest.raises(OperationRefused, match="unknown collective kind 'reduce'"):
         testbed.operator.schedule(job, 4000, 4, "reduce")
 

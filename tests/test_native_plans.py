@@ -73,7 +73,7 @@ def test_rooted_kinds_deliver_from_and_to_every_root(n: int):
         chain = native_plan("ring", "broadcast", n, n_elems, root)
         validate_plan(chain)
         assert all(np.array_equal(out, xs[root]) for out in execute_plan(chain, xs))
-        assert chain.n_steps == n - 1
+        assert chain.n_steps == max(0, 2 * n - 3)  # N−1 pieces, each N−1 hops, pipelined
         outs = execute_plan(native_plan("ring", "gather", n, n_elems, root), xs)
         assert np.array_equal(outs[root], np.concatenate(
             [xs[j][bound[j]:bound[j + 1]] for j in range(n)]))
@@ -209,8 +209,23 @@ def test_oddl_plan_lays_out_a_kind(capsys: pytest.CaptureFixture[str]):
     assert d["collective"] == "halving-doubling reduce_scatter" and d["steps"] == 3
     assert plan_main(["plan", "ring", "--nodes", "5", "--kind", "broadcast", "--root", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ring broadcast from rank 2 on 5 nodes: 4 steps")
+    assert out.startswith("ring broadcast from rank 2 on 5 nodes: 7 steps")
     assert "node2->node3" in out
+
+
+def test_the_broadcast_chain_is_a_pipeline_on_the_slots():
+    # N−1 pieces down the chain: every hop busy in the middle steps, so the slots carry
+    # (2N−3)/(N−1) of the buffer's time, not N−1 of it; each hop still moves the whole buffer
+    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
+    topo: Topology = topology_from_config(cfg)
+    timing = timing_from_config(cfg)
+    n, n_elems = 4, 3_000_000
+    chain = native_plan("ring", "broadcast", n, n_elems, 1)
+    assert chain.bytes_sent(4).tolist() == [0, n_elems * 4, n_elems * 4, n_elems * 4]
+    hold = sum(slot.hold_s for slot in schedule_plan(chain, topo.node_ids, topo, timing,
+                                                     4).slots)
+    whole = timing.hold_s(n_elems * 4)
+    assert hold == pytest.approx(whole * (2 * n - 3) / (n - 1), rel=1e-6)
 
 
 def test_the_outcome_message_carries_the_call():

@@ -6,8 +6,8 @@ Every plan works on one work buffer per rank, cut into blocks at ``(i·n_elems)/
 - all-gather / reduce-scatter: the two halves of the ring (N−1 steps, i → i+1) or of
   halving-doubling (log₂N steps, distance doubling / halving), so each rank sends (N−1)/N
   of the buffer. Reduce-scatter leaves the reduced block r at rank r.
-- broadcast: a chain from the root, root → root+1 → …, the whole buffer per step (the
-  agents' chunk pipeline overlaps the steps).
+- broadcast: a chain from the root, root → root+1 → …, the buffer cut into N−1 pieces that
+  follow one another down the chain (2N−3 steps, every hop busy in the middle ones).
 - all-to-all: N−1 permutation steps; in step k rank i sends input block i+k to rank i+k,
   which receives it into output block i (a receive offset other than the send offset).
 - gather / scatter: one step of N−1 flows to / from the root (the scheduler splits it into
@@ -104,12 +104,18 @@ def _hd_half(kind: str, n: int, n_elems: int) -> Plan:
 
 
 def broadcast_chain(n: int, n_elems: int, root: int) -> Plan:
-    """The root's buffer down the chain root → root+1 → … → root+N−1 (COPY)."""
+    """The root's buffer down the chain root → root+1 → … → root+N−1, cut into N−1 pieces that
+    follow one another (COPY): in step s hop h forwards piece s−h, so the hops carry pieces at
+    once and the chain takes 2N−3 steps of 1/(N−1) of the buffer, not N−1 steps of all of it
+    (a pipeline the slots carry on the optical network too, where each step is a slot)."""
+    pieces = min(n - 1, n_elems)
+    bounds = (np.arange(pieces + 1, dtype=np.int64) * n_elems) // max(pieces, 1)
     steps: list[Step] = []
-    for k in range(n - 1 if n_elems else 0):
-        one = np.ones(1, dtype=np.int64)
-        steps.append(Step(read_only((root + k) % n * one), read_only((root + k + 1) % n * one),
-                          read_only(0 * one), read_only(n_elems * one), Op.COPY, "chain"))
+    for s in range(pieces + n - 2 if pieces else 0):
+        hops = np.array([h for h in range(n - 1) if 0 <= s - h < pieces], dtype=np.int64)
+        piece = s - hops
+        _append_nonempty(steps, read_only((root + hops) % n), read_only((root + hops + 1) % n),
+                         bounds[piece], bounds[piece + 1] - bounds[piece], Op.COPY, "chain")
     return Plan("chain/broadcast", n, n_elems, tuple(steps))
 
 
