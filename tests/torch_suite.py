@@ -65,7 +65,8 @@ NOT_HERE = re.compile(r"cuda|nccl|gpu")
 FAST = ("test_all_reduce_sum", "test_all_reduce_sum_async", "test_all_reduce_max",
         "test_all_reduce_product", "test_reduce_sum", "test_broadcast", "test_all_gather",
         "test_all_gather_coalesced_simple", "test_barrier", "test_gather", "test_scatter",
-        "test_send_recv", "test_new_subgroups_with_group_param", "test_get_rank_size_group",
+        "test_send_recv", "test_irecv", "test_send_recv_any_source",
+        "test_new_subgroups_with_group_param", "test_get_rank_size_group",
         "test_all_reduce_full_group_sum", "test_DistributedDataParallel_requires_grad")
 
 
