@@ -97,12 +97,18 @@ def reduce_name(what: str, opts: Any) -> str:
 
 def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
             fallback: Any = None) -> None:
-    """All-reduce `t` in place with torch's reduction `name`. A dtype the agent cannot reduce
-    (bfloat16, bool, complex) goes to `fallback` (ODDL_TORCH_FALLBACK=gloo), counted, or is
-    refused naming the fix."""
+    """All-reduce `t` in place with torch's reduction `name`. bfloat16 is reduced as float32
+    (every bfloat16 is a float32; the result, the same on every rank, is rounded once). A dtype
+    the agent cannot reduce (bool, complex) goes to `fallback` (ODDL_TORCH_FALLBACK=gloo),
+    counted, or is refused naming the fix."""
     if name == "AVG" and not t.is_floating_point():
         raise UnsupportedCollective(f"{what}(AVG) of {t.dtype}: average floating-point "
                                     "tensors (or SUM the integers)")
+    if t.dtype == torch.bfloat16 and t.device.type == "cpu":
+        wide = t.float()
+        reduce_(ch, wide, name, world, f"{what} (bfloat16 as float32)")
+        t.copy_(wide)
+        return
     try:
         a = as_numpy(t, what)
     except UnsupportedCollective:

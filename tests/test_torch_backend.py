@@ -150,6 +150,9 @@ def test_every_collective_and_point_to_point_is_exact_and_native(apis: list[str]
         # MAX: the agent's own reduction, exact, no fallback
         assert got["max_native"] == allin[9].astype(np.float32).max(0).astype(float).tolist()
         assert got["counters_before_fallback"]["total"]["fallback_calls"] == 0
+        assert got["sum_bf16"] == [0.5 * WORLD + sum(range(WORLD)), WORLD,
+                                   -2.0 * sum(range(WORLD))]
+        assert kinds["all_reduce (bfloat16 as float32)(SUM)"]["optical_bytes"] == 3 * 4
         kinds = got["counters"]["kinds"]
         assert kinds["all_reduce(MAX)"] == {"calls": 1, "optical_bytes": 9 * 4,
                                             "fallback_calls": 0, "fallback_bytes": 0}

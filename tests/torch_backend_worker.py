@@ -109,6 +109,10 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
     m = inputs(rank, 9, torch.float32)
     dist.all_reduce(m, op=dist.ReduceOp.MAX)
     out["max_native"] = m.tolist()
+    # bfloat16: reduced as float32 by the agent, rounded once
+    bf = torch.tensor([0.5 + rank, 1.0, -2.0 * rank], dtype=torch.bfloat16)
+    dist.all_reduce(bf)
+    out["sum_bf16"] = bf.float().tolist()
     out["counters_before_fallback"] = ob.counters()
     # point-to-point natively, as flows: every rank posts its receive first (a ring exchange,
     # which deadlocks if a receive holds up the rank's send)
