@@ -63,7 +63,10 @@ class FlowDesk:
             if job.network != "ideal" and self.devices.verified.channels.get(tx) != channel:
                 guard_s = self._retune(job, src, dst, tx, channel)
                 retuned = True
-            earliest = time.time() + self.cfg.timing.launch_margin_ms / 1e3
+            # the sender is the only one to tell, and it waits for this reply: its window may
+            # open now (a retune above is locked already); the book keeps it after the
+            # devices' previous windows, each with the slot margin and the clock skew
+            earliest = time.time()
             try:
                 window = self.book.book(
                     (job.id, src, dst, request.tag), tx, dst, earliest,
