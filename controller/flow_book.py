@@ -30,8 +30,9 @@ class FlowNumbersExhausted(ValueError):
 def next_number(last: int, job_age_s: float) -> int:
     """The number of a pair's next flow: one more than its last, and at least the job's age
     in milliseconds, so that a controller restarted without its memory of `last` (0) still
-    numbers above every flow it numbered before (a receiver drops a flow whose number is not
-    above the last it took from that sender as a leftover)."""
+    numbers above every flow it numbered before, unless the pair averaged more than one flow
+    per millisecond (a receiver drops a flow whose number is not above the last it took from
+    that sender as a leftover)."""
     number = max(last + 1, int(job_age_s / NUMBER_TICK_S) + 1)
     if number > MAX_NUMBER:
         raise FlowNumbersExhausted(
