@@ -75,12 +75,16 @@ class Flows:
         self._lock = threading.Lock()
         self.sent = self.received = self.retuned = 0
 
-    def _check(self, job: AgentJob, peer_rank: int, what: str) -> str:
+    def _check(self, job: AgentJob, peer_rank: int | None, what: str) -> str:
+        """The peer's node (none for a receive from any rank); OperationRefused for a peer
+        outside the job or this node, or data links that carry no flows."""
         if not isinstance(self.link, StreamLink):
             raise OperationRefused(
                 f"{self.node_id}: {what} needs the agents' stream data path; this agent runs "
                 "ZeroMQ data links (`[fabric] transport` relay or curve), which carry "
                 "collectives only: use transport = \"streams\" for point-to-point")
+        if peer_rank is None:
+            return ""
         if not 0 <= peer_rank < len(job.nodes) or job.nodes[peer_rank] == self.node_id:
             raise OperationRefused(
                 f"{self.node_id}: {what} rank {peer_rank}: the peer must be another rank of job "
@@ -151,6 +155,7 @@ class Flows:
                  timeout_s: float) -> tuple[np.ndarray, int]:
         """The first flow from any rank of `job` on (`tag`, `session`), into `out`; with the
         rank it came from."""
+        self._check(job, None, "a receive from any rank")
         label = flow_label(job.id, session, tag)
         deadline = wallclock.now() + timeout_s
         peers = [n for n in job.nodes if n != self.node_id]

@@ -210,5 +210,7 @@ def test_the_relay_transport_refuses_flows_naming_the_one_that_carries_them(tmp_
         job = tb.operator.submit("p2p-relay", [], "ring", "optical")["id"]
         with pytest.raises(OperationRefused, match='transport = "streams" for point-to-point'):
             tb.clients[0].send(np.ones(4), 1, job=job)
+        with pytest.raises(OperationRefused, match="a receive from any rank needs"):
+            tb.clients[1].recv_any(np.ones(4), job=job)
         outs = collective_all(tb.clients, lambda cl, r: cl.allreduce(np.full(4, r), job=job))[1]
         assert all(np.array_equal(o, np.full(4, 6)) for o in outs), outs  # collectives still go
