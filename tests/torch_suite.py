@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                    "that run without CUDA")
     p.add_argument("--parallel", action="store_true", help="run the backends side by side")
     p.add_argument("--fallback", action="store_true",
-                   help="oddl with ODDL_TORCH_FALLBACK=gloo (point-to-point over gloo)")
+                   help="oddl with ODDL_TORCH_FALLBACK=gloo (bool, complex reductions on gloo)")
     p.add_argument("--json", type=Path, help="write every outcome and the summary here")
     a = p.parse_args(argv)
     names = select(a.families.split(",") if a.families else None, a.fast,
