@@ -284,21 +284,7 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if size > MAX_ELEMENTS:
         raise OperationRefused(f"array of {size} elements is larger than the local API takes "
                                f"({MAX_ELEMENTS}); split the bucket")
-    shm = header.get("shm")
-    if shm is not None and not isinstance(shm, str):
-        raise OperationRefused("malformed allreduce request: shm is not a file name")
-    bucket = header.get("bucket")
-    if bucket is not None and (not isinstance(bucket, str) or not _TOKEN.match(bucket)):
-        raise OperationRefused("malformed allreduce request: bucket is not a token this agent "
-                               "issued; use agents.client.AgentClient")
-    if bucket is not None and shm is not None:
-        raise OperationRefused("malformed allreduce request: it names a bucket file and a "
-                               "bucket token; name one")
-    offset = header.get("offset", 0)
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 1 << 62 \
-            or offset and bucket is None:
-        raise OperationRefused(f"malformed allreduce request: offset {offset!r} is not a "
-                               "byte offset into the bucket the request names by its token")
+    shm, bucket, offset = _parse_memory(header)
     job = header.get("job")
     if job is not None and (not isinstance(job, str) or not job):
         raise OperationRefused("malformed allreduce request: job is not a job id")
@@ -315,6 +301,34 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if world is not None and (isinstance(world, bool) or not isinstance(world, int)):
         raise OperationRefused(f"malformed allreduce request: world {world!r} is not a number "
                                "of ranks")
+    tag, session = _parse_flow(header)
+    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
+                            steps, kind, op, root, world, offset, tag, session)
+
+
+def _parse_memory(header: dict[str, Any]) -> tuple[str | None, str | None, int]:
+    """Where the array is: a named bucket file, a bucket token and a byte offset in it, or
+    (none of them) in the request's payload."""
+    shm = header.get("shm")
+    if shm is not None and not isinstance(shm, str):
+        raise OperationRefused("malformed allreduce request: shm is not a file name")
+    bucket = header.get("bucket")
+    if bucket is not None and (not isinstance(bucket, str) or not _TOKEN.match(bucket)):
+        raise OperationRefused("malformed allreduce request: bucket is not a token this agent "
+                               "issued; use agents.client.AgentClient")
+    if bucket is not None and shm is not None:
+        raise OperationRefused("malformed allreduce request: it names a bucket file and a "
+                               "bucket token; name one")
+    offset = header.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < 1 << 62 \
+            or offset and bucket is None:
+        raise OperationRefused(f"malformed allreduce request: offset {offset!r} is not a "
+                               "byte offset into the bucket the request names by its token")
+    return shm, bucket, offset
+
+
+def _parse_flow(header: dict[str, Any]) -> tuple[int, str]:
+    """A send's or a receive's tag and session (`agents.flows`; 0 and "" by default)."""
     tag = header.get("tag", 0)
     if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 31:
         raise OperationRefused(f"malformed allreduce request: tag {tag!r} is not an integer in "
@@ -323,8 +337,7 @@ def parse_allreduce(header: Any) -> AllreduceRequest:
     if not isinstance(session, str) or not _SESSION.match(session):
         raise OperationRefused(f"malformed allreduce request: session {session!r} is not up "
                                "to 64 letters, digits, '-' or '_'")
-    return AllreduceRequest(dtype, tuple(raw_shape), shm, job, float(timeout), bucket, step,
-                            steps, kind, op, root, world, offset, tag, session)
+    return tag, session
 
 
 def _parse_steps(header: dict[str, Any]) -> tuple[int | None, dict[str, int]]:

@@ -169,32 +169,7 @@ def lists_and_subgroups(rank: int, world: int) -> dict[str, Any]:
     dist.all_reduce(mine, group=pairs[rank // 2])
     out["pair_sum"] = mine.tolist()
     if rank in (1, 2):
-        gathered = [torch.empty(2, dtype=torch.int64) for _ in range(2)]
-        dist.all_gather(gathered, torch.full((2,), rank, dtype=torch.int64), group=middle)
-        out["middle_gather"] = [g.tolist() for g in gathered]
-        dist.barrier(group=middle)  # c10d passes barrier's options by keyword
-        got = [t.clone() for t in small]  # gloo's, each tensor on its own too
-        dist.all_reduce_coalesced(got, op=dist.ReduceOp.MAX, group=middle)
-        out["middle_coalesced_max"] = [t.tolist() for t in got]
-        # more of the group's collectives, all as flows among its two members
-        b = torch.full((3,), float(rank)) if rank == 2 else torch.zeros(3)
-        dist.broadcast(b, src=2, group=middle)
-        out["middle_broadcast"] = b.tolist()
-        rs = torch.empty(2)
-        dist.reduce_scatter_tensor(rs, torch.arange(4.0) * rank, group=middle)
-        out["middle_reduce_scatter"] = rs.tolist()
-        sizes = [1, 2] if rank == 1 else [3, 1]  # uneven: rank 1 sends 1 to itself, 2 to rank 2
-        a2a = torch.empty(sum([1, 3] if rank == 1 else [2, 1]), dtype=torch.int64)
-        dist.all_to_all_single(a2a, torch.full((sum(sizes),), rank, dtype=torch.int64),
-                               [1, 3] if rank == 1 else [2, 1], sizes, group=middle)
-        out["middle_all_to_all"] = a2a.tolist()
-        # point-to-point in the group, addressed by global rank as c10d does
-        peer = 2 if rank == 1 else 1
-        got_p2p = torch.empty(2, dtype=torch.int64)
-        work = dist.irecv(got_p2p, peer, group=middle)
-        dist.send(torch.full((2,), 10 * rank, dtype=torch.int64), peer, group=middle)
-        work.wait()
-        out["middle_p2p"] = got_p2p.tolist()
+        out.update(_middle_group(rank, middle, small))
     # a subgroup beside, on gloo, when asked
     os.environ["ODDL_TORCH_SUBGROUPS"] = "gloo"
     beside = dist.new_group([0, 3])
@@ -204,6 +179,38 @@ def lists_and_subgroups(rank: int, world: int) -> dict[str, Any]:
         dist.all_reduce(one, group=beside)
         out["beside_sum"] = one.tolist()
     out["counters"] = ob.counters()
+    return out
+
+
+def _middle_group(rank: int, middle: Any, small: list[torch.Tensor]) -> dict[str, Any]:
+    """The subgroup of ranks [1, 2]: its collectives and point-to-point, all as flows."""
+    out: dict[str, Any] = {}
+    gathered = [torch.empty(2, dtype=torch.int64) for _ in range(2)]
+    dist.all_gather(gathered, torch.full((2,), rank, dtype=torch.int64), group=middle)
+    out["middle_gather"] = [g.tolist() for g in gathered]
+    dist.barrier(group=middle)  # c10d passes barrier's options by keyword
+    got = [t.clone() for t in small]  # each tensor reduced on its own here too
+    dist.all_reduce_coalesced(got, op=dist.ReduceOp.MAX, group=middle)
+    out["middle_coalesced_max"] = [t.tolist() for t in got]
+    # more of the group's collectives, all as flows among its two members
+    b = torch.full((3,), float(rank)) if rank == 2 else torch.zeros(3)
+    dist.broadcast(b, src=2, group=middle)
+    out["middle_broadcast"] = b.tolist()
+    rs = torch.empty(2)
+    dist.reduce_scatter_tensor(rs, torch.arange(4.0) * rank, group=middle)
+    out["middle_reduce_scatter"] = rs.tolist()
+    sizes = [1, 2] if rank == 1 else [3, 1]  # uneven: rank 1 sends 1 to itself, 2 to rank 2
+    a2a = torch.empty(sum([1, 3] if rank == 1 else [2, 1]), dtype=torch.int64)
+    dist.all_to_all_single(a2a, torch.full((sum(sizes),), rank, dtype=torch.int64),
+                           [1, 3] if rank == 1 else [2, 1], sizes, group=middle)
+    out["middle_all_to_all"] = a2a.tolist()
+    # point-to-point in the group, addressed by global rank as c10d does
+    peer = 2 if rank == 1 else 1
+    got_p2p = torch.empty(2, dtype=torch.int64)
+    work = dist.irecv(got_p2p, peer, group=middle)
+    dist.send(torch.full((2,), 10 * rank, dtype=torch.int64), peer, group=middle)
+    work.wait()
+    out["middle_p2p"] = got_p2p.tolist()
     return out
 
 
