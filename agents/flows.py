@@ -143,13 +143,14 @@ class Flows:
         """The next flow from rank `src_rank` of `job` on (`tag`, `session`), into `out`."""
         src = self._check(job, src_rank, "receive from")
         label = flow_label(job.id, session, tag)
-        header = self._header(label, src, wallclock.now() + timeout_s)
+        deadline = wallclock.now() + timeout_s
+        header = self._header(label, src, deadline)
         if header is None:
             raise CollectiveError(
                 f"{self.node_id}: nothing from {src} on tag {tag} of job {job.id} in time: its "
                 "training process has not sent it (every receive needs the peer's send, in "
                 "order per tag) or its agent cannot be reached (`oddl status`)")
-        return self._take(job, src, tag, label, header, out, wallclock.now() + timeout_s)
+        return self._take(job, src, tag, label, header, out, deadline)
 
     def recv_any(self, job: AgentJob, tag: int, session: str, out: np.ndarray,
                  timeout_s: float) -> tuple[np.ndarray, int]:

@@ -329,7 +329,8 @@ class OddlProcessGroup(dist.ProcessGroup):
 
 def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     """The creator torch.distributed calls for ``init_process_group("oddl")`` and for each
-    ``new_group``: the world's group over the agent's job, a smaller one served by gloo."""
+    ``new_group``: the world's group over the agent's job, a smaller one as flows among its
+    members (or on gloo, `_subgroup`)."""
     rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
     ranks = list(dist_opts.global_ranks_in_group or [])
     timeout = dist_opts.timeout

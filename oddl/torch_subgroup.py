@@ -1,17 +1,14 @@
 # mypy: disable-error-code="override"
 # (c10d's ProcessGroup stubs overload its methods; the backend API calls them with lists)
-"""What the oddl backend hands to gloo, and how: subgroups, and the fallback's calls per tensor.
+"""What the oddl backend hands to gloo, and how: subgroups on request, and the fallback's calls
+per tensor.
 
-**Subgroups.** `dist.new_group(ranks)` with fewer ranks than the world (FSDP's hybrid sharding,
-tensor plus data parallel, the suite's `*_group` tests) cannot use the agent's job: a job's
-collective needs every node of the job, and the other ranks are not in the call. Serving it
-optically needs a sub-job for those ranks' nodes, which only an operator can submit (the
-controller's job API, behind the operator's mutual-TLS certificate); a training process holds
-its agent's local API only, and giving every rank operator credentials would undo the
-controller's security model (docs/security.md). So a subgroup is a `GlooServedGroup`: an
-oddl-named process group whose every collective runs on a gloo group of the same ranks over
-the host network, counted per kind as ``"<kind> (subgroup, gloo)"`` in `counters()`
-(`fallback_bytes`), and logged once at creation naming the ranks.
+**Subgroups.** `dist.new_group(ranks)` with fewer ranks than the world runs over the optics as
+flows among its members (`oddl.torch_flow_group`, decision record 0021). With
+``ODDL_TORCH_SUBGROUPS=gloo`` it is a `GlooServedGroup` instead: an oddl-named process group
+whose every collective runs on a gloo group of the same ranks over the host network, counted
+per kind as ``"<kind> (subgroup, gloo)"`` in `counters()` (`fallback_bytes`), and logged once
+at creation naming the ranks.
 
 **Per tensor.** c10d's list forms hand a backend several tensors in one call
 (`all_reduce_coalesced`): each must be reduced on its own. gloo's `allreduce` given a list
@@ -99,8 +96,8 @@ class GlooServedGroup(dist.ProcessGroup):
         self._name = name
         if rank == 0:
             logger.warning("oddl backend: the subgroup of ranks %s is served by gloo over the "
-                           "host network (a job's collective needs every node of the job; "
-                           "counted as '(%s)')", ranks, SUBGROUP_TAG)
+                           "host network (ODDL_TORCH_SUBGROUPS=gloo; counted as '(%s)')",
+                           ranks, SUBGROUP_TAG)
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return "oddl"

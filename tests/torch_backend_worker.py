@@ -141,8 +141,8 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
 
 
 def lists_and_subgroups(rank: int, world: int) -> dict[str, Any]:
-    """Coalesced lists (each tensor reduced on its own, natively and over gloo in a subgroup)
-    and subgroups (served by gloo, counted)."""
+    """Coalesced lists (each tensor reduced on its own, in the world and in a subgroup) and
+    subgroups (as flows among their members; one on gloo by request, counted)."""
     out: dict[str, Any] = {}
     ins = [inputs(rank, 3, torch.float32), inputs(rank + 10, 5, torch.float32)]
     outs = [[torch.empty(3), torch.empty(5)] for _ in range(world)]

@@ -61,7 +61,7 @@ NOT_HERE = re.compile(r"cuda|nccl|gpu")
 
 # `make test`'s subset: a few tests of every family that runs here, minutes on a loaded 2-core
 # machine (the suite's all_to_all tests skip for every backend but MPI, its `*_group` tests
-# below WORLD_SIZE 8; test_new_subgroups_with_group_param makes subgroups, served by gloo)
+# below WORLD_SIZE 8; test_new_subgroups_with_group_param makes subgroups, carried as flows)
 FAST = ("test_all_reduce_sum", "test_all_reduce_sum_async", "test_all_reduce_max",
         "test_all_reduce_product", "test_reduce_sum", "test_broadcast", "test_all_gather",
         "test_all_gather_coalesced_simple", "test_barrier", "test_gather", "test_scatter",
