@@ -127,6 +127,8 @@ class ControllerLink:
                                     timeout=1.0)
         except grpc.RpcError:
             return None
+        except ValueError:  # `close` closed the channel: no sample, as when it fails
+            return None
         return ClockSample(t1, r.controller_receive_ns, r.controller_send_ns,
                            wallclock.now_ns())
 
@@ -141,9 +143,11 @@ class ControllerLink:
                 for event in stream:
                     backoff = 0.2
                     self._on_event(event, listener)
-            except grpc.RpcError as exc:
+            except (grpc.RpcError, ValueError) as exc:  # ValueError: `close` closed the channel
                 if self.stop.is_set():
                     return
+                if isinstance(exc, ValueError):
+                    raise
                 logger.warning("%s: schedule stream ended (%s); reconnecting", self.node_id,
                                _code(exc))
             if self.stop.wait(backoff):
@@ -153,6 +157,10 @@ class ControllerLink:
                 reregister()
             except OddlError as exc:
                 logger.warning("%s: re-register failed: %s", self.node_id, exc)
+            except ValueError:
+                if self.stop.is_set():
+                    return
+                raise
 
     def _on_event(self, event: pb.ScheduleEvent, listener: StreamListener) -> None:
         kind = event.WhichOneof("event")
@@ -189,6 +197,10 @@ class ControllerLink:
                     reregister()
             except (grpc.RpcError, OddlError) as exc:
                 logger.warning("%s: heartbeat failed: %s", self.node_id, exc)
+            except ValueError:  # `close` closed the channel under this beat
+                if self.stop.is_set():
+                    return
+                raise
 
     def report(self, req: pb.ReportCollectiveRequest) -> None:
         """Queue a collective's outcome (sent off the collective's critical path)."""
