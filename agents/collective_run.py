@@ -90,6 +90,10 @@ class CollectiveRun:
     """The schedule's collective (``ring``, ...), for the trace."""
     caller_step: int = 0
     """The training process's number for this call, for the trace."""
+    circuits_standing: bool = False
+    """Every circuit the slots use is up before the run and none changes during it (a
+    standing schedule that retunes nothing, decision record 0022): no send waits for a slot
+    edge, the data paces the run."""
 
     @property
     def gated(self) -> bool:
@@ -146,7 +150,8 @@ class RunContext:
             self.granted = granted_slots(run.slots)
             self.to_confirm = confirmations(run.slots, me)
         if run.gated:
-            self.continuing = continuing_slots(run.slots)
+            self.continuing = (frozenset(slot.index for slot in run.slots)
+                               if run.circuits_standing else continuing_slots(run.slots))
         for slot in run.slots:
             for pair in slot.pairs:
                 self.slot_of[(slot.step, *pair)] = slot

@@ -232,9 +232,11 @@ class CollectiveRunner:
             raise error from exc
         finally:
             self._running.clear()
+        # retuning nothing, it needs no common instant: it starts at once (decision 0022)
+        still = schedule is not None and not retunes(schedule)
         try:
             everyone, t0 = agree(job.id, seq, mine, theirs,
-                                 self.cfg.timing.standing_margin_ms / 1e3)
+                                 0.0 if still else self.cfg.timing.standing_margin_ms / 1e3)
         except StepMismatch as exc:
             job.next_seq += 1  # every node saw the same readies and refuses alike
             self._report(job, seq, False, str(exc), {})
@@ -245,7 +247,8 @@ class CollectiveRunner:
         self.standing_runs += 1
         if retunes(schedule) and job.rank == 0:
             self._announce_standing(job, seq, t0, array, schedule)
-        return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s)
+        return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s,
+                         circuits_standing=still)
 
     def _exchange(self, job: AgentJob, mine: Ready, deadline: float
                   ) -> tuple[int, list[Ready]]:
@@ -313,7 +316,7 @@ class CollectiveRunner:
                                f"{self._abort_reason}")
 
     def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
-             t0_local: float) -> np.ndarray:
+             t0_local: float, circuits_standing: bool = False) -> np.ndarray:
         self._data_moved = True
         decoded = decode_schedule(schedule)
         run = CollectiveRun(
@@ -322,7 +325,8 @@ class CollectiveRunner:
             receive_timeout_s=decoded.receive_timeout_s,
             line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9, reduce_op=self._call[1],
             kind=self._call[0],
-            collective=decoded.collective, caller_step=self._step)
+            collective=decoded.collective, caller_step=self._step,
+            circuits_standing=circuits_standing)
         if t0_local > 0:
             self.starts.append((job.id, seq, self._called_at,
                                 t0_local + first_data_start(schedule)))

@@ -60,6 +60,8 @@ class LightPhy:
         self._row = table.counters[self.me]
         self._reopened_at = 0.0
         self._warned = 0.0
+        self._warned_misdirected = -60.0
+        self.misdirected_chunks = 0
         self.lost_by_reason: dict[str, int] = {}
 
     # ---- transmitter ------------------------------------------------------------------
@@ -81,6 +83,18 @@ class LightPhy:
 
     def lost(self, src: str, reason: str, nbytes: int) -> None:
         self._count_loss(f"{src}: {reason}", nbytes)
+
+    def misdirected(self, dst: str, reached: str, nbytes: int) -> None:
+        """A chunk meant for `dst` left on light that reaches `reached`, which drops it as
+        misrouted (and counts it): warned about here, once a minute, since `dst` sees nothing."""
+        self.misdirected_chunks += 1
+        now = self.clock()
+        if now - self._warned_misdirected > 60.0:
+            self._warned_misdirected = now
+            logger.warning("%s: a chunk of %d B for %s left on light that reaches %s (%d so "
+                           "far): check this node's transmitter channel and the WSS route "
+                           "(`oddl status`)", self.nodes[self.me], nbytes, dst, reached,
+                           self.misdirected_chunks)
 
     # ---- receiver ---------------------------------------------------------------------
     def receive(self, src: str, head: ChunkHead, arrived: float,

@@ -114,6 +114,9 @@ class Phy(Protocol):
     def lost(self, src: str, reason: str, nbytes: int) -> None:
         """Count a chunk whose light reached no receiver."""
 
+    def misdirected(self, dst: str, reached: str, nbytes: int) -> None:
+        """Count a chunk meant for `dst` whose light reached `reached` instead."""
+
 
 MAX_CHUNK = 64 << 20
 """A header announcing a bigger payload is garbage: the stream is dropped."""

@@ -95,10 +95,7 @@ class StreamLink:
         self.sent_bytes = 0
         self.received_bytes = 0
         self.sent_by_peer: Counter[str] = Counter()
-        self.misrouted = 0
-        self.malformed = 0
-        self.stale = 0
-        self.refused_auth = 0
+        self.misrouted = self.malformed = self.stale = self.refused_auth = 0
         self._thread = threading.Thread(target=self._accept_loop, name=f"{node_id}-streams",
                                         daemon=True)
         self._thread.start()
@@ -245,6 +242,8 @@ class StreamLink:
             if light is None:
                 self.phy.lost(self.node_id, reason, len(payload))
                 return
+            if light != dst:  # the receiver drops it as misrouted; say so where it left too
+                self.phy.misdirected(dst, light, len(payload))
             to = light
         raw = head.pack()
         for attempt in (1, 2):

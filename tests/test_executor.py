@@ -171,7 +171,8 @@ class _Recorder:
         return RecordingGate()
 
 
-def _run_gated(nodes, decoded, elems: int) -> tuple[_Recorder, float]:
+def _run_gated(nodes, decoded, elems: int, circuits_standing: bool = False
+               ) -> tuple[_Recorder, float]:
     """Run the decoded schedule on real stream links from t0 = now + 0.2 s, check the exact
     sum at every node; return what each node waited for and confirmed, and t0."""
     seen = _Recorder(nodes)
@@ -184,7 +185,8 @@ def _run_gated(nodes, decoded, elems: int) -> tuple[_Recorder, float]:
 
     def go(r: int) -> None:
         run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
-                            receive_timeout_s=decoded.receive_timeout_s)
+                            receive_timeout_s=decoded.receive_timeout_s,
+                            circuits_standing=circuits_standing)
         outs[r] = run_collective(run, arrays[r], links[nodes[r]], seen.gate(nodes[r]),
                                  handoffs=seen.handoffs(nodes[r]))
 
@@ -227,3 +229,12 @@ def test_a_send_that_continues_the_previous_slots_circuits_waits_for_no_edge():
     # each node waited for the first slot's edge only: slots 1-5 keep its circuits
     for node in nodes:
         assert seen.edges[node] == [t0 + decoded.slots[0].data_start_s]
+
+
+def test_a_run_on_standing_circuits_waits_for_no_edge_at_all():
+    # a standing schedule that retunes nothing (decision record 0022): the circuits are up
+    # before the run and stay up, so not even the first slot's send waits for its edge
+    nodes, decoded = _decoded("ring", 100_000)
+    seen, t0 = _run_gated(nodes, decoded, 100_000, circuits_standing=True)
+    assert all(seen.edges[node] == [] for node in nodes), seen.edges
+    assert all(c[0] != "wait" for node in nodes for c in seen.calls[node])

@@ -131,6 +131,8 @@ def test_chunks_go_where_the_light_goes(emulated):
         with pytest.raises(CollectiveError, match="misrouted"):
             links["n1"].recv_chunk("j", "n0", 2, 0, time.time() + 2)
         assert links["n1"].misrouted == 1
+        # and the sender says where its chunk went (nothing tells n2)
+        assert links["n0"].phy is not None and links["n0"].phy.misdirected_chunks == 1
         # the ideal network ignores the light: named destination
         _send(links["n0"], "n3", 3, b"c" * 10, optical=False)
         assert bytes(links["n3"].recv_chunk("j", "n0", 3, 0, time.time() + 10)[1]) == b"c" * 10

@@ -9,6 +9,7 @@ tests/data/torch_suite_oddl_passes.json must still pass, each failure shown with
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -33,10 +34,29 @@ def test_the_families_sort_the_suites_names():
 
 @pytest.mark.e2e
 @pytest.mark.timeout(1200)
-def test_oddl_keeps_passing_what_it_passed():
+def test_oddl_keeps_passing_what_it_passed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     recorded = set(json.loads(torch_suite.PASSES.read_text())["oddl"])
     assert recorded <= set(torch_suite.FAST), "the record names tests the fast run leaves out"
-    results = torch_suite.run_suite(list(torch_suite.FAST), ["oddl"])["oddl"]
+    monkeypatch.setenv("TORCH_SUITE_LOGS", str(tmp_path))
+    results = torch_suite.run_suite(list(torch_suite.FAST), ["oddl"], workdir=tmp_path)["oddl"]
     lost = {n: torch_suite.reason_of(results[n]) if n in results else "not run"
             for n in sorted(recorded) if results.get(n, {}).get("status") != "passed"}
-    assert not lost, f"oddl no longer passes: {json.dumps(lost, indent=1)}"
+    assert not lost, f"oddl no longer passes: {json.dumps(lost, indent=1)}\n" + "\n".join(
+        _what_the_run_logged(tmp_path, list(lost)))
+
+
+def _what_the_run_logged(folder: Path, failed: list[str]) -> list[str]:
+    """The ranks' output of each failed test and the warnings of every service (CI keeps no
+    files: the assertion message is all a reader of a red run gets)."""
+    out = []
+    ranks = (folder / "torch-suite-oddl.log").read_text(errors="replace").splitlines()
+    for name in failed:
+        begun = [i for i, line in enumerate(ranks) if line.startswith(f"[oddl] {name} ")]
+        if begun:
+            out.append(f"--- the ranks of {name}:\n" + "\n".join(
+                ranks[begun[0]:begun[-1] + 1][-60:]))
+    for log in sorted(folder.glob("agent-*.log")) + [folder / "controller.log"]:
+        warned = [line for line in log.read_text(errors="replace").splitlines()
+                  if " WARNING " in line or " ERROR " in line]
+        out.append(f"--- {log.name}, its last warnings:\n" + "\n".join(warned[-15:]))
+    return out

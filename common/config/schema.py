@@ -61,8 +61,9 @@ class TimingConfig:
     launch_margin_ms: float = 5.0
     receive_timeout_ms: float = 2000.0
     standing_margin_ms: float = 2.0
-    """A repeated collective that retunes nothing starts this long after its last node is
-    ready, agreed among the agents without the controller (0 = always ask the controller)."""
+    """A repeated collective agreed among the agents without the controller: one that retunes
+    starts this long after its last node is ready; one that retunes nothing starts at once
+    (decision record 0022). 0 = always ask the controller."""
 
 
 @dataclass(frozen=True)
