@@ -168,8 +168,10 @@ class Flows:
                             job.nodes.index(src))
             if wallclock.now() > deadline:
                 raise CollectiveError(
-                    f"{self.node_id}: nothing from any rank on tag {tag} of job {job.id} in "
-                    "time: no training process sent to this rank")
+                    f"{self.node_id}: nothing from any rank ({', '.join(peers)}) on tag {tag} "
+                    f"of job {job.id} in {timeout_s:g} s: no training process sent to this "
+                    "rank, or the flow was lost on the way (a sender's log names where its "
+                    "light went)")
             time.sleep(ANY_SOURCE_POLL_S)
 
     def _take(self, job: AgentJob, src: str, tag: int, label: str,
