@@ -113,6 +113,10 @@ def _async_and_fallback(rank: int, world: int, out: dict[str, Any]) -> None:
     bf = torch.tensor([0.5 + rank, 1.0, -2.0 * rank], dtype=torch.bfloat16)
     dist.all_reduce(bf)
     out["sum_bf16"] = bf.float().tolist()
+    # and its reduce-scatter (FSDP's with a bfloat16 reduce dtype), the same way
+    bf_rs = torch.empty(2, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(bf_rs, torch.arange(2.0 * world, dtype=torch.bfloat16) + rank)
+    out["reduce_scatter_bf16"] = bf_rs.float().tolist()
     out["counters_before_fallback"] = ob.counters()
     # point-to-point natively, as flows: every rank posts its receive first (a ring exchange,
     # which deadlocks if a receive holds up the rank's send)
