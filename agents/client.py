@@ -207,6 +207,11 @@ class AgentClient:
         """Whether `array` lives in this client's shared-memory bucket."""
         return self._buckets.bucket is not None and self._buckets.bucket.owns(array)
 
+    def holds(self, array: np.ndarray) -> bool:
+        """Whether the agent reaches `array` where it is (the bucket, or memory this client
+        handed it with `adopt`): a collective on it runs in place, with no copy."""
+        return self._buckets.holding(array) is not None
+
     def call_collective(self, array: np.ndarray, kind: str, *, op: str = "sum", root: int = 0,
                         world: int | None = None, job: str | None = None,
                         step: int | None = None, out: np.ndarray | None = None,

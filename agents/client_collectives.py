@@ -27,9 +27,10 @@ Opts = dict[str, Any]
 
 def _work(client: AgentClient, shape: tuple[int, ...], dtype: np.dtype,
           out: np.ndarray | None = None) -> np.ndarray:
-    """A work buffer of `shape`: `out` when it is one already in the bucket, else in the
-    bucket when shared memory is on, else plain memory."""
-    if out is not None and out.shape == shape and out.dtype == dtype and client.in_bucket(out):
+    """A work buffer of `shape`: `out` when the agent reaches it already (the bucket, or
+    adopted memory), else in the bucket when shared memory is on, else plain memory."""
+    if out is not None and out.shape == shape and out.dtype == dtype and out.flags.c_contiguous \
+            and client.holds(out):
         return out
     if client.shared_memory:
         return client.shared_array(shape, dtype)

@@ -44,6 +44,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "topoopt": (["bench_topoopt.py"], [], []),
     "native-collectives": (["bench_collectives.py"], [], ["--sizes", "16MB", "--repeats", "3"]),
     "torch-backend": (["bench_torch_backend.py"], [], ["--repeats", "3"]),
+    "torch-collectives": (["bench_torch_collectives.py"], [], ["--sizes-mb", "16",
+                                                               "--repeats", "3"]),
     "trace": (["bench_trace.py"], ["--rounds", "8"], ["--rounds", "3"]),
     "p2p": (["bench_p2p.py"], [], ["--sizes-mb", "0.004,16", "--repeats", "3"]),
     "broadcast": (["bench_broadcast.py"], [], ["--sizes-mb", "16", "--repeats", "3"]),

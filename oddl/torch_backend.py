@@ -137,8 +137,9 @@ class OddlProcessGroup(dist.ProcessGroup):
                         f"reduce_scatter: {len(parts)} inputs of {[p.numel() for p in parts]} "
                         f"elements for a world of {self._world} and an output of "
                         f"{out.numel()}")
-                self._reduce_scatter_into(out, torch.stack([p.reshape(-1) for p in parts]),
-                                          name, "reduce_scatter")
+                native.reduce_scatter(self._channel, self._ranks,
+                                      torch.stack([p.reshape(-1) for p in parts]), name, out,
+                                      "reduce_scatter")
             return outputs
         return self._work("reduce_scatter", run, opts)
 
@@ -151,23 +152,10 @@ class OddlProcessGroup(dist.ProcessGroup):
             if input.numel() != output.numel() * self._world:
                 raise UnsupportedCollective(f"reduce_scatter_tensor: input has {input.numel()} "
                                             f"elements, not world × {output.numel()}")
-            self._reduce_scatter_into(output, input.reshape(self._world, -1), name,
-                                      "reduce_scatter_tensor")
+            native.reduce_scatter(self._channel, self._ranks, input.reshape(self._world, -1),
+                                  name, output, "reduce_scatter_tensor")
             return [output]
         return self._work("reduce_scatter_tensor", run, opts)
-
-    def _reduce_scatter_into(self, out: torch.Tensor, blocks: torch.Tensor, name: str,
-                             what: str) -> None:
-        """This rank's block of the reduction of `blocks` (world, n) into `out`. bfloat16
-        is reduced as float32, as the all-reduce does (`native.reduce_`), rounded once."""
-        if blocks.dtype == torch.bfloat16 and out.dtype == torch.bfloat16:
-            wide = torch.empty(out.shape, dtype=torch.float32)
-            self._reduce_scatter_into(wide, blocks.float(), name, f"{what} (bfloat16 as "
-                                      "float32)")
-            out.copy_(wide)
-            return
-        native.reduce_scatter(self._channel, self._ranks, native.as_numpy(blocks, what), name,
-                              out, what)
 
     # -- byte movers --
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -202,8 +190,8 @@ class OddlProcessGroup(dist.ProcessGroup):
                 raise UnsupportedCollective(f"all_gather_into_tensor: output has "
                                             f"{output.numel()} elements, not world × "
                                             f"{input.numel()}")
-            flat = native.raw(input, "all_gather_into_tensor").reshape(-1)
-            native.store(output, self._gathered(flat, "all_gather_into_tensor"))
+            native.all_gather_into(self._channel, self._ranks, output, input,
+                                   "all_gather_into_tensor")
             return [output]
         return self._work("all_gather_into_tensor", run, opts)
 

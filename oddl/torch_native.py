@@ -22,10 +22,12 @@ import torch.distributed as dist
 
 from agents.client import AgentClient
 from common.errors import CollectiveError
+from oddl.torch_adopt import array_of
 from oddl.torch_channel import Channel, UnsupportedCollective, as_numpy, count
 
-__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_to_all", "as_numpy", "broadcast", "gather",
-           "raw", "recv", "recv_any", "reduce_", "reduce_scatter", "scatter", "send", "store"]
+__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
+           "as_numpy", "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
+           "reduce_scatter", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
 OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
@@ -58,16 +60,26 @@ class Ranks:
 def raw(t: torch.Tensor, what: str) -> np.ndarray:
     """A numpy view of `t` (contiguous: a copy if it is not) for a collective that only moves
     bytes: any dtype, those numpy lacks as the unsigned integer of the same width."""
-    c = t.detach().contiguous()
+    c = _numpy_typed(t.detach().contiguous())
+    if c.device.type != "cpu":
+        return as_numpy(c, what)  # refused, naming the fix
+    # unlike `Tensor.numpy()`, a view that leaves the storage resizable: an input that is a
+    # view of a reused output (FSDP's all-gather) must not keep that output from promotion
+    return array_of(c)
+
+
+def _numpy_typed(c: torch.Tensor) -> torch.Tensor:
+    """`c` as a dtype numpy has: complex as its real view, the rest numpy lacks as the
+    unsigned integer of the same width."""
     if c.is_complex():
         c = torch.view_as_real(c)
     if c.dtype in (torch.bfloat16, torch.bool) or c.dtype.is_floating_point and c.dtype not in (
             torch.float16, torch.float32, torch.float64):
         c = c.view(_UINT[c.element_size()])
-    return as_numpy(c, what)
+    return c
 
 
-def _in_place(result: np.ndarray, t: torch.Tensor) -> bool:
+def in_place(result: np.ndarray, t: torch.Tensor) -> bool:
     """Whether the agent's `result` already lies in `t`'s memory."""
     return t.is_contiguous() and result.__array_interface__["data"][0] == t.data_ptr()
 
@@ -121,7 +133,7 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
         return
     if a.size:
         res = ch.client.allreduce(a, op=OPS[name], job=ch.job, out=a)
-        if not _in_place(res, t):  # `a` was a contiguous copy
+        if not in_place(res, t):  # `a` was a contiguous copy
             store(t, res)
     if name == "AVG":
         t.div_(world)
@@ -132,7 +144,7 @@ def broadcast(ch: Channel, ranks: Ranks, t: torch.Tensor, root: int) -> None:
     a = raw(t, "broadcast")
     if a.size:
         res = ch.client.broadcast(a, root=ranks.job(root), job=ch.job)
-        if not _in_place(res, t):
+        if not in_place(res, t):
             store(t, res)
     count("broadcast", optical=a.nbytes)
 
@@ -145,17 +157,46 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
     return ranks.to_group_order(ch.client.all_gather(flat_in, job=ch.job))
 
 
-def reduce_scatter(ch: Channel, ranks: Ranks, blocks: np.ndarray, name: str,
+def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torch.Tensor,
+                    what: str) -> None:
+    """Every group rank's `input` into `output`, block r from rank r. Straight into output's
+    memory when it is contiguous and the group's ranks are the job's (no copy of the whole
+    output), and for a reused output in that memory itself, moved into shared memory
+    (`torch_adopt`): before anything takes a view of `input`, which may lie inside it (FSDP
+    lays its all-gather input out in the output) and moves with it."""
+    world = len(ranks.to_job)
+    direct = ranks.identity and output.is_contiguous() and output.device.type == "cpu" \
+        and input.numel() > 0
+    if direct and ch.promoter.enabled:
+        ch.promoter.before_in_place(output)
+    flat = raw(input, what).reshape(-1)
+    if direct:
+        out = raw(output, what).reshape(world, -1)
+        if out.dtype == flat.dtype and out.shape[1] == flat.size:
+            count(what, optical=flat.nbytes * world)
+            ch.client.all_gather(flat, out=out, job=ch.job)  # `out` is output's memory
+            return
+    store(output, all_gather(ch, ranks, flat, what))
+
+
+def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
                    out: torch.Tensor, what: str) -> None:
-    """`blocks` (world, n) by group rank: this rank's block of their reduction into `out`."""
+    """`blocks` (world, n) by group rank: this rank's block of their reduction into `out`.
+    bfloat16 is reduced as float32, as the all-reduce does (`reduce_`), rounded once."""
+    if blocks.dtype == torch.bfloat16 and out.dtype == torch.bfloat16:
+        wide = torch.empty(out.shape, dtype=torch.float32)
+        reduce_scatter(ch, ranks, blocks.float(), name, wide, f"{what} (bfloat16 as float32)")
+        out.copy_(wide)
+        return
     world = len(ranks.to_job)
     if name == "AVG" and not out.is_floating_point():
         raise UnsupportedCollective(f"{what}(AVG) of {out.dtype}: average floating-point "
                                     "tensors")
-    count(f"{what}({name})", optical=blocks.nbytes)
-    if blocks.size == 0:
+    a = as_numpy(blocks, what)
+    count(f"{what}({name})", optical=a.nbytes)
+    if a.size == 0:
         return
-    mine = ch.client.reduce_scatter(ranks.to_job_order(blocks), op=OPS[name], job=ch.job)
+    mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
     store(out, mine)
     if name == "AVG":
         out.div_(world)
@@ -238,7 +279,7 @@ def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, sr
     a = raw(t, "recv")
     if a.nbytes:
         client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job)
-        if not _in_place(a, t):
+        if not in_place(a, t):
             store(t, a)
     count("recv", optical=a.nbytes)
 
@@ -249,7 +290,7 @@ def recv_any(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor
     from."""
     a = raw(t, "recv")
     got, source = client.recv_any(a, tag=on[0], session=on[1], job=job)
-    if not _in_place(got, t):
+    if not in_place(got, t):
         store(t, got)
     count("recv", optical=a.nbytes)
     return ranks.from_job[source]

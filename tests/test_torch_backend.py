@@ -125,6 +125,8 @@ def test_every_collective_and_point_to_point_is_exact_and_native(apis: list[str]
         assert got["broadcast_from_2"] == allin[50][2].astype(float).tolist()
         assert got["all_gather"] == allin[7].tolist()
         assert got["all_gather_into_tensor"] == allin[5].reshape(-1).astype(float).tolist()
+        assert got["reused_gather_shared"] is True  # adopted by the agent: no copy back
+        assert got["reused_gather_firsts"] == [q + 20.0 for q in range(WORLD)]
         assert got["reduce_scatter"] == allin[6 * WORLD].sum(0)[6 * r:6 * r + 6].tolist()
         assert got["reduce_scatter_tensor"] == allin[6 * WORLD].sum(0)[6 * r:6 * r + 6].astype(
             float).tolist()

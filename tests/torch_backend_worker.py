@@ -60,6 +60,15 @@ def _reductions(rank: int, world: int, out: dict[str, Any]) -> None:
     into = torch.empty(world * 5, dtype=torch.float64)
     dist.all_gather_into_tensor(into, inputs(rank, 5, torch.float64))
     out["all_gather_into_tensor"] = into.tolist()
+    # a reused output, its input a view of this rank's slot (as FSDP lays them out): from
+    # the second call it is gathered in its own memory, moved into shared memory (no copy)
+    n = 100_000  # 400 kB a slot, above the promotion threshold
+    big = torch.empty(world * n, dtype=torch.float32)
+    for k in range(3):
+        big[rank * n:(rank + 1) * n] = rank + 10.0 * k
+        dist.all_gather_into_tensor(big, big[rank * n:(rank + 1) * n])
+    out["reused_gather_shared"] = big.untyped_storage().is_shared()
+    out["reused_gather_firsts"] = big[::n].tolist()
     rs = torch.empty(6, dtype=torch.int64)
     dist.reduce_scatter(rs, list(inputs(rank, 6 * world, torch.int64).chunk(world)))
     out["reduce_scatter"] = rs.tolist()
