@@ -146,6 +146,17 @@ def _torch_backend(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def _torch_collectives(r: dict[str, Any]) -> list[Row]:
+    text = ", ".join(f"{x['kind']} {x['size_mb']:g} MB {x['oddl_ms']:.1f} ms ×"
+                     f"{x['oddl_x_gloo']:.2f}" for x in r["rows"])
+    base = ", ".join(f"{x['kind']} {x['size_mb']:g} MB {x['gloo_ms']:.1f} ms"
+                     for x in r["rows"])
+    return [("`dist.all_gather_into_tensor` / `dist.reduce_scatter_tensor` on the `oddl` "
+             "backend, ring, direct links: time, × gloo", text + " (aim ≤ 1.2)",
+             f"gloo, {r['nodes']} ranks, same run: {base}",
+             "`python benchmarks/bench_torch_collectives.py`")]
+
+
 def _topoopt(r: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     ds = r["default_search"]
@@ -255,6 +266,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
     ("simulator", _simulator),
     ("optinc", _optinc),
     ("torch-backend", _torch_backend),
+    ("torch-collectives", _torch_collectives),
     ("topoopt", _topoopt),
 ]
 """Each benchmark's name in latest.json and its rows, in the table's order."""
