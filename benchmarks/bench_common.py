@@ -6,6 +6,7 @@ The benchmarks run as scripts (`python benchmarks/bench_x.py`), so this module i
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import time
@@ -108,3 +109,24 @@ def run_rank_workers(script: str, apis: list[str], worker_args: list[str],
             raise SystemExit(f"a rank failed:\n{stderr[-3000:]}")
         results.append(json.loads(stdout.strip().splitlines()[-1]))
     return results
+
+
+def rank_worker_main(parser: argparse.ArgumentParser, argv: list[str] | None,
+                     rank_main: Callable[[list[float], int], None],
+                     run: Callable[[argparse.Namespace, list[float]], dict[str, Any]],
+                     table: Callable[[dict[str, Any]], list[str]]) -> int:
+    """The command line of a benchmark whose ranks are processes of its own script: `parser`
+    with the benchmark's own options (`--sizes-mb` and `--repeats` among them) gains
+    `--config`, `--json` and the hidden `--rank-worker`; as a rank it runs `rank_main(sizes,
+    repeats)`, else `run(args, sizes)` and prints the summary (`emit`)."""
+    from oddl.launch import DEFAULT_TESTBED
+
+    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = [float(s) for s in args.sizes_mb.split(",")]
+    if args.rank_worker:
+        rank_main(sizes, args.repeats)
+        return 0
+    return emit(run(args, sizes), args.json, table)

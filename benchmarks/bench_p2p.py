@@ -30,10 +30,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench_common import emit, run_rank_workers
+from bench_common import rank_worker_main, run_rank_workers
 from bench_dataplane import _testbed_file
 
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed
+from oddl.launch import RunningTestbed
 
 N = 4
 
@@ -119,17 +119,10 @@ def run(config: Path, sizes_mb: list[float], repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
     parser.add_argument("--sizes-mb", default="0.004,1,16,64")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    sizes = [float(s) for s in args.sizes_mb.split(",")]
-    if args.rank_worker:
-        rank_main(sizes, args.repeats)
-        return 0
-    return emit(run(Path(args.config), sizes, args.repeats), args.json, table)
+    return rank_worker_main(parser, argv, rank_main,
+                            lambda a, sizes: run(Path(a.config), sizes, a.repeats), table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:

@@ -24,9 +24,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench_common import emit, run_rank_workers
+from bench_common import rank_worker_main, run_rank_workers
 
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed
+from oddl.launch import RunningTestbed
 
 N = 4
 
@@ -109,20 +109,12 @@ def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=str(DEFAULT_TESTBED))
     parser.add_argument("--sizes-mb", default="1,16,64")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--collective", default="ring")
     parser.add_argument("--network", default="optical", choices=["optical", "ideal"])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    sizes = [float(s) for s in args.sizes_mb.split(",")]
-    if args.rank_worker:
-        rank_main(sizes, args.repeats)
-        return 0
-    summary = run(Path(args.config), sizes, args.repeats, args.collective, args.network)
-    return emit(summary, args.json, table)
+    return rank_worker_main(parser, argv, rank_main, lambda a, sizes: run(
+        Path(a.config), sizes, a.repeats, a.collective, a.network), table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:
