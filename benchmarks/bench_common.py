@@ -130,3 +130,43 @@ def rank_worker_main(parser: argparse.ArgumentParser, argv: list[str] | None,
         rank_main(sizes, args.repeats)
         return 0
     return emit(run(args, sizes), args.json, table)
+
+
+def ranks_on_direct_links(script: str, config: Any, job: str, collective: str, network: str,
+                          sizes_mb: list[float], repeats: int, ranks: int = 4
+                          ) -> tuple[list[dict[str, Any]], float]:
+    """Start the emulated testbed of `config` with direct host links, submit a `collective`
+    job on `network` over its first `ranks` nodes, and run `script`'s rank workers on them
+    (`run_rank_workers`); (each rank's result in rank order, the links' line rate in bit/s)."""
+    import tempfile
+    from pathlib import Path
+
+    from oddl.launch import RunningTestbed, write_config
+
+    with tempfile.TemporaryDirectory(prefix=f"{job}-") as tmp, \
+            RunningTestbed(Path(tmp), write_config(Path(config), Path(tmp) / "direct.toml",
+                                                   {'link = "fabric"': 'link = "direct"'}),
+                           agent_timeout_s=None) as tb:
+        nodes = tb.launched.node_ids[:ranks]
+        tb.operator.submit(job, nodes, collective, network)
+        apis = [tb.launched.agents[n]["local_api"] for n in nodes]
+        results = run_rank_workers(script, apis, ["--sizes-mb", ",".join(map(str, sizes_mb)),
+                                                  "--repeats", str(repeats)], 3600)
+        return results, tb.cfg.fabric.line_rate_gbps * 1e9
+
+
+def join_oddl_and_gloo() -> tuple[int, Any]:
+    """In a rank worker (torchrun's environment and ODDL_LOCAL_API set by the parent): one
+    torch thread, `init_process_group("oddl")` and a gloo group of the same ranks beside;
+    (this rank, the gloo group)."""
+    import datetime
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    import oddl.torch_backend  # noqa: F401  (registers the backend)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=600))
+    return int(os.environ["RANK"]), dist.new_group(backend="gloo")

@@ -20,20 +20,14 @@ line rate).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench_common import rank_worker_main, run_rank_workers
-from bench_dataplane import _testbed_file
-
-from oddl.launch import RunningTestbed
+from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 N = 4
 
@@ -43,12 +37,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     import torch
     import torch.distributed as dist
 
-    import oddl.torch_backend  # noqa: F401  (registers the backend)
-
-    torch.set_num_threads(1)
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=600))
-    gloo = dist.new_group(backend="gloo")
+    rank, gloo = join_oddl_and_gloo()
     out: dict[str, Any] = {"rank": rank, "sizes": {}}
 
     def shift(group: Any, t: torch.Tensor, got: torch.Tensor) -> float:
@@ -95,15 +84,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
 
 def run(config: Path, sizes_mb: list[float], repeats: int) -> dict[str, Any]:
     """Start the testbed (direct links) and the ranks; return the summary."""
-    with tempfile.TemporaryDirectory(prefix="bench-p2p-") as tmp, \
-            RunningTestbed(Path(tmp), _testbed_file(Path(tmp), "direct", config),
-                           agent_timeout_s=None) as tb:
-        nodes = tb.launched.node_ids[:N]
-        tb.operator.submit("bench-p2p", nodes, "ring", "optical")
-        apis = [tb.launched.agents[n]["local_api"] for n in nodes]
-        line_rate_bps = tb.cfg.fabric.line_rate_gbps * 1e9
-        results = run_rank_workers(__file__, apis, ["--sizes-mb", ",".join(map(str, sizes_mb)),
-                                                    "--repeats", str(repeats)], 3600)
+    results, line_rate_bps = ranks_on_direct_links(__file__, config, "bench-p2p", "ring",
+                                                   "optical", sizes_mb, repeats, N)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
     for mb in sizes_mb:

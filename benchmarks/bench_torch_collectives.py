@@ -18,17 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench_common import rank_worker_main, run_rank_workers
-from bench_dataplane import _testbed_file
-
-from oddl.launch import RunningTestbed
+from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 N = 4
 KINDS = ("all_gather", "reduce_scatter")
@@ -36,17 +31,10 @@ KINDS = ("all_gather", "reduce_scatter")
 
 def rank_main(sizes_mb: list[float], repeats: int) -> None:
     """One rank (RANK, WORLD_SIZE, MASTER_*, ODDL_LOCAL_API set by the parent)."""
-    import datetime
-
     import torch
     import torch.distributed as dist
 
-    import oddl.torch_backend  # noqa: F401  (registers the backend)
-
-    torch.set_num_threads(1)
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=600))
-    gloo = dist.new_group(backend="gloo")
+    rank, gloo = join_oddl_and_gloo()
     out: dict[str, Any] = {"rank": rank, "sizes": {}}
 
     def call(kind: str, group: Any, big: torch.Tensor, small: torch.Tensor) -> float:
@@ -88,14 +76,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
 
 def run(config: Path, sizes_mb: list[float], repeats: int) -> dict[str, Any]:
     """Start the testbed (direct links) and the ranks; return the summary."""
-    with tempfile.TemporaryDirectory(prefix="bench-torch-collectives-") as tmp, \
-            RunningTestbed(Path(tmp), _testbed_file(Path(tmp), "direct", config),
-                           agent_timeout_s=None) as tb:
-        nodes = tb.launched.node_ids[:N]
-        tb.operator.submit("bench-torch-collectives", nodes, "ring", "ideal")
-        apis = [tb.launched.agents[n]["local_api"] for n in nodes]
-        results = run_rank_workers(__file__, apis, ["--sizes-mb", ",".join(map(str, sizes_mb)),
-                                                    "--repeats", str(repeats)], 3600)
+    results, _rate = ranks_on_direct_links(__file__, config, "bench-torch-collectives", "ring",
+                                           "ideal", sizes_mb, repeats, N)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
     for mb in sizes_mb:
