@@ -140,8 +140,10 @@ class MeshClient:
         self.mesh.broadcast(target.reshape(-1), root)
         return target
 
-    def all_gather(self, a: np.ndarray, *, job: str | None = None) -> np.ndarray:
-        out = np.empty((self.mesh.size, *a.shape), a.dtype)
+    def all_gather(self, a: np.ndarray, *, out: np.ndarray | None = None,
+                   job: str | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty((self.mesh.size, *a.shape), a.dtype)
         self.mesh.all_gather(np.ascontiguousarray(a), list(out))
         return out
 

@@ -197,6 +197,7 @@ def test_lists_reduce_each_tensor_and_subgroups_run_over_the_optics(apis: list[s
         assert not [k for k in kinds if "gloo" in k and "beside" not in k and r in (1, 2)]
         if r in (1, 2):
             assert got["middle_gather"] == [[1, 1], [2, 2]]
+            assert got["middle_gather_into"] == [1, 1, 2, 2]
             assert got["middle_coalesced_max"] == [small[0][1:3].max(0).tolist(),
                                                    small[1][1:3].max(0).tolist()]
             assert got["middle_broadcast"] == [2.0] * 3

@@ -201,6 +201,9 @@ def _middle_group(rank: int, middle: Any, small: list[torch.Tensor]) -> dict[str
     gathered = [torch.empty(2, dtype=torch.int64) for _ in range(2)]
     dist.all_gather(gathered, torch.full((2,), rank, dtype=torch.int64), group=middle)
     out["middle_gather"] = [g.tolist() for g in gathered]
+    into = torch.empty(4, dtype=torch.int64)
+    dist.all_gather_into_tensor(into, torch.full((2,), rank, dtype=torch.int64), group=middle)
+    out["middle_gather_into"] = into.tolist()
     dist.barrier(group=middle)  # c10d passes barrier's options by keyword
     got = [t.clone() for t in small]  # each tensor reduced on its own here too
     dist.all_reduce_coalesced(got, op=dist.ReduceOp.MAX, group=middle)
