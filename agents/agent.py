@@ -107,7 +107,8 @@ class Agent:
         """The clients' shared-memory buckets, handed over as descriptors."""
         self.runner = CollectiveRunner(cfg, node_id, self.ctl, self.jobs, self.links, self.gate,
                                        self._sender, self.buckets)
-        self.flows = Flows(node_id, self.ctl, self.links.link, self.gate)
+        self.flows = Flows(node_id, self.ctl, self.links.link, self.gate,
+                           (cfg.timing.slot_margin_us + cfg.timing.clock_skew_us) / 1e6)
         self.local = LocalServer(node_id, local_api, local_api_group, self._stop, self.buckets)
         self.local_api = self.local.address
         self._threads: list[threading.Thread] = []
@@ -339,6 +340,7 @@ class Agent:
                 "collectives_done": runner.done, "collectives_failed": self.failed,
                 "flows_sent": self.flows.sent, "flows_received": self.flows.received,
                 "flows_that_retuned": self.flows.retuned,
+                "flows_missed_windows": self.flows.missed_windows,
                 "last_error": self.last_error, "jobs": sorted(self.jobs.jobs),
                 "misrouted_frames": self.links.misrouted,
                 "local_api_bytes": self.local.api_bytes,

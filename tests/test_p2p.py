@@ -9,6 +9,7 @@ arrives only if the light reaches the receiver) and on direct links.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
+from agents.agent_jobs import AgentJob
 from agents.client import AgentClient
 from agents.client_collectives import collective_all
+from agents.flows import Flows
+from agents.gate import SlotGate
 from common.errors import CollectiveError, OperationRefused
 from controller.flow_book import MAX_NUMBER, FlowBook, FlowNumbersExhausted, next_number
 from oddl.launch import RunningTestbed, write_config
@@ -59,6 +63,41 @@ def test_flow_numbers_only_grow_even_after_a_restart():
     assert book.book(("j", "n0", "n1", 5), "tx0", "n1", 0.0, 0.0, 0.0, 0.0).number == 1
     with pytest.raises(FlowNumbersExhausted, match="submit it again"):
         next_number(MAX_NUMBER, 1.0)
+
+
+# ---- a sender late for its window ---------------------------------------------------------
+class _Grants:
+    """A controller link that grants windows starting at the given times (wall clock)."""
+
+    def __init__(self, starts: list[float]):
+        self.starts = starts
+        self.asked = 0
+        self.clock = type("Clock", (), {"offset_s": 0.0})()
+
+    def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
+                     timeout_s: float) -> pb.FlowGrant:
+        t0 = self.starts[self.asked]
+        self.asked += 1
+        return pb.FlowGrant(flow=100 + self.asked, t0_ns=round(t0 * 1e9), hold_s=1e-5)
+
+
+def test_a_sender_late_for_its_window_asks_for_another_and_sends_nothing_in_it():
+    # the next sender into the same receiver may start a margin after this window's start:
+    # a sender that only gets going later would collide with it, so it leaves the window
+    # unused (its number is never sent; the receiver skips it) and asks again
+    job = AgentJob("job-1", ("n0", "n1"), 0, "optical", "ring")
+    now = time.time()
+    grants = _Grants([now - 0.5, now + 0.01])
+    flows = Flows("n0", grants, None, SlotGate(), margin_s=0.7e-3)
+    assert flows._window(job, "n1", 40, 0, 5.0, [job], optical=True) == 102
+    assert (grants.asked, flows.missed_windows) == (2, 1)
+    # on the ideal network there is no light to collide: the first grant serves
+    assert Flows("n0", _Grants([now - 0.5]), None, SlotGate(), margin_s=0.7e-3)._window(
+        job, "n1", 40, 0, 5.0, [job], optical=False) == 101
+    # a host that misses every window gives the flow up, naming the cause and the fix
+    late = Flows("n0", _Grants([now - 1.0] * 20), None, SlotGate(), margin_s=0.7e-3)
+    with pytest.raises(CollectiveError, match="missed 10 windows in a row.*slot_margin_us"):
+        late._window(job, "n1", 40, 0, 5.0, [job], optical=True)
 
 
 # ---- end to end ----------------------------------------------------------------------------
