@@ -296,15 +296,14 @@ class OddlProcessGroup(dist.ProcessGroup):
         if len(tensors) != 1:
             raise UnsupportedCollective(f"recv from any source takes one tensor, not "
                                         f"{len(tensors)}")
-        work: FutureWork
+        sender: list[int] = []  # filled on the receives' thread, maybe before the work exists
 
         def run(client: Any) -> list[torch.Tensor]:
-            work.source = native.recv_any(client, self._channel.job, self._ranks, tensors[0],
-                                          (tag, self._session))
+            sender.append(native.recv_any(client, self._channel.job, self._ranks, tensors[0],
+                                          (tag, self._session)))
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
-            work = FutureWork(self._channel.submit_receive("recv", run))
-        return work
+            return FutureWork(self._channel.submit_receive("recv", run), sender)
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base

@@ -81,11 +81,17 @@ class FutureWork(dist.Work):
     (torch 2.13's `_create_work_from_future` makes a work whose wait() returns True even when
     the future failed: a failed collective would leave its tensors as they were, silently.)"""
 
-    def __init__(self, future: torch.futures.Future):
+    def __init__(self, future: torch.futures.Future, sender: list[int] | None = None):
         super().__init__()
         self._future = future
-        self.source = -1
-        """A receive from any source: the group rank it came from, once done."""
+        self._sender = sender if sender is not None else []
+        """A receive from any source: the group rank it came from, put there by the call
+        (which may finish before this work exists: it runs on another thread)."""
+
+    @property
+    def source(self) -> int:
+        """A receive from any source: the group rank it came from once done (else -1)."""
+        return self._sender[0] if self._sender else -1
 
     def wait(self, timeout: Any = None) -> bool:
         self._future.wait()  # raises the call's error

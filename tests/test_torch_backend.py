@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -82,6 +82,28 @@ def test_a_call_that_failed_raises_at_wait():
     with pytest.raises(oc.UnsupportedCollective, match="3 outputs"):
         work.wait()
     assert work.get_future() is fut
+
+
+def test_a_receive_from_any_source_that_ends_before_its_work_exists_names_its_sender(
+        monkeypatch):
+    """The receive runs on the receives' thread and may finish before `recv_anysource` has
+    made its work (a loaded machine does this: PyTorch's any-source profiler test once hit
+    "cannot access free variable 'work'"). Here it finishes inside the submission."""
+    import oddl.torch_backend as ob
+    import oddl.torch_channel as oc
+
+    class AtOnce:  # a channel whose receive lane runs the call before returning
+        job = None
+
+        def submit_receive(self, what, fn):
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(fn(None))
+            return fut
+
+    monkeypatch.setattr(ob.native, "recv_any", lambda *args: 2)
+    group = ob.OddlProcessGroup(0, 4, cast(oc.Channel, AtOnce()))
+    work = group.recv_anysource([torch.empty(3)], 0)
+    assert work.wait() and work._source_rank() == 2
 
 
 @pytest.fixture(scope="module")
