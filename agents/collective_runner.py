@@ -233,10 +233,10 @@ class CollectiveRunner:
         finally:
             self._running.clear()
         # retuning nothing, it needs no common instant: it starts at once (decision 0022)
-        still = schedule is not None and not retunes(schedule)
+        keeps_circuits = schedule is not None and not retunes(schedule)
         try:
             everyone, t0 = agree(job.id, seq, mine, theirs,
-                                 0.0 if still else self.cfg.timing.standing_margin_ms / 1e3)
+                                 0.0 if keeps_circuits else self.cfg.timing.standing_margin_ms / 1e3)
         except StepMismatch as exc:
             job.next_seq += 1  # every node saw the same readies and refuses alike
             self._report(job, seq, False, str(exc), {})
@@ -248,7 +248,7 @@ class CollectiveRunner:
         if retunes(schedule) and job.rank == 0:
             self._announce_standing(job, seq, t0, array, schedule)
         return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s,
-                         circuits_standing=still)
+                         circuits_standing=keeps_circuits)
 
     def _exchange(self, job: AgentJob, mine: Ready, deadline: float
                   ) -> tuple[int, list[Ready]]:

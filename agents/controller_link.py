@@ -143,13 +143,15 @@ class ControllerLink:
                 for event in stream:
                     backoff = 0.2
                     self._on_event(event, listener)
-            except (grpc.RpcError, ValueError) as exc:  # ValueError: `close` closed the channel
+            except grpc.RpcError as exc:
                 if self.stop.is_set():
                     return
-                if isinstance(exc, ValueError):
-                    raise
                 logger.warning("%s: schedule stream ended (%s); reconnecting", self.node_id,
                                _code(exc))
+            except ValueError:  # `close` closed the channel under this call
+                if self.stop.is_set():
+                    return
+                raise
             if self.stop.wait(backoff):
                 return
             backoff = min(backoff * 2, 2.0)

@@ -143,16 +143,15 @@ class Flows:
             self.link.send_chunk(label, dst, ChunkHead(number, READY_STEP, len(meta),
                                                        len(meta) + len(data), node_tag(dst)),
                                  memoryview(meta + bytes(data)), deadline_s, None, optical)
-            self.sent += 1
-            return
-        self.link.send_chunk(label, dst, ChunkHead(number, READY_STEP, 0, len(meta),
-                                                   node_tag(dst)),
-                             memoryview(meta), deadline_s, None, optical)
-        for offset in range(0, len(data), CHUNK_BYTES):
-            part = data[offset:offset + CHUNK_BYTES]
-            self.link.send_chunk(label, dst, ChunkHead(number, FLOW_STEP, offset, len(part),
+        else:
+            self.link.send_chunk(label, dst, ChunkHead(number, READY_STEP, 0, len(meta),
                                                        node_tag(dst)),
-                                 part, deadline_s, None, optical)
+                                 memoryview(meta), deadline_s, None, optical)
+            for offset in range(0, len(data), CHUNK_BYTES):
+                part = data[offset:offset + CHUNK_BYTES]
+                self.link.send_chunk(label, dst, ChunkHead(number, FLOW_STEP, offset,
+                                                           len(part), node_tag(dst)),
+                                     part, deadline_s, None, optical)
         self.sent += 1
 
     def _window(self, job: AgentJob, dst: str, nbytes: int, tag: int, timeout_s: float,

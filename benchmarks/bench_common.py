@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.client import AgentClient, allreduce_all
+from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
 
 
 def best_of(repeats: int, fn: Callable[[], Any],
@@ -119,8 +122,6 @@ def rank_worker_main(parser: argparse.ArgumentParser, argv: list[str] | None,
     with the benchmark's own options (`--sizes-mb` and `--repeats` among them) gains
     `--config`, `--json` and the hidden `--rank-worker`; as a rank it runs `rank_main(sizes,
     repeats)`, else `run(args, sizes)` and prints the summary (`emit`)."""
-    from oddl.launch import DEFAULT_TESTBED
-
     parser.add_argument("--config", default=str(DEFAULT_TESTBED))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
@@ -138,11 +139,6 @@ def ranks_on_direct_links(script: str, config: Any, job: str, collective: str, n
     """Start the emulated testbed of `config` with direct host links, submit a `collective`
     job on `network` over its first `ranks` nodes, and run `script`'s rank workers on them
     (`run_rank_workers`); (each rank's result in rank order, the links' line rate in bit/s)."""
-    import tempfile
-    from pathlib import Path
-
-    from oddl.launch import RunningTestbed, write_config
-
     with tempfile.TemporaryDirectory(prefix=f"{job}-") as tmp, \
             RunningTestbed(Path(tmp), write_config(Path(config), Path(tmp) / "direct.toml",
                                                    {'link = "fabric"': 'link = "direct"'}),

@@ -44,6 +44,9 @@ class MeshChannel:
         self._lane = f"-{session}"
         self.mesh = FlowMesh(me, len(job_ranks), self._send_block, self._receive_block)
         self.client = MeshClient(self.mesh, self._send)
+        self.promoter = None
+        """Nothing to move into shared memory: the group's flows write into its tensors in
+        this process (`torch_native.all_gather_into`)."""
 
     # ---- the mesh's flows (the group's collectives) -------------------------------------
     def _send_block(self, a: np.ndarray, member: int) -> None:

@@ -167,9 +167,8 @@ def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torc
     world = len(ranks.to_job)
     direct = ranks.identity and output.is_contiguous() and output.device.type == "cpu" \
         and input.numel() > 0
-    promoter = getattr(ch, "promoter", None)  # a subgroup's flows write `out` in-process
-    if direct and promoter is not None and promoter.enabled:
-        promoter.before_in_place(output)
+    if direct and ch.promoter is not None and ch.promoter.enabled:  # none in a subgroup
+        ch.promoter.before_in_place(output)
     flat = raw(input, what).reshape(-1)
     if direct:
         out = raw(output, what).reshape(world, -1)
