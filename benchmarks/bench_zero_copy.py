@@ -14,7 +14,9 @@ Prints per size the medians of rank 0 (which waits, as every rank, for the slowe
 ratios to gloo; the issue's aim is oddl within 1.1x gloo at 16-256 MB.
 
     python benchmarks/bench_zero_copy.py [--sizes-mb 16,64,256] [--repeats 5]
-        [--collective ring] [--json]
+        [--collective ring] [--ranks 4] [--json]
+
+`--ranks 2` is the control of decision record 0023: the same call with half the processes.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import Any
 
 from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
-N = 4
 MODES = ("gloo", "copy", "adopted")
 
 
@@ -41,6 +42,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     import oddl.torch_channel as oc
 
     rank, gloo = join_oddl_and_gloo()
+    world = dist.get_world_size()
     assert oc._channel is not None
     promoter = oc._channel.promoter
     out: dict[str, Any] = {"rank": rank, "sizes": {}}
@@ -52,7 +54,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         start = time.perf_counter()
         dist.all_reduce(t, group=gloo if mode == "gloo" else None)
         took = time.perf_counter() - start
-        if float(t[0]) != N or float(t[-1]) != N:
+        if float(t[0]) != world or float(t[-1]) != world:
             raise SystemExit(f"{mode}: wrong sum {float(t[0])}, {float(t[-1])}")
         return took
 
@@ -77,10 +79,11 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     print(json.dumps(out), flush=True)
 
 
-def run(config: Path, sizes_mb: list[float], repeats: int, collective: str) -> dict[str, Any]:
-    """Start the testbed (direct links) and the ranks; return the summary."""
+def run(config: Path, sizes_mb: list[float], repeats: int, collective: str,
+        ranks: int = 4) -> dict[str, Any]:
+    """Start the testbed (direct links) and `ranks` ranks; return the summary."""
     results, _rate = ranks_on_direct_links(__file__, config, "bench-zero-copy", collective,
-                                           "ideal", sizes_mb, repeats, N)
+                                           "ideal", sizes_mb, repeats, ranks)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
     for mb in sizes_mb:
@@ -90,7 +93,7 @@ def run(config: Path, sizes_mb: list[float], repeats: int, collective: str) -> d
                      "adopted_x_gloo": med["adopted"] / med["gloo"],
                      "adopted_x_copy": med["adopted"] / med["copy"]})
     return {"bench": "zero_copy", "collective": collective, "links": "direct",
-            "repeats": repeats, "nodes": N, "rows": rows, "promoted_rank0": r0["promoted"]}
+            "repeats": repeats, "nodes": ranks, "rows": rows, "promoted_rank0": r0["promoted"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,14 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes-mb", default="16,64,256")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--collective", default="ring")
+    parser.add_argument("--ranks", type=int, default=4,
+                        help="ranks on the testbed's first nodes (default %(default)s)")
     return rank_worker_main(parser, argv, rank_main, lambda a, sizes: run(
-        Path(a.config), sizes, a.repeats, a.collective), table)
+        Path(a.config), sizes, a.repeats, a.collective, a.ranks), table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
     return [f"dist.all_reduce of a reused tensor, {summary['collective']} on direct links, "
-            f"{N} ranks, float32, median of {summary['repeats']} (rank 0)",
+            f"{summary['nodes']} ranks, float32, median of {summary['repeats']} (rank 0)",
             f"{'size':>8}{'gloo':>11}{'copy':>11}{'adopted':>11}{'copy/gloo':>11}"
             f"{'adopted/gloo':>14}{'adopted/copy':>14}",
             *(f"{r['size_mb']:>6g}MB{r['gloo_ms']:>9.1f}ms{r['copy_ms']:>9.1f}ms"
