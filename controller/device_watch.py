@@ -1,9 +1,9 @@
 """Watching the devices: restore one that no longer holds the verified configuration.
 
-``DeviceWatch.check()`` (mixed into ``DeviceManager``) reads every transmitter and switch back,
-reopens a driver whose link broke, and re-applies the verified configuration to a device that
-lost it (power cycle, reset); power meters hold no configuration of ours, so only their link
-is checked.
+``DeviceWatch(devices).check()`` reads every transmitter and switch back, reopens a driver
+whose link broke, and re-applies the verified configuration to a device that lost it (power
+cycle, reset); power meters hold no configuration of ours, so only their link is checked.
+``controller.devices.DeviceManager`` owns one watch and is the ``WatchedDevices`` it watches.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from common.config import TestbedConfig
 from common.errors import DeviceError, OddlError
@@ -21,58 +21,67 @@ from drivers.interfaces import TransceiverState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DeviceWatch"]
+__all__ = ["DeviceWatch", "WatchedDevices"]
 
 
-class DeviceWatch:
-    """The watching half of ``DeviceManager``, which provides the state declared here."""
+class WatchedDevices(Protocol):
+    """What the watch reads and restores: the testbed's drivers and their verified state."""
 
     cfg: TestbedConfig
     drivers: dict[str, Any]
     verified: Configuration
     verified_ns: dict[str, int]
     unreachable: dict[str, str]
-    _lock: threading.RLock
+    lock: threading.RLock
+    """Held by a transaction or a retune; the watch skips a round while it is."""
 
-    def _bring_up(self, tx: str, channel: int) -> None:
-        raise NotImplementedError
+    def bring_up(self, tx: str, channel: int) -> None:
+        """Bring transmitter `tx` up on `channel` (the ITLA start-up order)."""
 
     def log_event(self, device: str, action: str, ok: bool, detail: str = "") -> None:
-        raise NotImplementedError
+        """Record what happened to `device`."""
+
+
+class DeviceWatch:
+    """Restores the devices of `devices` that no longer hold their verified configuration."""
+
+    def __init__(self, devices: WatchedDevices):
+        self.devices = devices
 
     def check(self) -> list[str]:
         """Read the transmitters and switches back; restore one that no longer holds the
         verified configuration (power-cycled, reset, or its link dropped and came back),
         reopening its driver if the link broke. Skipped while a transaction or a retune holds
         the devices. Returns the ids restored."""
-        if not self._lock.acquire(blocking=False):
+        devices = self.devices
+        if not devices.lock.acquire(blocking=False):
             return []
         try:
             restored = []
-            for dev_id in [*self.verified.channels, *self.verified.wss_tables]:
+            for dev_id in [*devices.verified.channels, *devices.verified.wss_tables]:
                 if self._restore_if_lost(dev_id):
                     restored.append(dev_id)
-            for dev in self.cfg.devices_of("powermeter"):
+            for dev in devices.cfg.devices_of("powermeter"):
                 self._reconnect_meter(dev)
             return restored
         finally:
-            self._lock.release()
+            devices.lock.release()
 
     def _restore_if_lost(self, dev_id: str) -> bool:
-        dev = self.cfg.device(dev_id)
+        dev = self.devices.cfg.device(dev_id)
         try:
             if self._holds(dev_id):
-                self.unreachable.pop(dev_id, None)
+                self.devices.unreachable.pop(dev_id, None)
                 return False
         except OddlError as exc:
             try:  # the link broke: a new connection, as at start-up
-                fresh = open_driver(dev, self.cfg.grid)
+                fresh = open_driver(dev, self.devices.cfg.grid)
             except OddlError as again:
-                if dev_id not in self.unreachable:
-                    self.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
-                self.unreachable[dev_id] = str(again)
+                if dev_id not in self.devices.unreachable:
+                    self.devices.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
+                self.devices.unreachable[dev_id] = str(again)
                 return False
-            old, self.drivers[dev_id] = self.drivers.get(dev_id), fresh
+            old, self.devices.drivers[dev_id] = self.devices.drivers.get(dev_id), fresh
             if old is not None:
                 try:
                     old.close()
@@ -80,59 +89,59 @@ class DeviceWatch:
                     logger.debug("closing the old driver of %s failed", dev_id, exc_info=True)
         try:
             if self._holds(dev_id):  # reconnected, the device kept its state
-                self.log_event(dev_id, "check", True, "link restored; the device kept its state")
-                self.unreachable.pop(dev_id, None)
+                self.devices.log_event(dev_id, "check", True, "link restored; the device kept its state")
+                self.devices.unreachable.pop(dev_id, None)
                 return False
-            if dev_id in self.verified.channels:
-                self._bring_up(dev_id, self.verified.channels[dev_id])
+            if dev_id in self.devices.verified.channels:
+                self.devices.bring_up(dev_id, self.devices.verified.channels[dev_id])
             else:
-                drv = self.drivers[dev_id]
-                drv.stage(dict(self.verified.wss_tables[dev_id]))
+                drv = self.devices.drivers[dev_id]
+                drv.stage(dict(self.devices.verified.wss_tables[dev_id]))
                 drv.apply()
             if not self._holds(dev_id):
                 raise DeviceError("still differs from the verified configuration after "
                                   "restoring it", device=dev_id)
         except OddlError as exc:
-            self.unreachable[dev_id] = str(exc)
-            self.log_event(dev_id, "restore", False, str(exc))
+            self.devices.unreachable[dev_id] = str(exc)
+            self.devices.log_event(dev_id, "restore", False, str(exc))
             return False
-        self.unreachable.pop(dev_id, None)
-        self.verified_ns[dev_id] = time.time_ns()
-        self.log_event(dev_id, "restore", True, "it no longer held the verified configuration "
+        self.devices.unreachable.pop(dev_id, None)
+        self.devices.verified_ns[dev_id] = time.time_ns()
+        self.devices.log_event(dev_id, "restore", True, "it no longer held the verified configuration "
                   "(power cycle or reset?); re-applied it")
         return True
 
     def _reconnect_meter(self, dev: Any) -> None:
         """A meter holds no configuration of ours: only its link is checked and reopened."""
-        drv = self.drivers.get(dev.id)
+        drv = self.devices.drivers.get(dev.id)
         try:
             if drv is not None:
                 drv.identify()
-                self.unreachable.pop(dev.id, None)
+                self.devices.unreachable.pop(dev.id, None)
                 return
         except OddlError:
             pass
         try:
-            fresh = open_driver(dev, self.cfg.grid)
+            fresh = open_driver(dev, self.devices.cfg.grid)
             fresh.identify()
         except OddlError as exc:
-            self.unreachable[dev.id] = str(exc)
+            self.devices.unreachable[dev.id] = str(exc)
             return
-        self.drivers[dev.id] = fresh
+        self.devices.drivers[dev.id] = fresh
         if drv is not None:
             try:
                 drv.close()
             except Exception:  # the old link is gone anyway
                 logger.debug("closing the old driver of %s failed", dev.id, exc_info=True)
-        self.unreachable.pop(dev.id, None)
-        self.log_event(dev.id, "check", True, "link restored")
+        self.devices.unreachable.pop(dev.id, None)
+        self.devices.log_event(dev.id, "check", True, "link restored")
 
     def _holds(self, dev_id: str) -> bool:
         """Whether the device reads back as the verified configuration says."""
-        if dev_id in self.verified.channels:
-            st: TransceiverState = self.drivers[dev_id].state()
-            return (st.channel == self.verified.channels[dev_id] and st.locked
+        if dev_id in self.devices.verified.channels:
+            st: TransceiverState = self.devices.drivers[dev_id].state()
+            return (st.channel == self.devices.verified.channels[dev_id] and st.locked
                     and st.output_enabled)
-        active = self.drivers[dev_id].read_active()
+        active = self.devices.drivers[dev_id].read_active()
         return all(active.get(ch) == route
-                   for ch, route in self.verified.wss_tables[dev_id].items())
+                   for ch, route in self.devices.verified.wss_tables[dev_id].items())

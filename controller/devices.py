@@ -51,8 +51,9 @@ __all__ = ["DeviceEvent", "DeviceManager"]
 
 
 
-class DeviceManager(DeviceWatch):
-    """Owns the drivers of a testbed and the last verified configuration."""
+class DeviceManager:
+    """Owns the drivers of a testbed and the last verified configuration; its `watch`
+    restores a device that lost it."""
 
     def __init__(self, cfg: TestbedConfig, drivers: Mapping[str, Any] | None = None,
                  on_command: Callable[[str, str, float], None] | None = None,
@@ -69,9 +70,16 @@ class DeviceManager(DeviceWatch):
         self.reconfigurations = 0
         self.transactions_failed = 0
         self.tune_times: deque[float] = deque(maxlen=2000)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
+        """Held by a transaction or a retune (the watch skips a round while it is)."""
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(cfg.devices)),
                                         thread_name_prefix="devices")
+        self.watch = DeviceWatch(self)
+
+    def check(self) -> list[str]:
+        """Restore every device that no longer holds the verified configuration
+        (`DeviceWatch.check`); the ids restored."""
+        return self.watch.check()
 
     # ---- start-up ---------------------------------------------------------------------
     def connect(self) -> None:
@@ -92,12 +100,12 @@ class DeviceManager(DeviceWatch):
         """Bring every transmitter up (grid, power, channel, output on) and apply `target`."""
         for dev in self.cfg.devices_of("itla"):
             self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
-            self._bring_up(dev.id, target.channels.get(dev.id, 1))
+            self.bring_up(dev.id, target.channels.get(dev.id, 1))
         for dev in self.cfg.devices_of("wss"):
             self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
         self.transact(target, reason="initialise")
 
-    def _bring_up(self, tx: str, channel: int) -> None:
+    def bring_up(self, tx: str, channel: int) -> None:
         """Output off, grid, power set-point, channel, output on (the ITLA start-up order)."""
         dev = self.cfg.device(tx)
         drv: TunableTransceiver = self.drivers[tx]
@@ -113,7 +121,7 @@ class DeviceManager(DeviceWatch):
 
         Returns {"adopted": [...], "restored": [...]} device ids.
         """
-        with self._lock:
+        with self.lock:
             self.check_limits(stored)
             readings = self._read_all(stored)
             adopted, restored = [], []
@@ -122,7 +130,7 @@ class DeviceManager(DeviceWatch):
                 if st.channel == ch and st.locked and st.output_enabled:
                     adopted.append(tx)
                 else:
-                    self._bring_up(tx, ch)
+                    self.bring_up(tx, ch)
                     restored.append(tx)
             for wss_id, table in stored.wss_tables.items():
                 active = readings[wss_id]
@@ -171,7 +179,7 @@ class DeviceManager(DeviceWatch):
     def transact(self, change: Configuration, *, reason: str = "", timeout: float = 10.0
                  ) -> Configuration:
         """Apply `change` over the verified configuration as one transaction; return the result."""
-        with self._lock:
+        with self.lock:
             target = change.merged_over(self.verified)
             self.check_limits(target)
             before = self.verified
@@ -292,7 +300,7 @@ class DeviceManager(DeviceWatch):
             except OddlError as exc:
                 try:
                     # the module may have lost its set-up (reset, grid changed): redo it all
-                    self._bring_up(tx, ch)
+                    self.bring_up(tx, ch)
                     report.append(f"{tx}: re-initialised (output off, grid, power, channel "
                                   f"{ch}, output on) after: {exc}")
                 except OddlError as exc2:
@@ -311,7 +319,7 @@ class DeviceManager(DeviceWatch):
 
         The safety limits are checked first: SafetyLimitError, and nothing is sent.
         """
-        with self._lock:  # never interleaved with a transaction or a device check
+        with self.lock:  # never interleaved with a transaction or a device check
             return self._retune(channels, timeout)
 
     def _retune(self, channels: Mapping[str, int], timeout: float) -> list[str]:
@@ -324,7 +332,7 @@ class DeviceManager(DeviceWatch):
             except OddlError as exc:
                 errors.append(f"{tx}: {exc}")
                 self.log_event(tx, "tune", False, str(exc))
-        with self._lock:
+        with self.lock:
             if not errors:
                 self.verified = Configuration(channels).merged_over(self.verified)
                 now = time.time_ns()
