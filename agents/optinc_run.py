@@ -18,8 +18,8 @@ import numpy as np
 
 from agents import wallclock
 from agents.collective_run import CollectiveRun
-from agents.dataplane import Frame, Link
 from agents.gate import SlotGate
+from agents.zmq_links import Frame, Link
 from common.config import OPTINC
 from common.errors import CollectiveError, LostData
 from offline.optinc.levels import exact_mean

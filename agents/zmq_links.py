@@ -1,4 +1,5 @@
-"""The agents' data plane on ZeroMQ: links that carry collective frames between nodes.
+"""The ZeroMQ data links: frames of collectives between nodes (the TCP stream links are
+`agents.streams`).
 
 Two link kinds, one frame format ([b"D", header JSON, payload], never pickle):
 - `FabricLink`: through the emulated optical fabric, which decides where the frame goes from
@@ -85,6 +86,32 @@ class Inbox:
                 del self._frames[key]
             return frame
 
+    def take_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: Any = None) -> tuple[ChunkHead, memoryview]:
+        """The next executor chunk from `src` for (seq, step) (a frame of `chunk_header`), or
+        CollectiveError at `deadline` or on `cancel`."""
+        frame = self.take((job, seq, step, src), deadline, cancel)
+        if frame is None:
+            if cancel is not None and cancel.is_set():
+                raise CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
+                                      "cancelled")
+            raise LostData(
+                f"{self.node_id}: lost data: nothing from {src} for step {step} of collective "
+                f"{seq} (job {job}) by the end of its slot + the receive timeout; the emulated "
+                "light path does not reach this node (check the transmitter channel and the "
+                "WSS route, `oddl status`) or the peer failed")
+        h = frame.header
+        try:
+            head = ChunkHead(seq, step, int(h["off"]), int(h["n"]), node_tag(self.node_id))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CollectiveError(f"{self.node_id}: a frame from {src} has no chunk offset "
+                                  f"and size ({exc})") from exc
+        payload = memoryview(frame.payload).cast("B")
+        if len(payload) != head.nbytes:
+            raise CollectiveError(f"{self.node_id}: a chunk from {src} says {head.nbytes} B "
+                                  f"and carries {len(payload)} B")
+        return head, payload
+
     def discard(self, job: str, seq_upto: int) -> None:
         """Forget frames of collectives up to `seq_upto` of `job` (late or duplicate arrivals)."""
         with self._cond:
@@ -108,50 +135,12 @@ def _encode(header: dict[str, Any]) -> bytes:
     return json.dumps(header, separators=(",", ":")).encode()
 
 
-class _ZmqChunks:
-    """The executor's chunk interface on a ZeroMQ link: each chunk one frame, its header
-    naming the element offset ("off") and byte count ("n"); the payload is copied into
-    ZeroMQ's message (the bucket changes under a zero-copy send)."""
-
-    node_id: str
-    inbox: Inbox
-
-    def send(self, header: dict[str, Any], payload: bytes | memoryview) -> None:
-        raise NotImplementedError
-
-    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
-                   deadline_s: float, cancel: Any = None, optical: bool = False) -> None:
-        """Send one chunk (ZeroMQ queues it; `deadline_s` and `cancel` are not needed)."""
-        self.send({"job": job, "seq": head.seq, "step": head.step, "src": self.node_id,
-                   "dst": dst, "net": "optical" if optical else "ideal", "off": head.offset,
-                   "n": head.nbytes},
-                  bytes(payload))
-
-    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
-                   cancel: Any = None, into: memoryview | None = None
-                   ) -> tuple[ChunkHead, memoryview]:
-        """The next chunk from `src` for (seq, step), or CollectiveError at `deadline`."""
-        frame = self.inbox.take((job, seq, step, src), deadline, cancel)
-        if frame is None:
-            if cancel is not None and cancel.is_set():
-                raise CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
-                                      "cancelled")
-            raise LostData(
-                f"{self.node_id}: lost data: nothing from {src} for step {step} of collective "
-                f"{seq} (job {job}) by the end of its slot + the receive timeout; the emulated "
-                "light path does not reach this node (check the transmitter channel and the "
-                "WSS route, `oddl status`) or the peer failed")
-        h = frame.header
-        try:
-            head = ChunkHead(seq, step, int(h["off"]), int(h["n"]), node_tag(self.node_id))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CollectiveError(f"{self.node_id}: a frame from {src} has no chunk offset "
-                                  f"and size ({exc})") from exc
-        payload = memoryview(frame.payload).cast("B")
-        if len(payload) != head.nbytes:
-            raise CollectiveError(f"{self.node_id}: a chunk from {src} says {head.nbytes} B "
-                                  f"and carries {len(payload)} B")
-        return head, payload
+def chunk_header(node_id: str, job: str, dst: str, head: ChunkHead,
+                 optical: bool) -> dict[str, Any]:
+    """The frame header of one executor chunk sent by `node_id`: each chunk is one frame, its
+    header naming the element offset ("off") and byte count ("n")."""
+    return {"job": job, "seq": head.seq, "step": head.step, "src": node_id, "dst": dst,
+            "net": "optical" if optical else "ideal", "off": head.offset, "n": head.nbytes}
 
 
 class _Receiver:
@@ -201,7 +190,7 @@ class _Receiver:
         self._sock.close(0)
 
 
-class FabricLink(_ZmqChunks):
+class FabricLink:
     """Frames go through the emulated optical fabric (or its ideal electrical mode)."""
 
     def __init__(self, node_id: str, fabric_address: str, *, connect_timeout: float = 5.0,
@@ -247,12 +236,26 @@ class FabricLink(_ZmqChunks):
         self.sent_bytes += len(payload)
         self.sent_by_peer[str(header["dst"])] += len(payload)
 
+    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
+                   deadline_s: float, cancel: Any = None, optical: bool = False) -> None:
+        """Send one executor chunk as one frame, its payload copied into ZeroMQ's message (the
+        bucket changes under a zero-copy send); ZeroMQ queues it, so `deadline_s` and
+        `cancel` are not needed."""
+        self.send(chunk_header(self.node_id, job, dst, head, optical), bytes(payload))
+
+    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: Any = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step) (`Inbox.take_chunk`; `into` is a hint
+        this link does not need)."""
+        return self.inbox.take_chunk(job, src, seq, step, deadline, cancel)
+
     def close(self) -> None:
         self._rx.close()
         self._tx.close(0)
 
 
-class DirectLink(_ZmqChunks):
+class DirectLink:
     """Frames go straight to each peer's data address over the host network (ZeroMQ with
     CURVE: the secure lab path; `agents.streams.StreamLink` is the fast plain one)."""
 
@@ -315,6 +318,20 @@ class DirectLink(_ZmqChunks):
         sock.send_multipart([b"D", _encode(header), payload], copy=False)
         self.sent_bytes += len(payload)
         self.sent_by_peer[dst] += len(payload)
+
+    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
+                   deadline_s: float, cancel: Any = None, optical: bool = False) -> None:
+        """Send one executor chunk as one frame, its payload copied into ZeroMQ's message (the
+        bucket changes under a zero-copy send); ZeroMQ queues it, so `deadline_s` and
+        `cancel` are not needed."""
+        self.send(chunk_header(self.node_id, job, dst, head, optical), bytes(payload))
+
+    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: Any = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step) (`Inbox.take_chunk`; `into` is a hint
+        this link does not need)."""
+        return self.inbox.take_chunk(job, src, seq, step, deadline, cancel)
 
     def close(self) -> None:
         self._rx.close()
