@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common.config.devices import DEVICE_KEYS_BY_KIND
-from common.config.reader import REQUIRED
+from common.config.devices import DEVICE_KEYS_BY_KIND, DeviceSections
+from common.config.reader import REQUIRED, TableReader
 from common.config.schema import (
     LINK_KINDS,
     TRANSPORTS,
@@ -79,10 +79,18 @@ def dump_testbed(cfg: TestbedConfig) -> str:
     return tomli_w.dumps(doc)
 
 
-class TestbedParser(WiringSections):
-    """Turns the TOML document into dataclasses, checking every key against its schema."""
+class TestbedParser:
+    """Turns the TOML document of the file at `path` into dataclasses, checking every key
+    against its schema: the top sections here, ``[[devices]]`` in `DeviceSections`, the nodes
+    and fibres in `WiringSections`, all through one `TableReader`."""
 
     __test__ = False  # not a pytest test class
+
+    def __init__(self, path: str):
+        self.read = TableReader(path)
+        self.path = path
+        self.device_sections = DeviceSections(self.read)
+        self.wiring = WiringSections(self.read)
 
     def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
         """The whole document: its sections, in the order they depend on each other."""
@@ -92,38 +100,42 @@ class TestbedParser(WiringSections):
             if name not in sections:
                 near = difflib.get_close_matches(name, list(sections), n=1)
                 hint = f"did you mean [{near[0]}]?" if near else f"sections: {', '.join(sorted(sections))}"
-                raise self.fail(name, "unknown section", f"remove it ({hint})")
-        head = self.table(doc.get("testbed"), "testbed", {
-            "name": (self.text(), REQUIRED), "description": (self.text(), ""),
-            "seed": (self.integer(0), 0)})
-        grid = GridConfig(**self.table(doc.get("grid"), "grid", {
-            "first_thz": (self.num(180.0, 200.0), 193.1),
-            "spacing_ghz": (self.num(positive=True), 100.0),
-            "channels": (self.integer(1, 1000), 48)}))
-        timing = TimingConfig(**self.table(doc.get("timing"), "timing", {
-            name: (self.num(0.0), default)
+                raise self.read.fail(name, "unknown section", f"remove it ({hint})")
+        head = self.read.table(doc.get("testbed"), "testbed", {
+            "name": (self.read.text(), REQUIRED), "description": (self.read.text(), ""),
+            "seed": (self.read.integer(0), 0)})
+        grid = GridConfig(**self.read.table(doc.get("grid"), "grid", {
+            "first_thz": (self.read.num(180.0, 200.0), 193.1),
+            "spacing_ghz": (self.read.num(positive=True), 100.0),
+            "channels": (self.read.integer(1, 1000), 48)}))
+        timing = TimingConfig(**self.read.table(doc.get("timing"), "timing", {
+            name: (self.read.num(0.0), default)
             for name, default in as_table(TimingConfig()).items()}))
-        fabric = FabricConfig(**self.table(doc.get("fabric"), "fabric", {
-            "line_rate_gbps": (self.num(positive=True), 10.0),
-            "link": (self.text(LINK_KINDS), "fabric"),
-            "address": (self.text(), ""), "listen": (self.text(), "127.0.0.1:0"),
-            "transport": (self.text(TRANSPORTS), "streams"), "light_table": (self.text(), "")}))
-        controller = ControllerConfig(**self.table(doc.get("controller"), "controller", {
-            "listen": (self.text(), "127.0.0.1:0"), "address": (self.text(), ""),
-            "heartbeat_s": (self.num(positive=True), 1.0), "state": (self.text(), ""),
-            "device_check_s": (self.num(lo=0.0), 2.0)}))
-        agent = AgentConfig(**self.table(doc.get("agent"), "agent", {
-            "gate_priority": (self.integer(0, 99), 0), "gate_cpu": (self.integer(-1), -1)}))
-        devices = self.devices(doc.get("devices"), grid)
-        nodes = self.nodes(doc.get("nodes"), grid, devices)
-        fibres = self.fibres(doc.get("fibres"), nodes, devices)
-        security = SecurityConfig(**self.table(doc.get("security"), "security", {
-            "certs": (self.text(), ""), "operator": (self.text(), "operator")}))
+        fabric = FabricConfig(**self.read.table(doc.get("fabric"), "fabric", {
+            "line_rate_gbps": (self.read.num(positive=True), 10.0),
+            "link": (self.read.text(LINK_KINDS), "fabric"),
+            "address": (self.read.text(), ""), "listen": (self.read.text(), "127.0.0.1:0"),
+            "transport": (self.read.text(TRANSPORTS), "streams"),
+            "light_table": (self.read.text(), "")}))
+        controller = ControllerConfig(**self.read.table(doc.get("controller"), "controller", {
+            "listen": (self.read.text(), "127.0.0.1:0"), "address": (self.read.text(), ""),
+            "heartbeat_s": (self.read.num(positive=True), 1.0), "state": (self.read.text(), ""),
+            "device_check_s": (self.read.num(lo=0.0), 2.0)}))
+        agent = AgentConfig(**self.read.table(doc.get("agent"), "agent", {
+            "gate_priority": (self.read.integer(0, 99), 0),
+            "gate_cpu": (self.read.integer(-1), -1)}))
+        devices = self.device_sections.devices(doc.get("devices"), grid)
+        nodes = self.wiring.nodes(doc.get("nodes"), grid, devices)
+        fibres = self.wiring.fibres(doc.get("fibres"), nodes, devices,
+                                    self.device_sections.optinc)
+        security = SecurityConfig(**self.read.table(doc.get("security"), "security", {
+            "certs": (self.read.text(), ""), "operator": (self.read.text(), "operator")}))
         if security.certs and not Path(security.certs).is_absolute():
             security = replace(security, certs=str((Path(self.path).parent / security.certs)
                                                    .resolve()))
         cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
-                            nodes, devices, fibres, head["seed"], security, tuple(self.optinc),
+                            nodes, devices, fibres, head["seed"], security,
+                            tuple(self.device_sections.optinc),
                             agent)
-        self.check_attachments(cfg)
+        self.wiring.check_attachments(cfg)
         return cfg

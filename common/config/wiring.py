@@ -4,58 +4,64 @@ per node, one port per receiver, one receive channel per WSS)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from common.config.devices import DeviceSections
-from common.config.reader import REQUIRED
+from common.config.reader import REQUIRED, TableReader
 from common.config.schema import (
     DeviceConfig,
     Endpoint,
     FibreConfig,
     GridConfig,
     NodeConfig,
+    OptincDeviceConfig,
     TestbedConfig,
 )
 
 
-class WiringSections(DeviceSections):
-    """Reads ``[[nodes]]`` and ``[[fibres]]`` against the devices already read."""
+class WiringSections:
+    """Reads ``[[nodes]]`` and ``[[fibres]]`` with `read`, against the devices already read."""
+
+    def __init__(self, read: TableReader):
+        self.read = read
 
     def nodes(self, raw: Any, grid: GridConfig, devices: tuple[DeviceConfig, ...]
               ) -> tuple[NodeConfig, ...]:
         """The nodes, each with its own transmitter (an itla) and receive channel."""
         out: list[NodeConfig] = []
-        entries = self.array(raw, "nodes")
+        entries = self.read.array(raw, "nodes")
         if not entries:
-            raise self.fail("nodes", "no nodes", "add at least two [[nodes]] entries")
+            raise self.read.fail("nodes", "no nodes", "add at least two [[nodes]] entries")
         for i, entry in enumerate(entries):
-            key = self.entry_key("nodes", i, entry)
-            values = self.table(entry, key, {
-                "id": (self.text(), REQUIRED), "host": (self.text(), "127.0.0.1"),
-                "transmitter": (self.text(), REQUIRED),
-                "rx_thz": (self.num(180.0, 200.0), None),
-                "rx_channel": (self.integer(1), None),
-                "data_port": (self.integer(0, 65535), 0)})
+            key = self.read.entry_key("nodes", i, entry)
+            values = self.read.table(entry, key, {
+                "id": (self.read.text(), REQUIRED), "host": (self.read.text(), "127.0.0.1"),
+                "transmitter": (self.read.text(), REQUIRED),
+                "rx_thz": (self.read.num(180.0, 200.0), None),
+                "rx_channel": (self.read.integer(1), None),
+                "data_port": (self.read.integer(0, 65535), 0)})
             if any(n.id == values["id"] for n in out):
-                raise self.fail(f"{key}.id", f"duplicate node id {values['id']!r}",
-                                "give every node its own id")
+                raise self.read.fail(f"{key}.id", f"duplicate node id {values['id']!r}",
+                                     "give every node its own id")
             tx = values["transmitter"]
             match = [d for d in devices if d.id == tx]
             if not match:
-                raise self.fail(f"{key}.transmitter", f"names device {tx!r}, which is not defined",
-                                "add a [[devices]] entry with that id and kind = \"itla\", "
-                                "or fix the name")
+                raise self.read.fail(f"{key}.transmitter",
+                                     f"names device {tx!r}, which is not defined",
+                                     "add a [[devices]] entry with that id and kind = \"itla\", "
+                                     "or fix the name")
             if match[0].kind != "itla":
-                raise self.fail(f"{key}.transmitter", f"{tx!r} is a {match[0].kind}, not a "
-                                "tunable transmitter", "name an itla device")
+                raise self.read.fail(f"{key}.transmitter", f"{tx!r} is a {match[0].kind}, not a "
+                                     "tunable transmitter", "name an itla device")
             channel = self.rx_channel(values, key, grid)
             out.append(NodeConfig(values["id"], values["host"], tx, channel, values["data_port"]))
         used: dict[str, str] = {}
         for n in out:
             if n.transmitter in used:
-                raise self.fail(f"nodes ({n.id}).transmitter", f"{n.transmitter!r} is already the "
-                                f"transmitter of {used[n.transmitter]}",
-                                "give every node its own transmitter")
+                raise self.read.fail(f"nodes ({n.id}).transmitter",
+                                     f"{n.transmitter!r} is already the "
+                                     f"transmitter of {used[n.transmitter]}",
+                                     "give every node its own transmitter")
             used[n.transmitter] = n.id
         return tuple(out)
 
@@ -63,73 +69,76 @@ class WiringSections(DeviceSections):
         """A node's receive channel, from exactly one of rx_thz or rx_channel."""
         thz, ch = values["rx_thz"], values["rx_channel"]
         if (thz is None) == (ch is None):
-            raise self.fail(key, "needs exactly one of rx_thz or rx_channel",
-                            "give the receiver's wavelength, e.g. rx_thz = 193.1")
+            raise self.read.fail(key, "needs exactly one of rx_thz or rx_channel",
+                                 "give the receiver's wavelength, e.g. rx_thz = 193.1")
         if ch is not None:
             if ch > grid.channels:
-                raise self.fail(f"{key}.rx_channel", f"channel {ch} is off the grid "
-                                f"(1..{grid.channels})", "use a channel of the [grid]")
+                raise self.read.fail(f"{key}.rx_channel", f"channel {ch} is off the grid "
+                                     f"(1..{grid.channels})", "use a channel of the [grid]")
             return ch
         found = grid.channel_of(thz)
         if found is None:
             n = min(max(round((thz - grid.first_thz) * 1000 / grid.spacing_ghz) + 1, 1),
                     grid.channels)
-            raise self.fail(f"{key}.rx_thz", f"{thz} THz is off the grid ({grid.first_thz} THz + "
-                            f"k × {grid.spacing_ghz} GHz, {grid.channels} channels)",
-                            f"use a grid frequency, e.g. {grid.frequency_thz(n):.4f} THz "
-                            f"(channel {n})")
+            raise self.read.fail(f"{key}.rx_thz",
+                                 f"{thz} THz is off the grid ({grid.first_thz} THz + "
+                                 f"k × {grid.spacing_ghz} GHz, {grid.channels} channels)",
+                                 f"use a grid frequency, e.g. {grid.frequency_thz(n):.4f} THz "
+                                 f"(channel {n})")
         return found
 
     def endpoint(self, raw: Any, key: str, nodes: tuple[NodeConfig, ...],
-                 devices: tuple[DeviceConfig, ...]) -> Endpoint:
-        """One end of a fibre: a node's tx/rx, a WSS port or a meter channel."""
+                 devices: tuple[DeviceConfig, ...], optinc: Sequence[OptincDeviceConfig]
+                 ) -> Endpoint:
+        """One end of a fibre: a node's tx/rx, a WSS port or a meter channel (never one of
+        the `optinc` devices, which hang on the emulated fabric)."""
         if not isinstance(raw, str) or "." not in raw:
-            raise self.fail(key, f"{raw!r} is not an endpoint",
-                            'write "node.tx", "node.rx", "wss.in", "wss.<port>" or "meter.<channel>"')
+            raise self.read.fail(key, f"{raw!r} is not an endpoint",
+                                 'write "node.tx", "node.rx", "wss.in", "wss.<port>" or "meter.<channel>"')
         owner, _, port = raw.rpartition(".")
         if any(n.id == owner for n in nodes):
             if port not in ("tx", "rx"):
-                raise self.fail(key, f"node {owner!r} has no port {port!r}", "use .tx or .rx")
+                raise self.read.fail(key, f"node {owner!r} has no port {port!r}", "use .tx or .rx")
             return Endpoint(owner, port)
         dev = next((d for d in devices if d.id == owner), None)
-        if dev is None and any(d.id == owner for d in self.optinc):
-            raise self.fail(key, f"{owner!r} is an OptINC device; it hangs on the emulated "
-                            "fabric, not on a fibre of this file", f"remove the fibre {raw!r}")
+        if dev is None and any(d.id == owner for d in optinc):
+            raise self.read.fail(key, f"{owner!r} is an OptINC device; it hangs on the emulated "
+                                 "fabric, not on a fibre of this file", f"remove the fibre {raw!r}")
         if dev is None:
-            raise self.fail(key, f"{owner!r} is neither a node nor a device",
-                            "name a node or device defined in this file")
+            raise self.read.fail(key, f"{owner!r} is neither a node nor a device",
+                                 "name a node or device defined in this file")
         if dev.kind == "itla":
-            raise self.fail(key, f"{owner!r} is a transmitter; fibres start at its node",
-                            f"write the node's .tx endpoint instead of {raw!r}")
+            raise self.read.fail(key, f"{owner!r} is a transmitter; fibres start at its node",
+                                 f"write the node's .tx endpoint instead of {raw!r}")
         if dev.kind == "wss":
             if port == "in" or (port.isdigit() and 1 <= int(port) <= dev.ports):
                 return Endpoint(owner, port)
-            raise self.fail(key, f"{dev.id} has no port {port!r} (ports: in, 1..{dev.ports})",
-                            "use an existing port or raise ports")
+            raise self.read.fail(key, f"{dev.id} has no port {port!r} (ports: in, 1..{dev.ports})",
+                                 "use an existing port or raise ports")
         if port.isdigit() and 1 <= int(port) <= dev.channels:
             return Endpoint(owner, port)
-        raise self.fail(key, f"{dev.id} has no channel {port!r} (1..{dev.channels})",
-                        "use an existing meter channel")
+        raise self.read.fail(key, f"{dev.id} has no channel {port!r} (1..{dev.channels})",
+                             "use an existing meter channel")
 
-    def fibres(self, raw: Any, nodes: tuple[NodeConfig, ...], devices: tuple[DeviceConfig, ...]
-               ) -> tuple[FibreConfig, ...]:
+    def fibres(self, raw: Any, nodes: tuple[NodeConfig, ...], devices: tuple[DeviceConfig, ...],
+               optinc: Sequence[OptincDeviceConfig] = ()) -> tuple[FibreConfig, ...]:
         """The fibres: node.tx → wss.in, wss.<port> → node.rx or meter.<channel>."""
         out: list[FibreConfig] = []
-        for i, entry in enumerate(self.array(raw, "fibres")):
+        for i, entry in enumerate(self.read.array(raw, "fibres")):
             key = f"fibres[{i}]"
-            values = self.table(entry, key, {"from": (self.text(), REQUIRED),
-                                             "to": (self.text(), REQUIRED)})
-            src = self.endpoint(values["from"], f"{key}.from", nodes, devices)
-            dst = self.endpoint(values["to"], f"{key}.to", nodes, devices)
+            values = self.read.table(entry, key, {"from": (self.read.text(), REQUIRED),
+                                                  "to": (self.read.text(), REQUIRED)})
+            src = self.endpoint(values["from"], f"{key}.from", nodes, devices, optinc)
+            dst = self.endpoint(values["to"], f"{key}.to", nodes, devices, optinc)
             kinds = {d.id: d.kind for d in devices}
             sk, dk = kinds.get(src.owner, "node"), kinds.get(dst.owner, "node")
             ok = ((sk == "node" and src.port == "tx" and dk == "wss" and dst.port == "in")
                   or (sk == "wss" and src.port != "in"
                       and ((dk == "node" and dst.port == "rx") or dk == "powermeter")))
             if not ok:
-                raise self.fail(key, f"{src} → {dst} is not a fibre this testbed can have",
-                                "connect node.tx → wss.in, wss.<port> → node.rx, or "
-                                "wss.<port> → meter.<channel> (a monitor tap)")
+                raise self.read.fail(key, f"{src} → {dst} is not a fibre this testbed can have",
+                                     "connect node.tx → wss.in, wss.<port> → node.rx, or "
+                                     "wss.<port> → meter.<channel> (a monitor tap)")
             out.append(FibreConfig(src, dst))
         return tuple(out)
 
@@ -141,40 +150,44 @@ class WiringSections(DeviceSections):
         for i, f in enumerate(cfg.fibres):
             if f.src.port == "tx":
                 if f.src.owner in tx_to:
-                    raise self.fail(f"fibres[{i}]", f"{f.src} already has a fibre",
-                                    "a transmitter has one fibre; remove one of them")
+                    raise self.read.fail(f"fibres[{i}]", f"{f.src} already has a fibre",
+                                         "a transmitter has one fibre; remove one of them")
                 tx_to[f.src.owner] = f.dst.owner
             elif f.dst.port == "rx":
                 if f.dst.owner in rx_from:
-                    raise self.fail(f"fibres[{i}]", f"{f.dst} already has a fibre",
-                                    "a receiver has one fibre; remove one of them")
+                    raise self.read.fail(f"fibres[{i}]", f"{f.dst} already has a fibre",
+                                         "a receiver has one fibre; remove one of them")
                 where = (f.src.owner, int(f.src.port))
                 if where in port_used:
-                    raise self.fail(f"fibres[{i}]", f"{f.src} already feeds {port_used[where]}.rx",
-                                    "give every receiver its own WSS port")
+                    raise self.read.fail(f"fibres[{i}]",
+                                         f"{f.src} already feeds {port_used[where]}.rx",
+                                         "give every receiver its own WSS port")
                 port_used[where] = f.dst.owner
                 rx_from[f.dst.owner] = where
         for n in cfg.nodes:
             if n.id not in tx_to:
-                raise self.fail("fibres", f"node {n.id} has no fibre from its transmitter",
-                                f'add [[fibres]] from = "{n.id}.tx", to = "<wss>.in"')
+                raise self.read.fail("fibres", f"node {n.id} has no fibre from its transmitter",
+                                     f'add [[fibres]] from = "{n.id}.tx", to = "<wss>.in"')
             if n.id not in rx_from:
-                raise self.fail("fibres", f"node {n.id} has no fibre to its receiver",
-                                f'add [[fibres]] from = "<wss>.<port>", to = "{n.id}.rx"')
+                raise self.read.fail("fibres", f"node {n.id} has no fibre to its receiver",
+                                     f'add [[fibres]] from = "<wss>.<port>", to = "{n.id}.rx"')
             if tx_to[n.id] != rx_from[n.id][0]:
-                raise self.fail("fibres", f"node {n.id} transmits into {tx_to[n.id]} but receives "
-                                f"from {rx_from[n.id][0]}", "attach both to the same WSS")
+                raise self.read.fail("fibres",
+                                     f"node {n.id} transmits into {tx_to[n.id]} but receives "
+                                     f"from {rx_from[n.id][0]}", "attach both to the same WSS")
         by_wss: dict[tuple[str, int], str] = {}
         for n in cfg.nodes:
             key = (rx_from[n.id][0], n.rx_channel)
             if key in by_wss:
-                raise self.fail(f"nodes ({n.id}).rx_channel", f"channel {n.rx_channel} is also "
-                                f"the receive channel of {by_wss[key]} on {key[0]}",
-                                "give every receiver on a WSS its own channel")
+                raise self.read.fail(f"nodes ({n.id}).rx_channel",
+                                     f"channel {n.rx_channel} is also "
+                                     f"the receive channel of {by_wss[key]} on {key[0]}",
+                                     "give every receiver on a WSS its own channel")
             by_wss[key] = n.id
             wss = cfg.device(rx_from[n.id][0])
             lo, hi = wss.channels_allowed
             if not lo <= n.rx_channel <= hi:
-                raise self.fail(f"nodes ({n.id}).rx_channel", f"channel {n.rx_channel} is outside "
-                                f"{wss.id}.channels_allowed [{lo}, {hi}]",
-                                "pick an allowed channel or widen channels_allowed")
+                raise self.read.fail(f"nodes ({n.id}).rx_channel",
+                                     f"channel {n.rx_channel} is outside "
+                                     f"{wss.id}.channels_allowed [{lo}, {hi}]",
+                                     "pick an allowed channel or widen channels_allowed")
