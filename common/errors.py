@@ -14,6 +14,11 @@ class ConfigError(OddlError):
     """A testbed file is malformed or inconsistent."""
 
 
+class MissingExtra(ConfigError):
+    """A command needs a package of an optional extra this host did not install
+    (`common.extras`); the message names the extra to install."""
+
+
 class DeviceError(OddlError):
     """A device refused a command, answered wrongly, or did not answer."""
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.errors import ConfigError
+from common.extras import require
 from oddl.config_lookup import LOOKUP_HELP, testbed_file
 from oddl.exit_codes import EXIT_OK, EXIT_USAGE
 
@@ -99,6 +100,7 @@ def cmd_schedule_show(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """The live terminal view."""
+    require("rich", "`oddl watch`")
     from oddl.watch import watch
 
     return watch(connect(args), interval=args.interval, once=args.once)

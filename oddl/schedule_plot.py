@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.extras import require
+
 
 def plot_schedule(sched: Any, path: str, title: str = "") -> None:
     """Draw per node (rows) the slots it transmits in over time, coloured by channel.
@@ -12,6 +14,7 @@ def plot_schedule(sched: Any, path: str, title: str = "") -> None:
     grey before the window (hatched where the node's laser retunes). Guards of microseconds
     next to holds of milliseconds are drawn at least 0.4 % of the time axis wide.
     """
+    require("matplotlib", "drawing a schedule")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

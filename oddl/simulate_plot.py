@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from common.extras import require
+
 
 def _log_if_wide(ax: Any) -> None:
     """Log y axis when the plotted values span more than a factor of 100."""
@@ -32,6 +34,7 @@ def _paper_marks(ax: Any, systems: Sequence[str]) -> None:
 
 def plot(result: Any, path: str) -> None:
     """Draw a sweep (iteration time and ratio to ODDL) or one simulation (stacked bars)."""
+    require("matplotlib", "drawing a simulation")
     import matplotlib
 
     matplotlib.use("Agg")

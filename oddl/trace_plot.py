@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.extras import require
 from oddl.trace_summary import node_of, process_names
 
 Span = tuple[float, float]
@@ -137,6 +138,7 @@ def _slot_colour(row: _Row, start: float, peer: str, colour: dict[int, Any]) -> 
 
 def plot_timeline(doc: dict[str, Any], path: str, title: str = "") -> int:
     """Draw the timeline of `doc` into the PNG `path`; return the number of node rows."""
+    require("matplotlib", "drawing a timeline")
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

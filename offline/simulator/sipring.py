@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import OddlError
+from common.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def solve_fractions(flows: RingFlows, demand: np.ndarray, rule: str = "ring") ->
     whose interval starts at k − f of those whose interval ends at k), which is the same
     constraint set as Σ_{j crosses k} f_j ≤ 1 with O(n + pairs) non-zeros instead of
     O(n · pairs)."""
+    require("scipy", "the SiP-Ring LP of the simulator")
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 

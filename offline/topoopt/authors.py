@@ -31,6 +31,7 @@ from functools import reduce
 
 import numpy as np
 
+from common.extras import require
 from controller.scheduling.totient import candidate_jumps, choose_geometric
 from offline.topoopt.model import TopoOptError, Traffic
 from offline.topoopt.routing import push_towards_targets, shortest_path_links
@@ -195,6 +196,7 @@ def _odd_pair(m: int, rounds: int) -> list[list[tuple[int, int]]]:
 def _complete_matchings(w: np.ndarray, rounds: int) -> list[list[tuple[int, int]]]:
     """Maximum-weight matchings of maximum cardinality (= minimum-cost perfect matchings
     with cost max − w) on the complete graph, nodes relabelled at random for the ties."""
+    require("networkx", "TopoOpt's matchings")
     import networkx as nx
 
     size = w.shape[0]

@@ -23,6 +23,7 @@ from functools import reduce
 
 import numpy as np
 
+from common.extras import require
 from controller.scheduling.totient import candidate_jumps, max_degree, select_permutations
 from offline.topoopt.authors import TIE_SEED
 from offline.topoopt.model import TopoOptError, Traffic
@@ -176,6 +177,7 @@ def _repeated_matching(w: np.ndarray, rounds: int) -> list[list[tuple[int, int]]
     Scaling the weights by tiny random factors would break them too, but makes Blossom ~100×
     slower (every weight distinct).
     """
+    require("networkx", "TopoOpt's matchings")
     import networkx as nx
 
     size = w.shape[0]
