@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from lab import users
-from lab.model import Host
+from lab.plan import Host
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
 from lab.services import last_lines, start_unit, wait_ready

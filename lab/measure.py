@@ -11,7 +11,7 @@ import statistics
 from typing import Any
 
 from lab import jobs
-from lab.model import LINE_RATE_GBPS, line_rate_bound_s
+from lab.plan import LINE_RATE_GBPS, line_rate_bound_s
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
 

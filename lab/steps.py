@@ -14,7 +14,7 @@ from typing import Any
 
 from lab import users
 from lab.devices import start_emulators
-from lab.model import Host
+from lab.plan import Host
 from lab.report import CheckFailed, Report
 from lab.rig import REPO, Rig
 from lab.services import last_lines
