@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import zmq
+from fakes import FakeClock
+from helpers import wait_until
 
 from agents.zmq_links import FabricLink
 from common.config import load_testbed
@@ -17,16 +19,6 @@ from drivers.interfaces import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
-
-
-class Clock:
-    """A clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _frame(i: int, src: str, dst: str, net: str = "optical") -> dict:
@@ -151,7 +143,7 @@ def test_line_rate_and_collisions_with_a_hand_clock():
     cfg = load_testbed(CONFIG)
     lasers = {"laser0": _Laser(193.2), "laser1": _Laser(None), "laser2": _Laser(193.2),
               "laser3": _Laser(None)}
-    clock = Clock()
+    clock = FakeClock()
     fabric = Fabric(OpticalModel(cfg, lasers, {"wss0": _Wss()}), 1e9, clock=clock)
     links = {n: FabricLink(n, fabric.address) for n in ("n0", "n1", "n2")}
     try:
@@ -167,7 +159,7 @@ def test_line_rate_and_collisions_with_a_hand_clock():
         # n0 and n2 both on channel 2 at once: both frames collide at n1 and are lost
         links["n0"].send(_frame(2, "n0", "n1"), b"b" * 1000)
         links["n2"].send(_frame(2, "n2", "n1"), b"c" * 1000)
-        time.sleep(0.2)
+        wait_until(lambda: fabric.in_flight == 2, 10, "both frames on the wire at one time")
         clock.t += 1.0
         deadline = time.time() + 5
         while sum(fabric.stats.lost.values()) < 2 and time.time() < deadline:

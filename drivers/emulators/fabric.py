@@ -217,6 +217,11 @@ class Fabric:
         if self._curve is not None:
             self._curve.close()
 
+    @property
+    def in_flight(self) -> int:
+        """Frames accepted and neither delivered nor lost yet."""
+        return len(self._heap)
+
     # ---- the loop (one thread owns the socket) ------------------------------------------
     def _loop(self) -> None:
         poller = zmq.Poller()
