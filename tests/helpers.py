@@ -17,7 +17,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository."""
@@ -111,11 +113,22 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
     """Poll `predicate` until it is true; the seconds that took. Fails the test after
     `timeout` s, naming `what`."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
+    wait_for(predicate, timeout, what, interval)
+    return time.monotonic() - start
+
+
+def wait_for(probe: Callable[[], T | Literal[False] | None], timeout: float, what: str,
+             interval: float = 0.05) -> T:
+    """Poll `probe` until it returns something true, and return that. Fails the test after
+    `timeout` s, naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
         time.sleep(interval)
-    raise AssertionError(f"{what} did not happen within {timeout} s")
 
 
 def run_ranks(argv: list[str], apis: list[str], timeout: float,

@@ -6,14 +6,13 @@ Every process is the command a lab runs; the shift goes through the agent's own 
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import EMULATED
+from helpers import EMULATED, wait_for
 
 from agents.client import AgentClient
 from agents.client import allreduce_all as run_on_all
@@ -23,17 +22,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SHIFT_US = 3000.0
 SHIFTED = "n2"
-
-
-def _wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
-    """`probe()` once it is truthy; fails the test naming `what` at the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _exact_runs(clients: list[AgentClient], seed: int, n: int, runs: int) -> None:
@@ -58,9 +46,9 @@ def test_a_shifted_agent_is_found_and_its_slots_hold(tmp_path: Path):
         nodes = tb.launched.node_ids
         clients = dict(zip(nodes, tb.clients, strict=True))
         # the estimate finds the shift within its stated bound (controller minus agent)
-        s = _wait_for("a bounded clock estimate at every agent",
-                      lambda: all(c.status()["clock_error_bound_s"] for c in tb.clients)
-                      and clients[SHIFTED].status())
+        s = wait_for(lambda: all(c.status()["clock_error_bound_s"] for c in tb.clients)
+                     and clients[SHIFTED].status(), 60.0,
+                     "a bounded clock estimate at every agent")
         assert s["clock_shift_s"] == pytest.approx(SHIFT_US / 1e6)
         assert s["clock_samples_via"] == "udp"
         assert abs(s["clock_offset_s"] + SHIFT_US / 1e6) <= s["clock_error_bound_s"] < 1e-3
@@ -96,17 +84,18 @@ def test_a_line_rate_far_above_the_links_is_named(tmp_path: Path):
         job = tb.operator.submit("absurd", [], "ring", "optical")
         _exact_runs(tb.clients, 8, 2_000_000, 2)  # 16 MB: 1 MiB chunks at every node
         log = tmp_path / "agent-n0.log"
-        text = _wait_for("the line-rate warning in n0's log", lambda: (
+        text = wait_for(lambda: (
             "well below [fabric] line_rate_gbps = 10000" in log.read_text(errors="replace")
-            and log.read_text(errors="replace")))
+            and log.read_text(errors="replace")), 60.0, "the line-rate warning in n0's log")
         assert str(tb.resolved) in text  # the file this agent runs with
         assert "Set [fabric] line_rate_gbps to what the links carry" in text
         assert text.count("well below [fabric] line_rate_gbps") == 1  # once per excursion
         measured = tb.clients[0].status()["measured_line_rate_gbps"]
         assert 0 < measured < 8000
-        agents = _wait_for("the measured rate in `oddl status`", lambda: all(
+        agents = wait_for(lambda: all(
             float(a.get("measured_line_rate_gbps", 0)) > 0
-            for a in tb.operator.status()["agents"]) and tb.operator.status()["agents"])
+            for a in tb.operator.status()["agents"]) and tb.operator.status()["agents"], 60.0,
+            "the measured rate in `oddl status`")
         assert all(float(a["measured_line_rate_gbps"]) < 8000 for a in agents)
         with urllib.request.urlopen(tb.metrics["n0"], timeout=10) as reply:
             metrics = reply.read().decode()

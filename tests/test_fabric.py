@@ -47,12 +47,9 @@ def _light(tb: EmulatedTestbed, laser: str, channel: int, table: dict[int, int])
 
 
 def _wait_lit(tb: EmulatedTestbed, laser: str, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tb.lasers[laser].optical_output() is not None and not tb.switches["wss0"].settling():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"{laser} did not light up")
+    wait_until(lambda: tb.lasers[laser].optical_output() is not None
+               and not tb.switches["wss0"].settling(), timeout, f"{laser} lighting up",
+               interval=0.005)
 
 
 def test_light_path_follows_laser_and_wss(emulated):
