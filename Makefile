@@ -70,7 +70,7 @@ SOAK_ARGS ?=
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --json benchmarks/results/soak.json $(SOAK_ARGS)
 
-# the lab rehearsal (docs/lab.md): five hosts in network namespaces on this machine, the wheel
+# the lab rehearsal (docs/how-to/lab-bring-up.md): five hosts in network namespaces on this machine, the wheel
 # installed as a lab installs it, the units' command lines; needs root. `make test` runs it too
 # when the machine allows it (tests/test_lab_rehearsal.py) and says why it skips otherwise.
 LAB_ARGS ?=
@@ -78,7 +78,7 @@ lab: $(TORCH_STAMP)
 	$(BIN)/python -m lab --json runs/lab.json $(LAB_ARGS)
 
 # PyTorch's own distributed suite (the wheel's distributed_test.py) on the oddl backend and on
-# gloo in the same run, on the emulated testbed (docs/torch-backend.md); `make test` runs its
+# gloo in the same run, on the emulated testbed (docs/how-to/torch-backend.md); `make test` runs its
 # fast subset (tests/test_torch_suite.py)
 TORCH_SUITE_ARGS ?= --parallel
 torch-suite: $(TORCH_STAMP)

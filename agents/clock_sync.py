@@ -41,7 +41,7 @@ def budget_warning(node: str, est: ClockEstimate, skew_us: float, testbed: str) 
             f"round trip {est.rtt_s * 1e6:.0f} µs, {est.age_s:.1f} s ago), more than "
             f"[timing] clock_skew_us = {skew_us:g} µs that every guard allows for in "
             f"{testbed}: slots may overlap. Run chrony or PTP on every host and keep the "
-            "control network between this host and the controller quiet (docs/clocks.md), "
+            "control network between this host and the controller quiet (docs/explanation/clocks.md), "
             f"or raise [timing] clock_skew_us to at least {need} in {testbed} (it widens "
             "every guard)")
 

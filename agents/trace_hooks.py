@@ -1,4 +1,4 @@
-"""An agent's events on the trace (docs/trace-format.md): per collective, per slot, per chunk,
+"""An agent's events on the trace (docs/reference/trace-format.md): per collective, per slot, per chunk,
 and the faults (late and lost chunks, overruns).
 
 `RunTrace` follows one collective while `TRACE.on`; `run_collective` makes one (else None)

@@ -1,6 +1,6 @@
 """The lab rig's measurements (issue 23, item 4): `python benchmarks/bench_lab.py` as root.
 
-Runs the whole rehearsal (`python -m lab --bench`, docs/lab.md) and prints ring and
+Runs the whole rehearsal (`python -m lab --bench`, docs/how-to/lab-bring-up.md) and prints ring and
 halving-doubling all-reduce at 1, 16 and 64 MB against the line-rate bound of the rig's
 1 Gbit/s tbf links, 2(N-1)/N * S * 8 / rate, the first call of a new size against the rest,
 and the time to detect and to recover from each fault. Writes benchmarks/results/lab.json.

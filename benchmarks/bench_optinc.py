@@ -16,7 +16,7 @@ layer, 1275 thresholders), each the best of R repeats with ``time.perf_counter``
 All give identical levels where they overlap (checked). Training: hardware-aware fine-tuning
 of the designed N = 4, 4-bit network on an 8-bit DAC (600 steps) and training N = 2, 2-bit from
 random phases (600 steps). ``--figures`` adds the exact fraction of the designed networks
-against DAC resolution and phase noise (the table in docs/optinc.md).
+against DAC resolution and phase noise (the table in docs/explanation/optinc.md).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ is pinned to one CPU unless --no-pin). Then:
   for the authors' search, ours, and ours with ``lookahead``;
 - every shipped model at 128 nodes, with the authors' defaults and with all our variants:
   the chosen strategy, the predicted iteration and the speed-ups against the similar-cost
-  fat-tree and against data parallelism on TotientPerms rings (docs/topoopt.md §6);
+  fat-tree and against data parallelism on TotientPerms rings (docs/explanation/topoopt.md §6);
 - with --large: VGG19 on 1024 nodes, degree 8, 1000 iterations (time only).
 
 With --json the last stdout line is one JSON object.

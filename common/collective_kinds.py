@@ -1,7 +1,7 @@
 """Which collective a call is: its kind, its reduction op and its root, as every layer names
 them (the client, the local API, the agents' ready exchange, the controller's barrier).
 
-Kinds run natively over the same slot machinery as the all-reduce (`docs/collectives.md`).
+Kinds run natively over the same slot machinery as the all-reduce (`docs/explanation/collectives.md`).
 Every kind works on one flat *work buffer* per rank, the same size on every rank; the client
 lays it out (`work_blocks`) and reads its result from it:
 

@@ -1,4 +1,4 @@
-"""The controller's events on the trace (docs/trace-format.md): the planned schedule, retunes
+"""The controller's events on the trace (docs/reference/trace-format.md): the planned schedule, retunes
 and the circuits they make, grants, hand-off confirmations, barrier and standing starts.
 
 Every function here is called only while `TRACE.on` (the call sites check it), so none of this

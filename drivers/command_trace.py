@@ -1,4 +1,4 @@
-"""Device commands on the trace (docs/trace-format.md, category ``device``): the driver seam.
+"""Device commands on the trace (docs/reference/trace-format.md, category ``device``): the driver seam.
 
 Each driver's one exchange function (an ITLA register exchange, a WSS command line, a power
 meter's SCPI line) runs through `traced` while the process records: one complete event per

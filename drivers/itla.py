@@ -12,7 +12,7 @@ Layers, innermost first, each in its own module:
 - here: ``ItlaDriver``, the laser: identity, limits, grid, tuning with time-to-lock, power,
   output and read-back. It implements ``drivers.interfaces.TunableTransceiver``.
 
-Rules and sources: docs/devices/itla.md. Frequencies are in THz (registers: THz, 0.1 GHz, MHz
+Rules and sources: docs/reference/devices/itla.md. Frequencies are in THz (registers: THz, 0.1 GHz, MHz
 parts), powers in dBm (registers: dBm x 100), times in seconds.
 """
 

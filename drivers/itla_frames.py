@@ -4,7 +4,7 @@ Every frame is four bytes: byte 0 carries the BIP-4 checksum in bits 7-4; a requ
 in bit 3 and R/W in bit 0, a reply has CE in bit 3 and the status (OK/XE/AEA/CP) in bits 1-0;
 byte 1 is the register; bytes 2-3 are the data, big-endian. Used by the driver
 (``drivers.itla``) and the emulator (``drivers.emulators.itla``). Rules and sources:
-docs/devices/itla.md.
+docs/reference/devices/itla.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ its last reply instead of executing the command again); silence or a shifted fra
 recovered by single NOP bytes (``resync()``); a module that answers none of them is a
 ``DeviceTimeout``. On top of the exchanges it reads and writes registers by name, AEA strings
 and words, and waits for pending operations. The laser itself (tuning, power, output) is
-``drivers.itla.ItlaDriver``. Rules and sources: docs/devices/itla.md.
+``drivers.itla.ItlaDriver``. Rules and sources: docs/reference/devices/itla.md.
 """
 
 from __future__ import annotations

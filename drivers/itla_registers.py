@@ -2,7 +2,7 @@
 
 ``REGISTERS`` / ``register(name_or_addr)`` with access, sign and units; ``NOP_ERRORS`` /
 ``nop_error(code)`` with a remedy for each; ``ItlaStatus`` decodes StatusF, StatusW and NOP;
-``ItlaLimits`` is what a module says it can do. Rules and sources: docs/devices/itla.md.
+``ItlaLimits`` is what a module says it can do. Rules and sources: docs/reference/devices/itla.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Driver for a Finisar/II-VI flexgrid WSS on its ASCII serial protocol.
 
-Wire facts (``drivers.wss_protocol``, sources in docs/devices/wss.md): 115200 8N1; a
+Wire facts (``drivers.wss_protocol``, sources in docs/reference/devices/wss.md): 115200 8N1; a
 command line, its echo, zero or more result lines, then ``OK`` or one of ``CER`` (command),
 ``AER`` (argument), ``RER`` (range), ``VER`` (validation error); optional checksum framing
 ``^text$XXXX`` on every line (``checksum=True``). ``URA`` stages routes, ``RSW`` switches the

@@ -1,6 +1,6 @@
 """Wire facts of the Finisar / II-VI flexgrid WSS ASCII protocol, shared by driver and emulator.
 
-Sources (cited in docs/devices/wss.md): the vendor command reference as quoted in the
+Sources (cited in docs/reference/devices/wss.md): the vendor command reference as quoted in the
 ``nerds-ufes/futebol-optical-agent`` sources (Apache-2.0; ``lib/handle_wss.py`` docstrings and
 ``lib/finisar_serial_adapter.py``), and the bench script ``seanie5011/OSNR_fyp``
 ``Setup/wss_automation.py``. Only facts are taken from them, no code.

@@ -1,4 +1,4 @@
-"""README step 4 and 5: the services from their units under the service user, and
+"""docs/how-to/lab-bring-up.md, steps 4 and 5 of "The same path": the services from their units under the service user, and
 `oddl status` showing every agent alive with its clock offset (one host's clock shifted
 through the agent's own clock seam, ODDL_CLOCK_SHIFT_US)."""
 
@@ -45,7 +45,7 @@ def _permission_workaround(rig: Rig, report: Report, error: str) -> None:
     """The docs say nothing about who owns the keys: report the gap, then give the service
     user the folder (loudly) so the rest of the rehearsal can run."""
     report.note(f"GAP: the services cannot read the keys `oddl certs init` wrote as root "
-                f"({error[:160]}); docs/security.md and the units say nothing. WORKAROUND "
+                f"({error[:160]}); docs/explanation/security.md and the units say nothing. WORKAROUND "
                 f"for the rest of this run: chown -R {users.SERVICE_USER} {CERTS} on every "
                 "host, keys still 0600")
     entry = pwd.getpwnam(users.SERVICE_USER)

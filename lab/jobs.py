@@ -1,4 +1,4 @@
-"""README step 5 and the torchrun section: jobs, training processes on every host calling
+"""docs/how-to/lab-bring-up.md, step 5 of "The same path" and its torchrun step: jobs, training processes on every host calling
 `AgentClient("ipc:///run/oddl/agent-nN.sock").allreduce(...)`, DDP on the `oddl` backend."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m lab`: bring the rig up, run the README's lab steps and a lab's faults, print one
+"""`python -m lab`: bring the rig up, run the lab steps of docs/how-to/lab-bring-up.md and a lab's faults, print one
 line per check and a summary, take everything down (unless --keep). Exit 0 only when every
 check passed."""
 

@@ -1,7 +1,7 @@
-"""The README's lab steps, run on the rig as a new lab would run them, each checked exactly.
+"""The lab steps of docs/how-to/lab-bring-up.md, run on the rig as a new lab would run them, each checked exactly.
 
-"From lab-4node.toml to a running testbed": install (lab/install.py), the testbed file edited
-as step 2 says, `oddl config check`, `oddl devices probe`, certificates as docs/security.md
+"The same path, with what each step sets": install (lab/install.py), the testbed file edited
+as step 2 says, `oddl config check`, `oddl devices probe`, certificates as docs/explanation/security.md
 says, the services from their units, `oddl status`, jobs, training processes on every host.
 """
 
@@ -64,18 +64,18 @@ def devices_and_files(rig: Rig, report: Report) -> None:
         return ", ".join(f"{d}={r}" for d, r in sorted(rig.emulators.resources.items()))
 
     if report.check("devices: ITLA and WSS on /dev/serial/by-id, meter on VISA", emulators):
-        report.check("testbed file: lab-4node.toml edited as README step 2 says",
+        report.check("testbed file: lab-4node.toml edited as the lab steps' step 2 says",
                      lambda: write_testbed_files(rig))
 
 
 def node_cert_files(node: str) -> list[str]:
-    """What docs/security.md ("Installing them on the lab's hosts") copies to host `node`."""
+    """What docs/explanation/security.md ("Installing them on the lab's hosts") copies to host `node`."""
     return ["manifest.json", "tls/ca.crt", f"tls/agent-{node}.crt", f"tls/agent-{node}.key",
             f"curve/{node}.key", f"curve/{node}.key_secret", "revoked.json"]
 
 
 def certificates(rig: Rig, report: Report) -> None:
-    """docs/security.md: `oddl certs init` on the controller host and the files copied to
+    """docs/explanation/security.md: `oddl certs init` on the controller host and the files copied to
     every host. Where the installed oddl has `--owner` (and `oddl certs chown`), as its docs
     say: keys for the service user, each training host given only its own files; otherwise,
     as the older docs say, the whole folder but tls/ca.key."""
@@ -122,7 +122,7 @@ def config_check(rig: Rig, report: Report) -> None:
 
 
 def probe(rig: Rig, report: Report) -> None:
-    """README step 2, literally: `oddl devices probe --config` (with its port scan)."""
+    """The lab steps' step 2, literally: `oddl devices probe --config` (with its port scan)."""
     def run_probe() -> str:
         done = rig.oddl(rig.plan.controller, "devices", "probe", "--config", TESTBED, "--json",
                         timeout=180)

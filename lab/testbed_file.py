@@ -1,5 +1,5 @@
-"""Editing a copy of `lab-4node.toml` as the README's "From lab-4node.toml to a running
-testbed" says: device resources, a WSS's `module_plan`, host addresses and data ports,
+"""Editing a copy of `lab-4node.toml` as docs/how-to/lab-bring-up.md ("The same path,
+with what each step sets") says: device resources, a WSS's `module_plan`, host addresses and data ports,
 `[controller] address`
 (pure text edits, so the rest of the file and its comments stay as shipped).
 """

@@ -120,7 +120,7 @@ def _root_note(args: argparse.Namespace, root: str) -> None:
     if os.geteuid() == 0 and not getattr(args, "owner", None):
         print(f"note: the private keys in {root} are root's (0600); services that run as "
               "User=oddl (deploy/systemd/) cannot read them. Hand them over on each host: "
-              f"sudo oddl certs chown --certs {root} --owner oddl (docs/security.md)",
+              f"sudo oddl certs chown --certs {root} --owner oddl (docs/explanation/security.md)",
               file=sys.stderr)
 
 
@@ -135,7 +135,7 @@ def cmd_chown(args: argparse.Namespace) -> int:
     changed = hand_over(files.root, service_keys(files.manifest), owner)
     if not changed:
         print(f"no service key of {files.root / MANIFEST} is on this host; copy the host's "
-              "files first (docs/security.md)", file=sys.stderr)
+              "files first (docs/explanation/security.md)", file=sys.stderr)
         return EXIT_FAILED
     for path in changed:
         print(f"  0600  {owner}  {path}")

@@ -1,6 +1,6 @@
 """Which testbed file an operator command reads: ``--config``, then ``ODDL_CONFIG``, then
-``/etc/oddl/testbed.toml`` when it exists (the lab host's file, where the README's lab steps
-put it), so that `oddl status`, `jobs`, `devices`, `watch`, `reconfigure`, `devices probe`
+``/etc/oddl/testbed.toml`` when it exists (the lab host's file, where the lab steps of
+docs/how-to/lab-bring-up.md put it), so that `oddl status`, `jobs`, `devices`, `watch`, `reconfigure`, `devices probe`
 ... need no ``--config`` on a lab host."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from common.errors import ConfigError
 
 SYSTEM_TESTBED = Path("/etc/oddl/testbed.toml")
-"""The lab host's testbed file (docs/cli.md, README: from `lab-4node.toml` to a testbed)."""
+"""The lab host's testbed file (docs/reference/cli.md, docs/how-to/lab-bring-up.md)."""
 
 LOOKUP_HELP = ("testbed file (default: ODDL_CONFIG, else /etc/oddl/testbed.toml when it "
                "exists)")

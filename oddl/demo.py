@@ -93,7 +93,7 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
                      collective: str, progress: bool = True,
                      trace: Path | None = None) -> dict[str, Any]:
     """Start everything, run both trainings, stop everything; return the summary. With
-    `trace`, every process records its timeline into that folder (docs/tracing.md)."""
+    `trace`, every process records its timeline into that folder (docs/how-to/trace-a-run.md)."""
     run_dir.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
@@ -126,6 +126,6 @@ def run_demo(args: argparse.Namespace) -> int:
         write_json(merge_paths([str(trace)]), str(trace / "timeline.json"))
         if not args.json:
             print(f"[demo] timeline of every process in {trace}/*.trace.json, merged into "
-                  f"{trace}/timeline.json (docs/tracing.md)")
+                  f"{trace}/timeline.json (docs/how-to/trace-a-run.md)")
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0 if summary["all_results_exact"] else 1

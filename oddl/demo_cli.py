@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--run-dir", default=None, help="where logs go (default runs/<time>)")
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--trace", metavar="DIR", help="every process records its timeline "
-                      "into DIR/<process>.trace.json (docs/tracing.md)")
+                      "into DIR/<process>.trace.json (docs/how-to/trace-a-run.md)")
     demo.add_argument("--train", action="store_true", help="train a CNN on scikit-learn's "
                       "digits with PyTorch DDP through the agents, then over gloo as baseline "
                       "(needs the torch extra: pip install '.[torch]')")

@@ -124,7 +124,7 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     `state`: the controller's state file; `detach`: the processes outlive this one (`oddl
     testbed up`); `timeout`: seconds each may take to become ready; `agent_env`: extra
     environment variables by node id (`ODDL_CLOCK_SHIFT_US` for a rehearsal, say); `trace`:
-    every process records its timeline into that folder (docs/tracing.md). The caller
+    every process records its timeline into that folder (docs/how-to/trace-a-run.md). The caller
     stops the group (also when this raises: what started is in it).
     """
     total = 2 + len(load_testbed(config).nodes)  # a broken file fails here, before any start

@@ -112,7 +112,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--itemsize", type=int, default=4, help="bytes per element (default 4)")
     p.add_argument("--kind", default="all_reduce", choices=KINDS,
                    help="the collective a job of this algorithm runs (default %(default)s); "
-                   "--bytes is then its work buffer (docs/collectives.md)")
+                   "--bytes is then its work buffer (docs/explanation/collectives.md)")
     p.add_argument("--root", type=int, default=0,
                    help="root rank of broadcast, gather and scatter (default 0)")
     p.add_argument("--gbps", type=float, default=100.0, help="line rate (default 100 Gbit/s)")

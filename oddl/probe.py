@@ -10,7 +10,7 @@ other serial kind (a wrong port) and at the other usual baud rates (a wrong baud
 message can say which. Probing only reads: no register write, no setting, no output change
 (drivers are closed, never shut down, since an ITLA shutdown switches the laser off). Queries
 go only to the resources the file names: a port the scan finds that the file does not name
-is reported as present, never opened (docs/devices/probe.md).
+is reported as present, never opened (docs/how-to/bench-with-real-devices.md).
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def check_wss_grid(result: DeviceProbe, dev: DeviceConfig, grid: GridConfig) -> 
                           "controller's channels would land on other frequencies: add "
                           f"module_plan (first_channel, first_thz, spacing_ghz = {width}, "
                           f"channels) for {dev.id} from the module's datasheet "
-                          "(docs/devices/wss.md), or set the module's grid")
+                          "(docs/reference/devices/wss.md), or set the module's grid")
     return result
 
 

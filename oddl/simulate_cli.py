@@ -12,7 +12,7 @@ Systems: ODDL (the controller's TT-FR scheduler), electrical fat-tree, ideal ele
 switch, SiP-Ring, WRHT, TopoOpt (TotientPerms) and OptINC. Every node has the same bandwidth
 (``--bandwidth-norm node``, the default) unless ``--bandwidth-norm lambda`` gives every
 wavelength or interface the line rate. Every model parameter is a flag (see
-``--help``); the assumptions behind each are in docs/simulator.md. ``--testbed FILE``
+``--help``); the assumptions behind each are in docs/explanation/simulator.md. ``--testbed FILE``
 instead predicts one all-reduce on that testbed (line rate and device timing from the file).
 
 Exit codes: 0 ok, 1 the plot could not be written, 2 bad input (unknown model, a node count
@@ -64,7 +64,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "simulate",
         help="predict a training iteration on ODDL, fat-tree, ideal, SiP-Ring, WRHT, TopoOpt, "
              "OptINC",
-        description=__doc__.split("\n\n")[0] + " Assumptions: docs/simulator.md.",
+        description=__doc__.split("\n\n")[0] + " Assumptions: docs/explanation/simulator.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
@@ -197,7 +197,7 @@ def _list_models(as_json: bool) -> int:
     for r in rows:
         print(f"{r['name']:10} {r['params']:>12,} {r['gradient_mb_fp32']:>9.2f} "
               f"{r['gmacs']:>6.2f} {r['compute_ms']:>11.1f}")
-    print(f"compute: batch {DEFAULT_BATCH}, A100 at 63.8 TFLOP/s sustained; see docs/simulator.md")
+    print(f"compute: batch {DEFAULT_BATCH}, A100 at 63.8 TFLOP/s sustained; see docs/explanation/simulator.md")
     return EXIT_OK
 
 

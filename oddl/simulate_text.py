@@ -49,7 +49,7 @@ def format_table(sim: Any) -> str:
                   f"{cfg.collective} ({cfg.bandwidth_norm} bandwidth normalisation); WRHT paper: "
                   f"{1 - hi:.2f}–{1 - lo:.2f}× (−{lo:.2%} to −{hi:.2%}) against an "
                   "optical-system all-reduce"]
-    lines.append("assumptions: docs/simulator.md")
+    lines.append("assumptions: docs/explanation/simulator.md")
     return "\n".join(lines)
 
 
@@ -80,7 +80,7 @@ def format_sweep(sw: Any) -> str:
     if notes:
         lines += ["", *notes]
     lines.append(f"({len(sw.points)} points in {sw.elapsed_s:.2f} s; assumptions: "
-                 "docs/simulator.md)")
+                 "docs/explanation/simulator.md)")
     return "\n".join(lines)
 
 

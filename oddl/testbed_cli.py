@@ -124,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--json", action="store_true")
     up.add_argument("--trace", metavar="DIR", help="every process records its timeline into "
                     "DIR/<process>.trace.json, written when `oddl testbed down` stops it "
-                    "(docs/tracing.md)")
+                    "(docs/how-to/trace-a-run.md)")
     up.set_defaults(func=cmd_up)
     down = tsub.add_parser("down", help="stop everything `up` started")
     down.add_argument("--run-dir", default=str(DEFAULT_RUN_DIR))

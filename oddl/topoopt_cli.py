@@ -13,7 +13,7 @@ jumps per all-reduce group size, model-parallel matchings), the predicted iterat
 the speed-up against a fat-tree of similar cost and against plain data parallelism on
 TotientPerms rings. ``--gbps`` is the rate of EACH of the ``--degree`` interfaces (TopoOpt's
 convention; `oddl simulate` gives a node ``--gbps`` in total). Progress goes to stderr.
-Assumptions: docs/topoopt.md.
+Assumptions: docs/explanation/topoopt.md.
 
 Exit codes: 0 ok, 2 bad input (unknown model, a model file with missing fields, a degree
 beyond the transceivers, N a strategy cannot split).
@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     job = p.add_argument_group("job")
     job.add_argument("--model", help="shipped model (see --list-models)")
     job.add_argument("--model-file", metavar="F", help="model file (TOML or JSON, see "
-                     "docs/topoopt.md); overrides --model")
+                     "docs/explanation/topoopt.md); overrides --model")
     job.add_argument("--nodes", type=int, default=128, metavar="N", help="nodes [128]")
     job.add_argument("--strategy", metavar="G=M,...", help="evaluate this strategy instead of "
                      "searching: 'dp' or group=degree pairs, e.g. fc6=4,fc7=4")
@@ -188,7 +188,7 @@ def _list_models(as_json: bool) -> int:
         print(f"{m.name:14} {m.params:>15,} {len(m.groups):>6} {m.batch:>6} "
               f"{m.compute_s * 1e3:>11.2f}")
         print(f"{'':14} groups: {', '.join(g.name for g in m.groups)}")
-    print("sources and assumptions: docs/topoopt.md")
+    print("sources and assumptions: docs/explanation/topoopt.md")
     return EXIT_OK
 
 
@@ -245,7 +245,7 @@ def format_result(r: Any, searched: bool = True) -> str:
         lines.append(f"{label:44}{strat:30}{o.iteration_s * 1e3:>13.2f}{ratio:>10.2f}×")
     lines += ["", f"speed-up: {r.speedup_vs_fat_tree:.2f}× vs the similar-cost fat-tree, "
               f"{r.speedup_vs_dp_rings:.2f}× vs data parallel on TotientPerms rings "
-              "(paper: up to 3.4×, 3× for DLRM, vs a similar-cost fat-tree; docs/topoopt.md "
+              "(paper: up to 3.4×, 3× for DLRM, vs a similar-cost fat-tree; docs/explanation/topoopt.md "
               "compares)"]
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@
     dist.init_process_group("oddl")  # under torchrun; ODDL_LOCAL_API names the agent
 
 Each collective of the world group is the agent's native collective of the same kind on the
-job (oddl.torch_native; docs/torch-backend.md says at how many bytes); send and recv are
+job (oddl.torch_native; docs/how-to/torch-backend.md says at how many bytes); send and recv are
 flows on their own circuits (agents.flows); a subgroup's calls are flows among its members
 (oddl.torch_flow_group). PREMUL_SUM fails with `UnsupportedCollective`. Calls run on one FIFO
 worker thread per process (shared by every oddl group), so collectives reach the agent in the

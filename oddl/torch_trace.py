@@ -1,5 +1,5 @@
 """The torch backend's side of the timeline: each collective call of an `oddl` process group as
-the trace format's `torch` event (docs/trace-format.md, docs/trace-tools.md).
+the trace format's `torch` event (docs/reference/trace-format.md, docs/how-to/read-a-trace.md).
 
     with torch_trace.call(group, kind, fn) as traced:   # in OddlProcessGroup._work
         return _create_work_from_future(channel.submit(kind, traced, inline))

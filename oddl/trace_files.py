@@ -1,4 +1,4 @@
-"""Reading trace files: oddl's own (`oddl-trace/1`, docs/trace-format.md) and PyTorch profiler
+"""Reading trace files: oddl's own (`oddl-trace/1`, docs/reference/trace-format.md) and PyTorch profiler
 (Kineto) Chrome traces, checked before anything is computed from them.
 
 A file that is not JSON, that stops mid-way (the recording process died before it finished

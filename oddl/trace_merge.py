@@ -29,7 +29,7 @@ KINETO_KEEP_OUT = {"traceEvents", "baseTimeNanoseconds", "displayTimeUnit", "odd
 distributedInfo, deviceProperties, ... — are, from the first profiler trace, for its readers)."""
 
 TIME_ARGS = ("planned_start_us", "planned_end_us", "gate_open_us")
-"""Args of oddl events that are points on the file's relative axis (docs/trace-format.md)."""
+"""Args of oddl events that are points on the file's relative axis (docs/reference/trace-format.md)."""
 
 
 class _Ids:

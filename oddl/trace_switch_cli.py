@@ -1,7 +1,7 @@
 """`oddl trace start|stop`: record the timeline of a running testbed for a time window.
 
 The controller starts or stops its recorder and tells every registered agent; each process
-writes DIR/<process>.trace.json on its own host when it stops (docs/tracing.md). The emulator
+writes DIR/<process>.trace.json on its own host when it stops (docs/how-to/trace-a-run.md). The emulator
 host records only when started with --trace (`oddl testbed up --trace DIR`).
 """
 

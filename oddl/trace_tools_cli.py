@@ -1,4 +1,4 @@
-"""`oddl trace merge | summary | plot`: reading recorded timelines (docs/trace-tools.md)."""
+"""`oddl trace merge | summary | plot`: reading recorded timelines (docs/how-to/read-a-trace.md)."""
 
 from __future__ import annotations
 

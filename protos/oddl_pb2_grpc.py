@@ -201,7 +201,7 @@ class ControllerServicer:
     def RequestFlow(self, request, context):
         """A training process sends a buffer to one node of its job (a point-to-point flow): the
         controller tunes the sender's transmitter to the receiver's channel if it is elsewhere
-        and grants a window free on both ends (docs/collectives.md, point-to-point).
+        and grants a window free on both ends (docs/explanation/collectives.md, point-to-point).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -267,7 +267,7 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetTrace(self, request, context):
-        """Operators: start or stop recording the timeline (docs/tracing.md) at the controller and
+        """Operators: start or stop recording the timeline (docs/how-to/trace-a-run.md) at the controller and
         every registered agent (told over their schedule streams).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -259,7 +259,7 @@ def test_shutdown_still_closes_when_the_laser_is_silent() -> None:
     link.assert_all_consumed()
 
 
-# --- link recovery and start-up (docs/devices/itla.md) -------------------------------------------
+# --- link recovery and start-up (docs/reference/devices/itla.md) -------------------------------------------
 
 def _req(reg: str, data: int = 0, write: bool = False) -> str:
     return encode_request(register(reg).address, data, write).hex(" ")

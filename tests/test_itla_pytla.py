@@ -6,7 +6,7 @@ to find its register files). The emulator's clock is a monotonic clock the test 
 forward, so the start-up window ends when the test says so, not when the machine gets to it.
 
 pytla 0.2.0's ``ITLA(version="1.3")`` loads only the 01.2 register file (no ChannelH, FCF3,
-LF3), so these tests use ``version="1.2"``; see docs/devices/itla.md for the points where
+LF3), so these tests use ``version="1.2"``; see docs/reference/devices/itla.md for the points where
 pytla and the MSA text disagree (DIS in ``is_disabled()``).
 """
 

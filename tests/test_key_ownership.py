@@ -88,7 +88,7 @@ def test_the_unreadable_key_message_names_owner_mode_user_and_fix(tmp_path: Path
     me = os.geteuid()
     assert str(key) in text and "mode 0600" in text and "owned by " in text
     assert f"(uid {me})" in text and "Permission denied" in text
-    assert "chown " in text and "--owner" in text and "docs/security.md" in text
+    assert "chown " in text and "--owner" in text and "docs/explanation/security.md" in text
 
 
 def test_as_root_without_owner_init_says_what_to_do(tmp_path: Path,

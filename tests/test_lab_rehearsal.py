@@ -1,4 +1,4 @@
-"""The lab rehearsal (docs/lab.md): five hosts in network namespaces, run as `make lab` runs
+"""The lab rehearsal (docs/how-to/lab-bring-up.md): five hosts in network namespaces, run as `make lab` runs
 it, when the machine allows it (root, `ip netns`, unshare, nsenter, setpriv, tc); otherwise
 skipped with the reason. The pure parts (hosts and names, units, the lab file's edit) are
 tested everywhere."""

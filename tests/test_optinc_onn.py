@@ -108,7 +108,7 @@ def test_dac_resolution_and_phase_noise_move_the_figures():
     by_noise = [net.set_exact_fraction(noise_rad=s, realisations=4, rng=rng)
                 for s in (0.0, 0.005, 0.05)]
     assert by_noise[0] == 1.0 > by_noise[1] > by_noise[2]
-    # 8-bit levels need far more analog precision than 4-bit ones (docs/optinc.md)
+    # 8-bit levels need far more analog precision than 4-bit ones (docs/explanation/optinc.md)
     eight = OptincNetwork.designed(4, 8, 4, phase_bits=None)
     assert eight.set_exact_fraction(phase_bits=12) < by_bits[2]
 

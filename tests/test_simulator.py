@@ -297,7 +297,7 @@ def test_table_names_every_system_and_the_paper(capsys):
     assert code == 0
     for label in sim.LABELS.values():
         assert label in out
-    assert "paper (VGG19, 1024 nodes, 100 Gbit/s)" in out and "docs/simulator.md" in out
+    assert "paper (VGG19, 1024 nodes, 100 Gbit/s)" in out and "docs/explanation/simulator.md" in out
 
 
 def test_json_is_one_object_with_every_result(capsys):

@@ -57,7 +57,7 @@ def test_degree_two_plan_is_one_fixed_ring_and_never_retunes() -> None:
                           initial_channels=sched.final_channels)
     assert again.reconfigurations == 0
     # the authors' picks for degree 4 on 4 nodes are 1 and 3 = 4 - 1: each neighbour pair
-    # gets two circuits (docs/topoopt.md §2.1); degree 6 cannot be served
+    # gets two circuits (docs/explanation/topoopt.md §2.1); degree 6 cannot be served
     four = topoopt_allreduce(4, 12, degree=4)
     assert sorted(set(zip(four.steps[0].src.tolist(), four.steps[0].dst.tolist(),
                           strict=True))) == sorted({(i, (i + p) % 4) for i in range(4)

@@ -3,7 +3,7 @@
 `make test` runs tests/torch_suite.py's FAST selection (a few tests of every family) with
 BACKEND=oddl on the emulated testbed; every test recorded in
 tests/data/torch_suite_oddl_passes.json must still pass, each failure shown with its reason.
-`make torch-suite` runs every family on oddl and on gloo in the same run (docs/torch-backend.md).
+`make torch-suite` runs every family on oddl and on gloo in the same run (docs/how-to/torch-backend.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fuzzing the WSS emulator's line core against an independent oracle of docs/devices/wss.md."""
+"""Fuzzing the WSS emulator's line core against an independent oracle of docs/reference/devices/wss.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _ENTRY = re.compile(r"([0-9]{1,6}),([0-9]{1,6}),([0-9]{1,4}(?:\.([0-9]{1,8}))?)"
 
 
 def oracle(line: str, channels: int = 48, ports: int = 4, max_att: float = 25.0) -> str | None:
-    """The reply docs/devices/wss.md predicts for `line` on the lab plan (channels 1..48) in
+    """The reply docs/reference/devices/wss.md predicts for `line` on the lab plan (channels 1..48) in
     its power-up state: "OK", an error code, or None (no answer). Independent model."""
     line = line.removesuffix("\n").removesuffix("\r")
     text = line.strip(" \t")

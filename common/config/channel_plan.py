@@ -2,7 +2,7 @@
 
 The controller, the scheduler and the operator name channels by the testbed's grid (channel
 ``n`` at ``[grid] first_thz + (n-1)·spacing``). A WSS module numbers its channels by its own
-plan: a module in its factory fixed grid numbers from 0 at 50 GHz (docs/devices/wss.md). A
+plan: a module in its factory fixed grid numbers from 0 at 50 GHz (docs/reference/devices/wss.md). A
 testbed file states that plan per switch (``module_plan``), and the driver sends each testbed
 channel as the module channel centred on the same frequency. Pure: no I/O.
 """

@@ -29,7 +29,7 @@ from typing import Any
 
 from common.errors import SecurityError
 
-DOCS = "docs/security.md"
+DOCS = "docs/explanation/security.md"
 
 
 @dataclass(frozen=True)

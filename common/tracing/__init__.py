@@ -1,4 +1,4 @@
-"""Recording what the testbed did as a Chrome trace-event timeline (docs/trace-format.md).
+"""Recording what the testbed did as a Chrome trace-event timeline (docs/reference/trace-format.md).
 
 `TRACE` is this process's one recorder, off by default: every hook checks `TRACE.on` (one
 attribute read) and does nothing else while it is False. `start` switches it on with the

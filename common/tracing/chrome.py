@@ -1,4 +1,4 @@
-"""Recorded events to Chrome trace-event JSON (docs/trace-format.md): the pure conversion and
+"""Recorded events to Chrome trace-event JSON (docs/reference/trace-format.md): the pure conversion and
 the one file write.
 
 `ts` is µs relative to `baseTimeNanoseconds` (the recording's start on the controller's clock,

@@ -30,7 +30,7 @@ DEFAULT_CAPACITY = 250_000
 """Events one process keeps (about 0.5 KB each with their arguments: at most ~125 MB)."""
 OFFSET_REFRESH_NS = 100_000_000
 """How often (at most) the clock offset is asked again while recording: 0.1 s, far below the
-time it takes to drift by a microsecond (docs/clocks.md)."""
+time it takes to drift by a microsecond (docs/explanation/clocks.md)."""
 
 
 @dataclass(frozen=True)

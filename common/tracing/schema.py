@@ -1,4 +1,4 @@
-"""The format check of an oddl trace file (docs/trace-format.md), pure: `problems` lists what
+"""The format check of an oddl trace file (docs/reference/trace-format.md), pure: `problems` lists what
 breaks the format, `check` raises `TraceFormatError` naming the file and the first problems.
 
 Checked: the top-level keys and ``oddl`` block; each event's phase and its fields (``dur`` ≥ 0
@@ -97,4 +97,4 @@ def check(doc: Any, name: str) -> None:
     if found:
         raise TraceFormatError(f"{name}: not an oddl trace file: " + "; ".join(found[:5]) +
                                ("; ..." if len(found) > 5 else "") +
-                               " (record it again with --trace, see docs/tracing.md)")
+                               " (record it again with --trace, see docs/how-to/trace-a-run.md)")

@@ -20,7 +20,7 @@ from common.tracing import DEFAULT_CAPACITY, TRACE
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --trace DIR and --trace-buffer N to a serving command."""
     parser.add_argument("--trace", metavar="DIR", help="record this process's timeline into DIR/<process>.trace.json "
-                        "(written when it stops, SIGTERM too; docs/tracing.md)")
+                        "(written when it stops, SIGTERM too; docs/how-to/trace-a-run.md)")
     parser.add_argument("--trace-buffer", metavar="EVENTS", type=int,
                         default=DEFAULT_CAPACITY, help="events kept while recording (more are "
                         "counted as dropped; default %(default)s, about 0.5 KB each)")

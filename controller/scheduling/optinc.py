@@ -1,6 +1,6 @@
 """The ``optinc`` collective: in-network averaging on OptINC devices, one level or two.
 
-OptINC (docs/sources.md §4; ``docs/optinc.md``) has no rank-to-rank transfers: every server sends its
+OptINC (docs/sources.md §4; ``docs/explanation/optinc.md``) has no rank-to-rank transfers: every server sends its
 quantised gradient once to an OptINC device, whose optics output the quantised mean, and a
 passive splitter (T) returns it to all of the device's servers. One device serves N servers;
 two levels serve N1·N2 (the paper's cascade for N² servers): N2 level-1 devices of N1 inputs

@@ -5,7 +5,7 @@
   each gives a ring i → i+p that visits all g members of a group.
 - `choose_geometric` (``SpMulMat::choose_n_geo`` with ``bidir = true`` [authors' code],
   hipersys-team/FlexFlow ``src/runtime/network.cc``): m picks from a candidate list, its
-  floating-point steps reproduced exactly (docs/topoopt.md §2.1). `select_permutations`
+  floating-point steps reproduced exactly (docs/explanation/topoopt.md §2.1). `select_permutations`
   gives degree d its d/2 picks from J(n) and adds every pick's reverse n−p (links are
   bidirectional).
 - `totientperms_allreduce`: the buffer is split into one part per chosen ring and each part

@@ -22,7 +22,7 @@ request with the LstRsp bit gets the previous reply again without executing anyt
 are found by counting bytes only (no inter-byte timeout): a lost byte shifts the frames until
 the host sends single NOP bytes. After power-up and MR, for ``startup_s``, every command but a
 NOP read is XE with CII (NOP's MRDY reads 0). Currents (0x57) and Temps (0x58) are AEA words.
-See docs/devices/itla.md for each rule, its source and where published clients disagree.
+See docs/reference/devices/itla.md for each rule, its source and where published clients disagree.
 
 Fault injection (``ItlaFaults``), checked in this order for each received frame:
 a pending reset (``reset_next``) restores the power-on state and the frame is lost; no-answer

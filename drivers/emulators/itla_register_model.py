@@ -223,7 +223,7 @@ class ItlaRegisterModel:
         return NOP_MRDY | self._last_error
 
     def _monitor_words(self, name: str, now: float) -> list[int]:
-        """Currents (0.1 mA) or Temps (0.01 degC), technology 1 order (see docs/devices/itla.md).
+        """Currents (0.1 mA) or Temps (0.01 degC), technology 1 order (see docs/reference/devices/itla.md).
 
         Temps: [laser chip, case]; the TEC holds the chip at 35.00 degC. Currents: [TEC, laser
         diode]; the diode current is 0 without light, else 30 mA threshold plus 4 mA per mW

@@ -33,7 +33,7 @@ class _FrameServer:
 
     Framing is by byte count only, as on the module's UART: there is no inter-byte timeout, so
     a byte lost on the way in shifts every later frame until the host resynchronises by sending
-    single NOP (0x00) bytes until a 4-byte reply comes back (see docs/devices/itla.md).
+    single NOP (0x00) bytes until a 4-byte reply comes back (see docs/reference/devices/itla.md).
     """
 
     def __init__(self, emulator: ItlaEmulator, send: Callable[[bytes], None]) -> None:

@@ -1,4 +1,4 @@
-"""The emulated light on the trace (docs/trace-format.md, categories ``light`` and ``power``).
+"""The emulated light on the trace (docs/reference/trace-format.md, categories ``light`` and ``power``).
 
 The emulator host's `LightPublisher` hands every node's new light timeline here while the
 process records. Per transmitter, each stretch of time its light reaches a receiver becomes an

@@ -59,7 +59,7 @@ LEVELS_STEP = 1
 STARTUP_NOISE_RAD = 0.0005
 """Phase noise that phases made at start-up are trained for (`oddl optinc train`'s default)."""
 STARTUP_PHASE_BITS = 16
-"""DAC resolution of phases made at start-up: 8-bit levels need ~14 bits (docs/optinc.md)."""
+"""DAC resolution of phases made at start-up: 8-bit levels need ~14 bits (docs/explanation/optinc.md)."""
 STALE_S = 120.0
 """A pass that has not completed after this long is forgotten (a node failed)."""
 

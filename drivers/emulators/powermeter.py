@@ -1,7 +1,7 @@
 """Emulated Keysight N7744A/N7745A multiport optical power meter, served as SCPI over TCP.
 
 The emulator speaks the commands of the N774x programming guide that lab clients send
-(docs/devices/powermeter.md lists them with their sources): calibration wavelength (one channel
+(docs/reference/devices/powermeter.md lists them with their sources): calibration wavelength (one channel
 or ``:SENS:POW:WAV:ALL``), unit, averaging time, range and auto range, auto gain, relative
 reference, loss correction, zeroing, FETCh/READ of one channel or of all (binary block, CSV),
 INITiate, TRIGger (per channel, ``:TRIG NODEA|NODEB``, ``:TRIG:CONF``), the logging function

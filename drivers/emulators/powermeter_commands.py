@@ -5,7 +5,7 @@ per command of the programming guide the emulator speaks: per-channel settings, 
 readings, triggering and SYSTem. Every handler takes (channel, parameters, is_query) and
 returns the response or None; bad input raises ScpiError. ``_build_commands`` is the header
 table ``PowerMeterEmulator`` matches each program message unit against.
-docs/devices/powermeter.md gives the source of each behaviour.
+docs/reference/devices/powermeter.md gives the source of each behaviour.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ settings (*RST values), how a reading is taken from the power source and reporte
 channel's unit, and how a logging run collects its samples. The SCPI handlers that read and
 change this state are `powermeter_commands.MeterCommands`; `powermeter` adds the SCPI parser
 loop, the error queue and faults, `powermeter_serve` the TCP handler and the command line.
-docs/devices/powermeter.md gives the source of each behaviour.
+docs/reference/devices/powermeter.md gives the source of each behaviour.
 """
 
 from __future__ import annotations

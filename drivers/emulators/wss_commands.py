@@ -2,7 +2,7 @@
 
 ``execute(emulator, text, now)`` parses one command line (checksum framing already removed)
 and returns the (delay, line) pairs that follow the echo; a refused command raises
-``Refused(code, reason)`` and changes nothing. Which error a refusal gets (docs/devices/wss.md):
+``Refused(code, reason)`` and changes nothing. Which error a refusal gets (docs/reference/devices/wss.md):
 
 - ``CER``: unknown command word.
 - ``AER``: malformed arguments (missing, extra, not numbers, attenuation with more than one

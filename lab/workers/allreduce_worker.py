@@ -3,7 +3,7 @@ result checked exactly, one JSON line per call on stdout.
 
 Call k of rank r sends a[j] = (k + 1) * (r + 1) + j (int64), so the exact sum over N ranks is
 (k + 1) * N (N + 1) / 2 + N * j: a sum that pairs different steps on different ranks is wrong
-in every element. The client is made as the README's example makes it (and not closed). A
+in every element. The client is made as the example in docs/how-to/lab-bring-up.md makes it (and not closed). A
 failed call is retried with its number, unless the other ranks are past it (`StepPassed`: the
 rank's agent restarted after they finished the step): then the loop goes on with the next.
 """

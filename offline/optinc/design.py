@@ -11,7 +11,7 @@ Biases run from +z_th down to (1 − ``BIAS_SWING``)·z_th = −0.8·z_th (oppos
 data): |z| stays below z_th under the threshold, and the common gain is ``BIAS_SWING`` × what
 non-negative biases allow, so a phase error moves a threshold less. More swing helps at small
 phase noise and hurts at larger noise, where biases near −z_th fire spuriously
-(docs/optinc.md has the figures).
+(docs/explanation/optinc.md has the figures).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ in smaller modules:
 
 This module adds phase files (JSON, `save_phases`/`load_phases`, and the file shipped for
 N = 4, 8 bits: `shipped_phases`) and the two-level cascade for N² servers (`cascade_forward`).
-What is from the paper and what is ours: ``docs/optinc.md``.
+What is from the paper and what is ours: ``docs/explanation/optinc.md``.
 """
 
 from __future__ import annotations

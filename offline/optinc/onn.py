@@ -4,7 +4,7 @@ OptINC (Fei, Zhang, Li, Schlichtmann, arXiv 2603.28290) turns the interconnect i
 neural network (ONN) of MZIs that averages and quantises gradients; an optical preprocessing step
 simplifies its training data; its weight matrices are approximated by unitary × diagonal
 matrices and trained hardware-aware. Beyond that (the abstract), the structure here is a
-reconstruction; ``docs/optinc.md`` lists each choice and its source. Data path of one element:
+reconstruction; ``docs/explanation/optinc.md`` lists each choice and its source. Data path of one element:
 
 1. **Transceivers.** Server i sends its level ``x_i`` (0…2**b − 1) on M transceivers, one
    digit of c = b/M bits each (least significant first), as the PAM-2**c field amplitude

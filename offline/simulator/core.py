@@ -1,7 +1,7 @@
 """The simulator's inputs and outputs: `SimConfig`, `SystemResult`, the system names, and the
 helpers every system model shares (plans from the registry, reduction cost, finishing a
 result). The system models are in `simulator` (ODDL, electrical) and `sim_optical` (SiP-Ring,
-WRHT, TopoOpt, OptINC); docs/simulator.md lists every assumption.
+WRHT, TopoOpt, OptINC); docs/explanation/simulator.md lists every assumption.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ PLAN_SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring")
 PLACEMENTS = ("packed", "random")
 
 NORMS = ("node", "lambda")
-"""Bandwidth normalisations (docs/simulator.md): per node (default) or per wavelength."""
+"""Bandwidth normalisations (docs/explanation/simulator.md): per node (default) or per wavelength."""
 
 SIP_RULES = RULES
 
@@ -74,7 +74,7 @@ class SimConfig:
     gbps: float = _f(100.0, "line rate per node (and per wavelength), Gbit/s")
     collective: str = _f("ring", "all-reduce on ODDL, fat-tree, ideal and SiP-Ring")
     kind: str = _f("all_reduce", "the collective the job runs: all_reduce, all_gather, "
-                   "reduce_scatter, broadcast, all_to_all, gather, scatter (docs/collectives.md)")
+                   "reduce_scatter, broadcast, all_to_all, gather, scatter (docs/explanation/collectives.md)")
     itemsize: int = _f(4, "bytes per gradient element (4 = fp32, 2 = fp16)")
     batch: int = _f(DEFAULT_BATCH, "images per worker per iteration")
     sustained_tflops: float = _f(SUSTAINED_TFLOPS, "sustained training TFLOP/s per worker")

@@ -38,7 +38,7 @@ wavelength or interface `gbps` instead. Fixed costs per step (`latency_us`,
 
 Every plan comes from the scheduling core's registry (`make_plan`). Reductions cost
 ``received bytes / reduce_gbytes_s`` per REDUCE step on every system (not overlapped with the
-transfer). All assumptions are listed in docs/simulator.md.
+transfer). All assumptions are listed in docs/explanation/simulator.md.
 
 Module layout: inputs, outputs and shared helpers in `sim_core`; ODDL and the electrical
 networks here; SiP-Ring, WRHT, TopoOpt and OptINC in `sim_optical` (SiP-Ring's wavelength
@@ -273,7 +273,7 @@ def oddl_topology(n_nodes: int) -> Topology:
 
     Physically one WSS serves ~96 C-band channels on a few dozen ports; a 1024-node TT-FR
     fabric needs many WSSs. The scheduler's contention rules (one flow per transmitter, per
-    receiver, per (port, λ)) are what this grid provides; see docs/simulator.md.
+    receiver, per (port, λ)) are what this grid provides; see docs/explanation/simulator.md.
     """
     return Topology.single_wss(n_nodes, Grid(first_thz=191.3, spacing_ghz=50.0, channels=n_nodes))
 

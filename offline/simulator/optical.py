@@ -1,6 +1,6 @@
 """The optical baselines of the simulator: SiP-Ring (with ffsim-opera's wavelength allocation,
 `sim_sipring`), WRHT, TopoOpt and OptINC. Each `_run_*` takes a `SimConfig` and the plan
-cache and returns a `SystemResult`; docs/simulator.md lists what each takes from its paper or
+cache and returns a `SystemResult`; docs/explanation/simulator.md lists what each takes from its paper or
 its authors' code and what is ours.
 """
 

@@ -1,7 +1,7 @@
 """TopoOpt's topology construction and routing as the authors' code does them (the defaults).
 
 Reconstructed from hipersys-team/FlexFlow ``src/runtime/network.cc`` (``SpMulMat``), read to
-learn, written anew (docs/topoopt.md §2 says what is theirs and what is ours):
+learn, written anew (docs/explanation/topoopt.md §2 says what is theirs and what is ours):
 
 - `authors_split`: the degree split. Their active code gives every interface to all-reduce
   rings (``dp_degree = if_cnt``: ``split="all-dp"``); the proportional rule beside it,

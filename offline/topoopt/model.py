@@ -22,7 +22,7 @@ Traffic of a strategy (`traffic`), per iteration:
   every shard needs the whole input, and ``in_elems/m`` for an embedding group, whose shards
   only need the indices of their own tables).
 
-Assumptions (docs/topoopt.md): perfect partitioning, so a node's compute time does not depend
+Assumptions (docs/explanation/topoopt.md): perfect partitioning, so a node's compute time does not depend
 on the strategy; weak scaling (every node processes `batch` samples); a group's internal
 activations stay local, only its boundary crosses the network `exchanges` times per pass.
 Our shipped profiles are computed from the architectures; the parameter counts and MACs of

@@ -12,7 +12,7 @@
    scaled by conn/(conn+1). The demand of blocks of m consecutive nodes splits into identical
    components of lcm(m…) nodes: one is matched and the result translated to the others; a
    component that is a single uniform clique is matched by the round-robin
-   1-factorisation, which is a maximum-weight matching in every round (see docs/topoopt.md).
+   1-factorisation, which is a maximum-weight matching in every round (see docs/explanation/topoopt.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ of 4 GPUs, ``--big-gpu 4``) and its compute times from their A100 measurements
 (hipersys-team/FlexFlow ``measures/{dlrm,vgg,transformer}128.json``: forward + backward of
 each operator at the 128-way data-parallel split, i.e. one server's share of the batch). Only
 facts (sizes, measured milliseconds) are taken; the grouping into layer groups and the traffic
-model are ours (docs/topoopt.md §1.1).
+model are ours (docs/explanation/topoopt.md §1.1).
 
 - ``dlrm-topoopt``: ``dlrm128_dc.sh`` — 64 tables of 10,000,000 × 128 (sum-pooled bags of
   100), bottom MLP 2048 → 2048 × 7, concatenation (2048 + 64·128 = 10,240), top MLP
