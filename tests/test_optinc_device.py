@@ -313,7 +313,7 @@ def test_executor_through_the_fabric_returns_n_times_the_quantised_mean(fabric):
 
 
 def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
-    from agents.client import allreduce_all
+    from agents.every_rank import allreduce_all
 
     return allreduce_all(clients, arrays)[1]
 

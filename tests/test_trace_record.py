@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.client import allreduce_all
+from agents.every_rank import allreduce_all
 from agents.executor import CollectiveRun, run_collective
 from agents.gate import SlotGate
 from agents.stream_wire import CHUNK_BYTES
