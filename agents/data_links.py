@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.dataplane import DirectLink, FabricLink
 from agents.lightphy import LightPhy
 from agents.streamauth import StreamAuth
 from agents.streams import StreamLink
+from agents.zmq_links import DirectLink, FabricLink
 from common.config import TestbedConfig
 from common.errors import ConfigError, OddlError
 from common.security.revoked import read_revoked

@@ -29,8 +29,8 @@ import numpy as np
 from agents import wallclock
 from agents.chunk_pipeline import run_pipelined
 from agents.chunkplan import chunk_plan
-from agents.collective_run import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
 from agents.gate import SlotGate
+from agents.run_context import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
 from agents.step_by_step import INLINE_SEND, run_steps
 from agents.stream_wire import CHUNK_BYTES
 from agents.trace_hooks import RunTrace, TracedLink

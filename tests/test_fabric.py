@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from agents.dataplane import FabricLink
+from agents.zmq_links import FabricLink
 from common.config import load_testbed
 from drivers.emulators.fabric import INSERTION_LOSS_DB, Fabric, OpticalModel
 from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed

@@ -142,7 +142,7 @@ def test_strangers_are_kept_out(secure, tmp_path):
         assert not sock.poll(1500), "the fabric answered a client it must not admit"
         sock.close(0)
     # an agent's relay link with that key fails with the reason instead of hanging
-    from agents.dataplane import FabricLink
+    from agents.zmq_links import FabricLink
 
     with pytest.raises(ConnectionError, match="CURVE key"):
         FabricLink("n0", info["fabric"], connect_timeout=1.5,

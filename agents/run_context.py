@@ -37,7 +37,7 @@ COPY = "copy"
 
 class ChunkLink(Protocol):
     """What the executor needs to move chunks (`agents.streams.StreamLink` and the
-    ZeroMQ links of `agents.dataplane`)."""
+    ZeroMQ links of `agents.zmq_links`)."""
 
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
                    deadline_s: float, cancel: Cancel | None = None,
