@@ -187,7 +187,7 @@ class Agent:
         """Estimate the controller-minus-agent clock offset from a few exchanges."""
         return self.ctl.sync_clock(samples)
 
-    def allreduce(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
+    def serve_call(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """Run one call of a training process: a collective of its job (`CollectiveRunner`),
         or a send or a receive (`agents.flows`); its result."""
         if header.get("kind") in P2P:
@@ -198,7 +198,7 @@ class Agent:
             header["resolved"] = {"job": job.id}
             return self.flows.serve(req, array, job, list(self.jobs.jobs.values()),
                                     header["resolved"])
-        return self.runner.allreduce(header, payload)
+        return self.runner.run_call(header, payload)
 
     # ---- threads ----------------------------------------------------------------------
     def _watch_loop(self) -> None:
@@ -212,10 +212,10 @@ class Agent:
 
     def _work_loop(self) -> None:
         self._gate_thread_setup()  # small collectives gate their sends on this thread
-        self.local.work_loop(self.allreduce, self._failed, self._world)
+        self.local.work_loop(self.serve_call, self._failed, self._world)
 
     def _receive_loop(self) -> None:
-        self.local.receive_loop(self.allreduce, self._failed)
+        self.local.receive_loop(self.serve_call, self._failed)
 
     def _world(self, header: dict[str, Any]) -> dict[str, Any]:
         """The job a call naming `header["job"]` (or none) runs on: its id, this node's rank

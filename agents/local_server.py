@@ -43,8 +43,9 @@ from common.errors import (
 
 logger = logging.getLogger(__name__)
 
-Allreduce = Callable[[dict[str, Any], bytes], np.ndarray]
-"""Runs one all-reduce request (header, payload) and returns the result."""
+ServeCall = Callable[[dict[str, Any], bytes], np.ndarray]
+"""Runs one call of the training process (header, payload): a collective of any kind, a send
+or a receive; returns the result."""
 
 World = Callable[[dict[str, Any]], dict[str, Any]]
 """Answers a world request (header): the job, this node's rank and the job's size."""
@@ -167,17 +168,17 @@ class LocalServer:
                 "bad-request", f"unknown request {op!r}; use agents.client.AgentClient",
                 None)])
 
-    def work_loop(self, allreduce: Allreduce, on_failure: OnFailure,
+    def work_loop(self, serve_call: ServeCall, on_failure: OnFailure,
                   world: World | None = None) -> None:
         """Run the queued collectives (and sends, and world questions) one at a time until
         `stop` (or `wake`)."""
-        self._loop(self._work, allreduce, on_failure, world)
+        self._loop(self._work, serve_call, on_failure, world)
 
-    def receive_loop(self, receive: Allreduce, on_failure: OnFailure) -> None:
+    def receive_loop(self, receive: ServeCall, on_failure: OnFailure) -> None:
         """Run the queued point-to-point receives one at a time until `stop` (or `wake`)."""
         self._loop(self._receives, receive, on_failure, None)
 
-    def _loop(self, work: queue.Queue[_Request | None], allreduce: Allreduce,
+    def _loop(self, work: queue.Queue[_Request | None], serve_call: ServeCall,
               on_failure: OnFailure, world: World | None) -> None:
         push: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
@@ -187,11 +188,11 @@ class LocalServer:
                 req = work.get()
                 if req is None:
                     return
-                push.send_multipart(self._serve(req, allreduce, on_failure, world))
+                push.send_multipart(self._serve(req, serve_call, on_failure, world))
         finally:
             push.close(0)
 
-    def _serve(self, req: _Request, allreduce: Allreduce, on_failure: OnFailure,
+    def _serve(self, req: _Request, serve_call: ServeCall, on_failure: OnFailure,
                world: World | None = None) -> list[bytes]:
         """The reply frames to one request."""
         rid = req.header.get("rid")
@@ -202,7 +203,7 @@ class LocalServer:
                     raise OperationRefused(f"{self.node_id}: this agent answers no world "
                                            "requests")
                 return [req.ident, b"ok", json.dumps({**world(req.header), "rid": rid}).encode()]
-            return _ok(req, allreduce(req.header, req.payload), rid)
+            return _ok(req, serve_call(req.header, req.payload), rid)
         except BucketUnavailable as exc:  # the client hands it over again, or sends bytes
             return [req.ident, b"error", _err(exc.kind, str(exc), rid)]
         except CollectiveError as exc:
