@@ -36,7 +36,7 @@ from agents.stream_wire import CHUNK_BYTES
 from agents.trace_hooks import RunTrace, TracedLink
 from common.tracing import TRACE
 
-__all__ = ["ChunkLink", "CollectiveRun", "Handoffs", "run_collective"]
+__all__ = ["run_collective"]
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,

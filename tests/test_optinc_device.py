@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.executor import CollectiveRun
 from agents.gate import SlotGate
 from agents.optinc_run import optinc_encode, optinc_expected, optinc_scale, run_optinc
+from agents.run_context import CollectiveRun
 from agents.zmq_links import FabricLink
 from common.config import load_testbed, parse_testbed
 from common.errors import CollectiveError, ConfigError, OperationRefused
