@@ -13,7 +13,8 @@ import pytest
 
 from controller.scheduling import select_permutations
 from oddl import topoopt_cli
-from offline.simulator.engine import SimConfig, simulate
+from offline.simulator.core import SimConfig
+from offline.simulator.engine import simulate
 from offline.topoopt.evaluation import FatTree, NetParams, evaluate
 from offline.topoopt.job_model import (
     JobModel,
