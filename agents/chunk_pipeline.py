@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from agents.chunkplan import ChunkOp, ChunkPlan
-from agents.collective_run import REDUCE, CancelEither, RunContext
+from agents.run_context import REDUCE, CancelEither, RunContext
 from agents.stream_wire import ChunkHead, node_tag
 
 

@@ -34,12 +34,9 @@ from agents.adopted import AdoptedMemory
 from agents.agent_socket import CONNECT_GRACE_S, AgentSocket
 from agents.agent_socket import error as error_of_reply
 from agents.bucket_link import Bucket, ClientBuckets, Named
-from agents.client_collectives import allreduce_all as allreduce_all
 from common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
-
-__all__ = ["CONNECT_GRACE_S", "AgentClient", "allreduce_all"]
 
 
 class AgentClient:

@@ -6,26 +6,54 @@ The work buffer lives in the client's shared-memory bucket when the agent can re
 crosses no socket; an `out` that is itself a `shared_array()` of the work buffer's shape is
 used as the work buffer (no copy of the result). Results are never views of the bucket (the
 next call reuses it) unless the caller handed that memory in. `root` and block indices are
-job ranks, the job's node order. Also the helpers that drive every rank at once in tests.
+job ranks, the job's node order. What these need of the client is `CollectiveClient`
+(`agents.client.AgentClient` is one); driving every rank at once is `agents.every_rank`.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from agents.client import AgentClient
-
 Opts = dict[str, Any]
-"""job, step and timeout_s of one call (`AgentClient.call_collective`)."""
+"""job, step and timeout_s of one call (`CollectiveClient.call_collective`)."""
 
 
-def _work(client: AgentClient, shape: tuple[int, ...], dtype: np.dtype,
+class CollectiveClient(Protocol):
+    """What the native collectives use of the client: its bucket and its agent's collective
+    call (`agents.client.AgentClient` is one)."""
+
+    @property
+    def shared_memory(self) -> bool:
+        """Whether the client puts work buffers in shared memory."""
+        ...
+
+    def shared_array(self, shape: tuple[int, ...] | int, dtype: Any = ...) -> np.ndarray:
+        """An array in the client's shared-memory bucket."""
+        ...
+
+    def in_bucket(self, array: np.ndarray) -> bool:
+        """Whether `array` lives in the client's bucket."""
+        ...
+
+    def holds(self, array: np.ndarray) -> bool:
+        """Whether the agent reaches `array` where it is."""
+        ...
+
+    def world(self, job: str | None = None) -> tuple[int, int]:
+        """(this node's rank, the number of ranks) of the job."""
+        ...
+
+    def call_collective(self, array: np.ndarray, kind: str, *, op: str = "sum", root: int = 0,
+                        world: int | None = None, job: str | None = None,
+                        step: int | None = None, out: np.ndarray | None = None,
+                        timeout_s: float | None = None) -> np.ndarray:
+        """Run collective `kind` on the work buffer `array`."""
+        ...
+
+
+def _work(client: CollectiveClient, shape: tuple[int, ...], dtype: np.dtype,
           out: np.ndarray | None = None) -> np.ndarray:
     """A work buffer of `shape`: `out` when the agent reaches it already (the bucket, or
     adopted memory), else in the bucket when shared memory is on, else plain memory."""
@@ -37,7 +65,7 @@ def _work(client: AgentClient, shape: tuple[int, ...], dtype: np.dtype,
     return np.empty(shape, dtype)
 
 
-def _input(client: AgentClient, array: Any) -> np.ndarray:
+def _input(client: CollectiveClient, array: Any) -> np.ndarray:
     """The caller's array, contiguous and never in the bucket (a new work buffer may replace
     the bucket, and the collective writes the work buffer)."""
     a = np.ascontiguousarray(array)
@@ -53,7 +81,7 @@ def _check_out(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype, 
                          f"{out.dtype}{list(out.shape)}")
 
 
-def _result(client: AgentClient, part: np.ndarray, out: np.ndarray | None,
+def _result(client: CollectiveClient, part: np.ndarray, out: np.ndarray | None,
             what: str) -> np.ndarray:
     """`part` of a work buffer, written into `out` or as an array of its own."""
     if out is not None:
@@ -70,7 +98,7 @@ def _blocks(array: np.ndarray, world: int, what: str) -> None:
                          f"blocks, one per rank; got shape {list(array.shape)}")
 
 
-def all_gather(client: AgentClient, array: Any, out: np.ndarray | None, opts: Opts
+def all_gather(client: CollectiveClient, array: Any, out: np.ndarray | None, opts: Opts
                ) -> np.ndarray:
     """Every rank's `array` stacked in rank order: shape (world, *array.shape)."""
     a = _input(client, array)
@@ -82,7 +110,7 @@ def all_gather(client: AgentClient, array: Any, out: np.ndarray | None, opts: Op
     return _result(client, res.reshape(work.shape), out, "all_gather")
 
 
-def reduce_scatter(client: AgentClient, array: Any, op: str, out: np.ndarray | None,
+def reduce_scatter(client: CollectiveClient, array: Any, op: str, out: np.ndarray | None,
                    opts: Opts) -> np.ndarray:
     """Block `rank` of the elementwise `op` over every rank's (world, ...) `array`."""
     a = _input(client, array)
@@ -95,7 +123,7 @@ def reduce_scatter(client: AgentClient, array: Any, op: str, out: np.ndarray | N
     return _result(client, res.reshape(a.shape)[rank], out, "reduce_scatter")
 
 
-def broadcast(client: AgentClient, array: np.ndarray, root: int, opts: Opts) -> np.ndarray:
+def broadcast(client: CollectiveClient, array: np.ndarray, root: int, opts: Opts) -> np.ndarray:
     """Rank `root`'s `array` on every rank: in place when `array` is writable."""
     if isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable:
         return client.call_collective(array, "broadcast", root=root, out=array, **opts)
@@ -106,7 +134,7 @@ def broadcast(client: AgentClient, array: np.ndarray, root: int, opts: Opts) -> 
     return res
 
 
-def all_to_all(client: AgentClient, array: Any, out: np.ndarray | None, opts: Opts
+def all_to_all(client: CollectiveClient, array: Any, out: np.ndarray | None, opts: Opts
                ) -> np.ndarray:
     """Block j of `array` (world, ...) to rank j; out[i] came from rank i."""
     a = _input(client, array)
@@ -120,7 +148,7 @@ def all_to_all(client: AgentClient, array: Any, out: np.ndarray | None, opts: Op
     return _result(client, res.reshape(work.shape)[world:], out, "all_to_all")
 
 
-def gather(client: AgentClient, array: Any, root: int, out: np.ndarray | None, opts: Opts
+def gather(client: CollectiveClient, array: Any, root: int, out: np.ndarray | None, opts: Opts
            ) -> np.ndarray | None:
     """Every rank's `array` stacked at `root` (shape (world, *array.shape)); None elsewhere."""
     a = _input(client, array)
@@ -132,7 +160,7 @@ def gather(client: AgentClient, array: Any, root: int, out: np.ndarray | None, o
     return _result(client, res.reshape(work.shape), out, "gather") if rank == root else None
 
 
-def scatter(client: AgentClient, array: Any, root: int, out: np.ndarray | None,
+def scatter(client: CollectiveClient, array: Any, root: int, out: np.ndarray | None,
             opts: Opts) -> np.ndarray:
     """Block `rank` of the root's (world, ...) `array`. Other ranks pass None and `out` (or
     an array of the root's shape and dtype)."""
@@ -154,41 +182,3 @@ def scatter(client: AgentClient, array: Any, root: int, out: np.ndarray | None,
         np.copyto(work, a)
     res = client.call_collective(work, "scatter", root=root, world=world, **opts)
     return _result(client, res.reshape(work.shape)[rank], out, "scatter")
-
-
-# ---- every rank at once (tests, benchmarks) ------------------------------------------------
-
-
-def collective_all(clients: Sequence[AgentClient],
-                   call: Callable[[AgentClient, int], Any]) -> tuple[float, list[Any]]:
-    """Run `call(client, rank)` on every client at once (one thread each, released
-    together). Returns the wall time from the common start to the last result, and per
-    client its result or the exception it raised."""
-    outs: list[Any] = [None] * len(clients)
-    start = threading.Barrier(len(clients) + 1)
-
-    def run(r: int) -> None:
-        start.wait()
-        try:
-            outs[r] = call(clients[r], r)
-        except Exception as exc:  # handed back to the caller
-            outs[r] = exc
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(clients))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0, outs
-
-
-def allreduce_all(clients: Sequence[AgentClient], arrays: Sequence[np.ndarray], *,
-                  inplace: bool = False, step: int | None = None, op: str = "sum"
-                  ) -> tuple[float, list[Any]]:
-    """Call allreduce on every client at once; with `inplace` each result is written into its
-    input array, as gloo does; `step` numbers the call on every client (default: each
-    client's own count). Returns (wall time, per client its result or exception)."""
-    return collective_all(clients, lambda c, r: c.allreduce(
-        arrays[r], out=arrays[r] if inplace else None, step=step, op=op))

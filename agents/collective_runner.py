@@ -23,12 +23,12 @@ import numpy as np
 from agents import localapi, outcome, wallclock
 from agents.agent_jobs import AgentJob, JobTable
 from agents.bucket_server import BucketRegistry, request_array
-from agents.collective_run import CollectiveRun
 from agents.controller_link import ControllerLink
 from agents.data_links import DataLinks
 from agents.executor import run_collective
 from agents.gate import SlotGate
 from agents.optinc_run import run_optinc
+from agents.run_context import CollectiveRun
 from agents.standing import Ready, agree, exchange
 from agents.stream_wire import PeerAhead, PeerGaveUp
 from agents.streams import StreamLink
@@ -390,7 +390,7 @@ class CollectiveRunner:
             duration_s=stats.get("duration_s", 0.0),
             gate_error_max_s=stats.get("gate_error_max_s", 0.0)))
 
-    # ---- hand-offs (agents.collective_run.Handoffs) -----------------------------------
+    # ---- hand-offs (agents.run_context.Handoffs) --------------------------------------
     def wait_circuits(self, seq: int, slot: int, deadline: float) -> None:
         """Wait for the controller's word that the slot's retuned transmitters are locked."""
         self.ctl.wait_circuits(self._current_job, seq, slot, deadline, self._cancel)

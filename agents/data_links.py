@@ -18,6 +18,7 @@ from agents.streams import StreamLink
 from agents.zmq_links import DirectLink, FabricLink
 from common.config import TestbedConfig
 from common.errors import ConfigError, OddlError
+from common.security.revoked import read_revoked
 from drivers.emulators.lighttable import LightTable
 
 DataLink = StreamLink | DirectLink | FabricLink
@@ -114,8 +115,6 @@ def stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth |
         return None
     peers = {n.id: security.curve_public(n.id) for n in cfg.nodes}
     keys = security.curve_keys(node_id)
-    from common.revocation import read_revoked
-
     return StreamAuth(node_id, keys.secret, peers, revoked=set(read_revoked(security.root).keys))
 
 

@@ -29,14 +29,14 @@ import numpy as np
 from agents import wallclock
 from agents.chunk_pipeline import run_pipelined
 from agents.chunkplan import chunk_plan
-from agents.collective_run import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
 from agents.gate import SlotGate
+from agents.run_context import CancelEither, ChunkLink, CollectiveRun, Handoffs, RunContext
 from agents.step_by_step import INLINE_SEND, run_steps
 from agents.stream_wire import CHUNK_BYTES
 from agents.trace_hooks import RunTrace, TracedLink
 from common.tracing import TRACE
 
-__all__ = ["ChunkLink", "CollectiveRun", "Handoffs", "run_collective"]
+__all__ = ["run_collective"]
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,

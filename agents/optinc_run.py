@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from agents import wallclock
-from agents.collective_run import CollectiveRun
 from agents.gate import SlotGate
+from agents.run_context import CollectiveRun
 from agents.zmq_links import Frame, Link
 from common.config import OPTINC
 from common.errors import CollectiveError, LostData

@@ -1,19 +1,24 @@
-"""Repeated collectives without a round trip to the controller.
+"""Repeated collectives without the controller's barrier (decision records 0007, 0010, 0022).
 
-A collective whose schedule retunes nothing (a ring keeps its circuits for the whole job)
-needs the controller only for its schedule and its start time. After the first collective of a
-bucket size the agents keep that schedule ("standing"); for the next one each agent tells its
-peers, over the data streams, that it is ready (its bucket's size and dtype, the time on the
-controller's clock, whether it holds the standing schedule, and its caller's step number).
-Calls with different step numbers are refused on every node (`common.pairing`). A node that
-finds a peer's ready for a later collective is behind (it restarted, or gave up collectives
-its peers counted): it takes the peer's sequence number and says it is ready again, so the
-nodes meet on the latest one. When every node holds the schedule, all
-start at the same t0 = the last node's ready time + a small margin, computed alike everywhere;
-otherwise (a restarted agent, another size) they all enter the controller's barrier as before.
-The controller stays the only authority over the devices: a standing schedule changes none.
+After the first collective of a bucket size the agents keep its schedule ("standing"), OptINC
+excepted, when it leaves every transmitter on the channel it starts on (a ring retunes nothing;
+halving-doubling retunes and comes back; WRHT and the parameter server do not, so they keep
+the barrier). For the next collective each agent tells its peers, over the data streams, that
+it is ready (its bucket's size and dtype, the time on the controller's clock, whether it holds
+the standing schedule, and its caller's step number and call). Calls with different step
+numbers are refused on every node (`common.pairing`). A node that finds a peer's ready for a
+later collective is behind (it restarted, or gave up collectives its peers counted): it takes
+the peer's sequence number and says it is ready again, so the nodes meet on the latest one.
+
+When every node holds the schedule, all start at the same t0, computed alike everywhere
+(`agree`): the last node's ready time, plus `[timing] standing_margin_ms` when the schedule
+retunes (every sender must have stopped before a laser moves), with no margin when it retunes
+nothing (0022: its circuits are up for the whole run, the data paces it). Otherwise (a
+restarted agent, another size) they all enter the controller's barrier as before. The
+controller stays the only authority over the devices: for a schedule that retunes, rank 0
+announces the start (`StartStanding`) and the controller executes the retunes from its own
+device state, or refuses when its schedule differs from the agents' (0010).
 """
-
 from __future__ import annotations
 
 import json
@@ -27,8 +32,6 @@ from agents.stream_wire import READY_STEP, ChunkHead, PeerAhead, node_tag
 from common.collective_kinds import ALL_REDUCE, call_mismatch
 from common.errors import CollectiveError, StepMismatch, StepPassed
 from common.pairing import step_mismatch, step_passed
-
-__all__ = ["READY_STEP", "Ready", "agree", "exchange"]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from agents.collective_run import RunContext
+from agents.run_context import RunContext
 from agents.stream_wire import CHUNK_BYTES, ChunkHead, node_tag
 
 logger = logging.getLogger(__name__)

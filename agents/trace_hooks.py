@@ -16,8 +16,8 @@ from collections import defaultdict
 from typing import Any
 
 from agents import wallclock
-from agents.collective_run import CollectiveRun
 from agents.gate import Cancel
+from agents.run_context import CollectiveRun
 from agents.stream_wire import ChunkHead
 from common.errors import CollectiveError
 from common.tracing import TRACE, Track
@@ -156,7 +156,7 @@ class TracedLink:
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
                    deadline_s: float, cancel: Cancel | None = None,
                    optical: bool = False) -> None:
-        """Send one chunk (`agents.collective_run.ChunkLink`) and record it."""
+        """Send one chunk (`agents.run_context.ChunkLink`) and record it."""
         start = wallclock.now_ns()
         self._link.send_chunk(job, dst, head, payload, deadline_s, cancel, optical)
         self._trace.sent(dst, head, start, wallclock.now_ns())
@@ -164,7 +164,7 @@ class TracedLink:
     def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
                    cancel: Cancel | None = None, into: memoryview | None = None
                    ) -> tuple[ChunkHead, memoryview]:
-        """Receive one chunk (`agents.collective_run.ChunkLink`) and record its arrival."""
+        """Receive one chunk (`agents.run_context.ChunkLink`) and record its arrival."""
         try:
             head, payload = self._link.recv_chunk(job, src, seq, step, deadline, cancel, into)
         except CollectiveError as exc:

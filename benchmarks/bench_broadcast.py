@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from bench_common import emit
 
-from agents.client_collectives import collective_all
+from agents.every_rank import collective_all
 from oddl.launch import DEFAULT_TESTBED, RunningTestbed
 
 N = 4

@@ -27,7 +27,7 @@ import numpy as np
 from bench_common import emit
 
 from agents.client import AgentClient
-from agents.client_collectives import collective_all
+from agents.every_rank import collective_all
 from oddl.byte_sizes import parse_size
 from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
 

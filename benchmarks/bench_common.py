@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
 
 

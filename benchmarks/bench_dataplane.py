@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 from bench_common import emit
 
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from oddl.demo_report import percentiles
 from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
 from oddl.operator import OperatorClient

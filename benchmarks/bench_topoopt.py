@@ -30,7 +30,8 @@ from typing import Any
 
 from bench_common import emit
 
-from offline.topoopt.model import MODELS, describe
+from offline.topoopt.job_model import describe
+from offline.topoopt.model_zoo import MODELS
 from offline.topoopt.search import SearchConfig, co_optimise
 from offline.topoopt.search_config import DEFAULT_BUDGET
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.client import allreduce_all
+from agents.every_rank import allreduce_all
 from common.errors import OddlError
 from oddl.launch import DEFAULT_TESTBED, RestartableTestbed
 from oddl.operator import OperatorClient

@@ -1,4 +1,4 @@
-"""Revoking an agent's or an operator's credentials, and what is revoked.
+"""Revoking an agent's or an operator's credentials (issuing side: revoke, rotate).
 
 `oddl certs revoke --certs DIR --node n2` (or `--operator alice`) writes the certificate's
 serial number and the CURVE public key of that identity to ``DIR/revoked.json``. From then on:
@@ -9,7 +9,8 @@ serial number and the CURVE public key of that identity to ``DIR/revoked.json``.
   starts, and the authenticated streams check it at every new stream;
 - a new certificate and key for the same name come from `oddl certs rotate` (same CA).
 
-Copy the updated ``revoked.json`` to every host, as the rest of the folder.
+Copy the updated ``revoked.json`` to every host, as the rest of the folder. Reading it (what is
+revoked, at run time) is :mod:`common.security.revoked`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ import datetime as dt
 import json
 import logging
 import os
-import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from common.errors import SecurityError
 from common.security.files import (
@@ -33,67 +31,9 @@ from common.security.files import (
 )
 from common.security.lab_ca import curve_file_text, key_pem, sign_leaf, write_private_file
 from common.security.ownership import KeyOwner, check_can_hand_over, hand_over, service_keys
+from common.security.revoked import REVOKED, read_revocation_document
 
 logger = logging.getLogger(__name__)
-
-REVOKED = "revoked.json"
-FORMAT = "oddl-revoked/1"
-
-
-@dataclass(frozen=True)
-class Revoked:
-    """What is revoked: certificate serial numbers and CURVE public keys (z85)."""
-
-    serials: frozenset[int] = frozenset()
-    keys: frozenset[bytes] = frozenset()
-
-
-def read_revoked(root: Path) -> Revoked:
-    """The revocations recorded under the certs folder `root` (none if the file is absent)."""
-    doc = _read(root / REVOKED)
-    entries = doc.get("entries", [])
-    return Revoked(frozenset(int(e["serial"], 16) for e in entries if e.get("serial")),
-                   frozenset(e["curve_public"].encode("ascii") for e in entries
-                             if e.get("curve_public")))
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {"format": FORMAT, "entries": []}
-    except (OSError, ValueError) as exc:
-        raise SecurityError(f"{path}: cannot read the revocation list ({exc}); restore it "
-                            "from another host or run `oddl certs revoke` again") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise SecurityError(f"{path}: not an oddl revocation list (format {FORMAT!r})")
-    return doc
-
-
-class RevocationList:
-    """The revocations of a certs folder, reread when the file changes (for long-lived
-    servers: a revocation takes effect without a restart)."""
-
-    def __init__(self, root: str | os.PathLike[str]):
-        self.path = Path(root) / REVOKED
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._current = Revoked()
-
-    def current(self) -> Revoked:
-        """What is revoked now (the file is reread only when it changed)."""
-        try:
-            st = self.path.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = (0, 0)
-        with self._lock:
-            if stamp != self._stamp:
-                self._current = read_revoked(self.path.parent) if stamp != (0, 0) else Revoked()
-                self._stamp = stamp
-                logger.info("revocation list %s: %d certificates, %d keys", self.path,
-                            len(self._current.serials), len(self._current.keys))
-            return self._current
 
 
 def identity_entry(files: SecurityFiles, node: str | None = None,
@@ -132,7 +72,7 @@ def revoke(root: str | os.PathLike[str], *, node: str | None = None,
 def _record(root: Path, entry: dict[str, str], reason: str) -> dict[str, str]:
     entry = {**entry, "revoked_at": dt.datetime.now(dt.UTC).isoformat(), "reason": reason}
     path = root / REVOKED
-    doc = _read(path)
+    doc = read_revocation_document(path)
     if any(e.get("serial") == entry["serial"] for e in doc["entries"]):
         return entry  # already revoked: nothing changes
     doc["entries"].append(entry)

@@ -22,8 +22,9 @@ from common.errors import OddlError, OperationRefused
 from common.tracing import TRACE
 from controller import trace_hooks
 from controller.agent_registry import AgentRegistry
+from controller.barrier_checks import MAX_ELEMENTS
 from controller.devices import DeviceManager
-from controller.jobs import MAX_ELEMENTS, Barrier, JobManager, JobRecord
+from controller.jobs import Barrier, JobManager, JobRecord
 from controller.scheduling.slot_grants import standing_refusal
 from controller.slot_executor import SlotExecutor
 from protos import oddl_pb2 as pb

@@ -47,7 +47,7 @@ from drivers.interfaces import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DeviceEvent", "DeviceManager"]
+__all__ = ["DeviceManager"]
 
 
 

@@ -24,7 +24,6 @@ import numpy as np
 from common.collective_kinds import ALL_REDUCE, optinc_refusal
 from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from common.errors import OddlError, OperationRefused
-from controller.barrier_checks import MAX_ELEMENTS as MAX_ELEMENTS
 from controller.barrier_checks import Call, Entry, agreed_call
 from controller.device_types import Configuration
 from controller.optinc_schedule import (

@@ -55,9 +55,9 @@ class ControllerServer:
         self.metrics_listen = metrics_listen
         interceptors = []
         if cfg.security.enabled:
-            from common.revocation import RevocationList
             from common.security.authorization import AuthorizationInterceptor
             from common.security.files import SecurityFiles
+            from common.security.revoked import RevocationList
             from common.security.tls import server_credentials
 
             self.security = SecurityFiles.load(cfg.security.certs)

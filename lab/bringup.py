@@ -12,9 +12,9 @@ from functools import partial
 from typing import Any
 
 from lab import users
-from lab.plan import Host
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
+from lab.rig_plan import Host
 from lab.services import last_lines, start_unit, wait_ready
 from lab.shell import LabError, wait_until
 from lab.steps import CERTS, CLOCK_SHIFT_NODE, CLOCK_SHIFT_US, TESTBED, UNITS

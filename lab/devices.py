@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.hosts import Hosts
-from lab.plan import Host
+from lab.rig_plan import Host
 from lab.shell import LabError, spawn, wait_until
 
 SERIAL_DEVICES = {  # device id -> the emulator command and the by-id name in lab-4node.toml

@@ -16,7 +16,7 @@ import subprocess
 from functools import partial
 from pathlib import Path
 
-from lab.plan import SHAPE, Host, LabPlan
+from lab.rig_plan import SHAPE, Host, LabPlan
 from lab.shell import LabError, pid_alive, run, spawn, wait_until
 
 HOST_IF = "eth0"

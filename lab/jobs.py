@@ -53,8 +53,8 @@ class Calls:
         return [r for r in self.records if "error" in r]
 
     def silent(self) -> list[dict[str, Any]]:
-        """Failures whose message names nothing (empty or only an exception type)."""
-        return [r for r in self.failed if len(r["error"].split(":", 1)[-1].strip()) < 8]
+        """Failures whose message names nothing (an empty or next to empty `reason`)."""
+        return [r for r in self.failed if len(str(r.get("reason", "")).strip()) < 8]
 
     def summary(self) -> str:
         return (f"{len(self.records)} calls: {len(self.exact)} exact, {len(self.wrong)} wrong, "

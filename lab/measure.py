@@ -11,9 +11,9 @@ import statistics
 from typing import Any
 
 from lab import jobs
-from lab.plan import LINE_RATE_GBPS, line_rate_bound_s
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
+from lab.rig_plan import LINE_RATE_GBPS, line_rate_bound_s
 
 SIZES_MB = (1, 16, 64)
 CALLS = 5     # the first call of the size, then four more

@@ -17,9 +17,9 @@ from types import FrameType
 from lab import bringup, faults, jobs, measure, steps, users
 from lab.hosts import Hosts
 from lab.install import CACHE_ROOT, build_wheel, prune, venv_for
-from lab.plan import plan_lab
 from lab.report import Report
 from lab.rig import REPO, Rig, clean_stale, other_live_rigs
+from lab.rig_plan import plan_lab
 from lab.shell import missing_prerequisite
 
 

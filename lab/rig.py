@@ -14,7 +14,7 @@ from typing import Any
 from lab import users
 from lab.devices import Emulators
 from lab.hosts import Hosts, delete_netns, kill_netns_processes
-from lab.plan import STATE_ROOT, Host, LabPlan, run_id_of
+from lab.rig_plan import STATE_ROOT, Host, LabPlan, run_id_of
 from lab.services import Service, as_user, clean_env, stop
 from lab.shell import pid_alive, run, spawn
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.hosts import Hosts
-from lab.plan import Host
+from lab.rig_plan import Host
 from lab.shell import LabError, pid_alive, run, spawn, wait_until
 from lab.units import Unit
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from lab import users
 from lab.devices import start_emulators
-from lab.plan import Host
 from lab.report import CheckFailed, Report
 from lab.rig import REPO, Rig
+from lab.rig_plan import Host
 from lab.services import last_lines
 from lab.testbed_file import edit_lab_file
 

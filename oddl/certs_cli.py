@@ -27,10 +27,9 @@ from common.security.files import DEFAULT_CURVE_SERVERS, MANIFEST
 from common.security.lab_ca import init_lab_ca
 from common.security.ownership import service_keys
 from oddl.command_line import run_command_tree
-from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cmd_chown", "cmd_init", "cmd_revoke",
-           "cmd_rotate", "main", "register"]
+__all__ = ["cmd_chown", "cmd_init", "cmd_revoke", "cmd_rotate", "main", "register"]
 
 
 def _names(text: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""`oddl demo` (and `oddl demo --train`): the emulated testbed end to end."""
+"""Registers the `oddl demo` command (and `--train`); the demos themselves are `oddl.demo` and
+`oddl.train_demo`."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from common.errors import OddlError
 
 

@@ -74,7 +74,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the simulate options (one flag per `SimConfig` field) to a parser."""
-    from offline.simulator.engine import SYSTEMS, SimConfig
+    from offline.simulator.core import SYSTEMS, SimConfig
 
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object")
@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """The ``oddl simulate`` command."""
-    from offline.simulator.engine import SimConfig, simulate, sweep
+    from offline.simulator.core import SimConfig
+    from offline.simulator.engine import simulate, sweep
 
     try:
         if args.list_models:
@@ -157,7 +158,7 @@ def _systems(text: str | None) -> list[str] | None:
 
 def _parse_sweep(text: str) -> tuple[str, list[Any]]:
     """``PARAM=V1,V2,...`` → (field name, typed values); SimulationError when malformed."""
-    from offline.simulator.engine import SimConfig, SimulationError
+    from offline.simulator.core import SimConfig, SimulationError
 
     key, sep, raw = text.partition("=")
     fields = {f.name: f for f in dataclasses.fields(SimConfig)}

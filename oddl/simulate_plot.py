@@ -18,7 +18,7 @@ def _log_if_wide(ax: Any) -> None:
 def _paper_marks(ax: Any, systems: Sequence[str]) -> None:
     """The papers' figures on the ratio axis: ODDL's 1.6× (fat-tree) and 1.7× (SiP-Ring);
     WRHT's 0.19–0.24× (communication against an optical-system all-reduce)."""
-    from offline.simulator.engine import PAPER
+    from offline.simulator.core import PAPER
 
     for s, colour in (("fat-tree", "tab:red"), ("sip-ring", "tab:purple")):
         if s in systems:
@@ -50,7 +50,7 @@ def plot(result: Any, path: str) -> None:
 
 def _plot_sweep(plt: Any, result: Any) -> Any:
     """Iteration time per system over the swept values, and its ratio to ODDL below."""
-    from offline.simulator.engine import LABELS
+    from offline.simulator.core import LABELS
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     numeric = all(isinstance(v, int | float) for v in result.values)
@@ -90,7 +90,7 @@ def _plot_sweep(plt: Any, result: Any) -> Any:
 
 def _plot_bars(plt: Any, result: Any) -> Any:
     """One simulation: per system a bar of compute, communication and reconfiguration."""
-    from offline.simulator.engine import LABELS
+    from offline.simulator.core import LABELS
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     names = [LABELS[r.system] for r in result.results]

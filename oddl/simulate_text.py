@@ -7,7 +7,7 @@ from typing import Any
 
 def format_table(sim: Any) -> str:
     """The simulation as a table for people."""
-    from offline.simulator.engine import LABELS, PAPER
+    from offline.simulator.core import LABELS, PAPER
 
     cfg = sim.config
     prof = cfg.profile
@@ -55,7 +55,7 @@ def format_table(sim: Any) -> str:
 
 def format_sweep(sw: Any) -> str:
     """The sweep as a table: iteration time per system (ratio to ODDL)."""
-    from offline.simulator.engine import LABELS
+    from offline.simulator.core import LABELS
 
     head = sw.points[0].simulation.config
     lines = [f"oddl simulate — sweep of {sw.param}: {head.model}, iteration time in ms "

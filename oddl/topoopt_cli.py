@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_topoopt(args: argparse.Namespace) -> int:
     """The ``oddl topoopt`` command."""
     from offline.topoopt.evaluation import NetParams
-    from offline.topoopt.model import Memory, parse_strategy
+    from offline.topoopt.job_model import Memory, parse_strategy
     from offline.topoopt.search import co_optimise, evaluate_strategy
     from offline.topoopt.search_config import SearchConfig, SearchProgress
 
@@ -167,8 +167,8 @@ def _sweep(args: argparse.Namespace, model: Any, cfg: Any, progress: Any) -> int
 
 
 def _model(args: argparse.Namespace) -> Any:
-    from offline.topoopt.model import get_model
     from offline.topoopt.model_files import load_model_file
+    from offline.topoopt.model_zoo import get_model
 
     if args.model_file:
         return load_model_file(args.model_file)
@@ -178,7 +178,7 @@ def _model(args: argparse.Namespace) -> Any:
 
 
 def _list_models(as_json: bool) -> int:
-    from offline.topoopt.model import MODELS
+    from offline.topoopt.model_zoo import MODELS
 
     if as_json:
         print(json.dumps({"models": [m.as_dict() for m in MODELS.values()]}))
@@ -194,7 +194,7 @@ def _list_models(as_json: bool) -> int:
 
 def format_result(r: Any, searched: bool = True) -> str:
     """The co-optimisation for people."""
-    from offline.topoopt.model import describe
+    from offline.topoopt.job_model import describe
 
     m, cfg, best = r.model, r.config, r.topoopt
     topo = best.topology

@@ -26,7 +26,7 @@ from oddl.torch_adopt import array_of
 from oddl.torch_channel import Channel, UnsupportedCollective, as_numpy, count
 
 __all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
-           "as_numpy", "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
+           "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
            "reduce_scatter", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size)

@@ -38,7 +38,7 @@ from oddl.train_report import (
     build_train_summary,
     format_train_summary,
 )
-from oddl.train_workers import WORLD, run_workers
+from oddl.train_supervisor import WORLD, run_workers
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,12 @@ def _train(tb: RunningTestbed, opts: TrainOptions, out: TrainOutcome, run_dir: P
         say(f"{job['id']}: {opts.collective} all-reduce on the optical network; training a CNN "
             f"on digits ({sizes['train']} train / {sizes['test']} test images) on {WORLD} "
             f"workers, {opts.epochs} epochs, gradients through the agents")
-        out.results, out.problems = run_workers(
+        report = run_workers(
             workers, run_dir, _worker_args(opts, tb.cfg, data_path), tb.launched.apis,
             f"{opts.first},gloo", deadline_s=120.0 + 60.0 * opts.epochs, say=say,
             worker_module=opts.worker_module)
+        out.results, out.problems = report.results, report.problems
+        out.inexact_ranks = report.inexact_ranks
         for w in reversed(workers):  # before the job ends: no worker waits on an agent
             w.stop()
         out.job_info = tb.operator.cancel(job["id"])

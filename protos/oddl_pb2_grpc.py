@@ -189,10 +189,12 @@ class ControllerServicer:
     def StartStanding(self, request, context):
         """Every node of a job holds the standing schedule of a bucket and the agents agreed among
         themselves to start collective `seq` at `t0_ns` without the barrier (decision records
-        0007, 0010). If that schedule retunes, each agent says so here: the controller executes
-        the retunes at their slot edges as after a barrier, or, when its devices no longer match
-        the schedule the agents hold, fails the collective through the CircuitsReady of its first
-        retune slot. Duplicates (the other agents' copies) are ignored.
+        0007, 0010). If that schedule retunes, the job's rank 0 says so here (every node computes
+        the same start): the controller executes the retunes at their slot edges as after a
+        barrier, or, when its devices no longer match the schedule the agents hold, fails the
+        collective through the CircuitsReady of its first retune slot. A schedule that retunes
+        nothing is never announced: it starts as soon as every node is ready (0022). A request
+        for a collective already started (a repeat) is ignored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

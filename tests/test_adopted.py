@@ -23,7 +23,8 @@ from test_buckets_e2e import Bed
 
 from agents.adopted import InRegion
 from agents.bucket_link import ClientBuckets
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from common import memfd
 from common.errors import OperationRefused
 

@@ -26,7 +26,8 @@ from helpers import EMULATED, ROOT, wait_until
 from test_buckets import _bucket_maps, _shm_files_of
 
 from agents.agent import Agent
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from common import memfd
 from common.config import load_testbed
 from controller.server import ControllerServer

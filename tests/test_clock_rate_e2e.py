@@ -15,7 +15,7 @@ import pytest
 from helpers import EMULATED, wait_for
 
 from agents.client import AgentClient
-from agents.client import allreduce_all as run_on_all
+from agents.every_rank import allreduce_all as run_on_all
 from oddl.launch import RunningTestbed, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

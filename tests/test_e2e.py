@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import EMULATED
 
 from agents.client import AgentClient
-from agents.client import allreduce_all as run_on_all
+from agents.every_rank import allreduce_all as run_on_all
 from common.config import load_testbed
 from common.errors import CollectiveError, OperationRefused
 from oddl.launch import RunningTestbed, fabric_stats

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from agents.executor import CollectiveRun, run_collective
+from agents.executor import run_collective
 from agents.gate import SlotGate
+from agents.run_context import CollectiveRun
 from agents.streams import StreamLink
 from common.errors import CollectiveError
 from controller.scheduling import make_plan

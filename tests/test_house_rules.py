@@ -1,7 +1,9 @@
 """The size rules of the house (docs/decisions/0011-the-house.md), checked on every `make test`.
 
 A module of more than 400 lines or a function of more than 60 does several jobs; the failure
-names each one so the fix is a split, not a search. Generated gRPC code is excepted.
+names each one so the fix is a split, not a search. Generated gRPC code is excepted. No import
+cycle either, at any depth: the failure names each cycle's modules and the file:line of every
+import in it.
 """
 
 from __future__ import annotations
@@ -74,3 +76,118 @@ def test_the_drivers_contract_names_every_real_driver_module() -> None:
                    == ["drivers.emulators"])["source_modules"]
     real = {f"drivers.{p.stem}" for p in (ROOT / "drivers").glob("*.py") if p.stem != "__init__"}
     assert real - set(guarded) == set(), "add them to the contract in pyproject.toml"
+
+
+# --------------------------------------------------------------------------- import cycles
+
+IMPORT_GRAPH = ("oddl", "common", "controller", "agents", "drivers", "protos", "offline", "lab")
+
+
+def _module_names(root: Path) -> dict[str, Path]:
+    """Every project module of the import graph by dotted name (a package by its own name)."""
+    modules = {}
+    for folder in IMPORT_GRAPH:
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+                continue
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imported(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
+              modules: dict[str, Path]) -> list[str]:
+    """The project modules one import statement names: `from pkg import name` is pkg.name when
+    that is a module, else pkg; a relative import is resolved against the importer's package."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        package = importer.split(".") if is_package else importer.split(".")[:-1]
+        base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+        base = ".".join(p for p in (base, node.module or "") if p)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                 for a in node.names]
+    found = []
+    for name in names:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name and name != importer:
+            found.append(name)
+    return found
+
+
+def _import_edges(root: Path) -> dict[str, dict[str, list[str]]]:
+    """importer -> imported -> where ("file:line"), counting imports at every depth: module
+    level, inside functions and under `if TYPE_CHECKING:`."""
+    modules = _module_names(root)
+    edges: dict[str, dict[str, list[str]]] = {name: {} for name in modules}
+    for importer, path in modules.items():
+        rel = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(rel))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _imported(node, importer, path.name == "__init__.py", modules):
+                    where = edges[importer].setdefault(target, [])
+                    if f"{rel}:{node.lineno}" not in where:
+                        where.append(f"{rel}:{node.lineno}")
+    return edges
+
+
+def _strongly_connected(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The components of more than one module (Tarjan's algorithm), each sorted by name."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(components)
+
+
+def _import_cycles(root: Path) -> list[str]:
+    """One paragraph per import cycle: its modules, then each edge inside it with file:line."""
+    edges = _import_edges(root)
+    found = []
+    for component in _strongly_connected(edges):
+        lines = [f"cycle: {', '.join(component)}"]
+        lines += [f"  {importer} -> {target}: {', '.join(where)}"
+                  for importer in component for target, where in sorted(edges[importer].items())
+                  if target in component]
+        found.append("\n".join(lines))
+    return found
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """No two project modules import each other, however indirectly, at any depth: a cycle
+    hidden in a function or under TYPE_CHECKING is still two modules that need each other."""
+    cycles = _import_cycles(ROOT)
+    assert not cycles, "import cycles (move what both need to where it belongs):\n" + \
+        "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_imports_inside_functions(tmp_path: Path) -> None:
+    package = tmp_path / "oddl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "first.py").write_text("def f():\n    from oddl import second\n")
+    (package / "second.py").write_text("def g():\n    from . import first\n")
+    assert _import_cycles(tmp_path) == ["cycle: oddl.first, oddl.second\n"
+                                        "  oddl.first -> oddl.second: oddl/first.py:2\n"
+                                        "  oddl.second -> oddl.first: oddl/second.py:2"]

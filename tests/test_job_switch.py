@@ -21,7 +21,8 @@ import pytest
 from helpers import EMULATED
 
 from agents.agent import Agent
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from common.config import load_testbed
 from controller.server import ControllerServer
 from drivers.emulators.host import start_emulated_testbed

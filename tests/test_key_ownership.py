@@ -27,6 +27,7 @@ from common.security.ownership import (
     unreadable_key_message,
 )
 from oddl import certs_cli
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK
 
 AS_ROOT = os.geteuid() == 0 and shutil.which("useradd") is not None
 needs_root = pytest.mark.skipif(not AS_ROOT, reason="changing owners needs root and useradd "
@@ -65,7 +66,7 @@ def test_cli_refuses_an_unknown_owner_before_writing(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "certs"
     argv = ["certs", "init", "--out", str(out), "--nodes", "n0", "--owner", "nosuch-oddl-user"]
-    assert certs_cli.main(argv) == certs_cli.EXIT_FAILED
+    assert certs_cli.main(argv) == EXIT_FAILED
     assert "no user 'nosuch-oddl-user'" in capsys.readouterr().err
     assert not out.exists()
 
@@ -94,7 +95,7 @@ def test_the_unreadable_key_message_names_owner_mode_user_and_fix(tmp_path: Path
 def test_as_root_without_owner_init_says_what_to_do(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["certs", "init", "--out", str(tmp_path / "certs"), "--nodes", "n0"]
-    assert certs_cli.main(argv) == certs_cli.EXIT_OK
+    assert certs_cli.main(argv) == EXIT_OK
     err = capsys.readouterr().err
     if os.geteuid() == 0:
         assert "User=oddl" in err and "oddl certs chown" in err and "--owner oddl" in err

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.plan import line_rate_bound_s, plan_lab, run_id_of
+from lab.rig_plan import line_rate_bound_s, plan_lab, run_id_of
 from lab.shell import missing_prerequisite
 from lab.testbed_file import edit_lab_file
 from lab.units import load_unit, parse_unit

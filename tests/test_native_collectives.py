@@ -17,7 +17,7 @@ import pytest
 from helpers import EMULATED
 
 from agents.client import AgentClient
-from agents.client_collectives import collective_all
+from agents.every_rank import collective_all
 from common.errors import CollectiveError, OperationRefused, StepMismatch
 from oddl.launch import RunningTestbed, write_config
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.executor import CollectiveRun
 from agents.gate import SlotGate
 from agents.optinc_run import optinc_encode, optinc_expected, optinc_scale, run_optinc
+from agents.run_context import CollectiveRun
 from agents.zmq_links import FabricLink
 from common.config import load_testbed, parse_testbed
 from common.errors import CollectiveError, ConfigError, OperationRefused
@@ -313,7 +313,7 @@ def test_executor_through_the_fabric_returns_n_times_the_quantised_mean(fabric):
 
 
 def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
-    from agents.client import allreduce_all
+    from agents.every_rank import allreduce_all
 
     return allreduce_all(clients, arrays)[1]
 

@@ -21,7 +21,7 @@ from helpers import EMULATED
 
 from agents.agent_jobs import AgentJob
 from agents.client import AgentClient
-from agents.client_collectives import collective_all
+from agents.every_rank import collective_all
 from agents.flows import Flows
 from agents.gate import SlotGate
 from common.errors import CollectiveError, OperationRefused

@@ -21,7 +21,8 @@ import pytest
 from helpers import EMULATED, wait_until
 from test_faults import Bench
 
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from common.config import parse_testbed
 from common.errors import CollectiveError, StepMismatch, StepPassed
 from common.pairing import passed_by, refusal, step_mismatch, step_passed

@@ -15,10 +15,11 @@ from agents.stream_wire import ChunkHead, node_tag
 from agents.streamauth import StreamAuth
 from agents.streams import StreamLink
 from common.errors import CollectiveError
-from common.revocation import RevocationList, read_revoked, revoke
+from common.revocation import revoke
 from common.security.authorization import AuthorizationInterceptor
 from common.security.files import SecurityFiles
 from common.security.lab_ca import init_lab_ca
+from common.security.revoked import RevocationList, read_revoked
 from common.security.tls import secure_channel, server_credentials, tls_channel_credentials
 from oddl.procs import oddl_command
 from protos import oddl_pb2 as pb

@@ -32,6 +32,7 @@ from common.security.tls import (
     tls_channel_credentials,
 )
 from oddl import certs_cli
+from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from protos import oddl_pb2 as pb
 from protos import oddl_pb2_grpc as pb_grpc
 
@@ -122,14 +123,14 @@ def test_cli_init_prints_files_and_refuses_overwrite(tmp_path: Path,
     out = tmp_path / "certs"
     argv = ["certs", "init", "--out", str(out), "--nodes", "n0,n1", "--hosts",
             "127.0.0.1,ctl.lab"]
-    assert certs_cli.main(argv) == certs_cli.EXIT_OK
+    assert certs_cli.main(argv) == EXIT_OK
     text = capsys.readouterr().out
     assert "0600  tls/agent-n1.key" in text and "curve/fabric.key_secret" in text
-    assert certs_cli.main(argv) == certs_cli.EXIT_FAILED
+    assert certs_cli.main(argv) == EXIT_FAILED
     assert "--force" in capsys.readouterr().err
-    assert certs_cli.main([*argv, "--force", "--json"]) == certs_cli.EXIT_OK
+    assert certs_cli.main([*argv, "--force", "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["hosts"] == ["127.0.0.1", "ctl.lab"]
-    assert certs_cli.main(["certs", "init", "--out", str(out)]) == certs_cli.EXIT_USAGE
+    assert certs_cli.main(["certs", "init", "--out", str(out)]) == EXIT_USAGE
 
 
 def test_missing_and_mismatched_files_name_the_file(lab: SecurityFiles, other_lab: SecurityFiles,

@@ -11,8 +11,10 @@ import pytest
 
 from controller.scheduling import make_plan
 from oddl import simulate_cli
+from offline.simulator import core, optical
 from offline.simulator import engine as sim
-from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
+from offline.simulator.core import SimConfig, SimulationError
+from offline.simulator.engine import simulate, sweep
 from offline.workloads import MODELS
 
 FAST = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0}  # negligible
@@ -164,9 +166,9 @@ def test_sip_ring_reference_segment_arithmetic_halves_the_ring():
 
 def test_advance_skips_the_dark_part_of_each_cycle():
     d, live = 1.0, 4.0
-    assert sim._advance(0.0, 1.0, d, live) == pytest.approx(2.0)
-    assert sim._advance(4.5, 1.0, d, live) == pytest.approx(6.5)  # 0.5 live, dark, 0.5 live
-    assert sim._advance(1.0, 8.0, d, live) == pytest.approx(10.0)  # two whole windows
+    assert optical._advance(0.0, 1.0, d, live) == pytest.approx(2.0)
+    assert optical._advance(4.5, 1.0, d, live) == pytest.approx(6.5)  # 0.5 live, dark, 0.5 live
+    assert optical._advance(1.0, 8.0, d, live) == pytest.approx(10.0)  # two whole windows
 
 
 def test_fat_tree_oversubscription_needs_traffic_across_racks():
@@ -222,7 +224,7 @@ def test_optinc_is_one_pass_of_the_levels_plus_latency():
     (4096, 0, (64, 64)), (1024, 32, (32, 32)), (512, 32, (32, 16)), (32, 32, (32,)),
 ])
 def test_optinc_cascade_splits_the_nodes_into_equal_groups(nodes, inputs, levels):
-    assert sim.optinc_levels(nodes, inputs) == levels
+    assert optical.optinc_levels(nodes, inputs) == levels
 
 
 @pytest.mark.parametrize(("nodes", "inputs", "needle"), [
@@ -231,7 +233,7 @@ def test_optinc_cascade_splits_the_nodes_into_equal_groups(nodes, inputs, levels
 ])
 def test_optinc_refuses_node_counts_it_cannot_cascade(nodes, inputs, needle):
     with pytest.raises(SimulationError, match=needle):
-        sim.optinc_levels(nodes, inputs)
+        optical.optinc_levels(nodes, inputs)
     sw = sweep(SimConfig(optinc_inputs=inputs), "nodes", [nodes, 64 if inputs != 32 else 32],
                ["optinc", "ideal"])
     assert "optinc" in sw.points[0].errors and sw.series("optinc")[1] is not None
@@ -239,7 +241,7 @@ def test_optinc_refuses_node_counts_it_cannot_cascade(nodes, inputs, needle):
 
 def test_vgg19_at_1024_nodes_is_fast_and_complete():
     res = simulate(SimConfig())
-    assert [r.system for r in res.results] == list(sim.SYSTEMS)
+    assert [r.system for r in res.results] == list(core.SYSTEMS)
     assert res.elapsed_s < 5.0
     ratios = res.ratios()
     assert ratios["oddl"] == 1.0 and all(v > 0 for v in ratios.values())
@@ -295,7 +297,7 @@ def test_unknown_parameter_is_refused():
 def test_table_names_every_system_and_the_paper(capsys):
     code, out, _ = _run(capsys, "--model", "vgg19", "--nodes", "1024", "--gbps", "100")
     assert code == 0
-    for label in sim.LABELS.values():
+    for label in core.LABELS.values():
         assert label in out
     assert "paper (VGG19, 1024 nodes, 100 Gbit/s)" in out and "docs/explanation/simulator.md" in out
 
@@ -305,7 +307,7 @@ def test_json_is_one_object_with_every_result(capsys):
     assert code == 0
     doc = json.loads(out.strip().splitlines()[-1])
     assert doc["model"]["params"] == 25_557_032
-    assert {r["system"] for r in doc["results"]} == set(sim.SYSTEMS)
+    assert {r["system"] for r in doc["results"]} == set(core.SYSTEMS)
     oddl = next(r for r in doc["results"] if r["system"] == "oddl")
     assert oddl["iteration_ms"] == pytest.approx(oddl["compute_ms"] + oddl["comm_ms"])
     assert doc["iteration_ratio_vs_oddl"]["oddl"] == 1.0
@@ -359,7 +361,7 @@ def test_register_adds_the_command():
 def test_plans_come_from_the_registry():
     cfg = SimConfig(nodes=16)
     cache: dict = {}
-    plan = sim._plan(cfg, "wrht", cache)
+    plan = core._plan(cfg, "wrht", cache)
     ref = make_plan("wrht", 16, cfg.profile.params, wavelengths=cfg.wrht_wavelengths)
     assert plan.n_steps == ref.n_steps
     assert all(np.array_equal(a.dst, b.dst) for a, b in zip(plan.steps, ref.steps, strict=True))

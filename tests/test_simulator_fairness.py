@@ -8,7 +8,8 @@ import pytest
 
 from oddl import simulate_cli
 from offline.simulator import sipring as sip
-from offline.simulator.engine import SimConfig, SimulationError, simulate, sweep
+from offline.simulator.core import SimConfig, SimulationError
+from offline.simulator.engine import simulate, sweep
 from offline.workloads import MODELS
 
 QUIET = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0,

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.client import AgentClient, allreduce_all
+from agents.client import AgentClient
+from agents.every_rank import allreduce_all
 from oddl.launch import RunningTestbed
 from offline.simulator.testbed import calibrate, predict_testbed_allreduce
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from agents.standing import READY_STEP, Ready, agree, exchange
-from agents.stream_wire import PeerAhead
+from agents.standing import Ready, agree, exchange
+from agents.stream_wire import READY_STEP, PeerAhead
 from common.errors import CollectiveError, StepMismatch
 
 

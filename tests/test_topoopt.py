@@ -13,11 +13,10 @@ import pytest
 
 from controller.scheduling import select_permutations
 from oddl import topoopt_cli
-from offline.simulator.engine import SimConfig, simulate
+from offline.simulator.core import SimConfig
+from offline.simulator.engine import simulate
 from offline.topoopt.evaluation import FatTree, NetParams, evaluate
-from offline.topoopt.model import (
-    DLRM_TABLES,
-    MODELS,
+from offline.topoopt.job_model import (
     JobModel,
     LayerGroup,
     Memory,
@@ -29,6 +28,7 @@ from offline.topoopt.model import (
     traffic,
 )
 from offline.topoopt.model_files import ModelFileError, load_model_file
+from offline.topoopt.model_zoo import DLRM_TABLES, MODELS
 from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
 from offline.topoopt.routing import ecmp_loads
 from offline.topoopt.search import co_optimise, evaluate_strategy

@@ -20,7 +20,8 @@ from offline.topoopt.authors import (
     perfect_matchings,
     single_path_loads,
 )
-from offline.topoopt.model import MODELS, JobModel, LayerGroup, Traffic, traffic
+from offline.topoopt.job_model import JobModel, LayerGroup, Traffic, traffic
+from offline.topoopt.model_zoo import MODELS
 from offline.topoopt.our_construction import mp_matchings
 from offline.topoopt.profiles import DLRM_MS, VGG_MS
 from offline.topoopt.search import co_optimise

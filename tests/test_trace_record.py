@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.client import allreduce_all
-from agents.executor import CollectiveRun, run_collective
+from agents.every_rank import allreduce_all
+from agents.executor import run_collective
 from agents.gate import SlotGate
+from agents.run_context import CollectiveRun
 from agents.stream_wire import CHUNK_BYTES
 from agents.streams import StreamLink
 from common.errors import OperationRefused

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.client import allreduce_all
+from agents.every_rank import allreduce_all
 from common.config import (
     FixedPlan,
     GridConfig,

@@ -61,9 +61,11 @@ class TimingConfig:
     launch_margin_ms: float = 5.0
     receive_timeout_ms: float = 2000.0
     standing_margin_ms: float = 2.0
-    """A repeated collective agreed among the agents without the controller: one that retunes
-    starts this long after its last node is ready; one that retunes nothing starts at once
-    (decision record 0022). 0 = always ask the controller."""
+    """A repeated collective whose start the agents agree among themselves, without the
+    controller's barrier (a standing schedule, decision record 0007): one that retunes starts
+    this long after its last node is ready, and the controller, told by rank 0, executes its
+    retunes (0010); one that retunes nothing starts at once (0022). 0 = no standing schedules:
+    every collective goes through the controller's barrier."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ the fabric opt in (the emulated testbed may run without security). Two sides:
 - issuing, once, on the host that keeps the CA key: :mod:`common.security.lab_ca`
   (``oddl certs init``), and :mod:`common.revocation` (revoke, rotate);
 - run time, on every host: :mod:`common.security.files` (reading and checking the files),
+  :mod:`common.security.revoked` (what is revoked),
   :mod:`common.security.tls` (gRPC credentials, peer identity),
   :mod:`common.security.authorization` (which role may call which RPC, the interceptor) and
   :mod:`common.security.curve` (ZeroMQ CURVE servers and clients).

@@ -117,7 +117,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
                  auxiliary: Mapping[str, Rule] = AUXILIARY_RULES,
                  service_descriptor: Any = None, revocations: Any = None) -> None:
         check_rules(rules, service_descriptor)
-        self._revocations = revocations  # a RevocationList (common/revocation.py) or None
+        self._revocations = revocations  # a RevocationList (common/security/revoked.py) or None
         self._rules: dict[str, Rule] = {f"/{service}/{m}": r for m, r in rules.items()}
         self._rules.update(auxiliary)
 

@@ -21,6 +21,7 @@ import zmq.auth
 
 from common.errors import SecurityError
 from common.security.ownership import unreadable_key_message
+from common.security.revoked import read_revoked
 
 logger = logging.getLogger(__name__)
 
@@ -166,9 +167,7 @@ class SecurityFiles:
 
     def curve_clients(self, *, operators: bool = True) -> dict[bytes, str]:
         """The allow-list: public key (z85) → User-Id for every node (and operator) key that
-        is not revoked (``revoked.json``, common/revocation.py)."""
-        from common.revocation import read_revoked
-
+        is not revoked (``revoked.json``, common/security/revoked.py)."""
         curve = self.manifest["curve"]
         allowed = {e["public_key"].encode("ascii"): node for node, e in curve["nodes"].items()}
         if operators:

@@ -17,33 +17,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
+from common.tracing.chrome import write_trace
+from common.tracing.events import Event, Track
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "oddl-trace/1"
 DEFAULT_CAPACITY = 250_000
 """Events one process keeps (about 0.5 KB each with their arguments: at most ~125 MB)."""
 OFFSET_REFRESH_NS = 100_000_000
 """How often (at most) the clock offset is asked again while recording: 0.1 s, far below the
 time it takes to drift by a microsecond (docs/explanation/clocks.md)."""
-
-
-@dataclass(frozen=True)
-class Track:
-    """Where an event is drawn: a process (``controller``, ``device itla-n0``) and one of its
-    threads (``slots``, ``send``)."""
-
-    process: str
-    thread: str = "main"
-
-
-Event = tuple[str, Track, str, str, int, int, Any, Mapping[str, Any] | None]
-"""(ph, track, name, cat, t_ns, dur_ns, id, args), times on the controller's clock."""
 
 
 def _no_offset() -> int:
@@ -119,8 +106,6 @@ class Recorder:
             except Exception:  # a hook's bug must not cost the file
                 logger.exception("trace %s: a flush hook failed", self.process)
         self.on = False
-        from common.tracing.chrome import write_trace
-
         stopped = self.now_ns()
         issued = next(self._next)
         kept = min(issued, self.capacity)

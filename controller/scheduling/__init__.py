@@ -8,19 +8,12 @@ No I/O, no clocks, no threads: time is a value passed in. The controller, the ag
     sched.check_contention_free()
 """
 
-from controller.scheduling.collectives import (
-    Op,
-    Plan,
-    Step,
-    execute_plan,
-    halving_doubling_allreduce,
-    ring_allreduce,
-    validate_plan,
-)
+from controller.scheduling.classic_allreduce import halving_doubling_allreduce, ring_allreduce
 from controller.scheduling.link_budget import LinkBudget, link_budget
 from controller.scheduling.matchings import bipartite_edge_colouring
 from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
 from controller.scheduling.param_server import parameter_server_allreduce
+from controller.scheduling.plan import Op, Plan, Step, execute_plan, validate_plan
 from controller.scheduling.registry import (
     COLLECTIVES,
     CollectiveBuilder,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from common.errors import ScheduleError
-from controller.scheduling.collectives import read_only
+from controller.scheduling.plan import read_only
 from controller.scheduling.topology import NodeSpec, Topology
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import ScheduleError
-from controller.scheduling.collectives import Step, read_only
 from controller.scheduling.job_nodes import JobNodes
+from controller.scheduling.plan import Step, read_only
 
 
 def bipartite_edge_colouring(left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 
 from common.collective_kinds import ROOTED
 from common.errors import PlanError
-from controller.scheduling.collectives import Op, Plan, Step, _append_nonempty, read_only
+from controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
 from controller.scheduling.registry import check_sizes, make_plan
 
 HALVES = {"halving-doubling": "halving-doubling"}
@@ -69,7 +69,7 @@ def _ring_half(kind: str, n: int, n_elems: int) -> Plan:
     for k in range(n - 1):
         block = (src - k - (0 if gather else 1)) % n
         off, ln = bounds[block], bounds[block + 1] - bounds[block]
-        _append_nonempty(steps, src, dst, off, ln, Op.COPY if gather else Op.REDUCE,
+        append_nonempty(steps, src, dst, off, ln, Op.COPY if gather else Op.REDUCE,
                          kind.replace("_", "-"))
     return Plan(f"ring/{kind}", n, n_elems, tuple(steps))
 
@@ -92,13 +92,13 @@ def _hd_half(kind: str, n: int, n_elems: int) -> Plan:
             keep_lower = (ranks & bit) == 0
             mid = (lo + hi) // 2
             send_lo, send_hi = np.where(keep_lower, mid, lo), np.where(keep_lower, hi, mid)
-            _append_nonempty(steps, ranks, read_only(ranks ^ bit), bounds[send_lo],
+            append_nonempty(steps, ranks, read_only(ranks ^ bit), bounds[send_lo],
                              bounds[send_hi] - bounds[send_lo], Op.REDUCE, "reduce-scatter")
             lo, hi = np.where(keep_lower, lo, mid), np.where(keep_lower, mid, hi)
     else:
         for bit in bits:
             lo = ranks & ~(bit - 1)  # the aligned range of `bit` blocks this rank holds
-            _append_nonempty(steps, ranks, read_only(ranks ^ bit), bounds[lo],
+            append_nonempty(steps, ranks, read_only(ranks ^ bit), bounds[lo],
                              bounds[lo + bit] - bounds[lo], Op.COPY, "all-gather")
     return Plan(f"halving-doubling/{kind}", n, n_elems, tuple(steps))
 
@@ -114,7 +114,7 @@ def broadcast_chain(n: int, n_elems: int, root: int) -> Plan:
     for s in range(pieces + n - 2 if pieces else 0):
         hops = np.array([h for h in range(n - 1) if 0 <= s - h < pieces], dtype=np.int64)
         piece = s - hops
-        _append_nonempty(steps, read_only((root + hops) % n), read_only((root + hops + 1) % n),
+        append_nonempty(steps, read_only((root + hops) % n), read_only((root + hops + 1) % n),
                          bounds[piece], bounds[piece + 1] - bounds[piece], Op.COPY, "chain")
     return Plan("chain/broadcast", n, n_elems, tuple(steps))
 
@@ -141,6 +141,6 @@ def root_flows(kind: str, n: int, n_elems: int, root: int) -> Plan:
     hub = read_only(np.full(n - 1, root, dtype=np.int64))
     src, dst = (others, hub) if kind == "gather" else (hub, others)
     steps: list[Step] = []
-    _append_nonempty(steps, src, dst, bounds[others], bounds[others + 1] - bounds[others],
+    append_nonempty(steps, src, dst, bounds[others], bounds[others + 1] - bounds[others],
                      Op.COPY, kind)
     return Plan(f"flows/{kind}", n, n_elems, tuple(steps))

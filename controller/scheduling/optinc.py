@@ -31,7 +31,7 @@ import numpy as np
 
 from common.config import OPTINC, OPTINC_MAX_INPUTS
 from common.errors import PlanError
-from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.plan import Op, Plan, Step, read_only
 from controller.scheduling.registry import check_sizes, register_collective
 
 MAX_INPUTS = OPTINC_MAX_INPUTS

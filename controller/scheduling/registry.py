@@ -1,6 +1,6 @@
 """The registry of collectives: builders by name (`register_collective`, `make_plan`).
 
-A builder is ``f(n_ranks, n_elems, **params) -> Plan`` (`controller.scheduling.collectives`);
+A builder is ``f(n_ranks, n_elems, **params) -> Plan`` (`controller.scheduling.plan`);
 `check_sizes` is the argument check every builder starts with. Pure.
 """
 
@@ -10,14 +10,11 @@ import difflib
 import inspect
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from common.errors import PlanError
+from controller.scheduling.plan import Plan
 
-if TYPE_CHECKING:
-    from controller.scheduling.collectives import Plan
-
-CollectiveBuilder = Callable[..., "Plan"]
+CollectiveBuilder = Callable[..., Plan]
 """``f(n_ranks, n_elems, **params) -> Plan``."""
 
 COLLECTIVES: dict[str, CollectiveBuilder] = {}

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.errors import ScheduleError
-from controller.scheduling.collectives import Plan, read_only
 from controller.scheduling.job_nodes import JobNodes
 from controller.scheduling.matchings import StepSplit, first_duplicate, step_is_matching
+from controller.scheduling.plan import Plan, read_only
 from controller.scheduling.slot import UNKNOWN_CHANNEL, NodeEvent, Slot
 from controller.scheduling.topology import IN_PORT, TimingModel, Topology
 

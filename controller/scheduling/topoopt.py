@@ -20,7 +20,7 @@ can import this module at its end without an import cycle.
 from __future__ import annotations
 
 from common.errors import PlanError
-from controller.scheduling.collectives import Plan
+from controller.scheduling.plan import Plan
 from controller.scheduling.registry import check_sizes, register_collective
 
 NAME = "topoopt"

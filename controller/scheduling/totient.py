@@ -29,7 +29,7 @@ from bisect import bisect_left
 import numpy as np
 
 from common.errors import PlanError
-from controller.scheduling.collectives import Op, Plan, Step, read_only
+from controller.scheduling.plan import Op, Plan, Step, read_only
 from controller.scheduling.registry import check_sizes, register_collective
 
 

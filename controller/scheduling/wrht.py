@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import PlanError
-from controller.scheduling.collectives import Op, Plan, Step, read_only
 from controller.scheduling.link_budget import BudgetCheck, LinkBudget, link_budget
+from controller.scheduling.plan import Op, Plan, Step, read_only
 from controller.scheduling.registry import check_sizes, register_collective
 
 DEFAULT_WAVELENGTHS = 4

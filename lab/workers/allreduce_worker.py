@@ -40,6 +40,14 @@ def stop_step(path: str) -> float:
     return int(text) if text.isdigit() else 0
 
 
+
+def _failure(exc: BaseException) -> dict[str, object]:
+    """A failed call's record fields: `error` for people ("Type: message"), and the exception's
+    type and its own message apart (`reason`: what lab/jobs.py checks says something)."""
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
+            "reason": str(exc), "end": time.time()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--api", required=True)
@@ -70,14 +78,10 @@ def main() -> int:
                 record["wrong"] = f"first elements {got[:3].tolist()}"
             step += 1
         except StepPassed as exc:  # the others are past this step: its result is lost here
-            record["ok"] = False
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["end"] = time.time()
+            record.update(_failure(exc))
             step += 1
         except Exception as exc:  # every other failure is recorded with its reason, retried
-            record["ok"] = False
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["end"] = time.time()
+            record.update(_failure(exc))
             time.sleep(0.2)
         print(json.dumps(record), flush=True)
     return 0

@@ -1,6 +1,6 @@
 """The simulator's inputs and outputs: `SimConfig`, `SystemResult`, the system names, and the
 helpers every system model shares (plans from the registry, reduction cost, finishing a
-result). The system models are in `simulator` (ODDL, electrical) and `sim_optical` (SiP-Ring,
+result). The system models are in `engine` (ODDL, electrical) and `optical` (SiP-Ring,
 WRHT, TopoOpt, OptINC); docs/explanation/simulator.md lists every assumption.
 """
 

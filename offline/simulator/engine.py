@@ -21,8 +21,8 @@ wavelength or interface `gbps` instead. Fixed costs per step (`latency_us`,
 - ``sip-ring``: SiP-ML's photonic ring. Circuits s→d occupy every segment between s and d
   (unidirectional); each segment has W = `sip_wavelengths` λ, which an LP shares among the
   circuits crossing it, rounded at random to whole λ (ffsim-opera's SiP-ML allocation,
-  `sim_sipring`). The ring reconfigures for δ, then runs for 4δ, periodically; a step whose
-  pairs have no λ waits for the next reconfiguration.
+  `offline.simulator.sipring`). The ring reconfigures for δ, then runs for 4δ, periodically;
+  a step whose pairs have no λ waits for the next reconfiguration.
 - ``wrht``: the WRHT tree (registered collective ``wrht``) on an optical ring with
   `wrht_wavelengths` λ per fibre: members send their whole buffer to the group root, each on
   its own λ; the root takes them at gbps in total (per node) or all at once (per λ) and
@@ -40,9 +40,10 @@ Every plan comes from the scheduling core's registry (`make_plan`). Reductions c
 ``received bytes / reduce_gbytes_s`` per REDUCE step on every system (not overlapped with the
 transfer). All assumptions are listed in docs/explanation/simulator.md.
 
-Module layout: inputs, outputs and shared helpers in `sim_core`; ODDL and the electrical
-networks here; SiP-Ring, WRHT, TopoOpt and OptINC in `sim_optical` (SiP-Ring's wavelength
-allocation in `sim_sipring`). This module re-exports the public names.
+Module layout: inputs, outputs and shared helpers (`SimConfig`, `SYSTEMS`, `LABELS`, ...) in
+`offline.simulator.core`; ODDL and the electrical networks here; SiP-Ring, WRHT, TopoOpt and
+OptINC in `offline.simulator.optical` (SiP-Ring's wavelength allocation in
+`offline.simulator.sipring`).
 """
 
 from __future__ import annotations
@@ -61,12 +62,7 @@ from common.errors import OddlError
 from controller.scheduling import Grid, Plan, Schedule, Step, TimingModel, Topology, schedule_plan
 from offline.simulator.core import (
     LABELS,
-    NORMS,
-    OPTINC_MAX_INPUTS,
-    PAPER,
-    PLACEMENTS,
     PLAN_SYSTEMS,
-    SIP_RULES,
     SYSTEMS,
     SimConfig,
     SimulationError,
@@ -79,19 +75,15 @@ from offline.simulator.core import (
     per_shape,
 )
 from offline.simulator.optical import (
-    _advance,
     _run_optinc,
     _run_sipring,
     _run_topoopt,
     _run_wrht,
-    optinc_levels,
 )
 
 __all__ = [
-    "LABELS", "NORMS", "OPTINC_MAX_INPUTS", "PAPER", "PLACEMENTS", "PLAN_SYSTEMS", "SIP_RULES",
-    "SYSTEMS", "SimConfig", "Simulation", "SimulationError", "Sweep", "SweepPoint",
-    "SystemResult", "oddl_schedule", "oddl_topology", "optinc_levels", "ring_formula_s",
-    "simulate", "sweep", "_advance", "_plan",
+    "Simulation", "Sweep", "SweepPoint", "oddl_schedule", "oddl_topology", "ring_formula_s",
+    "simulate", "sweep",
 ]
 
 

@@ -1,7 +1,7 @@
 """The optical baselines of the simulator: SiP-Ring (with ffsim-opera's wavelength allocation,
-`sim_sipring`), WRHT, TopoOpt and OptINC. Each `_run_*` takes a `SimConfig` and the plan
-cache and returns a `SystemResult`; docs/explanation/simulator.md lists what each takes from its paper or
-its authors' code and what is ours.
+`offline.simulator.sipring`), WRHT, TopoOpt and OptINC. Each `_run_*` takes a `SimConfig` and
+the plan cache and returns a `SystemResult`; docs/explanation/simulator.md lists what each takes from its
+paper or its authors' code and what is ours.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _window_end(t: float, delta: float, live: float, finished: bool = False) -> 
 
 
 def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
-    """SiP-ML's ring with ffsim-opera's allocation (sim_sipring) on a δ / live cycle: the
+    """SiP-ML's ring with ffsim-opera's allocation (offline.simulator.sipring) on a δ / live cycle: the
     circuits of a configuration stay until the next reconfiguration; a step whose pairs have
     no wavelengths waits for one, which allocates for the demand still outstanding."""
     plan = _plan(config, config.collective, cache)

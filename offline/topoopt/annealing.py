@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from offline.topoopt.model import JobModel, Strategy, TopoOptError, data_parallel, memory_bytes
+from offline.topoopt.job_model import JobModel, Strategy, TopoOptError, data_parallel, memory_bytes
 from offline.topoopt.search_config import Progress, SearchConfig, SearchProgress, SearchStats
 
 Evaluate = Callable[[Strategy, Any], float]

@@ -33,7 +33,7 @@ import numpy as np
 
 from common.extras import require
 from controller.scheduling.totient import candidate_jumps, choose_geometric
-from offline.topoopt.model import TopoOptError, Traffic
+from offline.topoopt.job_model import TopoOptError, Traffic
 from offline.topoopt.routing import push_towards_targets, shortest_path_links
 
 TIE_SEED = 20230417

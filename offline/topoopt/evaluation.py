@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from offline.topoopt.model import JobModel, Strategy, Traffic, traffic
+from offline.topoopt.job_model import JobModel, Strategy, Traffic, traffic
 from offline.topoopt.topology import FabricTopology
 
 

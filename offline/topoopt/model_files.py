@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from offline.topoopt.model import KINDS, JobModel, LayerGroup, TopoOptError
+from offline.topoopt.job_model import KINDS, JobModel, LayerGroup, TopoOptError
 from offline.workloads import SUSTAINED_TFLOPS, compute_s
 
 

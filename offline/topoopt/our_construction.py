@@ -26,7 +26,7 @@ import numpy as np
 from common.extras import require
 from controller.scheduling.totient import candidate_jumps, max_degree, select_permutations
 from offline.topoopt.authors import TIE_SEED
-from offline.topoopt.model import TopoOptError, Traffic
+from offline.topoopt.job_model import TopoOptError, Traffic
 
 SPLITS = ("proportional", "all-dp")
 """Degree splits: in proportion to the traffic, or every interface to all-reduce rings."""

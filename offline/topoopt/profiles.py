@@ -17,16 +17,13 @@ model are ours (docs/explanation/topoopt.md §1.1).
   encoder (self-attention, two dense) and a decoder (self- and cross-attention, two dense),
   hidden 1024, 16 heads, sequence 64, a final dense to 1; 16 per GPU.
 
-This module imports the model types only when a profile is built, so `topoopt_model` can
-register these profiles at its end without an import cycle.
+The profiles are `offline.topoopt.job_model` types; `offline.topoopt.model_zoo` lists them in
+`MODELS` next to ours.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from offline.topoopt.model import JobModel
+from offline.topoopt.job_model import JobModel, LayerGroup
 
 SCRIPTS = "hipersys-team/TopoOpt simulation/scripts/fig11_17"
 MEASURES = "hipersys-team/FlexFlow measures"
@@ -50,8 +47,6 @@ def _dense(i: int, o: int) -> int:
 def dlrm_topoopt(batch: int = 512, tables: int = 64, rows: int = 10_000_000,
                  dim: int = 128) -> JobModel:
     """DLRM of the authors' 128-server script (module docstring)."""
-    from offline.topoopt.model import JobModel, LayerGroup
-
     bottom = 7 * _dense(2048, 2048)
     top_in = 2048 + tables * dim
     top = _dense(top_in, 4096) + 14 * _dense(4096, 4096) + _dense(4096, 1)
@@ -72,8 +67,6 @@ def dlrm_topoopt(batch: int = 512, tables: int = 64, rows: int = 10_000_000,
 
 def vgg16_topoopt(batch: int = 256) -> JobModel:
     """VGG16 of the authors' 128-server script (module docstring)."""
-    from offline.topoopt.model import JobModel, LayerGroup
-
     groups = []
     c, h = 3, 229
     for i, widths in enumerate(((64, 64), (128, 128), (256,) * 3, (512,) * 3, (512,) * 3)):
@@ -98,8 +91,6 @@ def vgg16_topoopt(batch: int = 256) -> JobModel:
 def bert_topoopt(batch: int = 64, layers: int = 12, hidden: int = 1024, seq: int = 64,
                  per_group: int = 3) -> JobModel:
     """The authors' 'BERT' transformer of the 128-server script (module docstring)."""
-    from offline.topoopt.model import JobModel, LayerGroup
-
     mha = 4 * hidden * hidden  # q, k, v, output projections
     layer = 3 * mha + 4 * _dense(hidden, hidden)
     ms = TRANSFORMER_MS

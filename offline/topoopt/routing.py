@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from offline.topoopt.model import TopoOptError
+from offline.topoopt.job_model import TopoOptError
 
 
 def coin_change(n: int, jumps: Sequence[int], target: int) -> list[int]:

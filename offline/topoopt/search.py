@@ -36,7 +36,7 @@ from typing import Any
 
 from offline.topoopt.annealing import anneal, anneal_authors, initial_strategy
 from offline.topoopt.evaluation import Breakdown, FatTree, evaluate
-from offline.topoopt.model import (
+from offline.topoopt.job_model import (
     JobModel,
     Strategy,
     TopoOptError,

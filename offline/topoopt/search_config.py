@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from offline.topoopt.evaluation import CostModel, NetParams
-from offline.topoopt.model import Memory, TopoOptError, divisors
+from offline.topoopt.job_model import Memory, TopoOptError, divisors
 from offline.topoopt.our_construction import SPLITS
 from offline.topoopt.topology import VARIANTS
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from offline.topoopt.model import JobModel, TopoOptError, describe
+from offline.topoopt.job_model import JobModel, TopoOptError, describe
 
 PAPER_RATES = (10.0, 25.0, 40.0, 100.0, 200.0)
 """Interface rates of the authors' TopoOpt runs (Gbit/s)."""

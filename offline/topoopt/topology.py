@@ -27,7 +27,7 @@ from offline.topoopt.authors import (
     perfect_matchings,
     single_path_loads,
 )
-from offline.topoopt.model import TopoOptError, Traffic
+from offline.topoopt.job_model import TopoOptError, Traffic
 from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
 from offline.topoopt.routing import coin_change, ecmp_loads, hop_distances
 

@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -30,9 +30,6 @@ from protos.schedule_wire import (
     continuing_slots,
     granted_slots,
 )
-
-if TYPE_CHECKING:
-    from agents.trace_hooks import RunTrace
 
 REDUCE = "reduce"
 COPY = "copy"
@@ -53,6 +50,14 @@ class ChunkLink(Protocol):
                    ) -> tuple[ChunkHead, memoryview]:
         """The next chunk from `src` for (seq, step); CollectiveError at `deadline`. The
         payload may be read straight into `into` when it fits exactly."""
+
+
+class ReductionMarks(Protocol):
+    """Where a run tells the trace that a received chunk is applied
+    (`agents.trace_hooks.RunTrace` is one)."""
+
+    def reduced(self) -> None:
+        """The chunk this thread received last is reduced (or copied) into the buffer."""
 
 
 class Handoffs(Protocol):
@@ -141,8 +146,8 @@ class RunContext:
     """Slots that keep the previous slot's circuits: their sends wait for no edge."""
     to_confirm: frozenset[tuple[int, str]] = frozenset()
     worst_gate_s: float = 0.0
-    trace: RunTrace | None = None
-    """This run on the trace while it records (`agents.trace_hooks`), else None."""
+    trace: ReductionMarks | None = None
+    """This run on the trace while it records (`agents.trace_hooks.RunTrace`), else None."""
 
     def __post_init__(self) -> None:
         run, me = self.run, self.run.me

@@ -1,4 +1,5 @@
-"""The training processes of `oddl demo --train`: start them, follow their JSON lines.
+"""The parent side of `oddl demo --train`'s training processes: start them, follow their JSON
+lines, collect what they report (`WorkersReport`).
 
 Each is `python -m oddl.train_worker` (or a test's stand-in), a `ManagedProcess` started
 without a preexec_fn: the parent holds live gRPC channels by now, and a plain fork runs gRPC's
@@ -64,11 +65,16 @@ def follow(workers: list[ManagedProcess]) -> queue.Queue[Event]:
 
 
 @dataclass
-class _Progress:
-    """What the workers reported so far."""
+class WorkersReport:
+    """What the training processes reported: their results by network, the problems (for
+    people) and which ranks failed, and which of them because the optical all-reduce differed
+    from the exact reduction (for the summary's checks)."""
 
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    failed_ranks: set[int] = field(default_factory=set)
+    inexact_ranks: set[int] = field(default_factory=set)
+    """Ranks whose all-reduce results differed from the exact reduction (``mismatch``)."""
 
     def event(self, rank: int, event: dict[str, Any], say: Callable[[str], None]) -> None:
         """Take one JSON line of `rank`."""
@@ -81,14 +87,19 @@ class _Progress:
             if len(self.results[event["network"]]) == WORLD and event["network"] != "gloo":
                 say("training the gloo baseline from the same seed")
         elif kind == "failed":
-            what = "the optical all-reduce differed from the exact reduction" if event.get(
-                "mismatch") else f"training over {event.get('network')} failed"
+            self.failed_ranks.add(rank)
+            if event.get("mismatch"):
+                self.inexact_ranks.add(rank)
+                what = "the optical all-reduce differed from the exact reduction"
+            else:
+                what = f"training over {event.get('network')} failed"
             self.problems.append(f"rank {rank}: {what}: {event.get('error')}")
 
     def ended(self, rank: int, worker: ManagedProcess) -> bool:
         """A worker's stdout closed; True if it failed (the others would wait for it)."""
         code = worker.proc.wait(30)
-        if code != 0 and not any(p.startswith(f"rank {rank}:") for p in self.problems):
+        if code != 0 and rank not in self.failed_ranks:
+            self.failed_ranks.add(rank)
             self.problems.append(f"rank {rank}: exited with code {code}; its log "
                                  f"{worker.log_path} ends with:\n{worker.tail(8)}")
         return code != 0
@@ -96,12 +107,12 @@ class _Progress:
 
 def run_workers(workers: list[ManagedProcess], run_dir: Path, args: list[str],
                 apis: list[str], networks: str, deadline_s: float, say: Callable[[str], None],
-                worker_module: str) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+                worker_module: str) -> WorkersReport:
     """Start the four training processes (into `workers`, which the caller stops), follow
-    their JSON lines; return the results by network and the problems."""
+    their JSON lines; return what they reported."""
     start_workers(workers, run_dir, args, apis, networks, worker_module)
     events = follow(workers)
-    seen = _Progress()
+    seen = WorkersReport()
     open_streams = set(range(WORLD))
     deadline = time.monotonic() + deadline_s
     while open_streams:
@@ -118,4 +129,4 @@ def run_workers(workers: list[ManagedProcess], run_dir: Path, args: list[str],
         open_streams.discard(rank)
         if seen.ended(rank, workers[rank]):
             break  # fail fast: the other ranks would wait for it until their timeout
-    return seen.results, seen.problems
+    return seen
