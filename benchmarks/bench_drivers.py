@@ -26,9 +26,11 @@ from controller.device_types import Configuration
 from controller.devices import DeviceManager
 from controller.server import default_configuration
 from drivers.emulators.host import start_emulated_testbed
-from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
+from drivers.emulators.itla import ItlaEmulator
+from drivers.emulators.itla_serve import itla_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, wss_connection_handler
+from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import Route
 from drivers.itla import ItlaDriver
 from drivers.transport import SerialTransport

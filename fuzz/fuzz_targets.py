@@ -127,7 +127,7 @@ def _scpi_emulator() -> Callable[[bytes], None]:
 
 
 def _scpi_block() -> Callable[[bytes], None]:
-    from drivers.emulators.powermeter import parse_ieee_block
+    from drivers.emulators.scpi import parse_ieee_block
 
     def run(data: bytes) -> None:
         try:

@@ -11,10 +11,8 @@ import pyvisa
 from fakes import FakeClock, Optics
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from drivers.emulators.powermeter import (
-    PowerMeterEmulator,
-    powermeter_connection_handler,
-)
+from drivers.emulators.powermeter import PowerMeterEmulator
+from drivers.emulators.powermeter_serve import powermeter_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.interfaces import DeviceIdentity
 from drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm

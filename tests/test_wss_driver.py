@@ -12,7 +12,8 @@ from fakes import LAB_WSS_PLAN as LAB
 
 from common.errors import DeviceTimeout, ProtocolError
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, WssFaults, wss_connection_handler
+from drivers.emulators.wss import WssEmulator, WssFaults
+from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
 from drivers.transport import SerialTransport
 from drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits

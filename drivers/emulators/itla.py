@@ -12,7 +12,7 @@ Layers, innermost first:
 - ``itla_serve``: ``itla_connection_handler(emulator)`` serves the core over TCP
   (``TcpEmulatorServer``), ``serve_pty(emulator)`` on a pseudo-terminal any serial-port
   software can open, ``add_arguments(parser)`` / ``run(args)`` are the ``oddl emulate itla``
-  hooks (importable from here too).
+  hooks; ``python -m drivers.emulators.itla_serve`` runs it stand-alone.
 
 Behaviour taken from the MSA: frame layout and BIP-4 checksum; statuses OK/XE/AEA/CP; NOP
 error codes; strings served through AEA (the read returns AEA and the byte count, EAR returns
@@ -49,21 +49,15 @@ from typing import Any
 
 from common.errors import ConfigError
 from drivers.emulators.faults import LinkFaults
-from drivers.emulators.itla_register_model import DARK_DBM, ItlaRegisterModel
+from drivers.emulators.itla_register_model import ItlaRegisterModel
 from drivers.itla_frames import checksum_ok
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DARK_DBM",
     "ItlaEmulator",
     "ItlaFaults",
     "OpticalOutput",
-    "add_arguments",
-    "itla_connection_handler",
-    "main",
-    "run",
-    "serve_pty",
 ]
 
 
@@ -264,15 +258,3 @@ class ItlaEmulator(ItlaRegisterModel):
             raw[0] ^= 0x10  # make sure the checksum nibble is wrong
         return bytes(raw)
 
-
-# The servers and the command line live in itla_serve; these names stay importable from here.
-from drivers.emulators.itla_serve import (  # noqa: E402
-    add_arguments,
-    itla_connection_handler,
-    main,
-    run,
-    serve_pty,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

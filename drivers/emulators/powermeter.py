@@ -24,10 +24,9 @@ logging, zeroing fails when light is on the input, ``:TRIG:CONF?`` and ``SYST:TI
 The instrument itself (channel settings, readings, logging) lives in
 `powermeter_model.MeterModel`, its command handlers and header table in
 `powermeter_commands.MeterCommands`; this module adds the SCPI loop, the error queue and status
-registers, and faults; `powermeter_serve` the TCP handler and the command line (importable from
-here too).
+registers, and faults; `powermeter_serve` the TCP handler and the command line.
 
-Run stand-alone with ``python -m drivers.emulators.powermeter --constant-dbm -3``.
+Run stand-alone with ``python -m drivers.emulators.powermeter_serve --constant-dbm -3``.
 """
 
 from __future__ import annotations
@@ -44,30 +43,24 @@ from drivers.emulators.faults import FaultSettings
 from drivers.emulators.powermeter_commands import MeterCommands
 from drivers.emulators.powermeter_model import (
     ALL_BLOCK_UNITS,
-    TOO_LOW_READING,
     PowerSource,
     Response,
 )
 from drivers.emulators.scpi import (
     ESR_OPC,
     PLAIN,
-    SCPI_ERRORS,
     ScpiError,
     StatusRegisters,
-    ieee_block,
     match_header,
     nr1,
     one_parameter,
-    parse_ieee_block,
     parse_number,
     tokenize_header,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ERROR_QUEUE_SIZE", "MAX_LINE_BYTES", "SCPI_ERRORS", "TOO_LOW_READING",
-           "PowerMeterEmulator", "PowerMeterFaults", "Reply", "ieee_block", "parse_ieee_block",
-           "powermeter_connection_handler", "add_arguments", "run"]
+__all__ = ["ERROR_QUEUE_SIZE", "PowerMeterEmulator", "PowerMeterFaults", "Reply"]
 
 ERROR_QUEUE_SIZE = 30
 MANUFACTURER = "Keysight Technologies"
@@ -340,15 +333,3 @@ class PowerMeterEmulator(MeterCommands):
             return None
         raise ScpiError(-113)
 
-
-# The servers and the command line live in powermeter_serve; these names stay importable here.
-from drivers.emulators.powermeter_serve import (  # noqa: E402
-    MAX_LINE_BYTES,
-    add_arguments,
-    main,
-    powermeter_connection_handler,
-    run,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

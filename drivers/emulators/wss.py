@@ -8,7 +8,7 @@ Layers, innermost first:
   arrays, settle deadline, start-up state, behind one lock. Commands: ``wss_commands``.
 - ``WssEmulator.route(frequency_thz, now)``: the physical read-out for the optical fabric.
 - ``drivers.emulators.wss_serve``: the byte-stream servers (TCP, pseudo-terminal) and the
-  ``oddl emulate wss`` command line (``add_arguments`` / ``run`` are re-exported here).
+  ``oddl emulate wss`` command line (``python -m drivers.emulators.wss_serve``).
 
 Every line is echoed first (``echo=False`` turns that off), then come its result lines and
 ``OK``, or one of ``CER``/``AER``/``RER``/``VER``. A line in checksum framing (``^...$XXXX``)
@@ -62,11 +62,6 @@ __all__ = [
     "STARTUP_STATES",
     "WssEmulator",
     "WssFaults",
-    "add_arguments",
-    "main",
-    "run",
-    "serve_pty",
-    "wss_connection_handler",
 ]
 
 MAX_LINE = 8192
@@ -340,15 +335,3 @@ class WssEmulator:
         self._rng.shuffle(chars)
         return "".join(chars)
 
-
-# The servers and the command line live in wss_serve; these names stay importable from here.
-from drivers.emulators.wss_serve import (  # noqa: E402
-    add_arguments,
-    main,
-    run,
-    serve_pty,
-    wss_connection_handler,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

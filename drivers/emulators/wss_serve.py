@@ -11,7 +11,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from drivers.emulators.cli import (
     listen_arg,
@@ -21,9 +20,7 @@ from drivers.emulators.cli import (
     serve_tcp_or_pty,
 )
 from drivers.emulators.ptyserve import Pty
-
-if TYPE_CHECKING:
-    from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss import WssEmulator
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +144,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated WSS; print its address (URL or pty path) once; stop on a signal."""
-    from drivers.emulators.wss import WssEmulator
-
     plan = {k: v for k, v in (("first_channel", args.first_channel),
                               ("first_thz", args.first_thz),
                               ("spacing_ghz", args.spacing_ghz),
@@ -162,8 +157,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.wss [options]``."""
+    """Stand-alone entry point: ``python -m drivers.emulators.wss_serve [options]``."""
     parser = argparse.ArgumentParser(prog="wss_emulator",
                                      description="Emulated Finisar/II-VI flexgrid WSS")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
