@@ -85,7 +85,7 @@ def _round_trips(repeats: int) -> dict[str, dict[str, float]]:
         itla_t, wss_t = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            laser.nop()
+            laser.link.nop()
             itla_t.append(time.perf_counter() - t0)
         for _ in range(repeats):
             t0 = time.perf_counter()

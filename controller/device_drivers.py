@@ -16,7 +16,8 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
     from drivers.transport import SerialTransport
 
     if dev.kind == "itla":
-        from drivers.itla import ItlaDriver, ItlaTimeouts
+        from drivers.itla import ItlaDriver
+        from drivers.itla_timeouts import ItlaTimeouts
 
         timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
                                 enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
