@@ -47,6 +47,14 @@ class _Silent(Exception):
     """No complete reply came back for one attempt (nothing, or only part of a frame)."""
 
 
+class _Damaged(Exception):
+    """A reply came back with a bad checksum: the module answered, ask for it again (LstRsp)."""
+
+
+class _RequestRefused(_Damaged):
+    """The reply has CE set: the module saw a bad checksum in the request and did not run it."""
+
+
 class ItlaLink:
     """Request/reply exchanges with an OIF ITLA module behind `transport`, and its registers.
 
@@ -130,7 +138,7 @@ class ItlaLink:
             self._port.transport.reset_input()
             self._port.transport.write(resend)
             try:
-                reply, problem = self._read_reply(reg.address)
+                reply = self._read_reply(reg.address)
             except _Silent as exc:
                 problems.append(str(exc))
                 logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, exc)
@@ -149,17 +157,19 @@ class ItlaLink:
                     return done
                 resend = request
                 continue
-            if reply is not None:
+            except _Damaged as exc:
+                damage = exc
+            else:
                 if attempt:
                     logger.info("%s: %s recovered after %d retries", self.name, reg.name, attempt)
                 return reply
-            problems.append(problem)
-            logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, problem)
-            if problem.startswith("CE") and not ce_seen:
+            problems.append(str(damage))
+            logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, damage)
+            if isinstance(damage, _RequestRefused) and not ce_seen:
                 # The module did not execute the request: send it again as it was.
                 ce_seen = True
                 resend = request
-            elif problem.startswith("CE"):
+            elif isinstance(damage, _RequestRefused):
                 # CE again: most likely a byte was lost and the module's frames are shifted.
                 if self.recover_link:
                     self.resync()
@@ -216,9 +226,9 @@ class ItlaLink:
                     reg.name, data)
         return Reply(Status.CP if pending else Status.OK, False, reg.address, data & 0xFFFF)
 
-    def _read_reply(self, address: int) -> tuple[Reply | None, str]:
-        """One attempt: (reply, "") or (None, what was wrong). Raises _Silent when no complete
-        reply for this register came back."""
+    def _read_reply(self, address: int) -> Reply:
+        """One attempt: the reply for this register. Raises _Silent when no complete reply for
+        it came back, _Damaged (_RequestRefused for CE) when the reply cannot be used."""
         deadline = time.monotonic() + self.timeout_s
         stale = 0
         while True:
@@ -236,11 +246,11 @@ class ItlaLink:
             try:
                 reply = decode_reply(raw)
             except ProtocolError:
-                return None, f"bad checksum in reply {raw.hex(' ')}"
+                raise _Damaged(f"bad checksum in reply {raw.hex(' ')}") from None
             if reply.ce:
-                return None, "CE: the module saw a bad checksum in the request"
+                raise _RequestRefused("CE: the module saw a bad checksum in the request")
             if reply.register == address:
-                return reply, ""
+                return reply
             # A reply for another register: most likely a late answer to an earlier request
             # still in the pipe. Skip it and keep reading for ours.
             stale += 1

@@ -23,6 +23,7 @@ from pyvisa.resources import MessageBasedResource
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from common.tracing import TRACE
 from drivers.command_trace import traced
+from drivers.link_errors import CannotOpen, NoConnection
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _open_resource(resource: str, backend: str, timeout_s: float,
             rm.close()
             raise
     except Exception as exc:  # pyvisa-py raises a bare Exception when it cannot connect
-        raise DeviceError(f"cannot open {resource!r} ({exc}); check the resource string "
+        raise CannotOpen(f"cannot open {resource!r} ({exc}); check the resource string "
                           "in the testbed file and that the meter (or its emulator) is "
                           "running", device=name) from exc
     if not isinstance(inst, MessageBasedResource):
@@ -143,9 +144,9 @@ class PowerMeterLink:
         except (InvalidSession, OSError) as exc:
             self._resync = True
             where = self._resource_name or "the resource"
-            raise DeviceError(f"{what!r} failed, no connection to {where} ({exc}); check that "
-                              "the meter (or its emulator) is running, then call reopen()",
-                              device=self.name) from exc
+            raise NoConnection(f"{what!r} failed, no connection to {where} ({exc}); check that "
+                               "the meter (or its emulator) is running, then call reopen()",
+                               device=self.name) from exc
 
     def _sync(self) -> None:
         """After a timeout or garbage, make sure no late answer is taken for the next one.

@@ -17,6 +17,7 @@ from typing import Protocol
 import serial
 
 from common.errors import DeviceError, DeviceTimeout
+from drivers.link_errors import CannotOpen
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class SerialTransport:
         try:
             self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise DeviceError(
+            raise CannotOpen(
                 f"cannot open {url!r} ({exc}); check the resource in the testbed file and "
                 "that the device (or its emulator) is running",
                 device=self.name,
