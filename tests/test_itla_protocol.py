@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fakes import FakeClock
+from fakes import FakeClock, ScriptedWire
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.interfaces import TunableTransceiver
@@ -12,50 +12,15 @@ from drivers.itla_frames import Status, encode_reply, encode_request
 from drivers.itla_registers import ItlaExecutionError, register
 
 
-class ScriptedLink:
-    """A fake transport: each write must match the next scripted frame; its reply is then read.
-
-    A reply of None means the device stays silent. Leftover script lines fail the test.
-    """
-
-    name = "scripted"
-
-    def __init__(self, script: list[tuple[str, str | None]]) -> None:
-        self._script = [(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
-                        for sent, reply in script]
-        self._rx = b""
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert self._script, f"unexpected frame {data.hex(' ')}: the script is used up"
-        sent, reply = self._script.pop(0)
-        assert data.hex(" ") == sent.hex(" "), "frame differs from the script"
-        self._rx += reply or b""
-
-    def read_exact(self, n: int, timeout: float) -> bytes:
-        if len(self._rx) < n:
-            got, self._rx = len(self._rx), b""
-            raise DeviceTimeout(f"no answer (got {got} of {n} bytes)", device=self.name)
-        out, self._rx = self._rx[:n], self._rx[n:]
-        return out
-
-    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
-        raise AssertionError("ITLA never reads lines")
-
-    def reset_input(self) -> None:
-        self._rx = b""
-
-    def close(self) -> None:
-        self.closed = True
-
-    def assert_all_consumed(self) -> None:
-        left = [(s.hex(" "), r.hex(" ") if r else None) for s, r in self._script]
-        assert not left, f"script lines never sent: {left}"
+def scripted_link(script: list[tuple[str, str | None]]) -> ScriptedWire:
+    """A scripted transport from hex frames: (request sent, reply or None for silence)."""
+    return ScriptedWire([(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
+                         for sent, reply in script])
 
 
 def make_driver(script: list[tuple[str, str | None]], *, poll: float = 0.01,
-                clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedLink]:
-    link = ScriptedLink(script)
+                clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedWire]:
+    link = scripted_link(script)
     clk = clock or FakeClock(100.0)
     drv = ItlaDriver(link, name="laser0", poll_interval_s=poll, clock=clk, sleep=clk.sleep)
     return drv, link
@@ -369,8 +334,8 @@ def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
     with pytest.raises(ValueError, match="lock_s=nan"):
         ItlaTimeouts(lock_s=float("nan"))
     shared = ItlaTimeouts(lock_s=12.0)
-    a = ItlaDriver(ScriptedLink([]), timeouts=shared, timeout_s=0.5)
-    b = ItlaDriver(ScriptedLink([]), timeouts=shared)
+    a = ItlaDriver(scripted_link([]), timeouts=shared, timeout_s=0.5)
+    b = ItlaDriver(scripted_link([]), timeouts=shared)
     a.link.timeouts.lock_s = 1.0
     assert (a.link.timeout_s, a.link.timeouts.lock_s) == (0.5, 1.0)
     assert (b.link.timeout_s, b.link.timeouts.lock_s, shared.lock_s) == (0.25, 12.0, 12.0)
@@ -386,12 +351,12 @@ def test_temps_are_signed_hundredths_through_aea() -> None:
 
 def test_without_link_recovery_silence_fails_at_once() -> None:
     """For probing a port at several baud rates: no NOP bytes, no second try."""
-    link = ScriptedLink([(_req("NOP"), None)])
+    link = scripted_link([(_req("NOP"), None)])
     drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
     with pytest.raises(DeviceTimeout, match="probe: no reply to read NOP within"):
         drv.link.nop()
     link.assert_all_consumed()
-    link = ScriptedLink([(_req("NOP"), "00 00 00 05")])   # garbage at a wrong baud rate
+    link = scripted_link([(_req("NOP"), "00 00 00 05")])   # garbage at a wrong baud rate
     drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
     with pytest.raises(ProtocolError, match="bad checksum"):
         drv.link.nop()
