@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from fakes import FakeClock, ScriptedWire
 
@@ -12,13 +14,13 @@ from drivers.itla_frames import Status, encode_reply, encode_request
 from drivers.itla_registers import ItlaExecutionError, register
 
 
-def scripted_link(script: list[tuple[str, str | None]]) -> ScriptedWire:
+def scripted_link(script: Iterable[tuple[str, str | None]]) -> ScriptedWire:
     """A scripted transport from hex frames: (request sent, reply or None for silence)."""
     return ScriptedWire([(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
                          for sent, reply in script])
 
 
-def make_driver(script: list[tuple[str, str | None]], *, poll: float = 0.01,
+def make_driver(script: Iterable[tuple[str, str | None]], *, poll: float = 0.01,
                 clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedWire]:
     link = scripted_link(script)
     clk = clock or FakeClock(100.0)
