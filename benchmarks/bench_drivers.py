@@ -34,7 +34,8 @@ from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import Route
 from drivers.itla import ItlaDriver
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, WssLimits
+from drivers.wss import FlexgridWss
+from drivers.wss_codec import WssLimits
 from oddl.launch import DEFAULT_TESTBED
 
 

@@ -30,47 +30,22 @@ from typing import Self
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from common.tracing import TRACE
 from drivers.command_trace import traced
-from drivers.interfaces import DeviceIdentity, Route
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, DeviceIdentity, Route
 from drivers.transport import OwnedTransport, Transport
 from drivers.wss_channels import ChannelNumbering
 from drivers.wss_codec import (
-    ATTENUATION_STEP_DB,
     InvalidRouteTable,
-    WssErrorReply,
     WssLimits,
     describe,
-    format_attenuation,
-    format_table,
     format_ura,
     parse_error_line,
     parse_rra,
 )
-from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
-    ChecksumError,
-    WssErrorCode,
-    frame,
-    unframe,
-)
+from drivers.wss_protocol import ChecksumError, WssErrorCode, frame, unframe
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "ATTENUATION_STEP_DB",
-    "BLOCKED_PORT",
-    "ERROR_FIXES",
-    "FlexgridWss",
-    "InvalidRouteTable",
-    "WssCommandError",
-    "WssErrorReply",
-    "WssLimits",
-    "format_attenuation",
-    "format_table",
-    "format_ura",
-    "parse_error_line",
-    "parse_rra",
-]
+__all__ = ["ERROR_FIXES", "FlexgridWss", "WssCommandError"]
 
 TERMINATOR = "\r\n"
 _SWITCHING = ("RSW", "UCA", "CHW")  # commands whose OK comes when the optics have settled

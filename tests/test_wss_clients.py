@@ -29,7 +29,8 @@ from drivers.emulators.wss import WssEmulator
 from drivers.emulators.wss_serve import serve_pty
 from drivers.interfaces import BLOCKED_DB, Route
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, WssLimits
+from drivers.wss import FlexgridWss
+from drivers.wss_codec import WssLimits
 from drivers.wss_protocol import SLICE_GHZ, frame
 
 CLIENTS = Path(__file__).resolve().parent / "clients"

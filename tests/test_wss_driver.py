@@ -16,7 +16,8 @@ from drivers.emulators.wss import WssEmulator, WssFaults
 from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
+from drivers.wss import FlexgridWss, WssCommandError
+from drivers.wss_codec import InvalidRouteTable, WssLimits
 from drivers.wss_protocol import WssErrorCode
 
 BLOCKED = Route(99, BLOCKED_DB)

@@ -8,17 +8,9 @@ from fakes import ScriptedWire
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
-from drivers.wss import (
-    ERROR_FIXES,
-    FlexgridWss,
-    InvalidRouteTable,
-    WssCommandError,
-    WssLimits,
-)
-from drivers.wss_protocol import (
-    WssErrorCode,
-    frame,
-)
+from drivers.wss import ERROR_FIXES, FlexgridWss, WssCommandError
+from drivers.wss_codec import InvalidRouteTable, WssLimits
+from drivers.wss_protocol import WssErrorCode, frame
 
 
 def ok(command: bytes, *result: bytes) -> tuple[bytes, bytes]:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from common.config import (
-    EMULATED,
     DeviceConfig,
     TestbedConfig,
     dump_testbed,
@@ -288,4 +287,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EMULATED", "EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]
+__all__ = ["EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]

@@ -42,10 +42,8 @@ from common.config import FixedPlan
 from common.errors import ConfigError
 from drivers.emulators.faults import LinkFaults
 from drivers.emulators.wss_commands import Refused, execute
-from drivers.interfaces import Route
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
 from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
     FACTORY_PLAN,
     FACTORY_WINDOW_THZ,
     SLICE_GHZ,

@@ -24,12 +24,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
 from common.config import FixedPlan
-from drivers.interfaces import Route
-from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
-    WssErrorCode,
-)
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from drivers.wss_protocol import WssErrorCode
 
 logger = logging.getLogger(__name__)
 
