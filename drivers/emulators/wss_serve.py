@@ -20,14 +20,12 @@ from drivers.emulators.cli import (
     serve_tcp_or_pty,
 )
 from drivers.emulators.ptyserve import Pty
-from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss import MAX_LINE, WssEmulator
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["LineSplitter", "add_arguments", "main", "run", "serve_pty",
            "wss_connection_handler"]
-
-_MAX_LINE = 8192
 
 
 class LineSplitter:
@@ -49,9 +47,9 @@ class LineSplitter:
             del self._buf[:i + 1]
             if raw:
                 lines.append(raw.decode("latin-1"))
-        if len(self._buf) > _MAX_LINE:  # an endless line: answer it as over-long
+        if len(self._buf) > MAX_LINE:  # an endless line: answer it as over-long
             self._buf.clear()
-            lines.append("?" * (_MAX_LINE + 1))
+            lines.append("?" * (MAX_LINE + 1))
         return lines
 
 
