@@ -26,13 +26,16 @@ from controller.device_types import Configuration
 from controller.devices import DeviceManager
 from controller.server import default_configuration
 from drivers.emulators.host import start_emulated_testbed
-from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
+from drivers.emulators.itla import ItlaEmulator
+from drivers.emulators.itla_serve import itla_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, wss_connection_handler
+from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import Route
 from drivers.itla import ItlaDriver
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, WssLimits
+from drivers.wss import FlexgridWss
+from drivers.wss_codec import WssLimits
 from oddl.launch import DEFAULT_TESTBED
 
 
@@ -83,7 +86,7 @@ def _round_trips(repeats: int) -> dict[str, dict[str, float]]:
         itla_t, wss_t = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            laser.nop()
+            laser.link.nop()
             itla_t.append(time.perf_counter() - t0)
         for _ in range(repeats):
             t0 = time.perf_counter()

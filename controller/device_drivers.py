@@ -16,7 +16,8 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
     from drivers.transport import SerialTransport
 
     if dev.kind == "itla":
-        from drivers.itla import ItlaDriver, ItlaTimeouts
+        from drivers.itla import ItlaDriver
+        from drivers.itla_timeouts import ItlaTimeouts
 
         timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
                                 enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
@@ -24,7 +25,8 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
                                           timeout=dev.timeout_s), name=dev.id,
                           timeouts=timeouts, poll_interval_s=0.001)
     if dev.kind == "wss":
-        from drivers.wss import FlexgridWss, WssLimits
+        from drivers.wss import FlexgridWss
+        from drivers.wss_codec import WssLimits
 
         limits = WssLimits(channels=grid.channels, ports=dev.ports,
                            max_attenuation_db=dev.attenuation_range_db[1])

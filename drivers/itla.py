@@ -7,10 +7,12 @@ Layers, innermost first, each in its own module:
 - ``drivers.itla_registers``: the register table ``REGISTERS`` / ``register(name_or_addr)``,
   NOP error codes, ``ItlaStatus``.
 - ``drivers.itla_link``: ``ItlaLink``, one request/reply exchange at a time under a lock, with
-  XE turned into ``ItlaExecutionError``, CII retried for ``ItlaTimeouts.startup_s``, LstRsp
-  retries and NOP-byte resynchronisation; registers by name, AEA strings, pending waits.
+  XE turned into ``ItlaExecutionError``, CII retried for ``ItlaTimeouts.startup_s``
+  (``drivers.itla_timeouts``), LstRsp retries and NOP-byte resynchronisation; registers by
+  name, AEA strings, pending waits.
 - here: ``ItlaDriver``, the laser: identity, limits, grid, tuning with time-to-lock, power,
-  output and read-back. It implements ``drivers.interfaces.TunableTransceiver``.
+  output and read-back. It holds its ``ItlaLink`` (``driver.link``) and implements
+  ``drivers.interfaces.TunableTransceiver``.
 
 Rules and sources: docs/reference/devices/itla.md. Frequencies are in THz (registers: THz, 0.1 GHz, MHz
 parts), powers in dBm (registers: dBm x 100), times in seconds.
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
-from types import TracebackType
+from collections.abc import Callable
+from typing import Self
 
 from common.errors import DeviceError, DeviceTimeout, SafetyLimitError
 from drivers.interfaces import DeviceIdentity, TransceiverState
@@ -31,7 +35,7 @@ from drivers.itla_frames import (
     join_mhz,
     split_mhz,
 )
-from drivers.itla_link import ItlaLink, ItlaTimeouts
+from drivers.itla_link import ItlaLink
 from drivers.itla_registers import (
     DIS_BIT,
     FREQ_BIT,
@@ -40,21 +44,34 @@ from drivers.itla_registers import (
     ItlaLimits,
     ItlaStatus,
 )
+from drivers.itla_timeouts import ItlaTimeouts
+from drivers.transport import Transport
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ItlaDriver", "ItlaTimeouts"]
+__all__ = ["ItlaDriver"]
 
 
-class ItlaDriver(ItlaLink):
+class ItlaDriver:
     """An OIF ITLA laser behind `transport`; implements ``TunableTransceiver``.
 
-    The exchanges, their lock and link recovery are ``ItlaLink``'s (same constructor
-    arguments). Used as a context manager, leaving the block calls ``shutdown()`` (output off,
-    then close); ``close()`` alone leaves the light as it is.
+    The driver holds its ``link`` (an ``ItlaLink``, built from the same arguments): the
+    exchanges, their lock, link recovery and registers by name are the link's; the driver keeps
+    the laser's state (limits, grid, tuning history). Used as a context manager, leaving the
+    block calls ``shutdown()`` (output off, then close); ``close()`` alone leaves the light as
+    it is.
     """
 
-    def _init_state(self) -> None:
+    def __init__(self, transport: Transport, name: str = "itla", *,
+                 timeout_s: float | None = None, retries: int = 2,
+                 poll_interval_s: float = 0.01, timeouts: ItlaTimeouts | None = None,
+                 recover_link: bool = True,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.link = ItlaLink(transport, name, timeout_s=timeout_s, retries=retries,
+                             poll_interval_s=poll_interval_s, timeouts=timeouts,
+                             recover_link=recover_link, clock=clock, sleep=sleep)
+        self.name = name
         self.tune_history: deque[float] = deque(maxlen=10_000)
         """Measured time-to-lock of each set_channel, seconds (newest last)."""
         self.last_time_to_lock_s: float | None = None
@@ -63,15 +80,20 @@ class ItlaDriver(ItlaLink):
 
     # -- context management --
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
+    def close(self) -> None:
+        """Release the link; the optical state is left as it is. Safe to call twice."""
+        self.link.close()
 
     def shutdown(self) -> None:
         """Switch the output off (best effort, failures logged), then close the link."""
         try:
-            if not self._closed:
+            if not self.link.closed:
                 self.disable_output()
         except DeviceError as exc:
             logger.warning("%s: could not switch the output off on shutdown: %s", self.name, exc)
@@ -79,13 +101,13 @@ class ItlaDriver(ItlaLink):
             self.close()
 
     def _aea_words(self, name: str) -> tuple[int, ...]:
-        raw = self.read_aea(name)
+        raw = self.link.read_aea(name)
         return tuple(int.from_bytes(raw[i:i + 2], "big", signed=True)
                      for i in range(0, len(raw) - 1, 2))
 
     def last_response(self) -> int:
         """LstResp (0x13): the data word of the reply the module sent before this one."""
-        return self.read_register("LstResp")
+        return self.link.read_register("LstResp")
 
     def temperatures_c(self) -> tuple[float, ...]:
         """Temps (0x58, AEA): module temperatures in degC, in the module's technology order
@@ -101,17 +123,17 @@ class ItlaDriver(ItlaLink):
 
     def identify(self) -> DeviceIdentity:
         """Sync with a NOP, then read DevTyp, MFGR, Model, SerNo (and dates/releases if present)."""
-        with self._locked():
-            self.nop()
-            kind = self.read_string("DevTyp")
-            mfgr = self.read_string("MFGR")
-            model = self.read_string("Model")
-            serno = self.read_string("SerNo")
+        with self.link.locked():
+            self.link.nop()
+            kind = self.link.read_string("DevTyp")
+            mfgr = self.link.read_string("MFGR")
+            model = self.link.read_string("Model")
+            serno = self.link.read_string("SerNo")
             extra: list[tuple[str, str]] = []
             for name, key in (("MFGDate", "mfg_date"), ("Release", "release"),
                               ("RelBack", "release_backwards")):
                 try:
-                    extra.append((key, self.read_string(name)))
+                    extra.append((key, self.link.read_string(name)))
                 except ItlaExecutionError as exc:
                     if exc.error.mnemonic != "RNI":
                         raise
@@ -123,15 +145,15 @@ class ItlaDriver(ItlaLink):
         """Read (once, then cached) LFL/LFH, OPSL/OPSH, LGrid and FTFR."""
         if self._limits is not None and not refresh:
             return self._limits
-        with self._locked():
-            low = join_mhz(self.read_register("LFL1"), self.read_register("LFL2"),
-                            self._read_optional("LFL3"))
-            high = join_mhz(self.read_register("LFH1"), self.read_register("LFH2"),
-                             self._read_optional("LFH3"))
-            opsl = self.read_register("OPSL") / 100
-            opsh = self.read_register("OPSH") / 100
-            lgrid_mhz = self.read_register("LGrid") * 100 + self._read_optional("LGrid2")
-            ftfr = self._read_optional("FTFR")
+        with self.link.locked():
+            low = join_mhz(self.link.read_register("LFL1"), self.link.read_register("LFL2"),
+                            self.link.read_optional("LFL3"))
+            high = join_mhz(self.link.read_register("LFH1"), self.link.read_register("LFH2"),
+                             self.link.read_optional("LFH3"))
+            opsl = self.link.read_register("OPSL") / 100
+            opsh = self.link.read_register("OPSH") / 100
+            lgrid_mhz = self.link.read_register("LGrid") * 100 + self.link.read_optional("LGrid2")
+            ftfr = self.link.read_optional("FTFR")
         self._limits = ItlaLimits(low / 1e6, high / 1e6, opsl, opsh, lgrid_mhz / 1e3, ftfr)
         return self._limits
 
@@ -140,16 +162,16 @@ class ItlaDriver(ItlaLink):
     def grid(self, refresh: bool = False) -> tuple[float, float]:
         """(first channel THz, spacing GHz) as set in FCF and GRID (cached after first read)."""
         if self._grid is None or refresh:
-            with self._locked():
-                fcf = join_mhz(self.read_register("FCF1"), self.read_register("FCF2"),
-                                self._read_optional("FCF3"))
-                spacing = self.read_register("GRID") * 100 + self._read_optional("GRID2")
+            with self.link.locked():
+                fcf = join_mhz(self.link.read_register("FCF1"), self.link.read_register("FCF2"),
+                                self.link.read_optional("FCF3"))
+                spacing = self.link.read_register("GRID") * 100 + self.link.read_optional("GRID2")
             self._grid = (fcf, spacing)
         return self._grid[0] / 1e6, self._grid[1] / 1e3
 
     def output_enabled(self) -> bool:
         """True when ResEna has SENA set."""
-        return bool(self.read_register("ResEna") & SENA)
+        return bool(self.link.read_register("ResEna") & SENA)
 
     def configure_grid(self, first_thz: float, spacing_ghz: float) -> None:
         """Set the first-channel frequency (THz) and grid spacing (GHz); the output must be off.
@@ -167,21 +189,21 @@ class ItlaDriver(ItlaLink):
         if abs(spacing) < round(lim.min_grid_ghz * 1e3) or spacing == 0:
             raise SafetyLimitError(f"{self.name}: grid spacing {spacing_ghz} GHz is below the "
                                    f"laser's minimum {lim.min_grid_ghz} GHz; nothing was sent")
-        with self._locked():
+        with self.link.locked():
             if self.output_enabled():
                 raise DeviceError("cannot change the grid while the output is on (the module "
                                   "would answer CIE); call disable_output() first",
                                   device=self.name)
             self._grid = None
             thz, ghz10, mhz = split_mhz(fcf)
-            self._write_optional("FTF", 0)
-            self.write_register("FCF1", thz)
-            self.write_register("FCF2", ghz10)
-            self._write_optional("FCF3", mhz)
+            self.link.write_optional("FTF", 0)
+            self.link.write_register("FCF1", thz)
+            self.link.write_register("FCF2", ghz10)
+            self.link.write_optional("FCF3", mhz)
             coarse = int(math.copysign(abs(spacing) // 100, spacing))
-            self.write_register("GRID", coarse)
-            self._write_optional("GRID2", spacing - coarse * 100)
-            self._write_optional("ChannelH", 0)
+            self.link.write_register("GRID", coarse)
+            self.link.write_optional("GRID2", spacing - coarse * 100)
+            self.link.write_optional("ChannelH", 0)
             self._grid = (fcf, spacing)
         logger.info("%s: grid %.6f THz + n x %.3f GHz", self.name, fcf / 1e6, spacing / 1e3)
 
@@ -207,14 +229,14 @@ class ItlaDriver(ItlaLink):
             raise SafetyLimitError(f"{self.name}: channel {channel} is {freq:.6f} THz, outside "
                                    f"the laser's range {lim.min_thz}..{lim.max_thz} THz; "
                                    "nothing was sent")
-        limit = self.timeouts.lock_s if timeout is None else timeout
-        with self._locked():
-            start = self._clock()
+        limit = self.link.timeouts.lock_s if timeout is None else timeout
+        with self.link.locked():
+            start = self.link.clock()
             if channel > 0xFFFF:
-                self.write_register("ChannelH", channel >> 16, wait=False)
-            status = self.write_register("Channel", channel & 0xFFFF, wait=False)
+                self.link.write_register("ChannelH", channel >> 16, wait=False)
+            status = self.link.write_register("Channel", channel & 0xFFFF, wait=False)
             self._wait_settled(status, start + limit, f"tuning to channel {channel}")
-            elapsed = self._clock() - start
+            elapsed = self.link.clock() - start
         self.last_time_to_lock_s = elapsed
         self.tune_history.append(elapsed)
         logger.debug("%s: channel %d (%.6f THz) locked in %.1f ms", self.name, channel, freq,
@@ -227,14 +249,14 @@ class ItlaDriver(ItlaLink):
         i.e. light was being tuned), WFREQ means not yet on frequency (poll again).
         """
         if status != Status.CP:
-            statusw = self.read_register("StatusW")
+            statusw = self.link.read_register("StatusW")
             if statusw & DIS_BIT:
                 return  # output off: the module stored the setting, there is nothing to lock
         else:
-            self._sleep(self.poll_interval_s)  # CP: the operation has only just started
+            self.link.pause()  # CP: the operation has only just started
         while True:
-            self._wait_pending_until(deadline, what)
-            statusw = self.read_register("StatusW")
+            self.link.wait_pending_until(deadline, what)
+            statusw = self.link.read_register("StatusW")
             if statusw & DIS_BIT:
                 st = ItlaStatus(0, statusw, 0)
                 raise DeviceError(f"output is off after {what} (latched: "
@@ -243,12 +265,12 @@ class ItlaDriver(ItlaLink):
                                   "enable the output again", device=self.name)
             if not statusw & FREQ_BIT:
                 return
-            if self._clock() >= deadline:
+            if self.link.clock() >= deadline:
                 raise DeviceTimeout(f"not locked after {what} (StatusW 0x{statusw:04X}: "
                                     f"{', '.join(ItlaStatus(0, statusw, 0).alarms)}); check the "
                                     "laser's temperature and the target frequency, or allow a "
                                     "longer timeout", device=self.name)
-            self._sleep(self.poll_interval_s)
+            self.link.pause()
     # -- power and output --
 
     def set_power_dbm(self, dbm: float) -> None:
@@ -258,16 +280,16 @@ class ItlaDriver(ItlaLink):
             raise SafetyLimitError(f"{self.name}: power {dbm} dBm is outside the laser's range "
                                    f"{lim.min_power_dbm}..{lim.max_power_dbm} dBm; nothing was "
                                    "sent")
-        self.write_register("PWR", round(dbm * 100))
+        self.link.write_register("PWR", round(dbm * 100))
 
     def enable_output(self, timeout: float | None = None) -> None:
         """Switch the output on (ResEna = SENA) and wait until it is stable and locked
         (`timeout` default: timeouts.enable_s; cold modules take tens of seconds)."""
-        limit = self.timeouts.enable_s if timeout is None else timeout
-        with self._locked():
-            start = self._clock()
+        limit = self.link.timeouts.enable_s if timeout is None else timeout
+        with self.link.locked():
+            start = self.link.clock()
             try:
-                self.write_register("ResEna", SENA, wait=False)
+                self.link.write_register("ResEna", SENA, wait=False)
             except ItlaExecutionError as exc:
                 if exc.error.mnemonic != "CIP":
                     raise
@@ -278,50 +300,50 @@ class ItlaDriver(ItlaLink):
 
     def disable_output(self, timeout: float | None = None) -> None:
         """Switch the output off (ResEna = 0)."""
-        self.write_register("ResEna", 0, timeout=timeout)
+        self.link.write_register("ResEna", 0, timeout=timeout)
         logger.info("%s: output off", self.name)
 
     def clear_latches(self) -> None:
         """Clear the latched status bits (write ones to StatusF/StatusW bits 7-0)."""
-        with self._locked():
-            self.write_register("StatusF", LATCH_MASK)
-            self.write_register("StatusW", LATCH_MASK)
+        with self.link.locked():
+            self.link.write_register("StatusF", LATCH_MASK)
+            self.link.write_register("StatusW", LATCH_MASK)
 
     # -- read-back --
 
     def frequency_thz(self) -> float:
         """Laser frequency from LF1/LF2/LF3, THz."""
-        with self._locked():
-            mhz = join_mhz(self.read_register("LF1"), self.read_register("LF2"),
-                            self._read_optional("LF3"))
+        with self.link.locked():
+            mhz = join_mhz(self.link.read_register("LF1"), self.link.read_register("LF2"),
+                            self.link.read_optional("LF3"))
         return mhz / 1e6
 
     def power_dbm(self) -> float:
         """Measured output power (OOP), dBm."""
-        return self.read_register("OOP") / 100
+        return self.link.read_register("OOP") / 100
 
     def status(self) -> ItlaStatus:
         """Read StatusF, StatusW and NOP."""
-        with self._locked():
-            f = self.read_register("StatusF")
-            w = self.read_register("StatusW")
-            n = self.nop()
+        with self.link.locked():
+            f = self.link.read_register("StatusF")
+            w = self.link.read_register("StatusW")
+            n = self.link.nop()
         return ItlaStatus(f, w, n)
 
     def channel(self) -> int:
         """Current channel (ChannelH:Channel; ChannelH read as 0 if absent)."""
-        with self._locked():
-            return self._read_optional("ChannelH") << 16 | self.read_register("Channel")
+        with self.link.locked():
+            return self.link.read_optional("ChannelH") << 16 | self.link.read_register("Channel")
 
     def state(self) -> TransceiverState:
         """Read channel, frequency, power, output and lock state back from the device."""
-        with self._locked():
+        with self.link.locked():
             channel = self.channel()
             freq = self.frequency_thz()
             power = self.power_dbm()
             enabled = self.output_enabled()
-            statusw = self.read_register("StatusW")
-            nop = self.nop()
+            statusw = self.link.read_register("StatusW")
+            nop = self.link.nop()
         # StatusW carries DIS and WFREQ (the tighter frequency threshold); StatusF adds
         # nothing to "locked", so it is not read here (status() reads both).
         locked = enabled and ItlaStatus(0, statusw, nop).locked

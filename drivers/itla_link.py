@@ -13,12 +13,11 @@ and words, and waits for pending operations. The laser itself (tuning, power, ou
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Self
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from drivers.command_trace import traced
@@ -32,11 +31,12 @@ from drivers.itla_frames import (
     encode_request,
 )
 from drivers.itla_registers import Access, ItlaExecutionError, Register, nop_error, register
-from drivers.transport import Transport, TransportOwner
+from drivers.itla_timeouts import ItlaTimeouts
+from drivers.transport import OwnedTransport, Transport
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ItlaLink", "ItlaTimeouts"]
+__all__ = ["ItlaLink"]
 
 _NOP = register("NOP")
 _EAR = register("EAR")
@@ -47,30 +47,15 @@ class _Silent(Exception):
     """No complete reply came back for one attempt (nothing, or only part of a frame)."""
 
 
-@dataclass
-class ItlaTimeouts:
-    """How long the driver waits, in seconds; set them from the device's configuration.
-
-    ``reply_s`` bounds one request/reply exchange (Pure Photonics' code waits 0.25 s);
-    ``lock_s`` a channel or fine-tune change with the output on; ``enable_s`` the output enable
-    (seconds on real modules: take it from the datasheet); ``startup_s`` how long commands
-    refused with CII (module initialising after power-up or reset) are retried. The defaults
-    are generous bounds, not device figures.
-    """
-
-    reply_s: float = 0.25
-    lock_s: float = 5.0
-    enable_s: float = 30.0
-    startup_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        for name in ("reply_s", "lock_s", "enable_s", "startup_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"ITLA timeout {name}={value}: expected a number of seconds > 0")
+class _Damaged(Exception):
+    """A reply came back with a bad checksum: the module answered, ask for it again (LstRsp)."""
 
 
-class ItlaLink(TransportOwner):
+class _RequestRefused(_Damaged):
+    """The reply has CE set: the module saw a bad checksum in the request and did not run it."""
+
+
+class ItlaLink:
     """Request/reply exchanges with an OIF ITLA module behind `transport`, and its registers.
 
     One lock covers each request/reply exchange (and multi-frame sequences such as string
@@ -102,16 +87,30 @@ class ItlaLink(TransportOwner):
         self.poll_interval_s = poll_interval_s
         self.resyncs = 0
         """How many times the link was resynchronised (single NOP bytes)."""
-        self._transport = transport
-        self._clock = clock
+        self.clock = clock
+        """The link's time source (seconds); the driver measures its waits with it too."""
+        self._port = OwnedTransport(transport, name)
         self._sleep = sleep
-        self._lock = threading.RLock()
         self._absent: set[int] = set()  # optional registers this module answered RNI for
-        self._closed = False
-        self._init_state()
 
-    def _init_state(self) -> None:
-        """Set up what a subclass keeps besides the link (called last by the constructor)."""
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the link; the laser's state is left as it is. Safe to call twice."""
+        self._port.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._port.closed
+
+    def pause(self) -> None:
+        """Sleep one poll interval (between polls of a pending operation)."""
+        self._sleep(self.poll_interval_s)
 
     @property
     def timeout_s(self) -> float:
@@ -124,12 +123,9 @@ class ItlaLink(TransportOwner):
 
     # -- exchanges --
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._lock:
-            if self._closed:
-                raise DeviceError("the link is closed; open a new driver", device=self.name)
-            yield
+    def locked(self) -> AbstractContextManager[Transport]:
+        """Hold the link for one exchange or a sequence (DeviceError once it is closed)."""
+        return self._port.held()
 
     def _transact(self, reg: Register, data: int, write: bool) -> Reply:
         """Send one request and return its reply, recovering the link (no XE handling)."""
@@ -139,10 +135,10 @@ class ItlaLink(TransportOwner):
         problems: list[str] = []
         ce_seen = False
         for attempt in range(self.retries + 1):
-            self._transport.reset_input()
-            self._transport.write(resend)
+            self._port.transport.reset_input()
+            self._port.transport.write(resend)
             try:
-                reply, problem = self._read_reply(reg.address)
+                reply = self._read_reply(reg.address)
             except _Silent as exc:
                 problems.append(str(exc))
                 logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, exc)
@@ -161,17 +157,19 @@ class ItlaLink(TransportOwner):
                     return done
                 resend = request
                 continue
-            if reply is not None:
+            except _Damaged as exc:
+                damage = exc
+            else:
                 if attempt:
                     logger.info("%s: %s recovered after %d retries", self.name, reg.name, attempt)
                 return reply
-            problems.append(problem)
-            logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, problem)
-            if problem.startswith("CE") and not ce_seen:
+            problems.append(str(damage))
+            logger.warning("%s: %s attempt %d: %s", self.name, op, attempt + 1, damage)
+            if isinstance(damage, _RequestRefused) and not ce_seen:
                 # The module did not execute the request: send it again as it was.
                 ce_seen = True
                 resend = request
-            elif problem.startswith("CE"):
+            elif isinstance(damage, _RequestRefused):
                 # CE again: most likely a byte was lost and the module's frames are shifted.
                 if self.recover_link:
                     self.resync()
@@ -196,13 +194,13 @@ class ItlaLink(TransportOwner):
         Whatever the module had buffered (0-3 bytes of a damaged frame) is completed by these
         bytes, so its next frame starts with the host's next request.
         """
-        with self._locked():
+        with self.locked():
             self.resyncs += 1
             for sent in range(1, FRAME_LEN + 1):
-                self._transport.reset_input()
-                self._transport.write(b"\x00")
+                self._port.transport.reset_input()
+                self._port.transport.write(b"\x00")
                 try:
-                    raw = self._transport.read_exact(FRAME_LEN, self.timeout_s)
+                    raw = self._port.transport.read_exact(FRAME_LEN, self.timeout_s)
                 except DeviceTimeout:
                     continue
                 logger.info("%s: link resynchronised after %d NOP byte(s) (reply %s)",
@@ -228,9 +226,9 @@ class ItlaLink(TransportOwner):
                     reg.name, data)
         return Reply(Status.CP if pending else Status.OK, False, reg.address, data & 0xFFFF)
 
-    def _read_reply(self, address: int) -> tuple[Reply | None, str]:
-        """One attempt: (reply, "") or (None, what was wrong). Raises _Silent when no complete
-        reply for this register came back."""
+    def _read_reply(self, address: int) -> Reply:
+        """One attempt: the reply for this register. Raises _Silent when no complete reply for
+        it came back, _Damaged (_RequestRefused for CE) when the reply cannot be used."""
         deadline = time.monotonic() + self.timeout_s
         stale = 0
         while True:
@@ -238,7 +236,7 @@ class ItlaLink(TransportOwner):
             try:
                 if remaining <= 0:
                     raise DeviceTimeout("reply timed out", device=self.name)
-                raw = self._transport.read_exact(FRAME_LEN, remaining)
+                raw = self._port.transport.read_exact(FRAME_LEN, remaining)
             except DeviceTimeout as exc:
                 if stale:
                     raise _Silent(f"{stale} reply(ies) for another register, then "
@@ -248,11 +246,11 @@ class ItlaLink(TransportOwner):
             try:
                 reply = decode_reply(raw)
             except ProtocolError:
-                return None, f"bad checksum in reply {raw.hex(' ')}"
+                raise _Damaged(f"bad checksum in reply {raw.hex(' ')}") from None
             if reply.ce:
-                return None, "CE: the module saw a bad checksum in the request"
+                raise _RequestRefused("CE: the module saw a bad checksum in the request")
             if reply.register == address:
-                return reply, ""
+                return reply
             # A reply for another register: most likely a late answer to an earlier request
             # still in the pipe. Skip it and keep reading for ours.
             stale += 1
@@ -275,18 +273,18 @@ class ItlaLink(TransportOwner):
         """
         started: float | None = None
         while True:
-            with self._locked():
+            with self.locked():
                 reply = self._transact(reg, data, write)
                 if reply.status != Status.XE:
                     return reply
                 code = self._transact(_NOP, 0, False).data & NOP_ERROR_MASK
             err = nop_error(code)
-            now = self._clock()
+            now = self.clock()
             started = now if started is None else started
             if err.mnemonic != "CII" or now - started >= self.timeouts.startup_s:
                 break
             logger.debug("%s: module initialising (CII); retrying %s", self.name, reg.name)
-            self._sleep(self.poll_interval_s)
+            self.pause()
         op = f"write {reg.name} = {data}" if write else f"read {reg.name}"
         extra = ""
         if err.mnemonic == "CII":
@@ -327,9 +325,9 @@ class ItlaLink(TransportOwner):
             self.wait_pending(timeout)
         return reply.status
 
-    def _read_optional(self, name: str) -> int:
+    def read_optional(self, name: str) -> int:
         """Read a register that older modules lack (01.3 MHz parts): RNI reads as 0, and the
-        register is not asked for again on this driver."""
+        register is not asked for again on this link."""
         reg = register(name)
         if reg.address in self._absent:
             return 0
@@ -341,7 +339,7 @@ class ItlaLink(TransportOwner):
                 return 0
             raise
 
-    def _write_optional(self, name: str, value: int) -> None:
+    def write_optional(self, name: str, value: int) -> None:
         """Write a 01.3 MHz part; a module without the register is fine when the value is 0."""
         try:
             self.write_register(name, value)
@@ -354,7 +352,7 @@ class ItlaLink(TransportOwner):
         """Read an AEA register (strings, Currents, Temps): read it, then EAR two bytes at a
         time until the announced length (or XE/ERE from a module that stops early)."""
         reg = register(name_or_addr)
-        with self._locked():
+        with self.locked():
             reply = self._exchange(reg)
             if reply.status == Status.OK:
                 return b""  # a module without AEA data for this register
@@ -379,20 +377,21 @@ class ItlaLink(TransportOwner):
     def wait_pending(self, timeout: float | None = None) -> float:
         """Poll NOP until no operation is pending; return the seconds waited
         (`timeout` default: timeouts.lock_s)."""
-        start = self._clock()
+        start = self.clock()
         limit = self.timeouts.lock_s if timeout is None else timeout
-        self._wait_pending_until(start + limit, "the pending operation")
-        return self._clock() - start
+        self.wait_pending_until(start + limit, "the pending operation")
+        return self.clock() - start
 
-    def _wait_pending_until(self, deadline: float, what: str) -> None:
+    def wait_pending_until(self, deadline: float, what: str) -> None:
+        """Poll NOP until no operation is pending; DeviceTimeout naming `what` at `deadline`."""
         while True:
             reply = self._exchange(_NOP)
             if reply.status != Status.CP and not reply.data & PENDING_MASK:
                 return
-            if self._clock() >= deadline:
+            if self.clock() >= deadline:
                 raise DeviceTimeout(
                     f"{what} still pending at the deadline (NOP 0x{reply.data:04X}); switch "
                     "the output off (disable_output()) or reset the module, then retry; if "
                     "the module is just slow, raise the timeout (timeouts.lock_s / enable_s)",
                     device=self.name)
-            self._sleep(self.poll_interval_s)
+            self.pause()

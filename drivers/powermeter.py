@@ -19,7 +19,7 @@ wavelengths in nm, times in s.
   converted from the unit the channel had when the run started to float32 W.
 
 The SCPI session (VISA I/O, error queue, resync after timeouts, block reads) is
-``drivers.powermeter_link.PowerMeterLink``; this module is the meter: ranges, channel settings,
+``drivers.powermeter_link.PowerMeterLink``, which the meter holds; this module is the meter: ranges, channel settings,
 readings and logging runs.
 """
 
@@ -96,18 +96,20 @@ def _mark(channels: set[int], ch: int, member: bool) -> None:
         channels.discard(ch)
 
 
-class PowerMeter(PowerMeterLink):
-    """A Keysight N7744A/N7745A on a pyvisa message-based resource."""
+class PowerMeter:
+    """A Keysight N7744A/N7745A on a pyvisa message-based resource.
+
+    The meter holds its SCPI session as ``link`` (a ``PowerMeterLink``); ``query``,
+    ``command``, ``write``, ``errors``, ``reopen`` and ``close`` are the session's.
+    """
 
     def __init__(self, resource: str, *, name: str = "pm", backend: str = "@py",
                  timeout_s: float = 2.0, channels: int = 4) -> None:
         """Open `resource` with pyvisa `backend`; raise DeviceError if it cannot be opened."""
         _check_channels(channels)
-        self._resource_name = resource
-        self._backend = backend
-        self._rm = None
-        self._setup(self._open(resource, backend, timeout_s, name), name=name,
-                    timeout_s=timeout_s, channels=channels)
+        self._setup(PowerMeterLink.open(resource, backend=backend, timeout_s=timeout_s,
+                                        name=name, on_reconnect=self._forget_channel_setup),
+                    channels)
 
     @classmethod
     def from_resource(cls, inst: MessageBasedResource, *, name: str = "pm",
@@ -115,17 +117,14 @@ class PowerMeter(PowerMeterLink):
         """Wrap an already-open pyvisa resource (its terminations must be '\\n')."""
         _check_channels(channels)
         meter = cls.__new__(cls)
-        meter._resource_name = None
-        meter._backend = None
-        meter._rm = None
-        meter._setup(inst, name=name, timeout_s=(inst.timeout or 2000.0) / 1000.0,
-                     channels=channels)
+        meter._setup(PowerMeterLink(inst, name=name, timeout_s=(inst.timeout or 2000.0) / 1000.0,
+                                    on_reconnect=meter._forget_channel_setup), channels)
         return meter
 
-    def _setup(self, inst: MessageBasedResource, *, name: str, timeout_s: float,
-               channels: int) -> None:
+    def _setup(self, link: PowerMeterLink, channels: int) -> None:
+        self.link = link
+        self.name = link.name
         self.channels = channels
-        self._setup_link(inst, name=name, timeout_s=timeout_s)
         self._forget_channel_setup()
 
     def _forget_channel_setup(self) -> None:
@@ -142,6 +141,32 @@ class PowerMeter(PowerMeterLink):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ----- the SCPI session's -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the VISA session (the meter keeps its settings). Safe to call twice."""
+        self.link.close()
+
+    def reopen(self) -> None:
+        """Close and open the resource again (after the meter rebooted or the link dropped)."""
+        self.link.reopen()
+
+    def write(self, command: str) -> None:
+        """Send one SCPI command line without checking the error queue."""
+        self.link.write(command)
+
+    def query(self, command: str) -> str:
+        """Send a SCPI query and return the answer line (stripped)."""
+        return self.link.query(command)
+
+    def command(self, command: str) -> None:
+        """Send a SCPI setting, then raise DeviceError if the meter queued an error for it."""
+        self.link.command(command)
+
+    def errors(self) -> list[tuple[int, str]]:
+        """Drain the meter's error queue (SYST:ERR?) and return (code, message) pairs."""
+        return self.link.errors()
+
     # ----- argument checks -------------------------------------------------------------------
 
     def _channel(self, ch: int) -> int:
@@ -157,7 +182,7 @@ class PowerMeter(PowerMeterLink):
         answer = self.query("*IDN?")
         fields = [f.strip() for f in answer.split(",")]
         if len(fields) != 4 or not all(fields[:3]):
-            self._resync = True
+            self.link.resync_before_next()
             raise ProtocolError(f"*IDN? answered {answer!r}; expected 4 comma-separated fields",
                                 device=self.name)
         manufacturer, model, serial, firmware = fields
@@ -181,7 +206,7 @@ class PowerMeter(PowerMeterLink):
     def wavelength_nm(self, ch: int) -> float:
         """Read the calibration wavelength of channel `ch` in nm."""
         self._channel(ch)
-        return round(self._number(f":SENS{ch}:POW:WAV?") * 1e9, 6)
+        return round(self.link.number(f":SENS{ch}:POW:WAV?") * 1e9, 6)
 
     def set_unit_dbm(self, ch: int) -> None:
         """Make channel `ch` report power in dBm (the unit read_power_dbm expects)."""
@@ -201,7 +226,7 @@ class PowerMeter(PowerMeterLink):
     def averaging_time_s(self, ch: int) -> float:
         """Read the averaging time of channel `ch` in s."""
         self._channel(ch)
-        self._averaging_s[ch] = self._number(f":SENS{ch}:POW:ATIM?")
+        self._averaging_s[ch] = self.link.number(f":SENS{ch}:POW:ATIM?")
         return self._averaging_s[ch]
 
     def set_auto_range(self, ch: int, on: bool) -> None:
@@ -212,7 +237,7 @@ class PowerMeter(PowerMeterLink):
     def auto_range(self, ch: int) -> bool:
         """Read whether channel `ch` ranges automatically."""
         self._channel(ch)
-        return self._number(f":SENS{ch}:POW:RANG:AUTO?") != 0
+        return self.link.number(f":SENS{ch}:POW:RANG:AUTO?") != 0
 
     def set_correction_db(self, ch: int, db: float) -> None:
         """Set the loss-correction offset (dB) the meter adds to every reading of `ch`."""
@@ -238,12 +263,12 @@ class PowerMeter(PowerMeterLink):
     def _ensure_dbm(self, ch: int) -> None:
         """Readings need dBm and an absolute reference; checked once per channel."""
         if ch not in self._unit_dbm:
-            if self._number(f":SENS{ch}:POW:UNIT?") != 0:
+            if self.link.number(f":SENS{ch}:POW:UNIT?") != 0:
                 raise DeviceError(f"channel {ch} reports in W; call set_unit_dbm({ch}) first",
                                   device=self.name)
             self._unit_dbm.add(ch)
         if ch not in self._absolute:
-            if self._number(f":SENS{ch}:POW:REF:STAT?") != 0:
+            if self.link.number(f":SENS{ch}:POW:REF:STAT?") != 0:
                 raise DeviceError(f"channel {ch} reports dB relative to a reference; call "
                                   f"set_reference_relative({ch}, False) first",
                                   device=self.name)
@@ -265,7 +290,7 @@ class PowerMeter(PowerMeterLink):
             if ch not in self._averaging_s:
                 self.averaging_time_s(ch)
             extra_s = self._averaging_s[ch]
-        value = self._number(f":{verb}{ch}:POW?", extra_s)
+        value = self.link.number(f":{verb}{ch}:POW?", extra_s)
         if value > TOO_LOW_THRESHOLD:
             logger.debug("%s: channel %d sensitivity too low (no light)", self.name, ch)
             return None
@@ -305,12 +330,12 @@ class PowerMeter(PowerMeterLink):
 
     def _unit_of(self, ch: int) -> str:
         """The unit channel `ch` reports in now: 'dBm', 'W' or 'dB' (relative)."""
-        if ch not in self._absolute and self._number(f":SENS{ch}:POW:REF:STAT?") != 0:
+        if ch not in self._absolute and self.link.number(f":SENS{ch}:POW:REF:STAT?") != 0:
             return "dB"
         self._absolute.add(ch)
         if ch in self._unit_dbm:
             return "dBm"
-        return "W" if self._number(f":SENS{ch}:POW:UNIT?") != 0 else "dBm"
+        return "W" if self.link.number(f":SENS{ch}:POW:UNIT?") != 0 else "dBm"
 
     def stop_logging(self, ch: int) -> None:
         """Stop a logging run on `ch` (samples taken so far stay readable)."""
@@ -323,7 +348,7 @@ class PowerMeter(PowerMeterLink):
         answer = self.query(f":SENS{ch}:FUNC:STAT?")
         function, sep, progress = answer.upper().partition(",")
         if not sep or progress.strip() not in ("PROGRESS", "COMPLETE"):
-            self._resync = True
+            self.link.resync_before_next()
             raise ProtocolError(f"FUNC:STAT? answered {answer!r}; expected "
                                 "<function>,PROGRESS|COMPLETE", device=self.name)
         return LoggingState(function.strip(), progress.strip() == "COMPLETE")
@@ -346,15 +371,13 @@ class PowerMeter(PowerMeterLink):
         The meter logs in the unit the channel had when the run started (dBm, W or dB against
         the reference); the samples are converted to W, "too low" ones to 0 W.
         """
-        with self._lock:
+        with self.link.lock:
             if self.logging_state(ch).running:
                 raise DeviceError(f"logging on channel {ch} is still running; call "
                                   "wait_for_logging() first", device=self.name)
             unit = self._log_unit.get(ch) or self._unit_of(ch)
-            reference_dbm = self._number(f":SENS{ch}:POW:REF?") if unit == "dB" else 0.0
-            command = f":SENS{ch}:FUNC:RES?"
-            self.write(command)
-            payload = self._read_block(command)
+            reference_dbm = self.link.number(f":SENS{ch}:POW:REF?") if unit == "dB" else 0.0
+            payload = self.link.query_block(f":SENS{ch}:FUNC:RES?")
         values = np.frombuffer(payload, dtype="<f4").astype(np.float64)
         if unit == "W":
             return values.astype(np.float32)

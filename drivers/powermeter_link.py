@@ -4,7 +4,7 @@
 VISA failures into typed errors (``DeviceTimeout``, ``DeviceError``, ``ProtocolError``), checks
 the error queue (SYST:ERR?) after each setting, and after a timeout or garbage makes sure no
 late answer is taken for the next query (reconnect, or drain a wrapped resource). It also reads
-IEEE-488.2 definite-length blocks. The meter's functions are ``drivers.powermeter.PowerMeter``.
+IEEE-488.2 definite-length blocks. The meter's functions are ``drivers.powermeter.PowerMeter``, which holds its link.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 import pyvisa
@@ -23,6 +23,7 @@ from pyvisa.resources import MessageBasedResource
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from common.tracing import TRACE
 from drivers.command_trace import traced
+from drivers.link_errors import CannotOpen, NoConnection
 
 logger = logging.getLogger(__name__)
 
@@ -34,49 +35,60 @@ DRAIN_QUIET_MS = 100
 MAX_DRAIN_READS = 256
 
 
+def _open_resource(resource: str, backend: str, timeout_s: float,
+                   name: str) -> tuple[pyvisa.ResourceManager, MessageBasedResource]:
+    """Open `resource` with pyvisa `backend`: (its resource manager, the open resource)."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s={timeout_s}: use a positive number of seconds")
+    try:
+        rm = pyvisa.ResourceManager(backend)
+        try:
+            inst = rm.open_resource(resource, read_termination="\n", write_termination="\n",
+                                    timeout=round(timeout_s * 1000))
+        except Exception:
+            rm.close()
+            raise
+    except Exception as exc:  # pyvisa-py raises a bare Exception when it cannot connect
+        raise CannotOpen(f"cannot open {resource!r} ({exc}); check the resource string "
+                          "in the testbed file and that the meter (or its emulator) is "
+                          "running", device=name) from exc
+    if not isinstance(inst, MessageBasedResource):
+        inst.close()
+        rm.close()
+        raise DeviceError(f"{resource!r} is not a message-based VISA resource; use a "
+                          "TCPIP SOCKET or INSTR resource", device=name)
+    return rm, inst
+
+
 class PowerMeterLink:
     """A SCPI session with a power meter on a pyvisa message-based resource.
 
-    Built by ``PowerMeter`` (from a resource string, or ``from_resource`` around an open
-    resource); ``_forget_channel_setup`` is the hook a subclass uses to drop what it cached
-    of the instrument's settings when the session starts again.
+    ``open`` opens a resource string (and can reconnect: ``reopen``); the constructor wraps a
+    resource that is already open. `on_reconnect` is called whenever the session starts again
+    (the meter drops what it cached of the instrument's settings).
     """
 
-    _resource_name: str | None
-    _backend: str | None
-    _rm: pyvisa.ResourceManager | None
-
-    def _setup_link(self, inst: MessageBasedResource, *, name: str, timeout_s: float) -> None:
+    def __init__(self, inst: MessageBasedResource, *, name: str, timeout_s: float,
+                 on_reconnect: Callable[[], None] = lambda: None) -> None:
         self.name = name
         self.timeout_s = timeout_s
-        self._lock = threading.RLock()  # one exchange (command + its answer) at a time
+        self._on_reconnect = on_reconnect
+        self.lock = threading.RLock()
+        """Held through each exchange (command + its answer); hold it for a sequence."""
         self._inst: MessageBasedResource | None = inst
         self._resync = False
+        self._resource_name: str | None = None
+        self._backend: str | None = None
+        self._rm: pyvisa.ResourceManager | None = None
 
-    def _forget_channel_setup(self) -> None:
-        """Drop what is known of the instrument's settings (after *RST or a reconnect)."""
-
-    def _open(self, resource: str, backend: str, timeout_s: float,
-              name: str) -> MessageBasedResource:
-        if not (math.isfinite(timeout_s) and timeout_s > 0):
-            raise ValueError(f"timeout_s={timeout_s}: use a positive number of seconds")
-        try:
-            self._rm = pyvisa.ResourceManager(backend)
-            inst = self._rm.open_resource(resource, read_termination="\n",
-                                          write_termination="\n",
-                                          timeout=round(timeout_s * 1000))
-        except Exception as exc:  # pyvisa-py raises a bare Exception when it cannot connect
-            if self._rm is not None:
-                self._rm.close()
-                self._rm = None
-            raise DeviceError(f"cannot open {resource!r} ({exc}); check the resource string "
-                              "in the testbed file and that the meter (or its emulator) is "
-                              "running", device=name) from exc
-        if not isinstance(inst, MessageBasedResource):
-            inst.close()
-            raise DeviceError(f"{resource!r} is not a message-based VISA resource; use a "
-                              "TCPIP SOCKET or INSTR resource", device=name)
-        return inst
+    @classmethod
+    def open(cls, resource: str, *, backend: str, timeout_s: float, name: str,
+             on_reconnect: Callable[[], None] = lambda: None) -> PowerMeterLink:
+        """Open `resource` with pyvisa `backend`; DeviceError if it cannot be opened."""
+        rm, inst = _open_resource(resource, backend, timeout_s, name)
+        link = cls(inst, name=name, timeout_s=timeout_s, on_reconnect=on_reconnect)
+        link._resource_name, link._backend, link._rm = resource, backend, rm
+        return link
 
     # ----- lifecycle ------------------------------------------------------------------------
 
@@ -101,9 +113,10 @@ class PowerMeterLink:
             raise DeviceError("reopen() needs a meter opened from a resource string; open a "
                               "new pyvisa resource and use from_resource()", device=self.name)
         self.close()
-        self._inst = self._open(self._resource_name, self._backend, self.timeout_s, self.name)
+        self._rm, self._inst = _open_resource(self._resource_name, self._backend, self.timeout_s,
+                                              self.name)
         self._resync = False
-        self._forget_channel_setup()
+        self._on_reconnect()
 
     # ----- wire access (the one place frames are logged) -------------------------------------
 
@@ -131,9 +144,9 @@ class PowerMeterLink:
         except (InvalidSession, OSError) as exc:
             self._resync = True
             where = self._resource_name or "the resource"
-            raise DeviceError(f"{what!r} failed, no connection to {where} ({exc}); check that "
-                              "the meter (or its emulator) is running, then call reopen()",
-                              device=self.name) from exc
+            raise NoConnection(f"{what!r} failed, no connection to {where} ({exc}); check that "
+                               "the meter (or its emulator) is running, then call reopen()",
+                               device=self.name) from exc
 
     def _sync(self) -> None:
         """After a timeout or garbage, make sure no late answer is taken for the next one.
@@ -172,7 +185,7 @@ class PowerMeterLink:
 
     def write(self, command: str) -> None:
         """Send one SCPI command line without checking the error queue."""
-        with self._lock:
+        with self.lock:
             self._require()
             self._sync()
             inst = self._require()
@@ -195,7 +208,7 @@ class PowerMeterLink:
         return answer.strip()
 
     def _query(self, command: str, *, explain_timeout: bool, extra_s: float = 0.0) -> str:
-        with self._lock:
+        with self.lock:
             self.write(command)
             try:
                 return self._read(command, extra_s)
@@ -221,7 +234,7 @@ class PowerMeterLink:
 
     def command(self, command: str) -> None:
         """Send a SCPI setting, then raise DeviceError if the meter queued an error for it."""
-        with self._lock:
+        with self.lock:
             self.write(command)
             refused = self.errors()
         if refused:
@@ -236,7 +249,7 @@ class PowerMeterLink:
         """Drain the meter's error queue (SYST:ERR?) and return (code, message) pairs."""
         found: list[tuple[int, str]] = []
         for _ in range(MAX_ERRORS_DRAINED):
-            with self._lock:
+            with self.lock:
                 answer = self._query(":SYST:ERR?", explain_timeout=False)
             code_text, sep, message = answer.partition(",")
             try:
@@ -253,7 +266,18 @@ class PowerMeterLink:
         raise ProtocolError(f"error queue still not empty after {MAX_ERRORS_DRAINED} reads",
                             device=self.name)
 
-    def _number(self, command: str, extra_s: float = 0.0) -> float:
+    def resync_before_next(self) -> None:
+        """An answer made no sense: drop late answers before the next exchange."""
+        self._resync = True
+
+    def query_block(self, command: str) -> bytes:
+        """Send a query answered by an IEEE-488.2 block of float32 values; return its payload."""
+        with self.lock:
+            self.write(command)
+            return self._read_block(command)
+
+    def number(self, command: str, extra_s: float = 0.0) -> float:
+        """Send a query answered by one finite number (`extra_s`: a measurement's time)."""
         answer = self._query(command, explain_timeout=True, extra_s=extra_s)
         try:
             value = float(answer)
@@ -264,7 +288,6 @@ class PowerMeterLink:
             raise ProtocolError(f"{command!r} answered {answer!r}; expected a number",
                                 device=self.name)
         return value
-
 
     def _read_block(self, command: str) -> bytes:
         """Read one IEEE-488.2 definite-length block of float32 values and its newline."""

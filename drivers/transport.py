@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from types import TracebackType
-from typing import Protocol, Self
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol
 
 import serial
 
 from common.errors import DeviceError, DeviceTimeout
+from drivers.link_errors import CannotOpen
 
 logger = logging.getLogger(__name__)
 
@@ -41,30 +43,34 @@ class Transport(Protocol):
         """Release the link."""
 
 
-class TransportOwner:
-    """A driver that owns one `Transport` and a lock; subclasses set the fields below.
+class OwnedTransport:
+    """A driver's own link: its `Transport`, the lock held through each exchange, and whether
+    the driver closed it.
 
-    Used as a context manager, leaving the block closes the link.
+    ``held()`` holds the lock for one exchange or a sequence of them and refuses a closed link;
+    ``close()`` closes the transport once (safe to call twice).
     """
 
-    name: str
-    _transport: Transport
-    _lock: threading.RLock
-    _closed: bool
+    def __init__(self, transport: Transport, name: str) -> None:
+        self.transport = transport
+        self.name = name
+        self.lock = threading.RLock()
+        self.closed = False
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+    @contextmanager
+    def held(self) -> Iterator[Transport]:
+        """Hold the link; DeviceError when it was closed."""
+        with self.lock:
+            if self.closed:
+                raise DeviceError("the link is closed; open a new driver", device=self.name)
+            yield self.transport
 
     def close(self) -> None:
-        """Release the link; the optical state is left as it is. Safe to call twice."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._transport.close()
+        """Release the link; the device's state is left as it is. Safe to call twice."""
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.transport.close()
                 logger.debug("%s: link closed", self.name)
 
 
@@ -79,7 +85,7 @@ class SerialTransport:
         try:
             self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise DeviceError(
+            raise CannotOpen(
                 f"cannot open {url!r} ({exc}); check the resource in the testbed file and "
                 "that the device (or its emulator) is running",
                 device=self.name,

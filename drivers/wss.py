@@ -22,55 +22,30 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Self
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
 from common.tracing import TRACE
 from drivers.command_trace import traced
-from drivers.interfaces import DeviceIdentity, Route
-from drivers.transport import Transport, TransportOwner
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, DeviceIdentity, Route
+from drivers.transport import OwnedTransport, Transport
 from drivers.wss_channels import ChannelNumbering
 from drivers.wss_codec import (
-    ATTENUATION_STEP_DB,
     InvalidRouteTable,
-    WssErrorReply,
     WssLimits,
     describe,
-    format_attenuation,
-    format_table,
     format_ura,
     parse_error_line,
     parse_rra,
 )
-from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
-    ChecksumError,
-    WssErrorCode,
-    frame,
-    unframe,
-)
+from drivers.wss_protocol import ChecksumError, WssErrorCode, frame, unframe
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "ATTENUATION_STEP_DB",
-    "BLOCKED_PORT",
-    "ERROR_FIXES",
-    "FlexgridWss",
-    "InvalidRouteTable",
-    "WssCommandError",
-    "WssErrorReply",
-    "WssLimits",
-    "format_attenuation",
-    "format_table",
-    "format_ura",
-    "parse_error_line",
-    "parse_rra",
-]
+__all__ = ["ERROR_FIXES", "FlexgridWss", "WssCommandError"]
 
 TERMINATOR = "\r\n"
 _SWITCHING = ("RSW", "UCA", "CHW")  # commands whose OK comes when the optics have settled
@@ -105,7 +80,7 @@ class WssCommandError(DeviceError):
 
 # --- driver -------------------------------------------------------------------------------------
 
-class FlexgridWss(TransportOwner):
+class FlexgridWss:
     """A flexgrid WSS on an ASCII serial link (any Transport: serial port, socket://, fake).
 
     Implements ``drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
@@ -131,18 +106,26 @@ class FlexgridWss(TransportOwner):
         self.echo = echo
         self.last_settle_s: float | None = None
         """How long the last switching command waited for the optics to settle (s)."""
-        self._transport = transport
-        self._lock = threading.RLock()
+        self._port = OwnedTransport(transport, name)
         self._dirty = False
         self._after_resync = False
-        self._closed = False
         self._last_port: dict[int, int] = {}
         self.numbering = ChannelNumbering(name, channel_map)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the link; the optical state is left as it is. Safe to call twice."""
+        self._port.close()
 
     # operations --------------------------------------------------------------------------------
     def identify(self) -> DeviceIdentity:
         """Read the serial number (SNO?) and manufacture date (MFD?)."""
-        with self._lock:
+        with self._port.lock:
             serial = self._query_one("SNO?")
             date = self._query_one("MFD?")
         return DeviceIdentity(kind="wss", manufacturer="Finisar/II-VI",
@@ -157,7 +140,7 @@ class FlexgridWss(TransportOwner):
         """
         self.limits.validate(table)
         wire = self.numbering.to_module(table)
-        with self._lock:
+        with self._port.lock:
             self._exchange(format_ura(wire))
             self._last_port.update({ch: r.port for ch, r in table.items()})
 
@@ -170,20 +153,20 @@ class FlexgridWss(TransportOwner):
         """Route the channels of `table` at once (UCA) and wait until they have settled."""
         self.limits.validate(table)
         wire = self.numbering.to_module(table)
-        with self._lock:
+        with self._port.lock:
             self._switch(format_ura(wire, "UCA"), timeout)
             self._last_port.update({ch: r.port for ch, r in table.items()})
 
     def read_active(self) -> dict[int, Route]:
         """Read the active array (RRA?) as {channel: Route}; 99 / 99.9 dB mean blocked."""
-        with self._lock:
+        with self._port.lock:
             lines = self._exchange("RRA?", results=_MAX_RESULT_LINES)
         active = parse_rra(lines, device=self.name) if lines else {}
         return self.numbering.from_module(active)
 
     def block(self, channel: int, timeout: float | None = None) -> None:
         """Block `channel` at 99.9 dB (on its last staged port, or 99), apply and settle."""
-        with self._lock:
+        with self._port.lock:
             port = self._last_port.get(channel, BLOCKED_PORT)
             self.stage({channel: Route(port, BLOCKED_DB)})
             self.apply(timeout)
@@ -203,7 +186,7 @@ class FlexgridWss(TransportOwner):
         Back on a fixed grid the driver's limits are the configured ones again.
         """
         self.numbering.refuse_plan_change("CHW")
-        with self._lock:
+        with self._port.lock:
             self._switch(f"CHW {int(ghz)}", timeout)
             if ghz:
                 self.limits = self._fixed_limits
@@ -222,7 +205,7 @@ class FlexgridWss(TransportOwner):
                 raise InvalidRouteTable(f"channel {ch} = slices {s0}:{s1}: channels and "
                                         "slices start at 1, first <= last")
         line = "DCC " + ";".join(f"{ch}={s0}:{s1}" for ch, (s0, s1) in sorted(plan.items()))
-        with self._lock:
+        with self._port.lock:
             self._exchange(line)
             lo, hi = min(plan), max(plan)
             self.limits = replace(self.limits, first_channel=lo, channels=hi - lo + 1)
@@ -244,7 +227,7 @@ class FlexgridWss(TransportOwner):
 
         A module that restarts before its ``OK`` is out is fine: the missing reply is drained.
         """
-        with self._lock:
+        with self._port.lock:
             deadline = time.monotonic() + timeout
             try:
                 self._exchange("RES")
@@ -269,7 +252,7 @@ class FlexgridWss(TransportOwner):
 
     def _switch(self, command: str, timeout: float | None) -> None:
         wait = self.settle_timeout if timeout is None else timeout
-        with self._lock:
+        with self._port.lock:
             t0 = time.monotonic()
             self._exchange(command, final_timeout=wait)
             self.last_settle_s = time.monotonic() - t0
@@ -288,8 +271,8 @@ class FlexgridWss(TransportOwner):
 
     def _exchange_once(self, command: str, results: int, final_timeout: float | None
                        ) -> list[str]:
-        with self._lock:
-            if self._closed:
+        with self._port.lock:
+            if self._port.closed:
                 raise DeviceError(f"{describe(command)}: the driver is closed; open a new one",
                                   device=self.name)
             if self._dirty:
@@ -308,7 +291,7 @@ class FlexgridWss(TransportOwner):
         sent = frame(command) if self.checksum else command
         stale_allowed = _MAX_STALE_LINES if self._after_resync else 0
         self._after_resync = False
-        self._transport.write((sent + TERMINATOR).encode("ascii"))
+        self._port.transport.write((sent + TERMINATOR).encode("ascii"))
         if self.echo:
             while (echo := self._read_raw(what, self.timeout, "echo")) != sent and stale_allowed:
                 stale_allowed -= 1  # the tail of a reply that came after the resync drained
@@ -333,9 +316,9 @@ class FlexgridWss(TransportOwner):
 
     def _read_raw(self, what: str, timeout: float, expected: str) -> str:
         try:
-            raw = self._transport.read_line(timeout, b"\n")
+            raw = self._port.transport.read_line(timeout, b"\n")
         except DeviceTimeout as exc:
-            raise DeviceTimeout(f"{what}: no {expected}: {_strip_device(exc, self._transport.name)}",
+            raise DeviceTimeout(f"{what}: no {expected}: {_strip_device(exc, self._port.transport.name)}",
                                 device=self.name) from exc
         body = raw.rstrip(b"\r\n")
         if any(b < 0x20 or b > 0x7E for b in body):
@@ -366,12 +349,12 @@ class FlexgridWss(TransportOwner):
 
     def _resync(self) -> None:
         """Drop whatever is in flight: buffered input, then lines until a quiet period."""
-        self._transport.reset_input()
+        self._port.transport.reset_input()
         deadline = time.monotonic() + max(1.0, 20 * self.resync_quiet)
         dropped = 0
         while time.monotonic() < deadline:
             try:
-                line = self._transport.read_line(self.resync_quiet, b"\n")
+                line = self._port.transport.read_line(self.resync_quiet, b"\n")
             except DeviceTimeout:
                 break
             dropped += 1

@@ -1,6 +1,6 @@
 """Pure line codec of the flexgrid WSS driver: route tables, RRA? and error replies, limits.
 
-No I/O; ``drivers.wss`` uses it and re-exports its names.
+No I/O; ``drivers.wss`` uses it.
 """
 
 from __future__ import annotations
@@ -11,16 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from common.errors import ProtocolError, SafetyLimitError
-from drivers.interfaces import Route
-from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
-    ERROR_MEANINGS,
-    FACTORY_PLAN,
-    ChecksumError,
-    WssErrorCode,
-    unframe,
-)
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from drivers.wss_protocol import ERROR_MEANINGS, FACTORY_PLAN, ChecksumError, WssErrorCode, unframe
 
 __all__ = [
     "ATTENUATION_STEP_DB",

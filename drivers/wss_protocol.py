@@ -21,11 +21,8 @@ import re
 from enum import StrEnum
 
 from common.config import FixedPlan
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 
 __all__ = [
-    "BLOCKED_DB",
-    "BLOCKED_PORT",
     "ERROR_MEANINGS",
     "FACTORY_PLAN",
     "FACTORY_WINDOW_THZ",

@@ -103,7 +103,7 @@ def _wss_emulator() -> Callable[[bytes], None]:
 
 
 def _wss_replies() -> Callable[[bytes], None]:
-    from drivers.wss import parse_error_line, parse_rra
+    from drivers.wss_codec import parse_error_line, parse_rra
 
     def run(data: bytes) -> None:
         for line in _lines(data):
@@ -127,7 +127,7 @@ def _scpi_emulator() -> Callable[[bytes], None]:
 
 
 def _scpi_block() -> Callable[[bytes], None]:
-    from drivers.emulators.powermeter import parse_ieee_block
+    from drivers.emulators.scpi import parse_ieee_block
 
     def run(data: bytes) -> None:
         try:

@@ -28,7 +28,8 @@ from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 
-EMULATORS = {"itla": "itla", "wss": "wss", "powermeter": "powermeter", "testbed": "host"}
+EMULATORS = {"itla": "itla_serve", "wss": "wss_serve", "powermeter": "powermeter_serve",
+             "testbed": "host"}
 """`oddl emulate NAME` → the module in drivers.emulators that serves it."""
 
 

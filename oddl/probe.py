@@ -26,6 +26,7 @@ from typing import Any
 from common.config import DeviceConfig, GridConfig, TestbedConfig
 from common.errors import DeviceError, OddlError
 from drivers.interfaces import DeviceIdentity
+from drivers.link_errors import CannotOpen, NoConnection
 
 logger = logging.getLogger(__name__)
 
@@ -206,12 +207,12 @@ def _found(base: DeviceProbe, status: str, kind: str, baud: int, found: DeviceId
 
 
 def _attempt(kind: str, resource: str, baud: int, timeout_s: float,
-             name: str) -> tuple[DeviceIdentity | None, str]:
+             name: str) -> tuple[DeviceIdentity | None, OddlError | None]:
     identify, _ = SERIAL_KINDS[kind]
     try:
-        return identify(resource, baud, timeout_s, name), ""
+        return identify(resource, baud, timeout_s, name), None
     except OddlError as exc:
-        return None, str(exc)
+        return None, exc
 
 
 def probe_serial(dev: DeviceConfig) -> DeviceProbe:
@@ -222,8 +223,8 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
     base = DeviceProbe(dev.id, dev.kind, dev.resource, NO_ANSWER, "")
     if identity is not None:
         return _check_identity(dev, identity, base)
-    if "cannot open" in error:
-        base.status, base.message = CANNOT_OPEN, error
+    if isinstance(error, CannotOpen):
+        base.status, base.message = CANNOT_OPEN, str(error)
         return base
     serial = _is_serial_device(dev.resource)
     # the same kind at the other rates first: bytes of the other protocol could leave a
@@ -260,10 +261,8 @@ def probe_meter(dev: DeviceConfig) -> DeviceProbe:
     try:
         identity = identify_meter(dev.resource, max(dev.timeout_s, 1.0), dev.id)
     except DeviceError as exc:
-        text = str(exc)
-        base.status = (CANNOT_OPEN if "cannot open" in text or "no connection" in text
-                       else NO_ANSWER)
-        base.message = text
+        base.status = CANNOT_OPEN if isinstance(exc, CannotOpen | NoConnection) else NO_ANSWER
+        base.message = str(exc)
         return base
     probe = _check_identity(dev, identity, base)
     model = identity.model.upper()

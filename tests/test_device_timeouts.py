@@ -33,7 +33,7 @@ def test_itla_timeouts_follow_the_testbed_file():
         dev = type(dev)(**{**dev.__dict__, "resource": f"socket://127.0.0.1:{port}"})
         driver = open_driver(dev)
         try:
-            t = driver.timeouts
+            t = driver.link.timeouts
             assert (t.reply_s, t.lock_s, t.enable_s, t.startup_s) == (0.8, 45.0, 60.0, 3.5)
         finally:
             driver.close()

@@ -11,7 +11,8 @@ import pytest
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
-from drivers.emulators.itla import ItlaEmulator, itla_connection_handler, serve_pty
+from drivers.emulators.itla import ItlaEmulator
+from drivers.emulators.itla_serve import itla_connection_handler, serve_pty
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.itla import ItlaDriver
 from drivers.itla_registers import ItlaExecutionError
@@ -84,7 +85,7 @@ def test_grid_change_refused_while_output_on(drv: ItlaDriver, emu: ItlaEmulator)
     assert emu.snapshot()["first_mhz"] == before
     # Bypassing the driver's check, the module itself answers CIE.
     with pytest.raises(ItlaExecutionError, match="CIE ignored while output enabled"):
-        drv.write_register("FCF1", 194)
+        drv.link.write_register("FCF1", 194)
     drv.disable_output()
     drv.configure_grid(194.0, 50.0)
     assert emu.snapshot()["first_mhz"] == 194_000_000
@@ -134,26 +135,26 @@ def test_enable_disable_and_status(drv: ItlaDriver, emu: ItlaEmulator) -> None:
 
 def test_execution_errors_carry_the_nop_code(drv: ItlaDriver) -> None:
     with pytest.raises(ItlaExecutionError, match="RVE range error") as info:
-        drv.write_register("PWR", 2000)
+        drv.link.write_register("PWR", 2000)
     assert info.value.error.mnemonic == "RVE"
     with pytest.raises(ItlaExecutionError, match="RNI register not implemented"):
-        drv.read_register(0x7F)
-    assert drv.read_register("PWR") == 1000
+        drv.link.read_register(0x7F)
+    assert drv.link.read_register("PWR") == 1000
 
 
 def test_one_unanswered_frame_is_recovered_by_resync(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.faults.no_answer = 1
-    assert drv.read_register("Channel") == 1
-    assert drv.resyncs == 1
+    assert drv.link.read_register("Channel") == 1
+    assert drv.link.resyncs == 1
 
 
 def test_a_dead_module_is_a_timeout_and_the_next_command_works(drv: ItlaDriver,
                                                                emu: ItlaEmulator) -> None:
     emu.inject(no_answer_always=True)
     with pytest.raises(DeviceTimeout, match="laser0: no reply to read NOP .*single NOP bytes"):
-        drv.nop()
+        drv.link.nop()
     emu.inject(no_answer_always=False)
-    assert drv.nop() & 0x10
+    assert drv.link.nop() & 0x10
 
 
 def test_a_byte_lost_mid_frame_is_recovered_and_the_next_command_works(
@@ -162,9 +163,9 @@ def test_a_byte_lost_mid_frame_is_recovered_and_the_next_command_works(
     drv.limits()  # read first, so that the byte is lost from the PWR write itself
     emu.faults.lose_byte = 1
     drv.set_power_dbm(11.0)
-    assert drv.resyncs >= 1
+    assert drv.link.resyncs >= 1
     assert emu.snapshot()["power_dbm"] == 11.0
-    assert drv.read_register("PWR") == 1100
+    assert drv.link.read_register("PWR") == 1100
     drv.enable_output()
     assert drv.set_channel(4) >= TTL
     assert drv.state().channel == 4 and drv.state().locked
@@ -175,29 +176,29 @@ def test_garbage_is_retried_transparently_then_gives_up(drv: ItlaDriver,
     emu.faults.garbage = 1
     drv.set_power_dbm(11.0)   # the write ran once; LstRsp fetched its real reply
     assert emu.snapshot()["power_dbm"] == 11.0
-    emu.faults.garbage = drv.retries + 1
+    emu.faults.garbage = drv.link.retries + 1
     with pytest.raises(ProtocolError, match="bad checksum"):
-        drv.read_register("Channel")
-    assert drv.read_register("Channel") == 1
+        drv.link.read_register("Channel")
+    assert drv.link.read_register("Channel") == 1
 
 
 def test_truncated_reply_is_recovered(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.faults.truncate = 1
-    assert drv.read_register("PWR") == 1000
-    assert drv.resyncs == 1
-    assert drv.read_register("Channel") == 1
+    assert drv.link.read_register("PWR") == 1000
+    assert drv.link.resyncs == 1
+    assert drv.link.read_register("Channel") == 1
 
 
 def test_late_reply_then_the_next_commands_work(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.inject(late_next=1, late_next_s=0.6)
     try:  # where the late reply lands in the resync depends on the machine's load
-        assert drv.read_register("PWR") == 1000
+        assert drv.link.read_register("PWR") == 1000
     except (DeviceTimeout, ProtocolError):
         pass
     time.sleep(1.0)  # let the late reply and the answers to the resync bytes arrive
-    drv.timeout_s = 1.0
-    assert drv.read_register("Channel") == 1   # stale replies are dropped or skipped
-    assert drv.read_register("PWR") == 1000
+    drv.link.timeout_s = 1.0
+    assert drv.link.read_register("Channel") == 1   # stale replies are dropped or skipped
+    assert drv.link.read_register("PWR") == 1000
 
 
 def test_execution_failure_fault(drv: ItlaDriver, emu: ItlaEmulator) -> None:
@@ -239,10 +240,10 @@ def test_shared_between_threads(drv: ItlaDriver) -> None:
 
     def worker(name: str) -> None:
         for _ in range(25):
-            got = drv.read_register(name)
+            got = drv.link.read_register(name)
             if got != expected[name]:
                 errors.append(f"{name}={got}")
-        drv.read_string("SerNo")
+        drv.link.read_string("SerNo")
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in expected]
     for t in threads:
@@ -274,8 +275,8 @@ def test_over_a_pty(emu: ItlaEmulator) -> None:
             assert d.set_channel(2) >= TTL
             assert d.frequency_thz() == pytest.approx(193.2)
             emu.faults.lose_byte = 1
-            assert d.read_register("OOP") == 1000
-            assert d.resyncs >= 1
+            assert d.link.read_register("OOP") == 1000
+            assert d.link.resyncs >= 1
             assert d.state().channel == 2
         finally:
             d.close()
@@ -286,7 +287,7 @@ def test_over_a_pty(emu: ItlaEmulator) -> None:
 
 @pytest.mark.parametrize("mode", ["tcp", "pty"])
 def test_cli_serves_until_sigterm(mode: str) -> None:
-    args = [sys.executable, "-m", "drivers.emulators.itla", "--serial", "CLI-1",
+    args = [sys.executable, "-m", "drivers.emulators.itla_serve", "--serial", "CLI-1",
             "--time-to-lock-ms", "5", "--seed", "7"]
     args += ["--pty"] if mode == "pty" else ["--listen", "127.0.0.1:0"]
     proc = start_child(args)
@@ -310,18 +311,18 @@ def test_the_driver_waits_out_the_start_up_window(
     t0 = time.monotonic()
     wire[0].emu = emu = ItlaEmulator(serial_number="EMU-0042", startup_s=0.3)
     drv = ItlaDriver(wire[2], name="laser0", timeout_s=0.5, poll_interval_s=0.01)
-    assert drv.read_register("Channel") == 1   # CII answers retried until the module is ready
+    assert drv.link.read_register("Channel") == 1   # CII answers retried until the module is ready
     assert time.monotonic() - t0 >= 0.3
     t1 = time.monotonic()
-    drv.write_register("ResEna", 0x01)          # module reset: the window opens again
+    drv.link.write_register("ResEna", 0x01)          # module reset: the window opens again
     assert drv.identify().serial_number == "EMU-0042"
     assert time.monotonic() - t1 >= 0.3
     assert "MRL" in drv.status().latched and emu.snapshot()["output_enabled"] is False
     emu.startup_s = 30.0                       # a module that takes long to start ...
-    drv.timeouts.startup_s = 0.05              # ... and a driver configured not to wait
-    drv.write_register("ResEna", 0x01)
+    drv.link.timeouts.startup_s = 0.05              # ... and a driver configured not to wait
+    drv.link.write_register("ResEna", 0x01)
     with pytest.raises(ItlaExecutionError, match="CII"):
-        drv.read_register("Channel")
+        drv.link.read_register("Channel")
 
 
 def test_monitors_and_last_response(drv: ItlaDriver, emu: ItlaEmulator) -> None:
@@ -329,5 +330,5 @@ def test_monitors_and_last_response(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     assert drv.currents_ma() == (150.0, 0.0)
     drv.enable_output()
     assert drv.currents_ma() == (150.0, pytest.approx(70.0))  # 30 mA + 4 mA/mW x 10 mW
-    assert drv.read_register("OPSH") == 1350
+    assert drv.link.read_register("OPSH") == 1350
     assert drv.last_response() == 1350

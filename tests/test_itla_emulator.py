@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from fakes import FakeClock
 
-from drivers.emulators.itla import DARK_DBM, ItlaEmulator, OpticalOutput
+from drivers.emulators.itla import ItlaEmulator, OpticalOutput
+from drivers.emulators.itla_register_model import DARK_DBM
 from drivers.itla_frames import (
     NOP_MRDY,
     Reply,

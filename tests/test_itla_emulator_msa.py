@@ -10,11 +10,8 @@ import pytest
 from fakes import FakeClock
 
 from common.errors import ConfigError
-from drivers.emulators.itla import (
-    ItlaEmulator,
-    add_arguments,
-    itla_connection_handler,
-)
+from drivers.emulators.itla import ItlaEmulator
+from drivers.emulators.itla_serve import add_arguments, itla_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.itla_frames import NOP_MRDY, Reply, Status, decode_reply, encode_request
 from drivers.itla_registers import register

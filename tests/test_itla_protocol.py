@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
-from fakes import FakeClock
+from fakes import FakeClock, ScriptedWire
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.interfaces import TunableTransceiver
@@ -12,50 +14,15 @@ from drivers.itla_frames import Status, encode_reply, encode_request
 from drivers.itla_registers import ItlaExecutionError, register
 
 
-class ScriptedLink:
-    """A fake transport: each write must match the next scripted frame; its reply is then read.
-
-    A reply of None means the device stays silent. Leftover script lines fail the test.
-    """
-
-    name = "scripted"
-
-    def __init__(self, script: list[tuple[str, str | None]]) -> None:
-        self._script = [(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
-                        for sent, reply in script]
-        self._rx = b""
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert self._script, f"unexpected frame {data.hex(' ')}: the script is used up"
-        sent, reply = self._script.pop(0)
-        assert data.hex(" ") == sent.hex(" "), "frame differs from the script"
-        self._rx += reply or b""
-
-    def read_exact(self, n: int, timeout: float) -> bytes:
-        if len(self._rx) < n:
-            got, self._rx = len(self._rx), b""
-            raise DeviceTimeout(f"no answer (got {got} of {n} bytes)", device=self.name)
-        out, self._rx = self._rx[:n], self._rx[n:]
-        return out
-
-    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
-        raise AssertionError("ITLA never reads lines")
-
-    def reset_input(self) -> None:
-        self._rx = b""
-
-    def close(self) -> None:
-        self.closed = True
-
-    def assert_all_consumed(self) -> None:
-        left = [(s.hex(" "), r.hex(" ") if r else None) for s, r in self._script]
-        assert not left, f"script lines never sent: {left}"
+def scripted_link(script: Iterable[tuple[str, str | None]]) -> ScriptedWire:
+    """A scripted transport from hex frames: (request sent, reply or None for silence)."""
+    return ScriptedWire([(bytes.fromhex(sent), None if reply is None else bytes.fromhex(reply))
+                         for sent, reply in script])
 
 
-def make_driver(script: list[tuple[str, str | None]], *, poll: float = 0.01,
-                clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedLink]:
-    link = ScriptedLink(script)
+def make_driver(script: Iterable[tuple[str, str | None]], *, poll: float = 0.01,
+                clock: FakeClock | None = None) -> tuple[ItlaDriver, ScriptedWire]:
+    link = scripted_link(script)
     clk = clock or FakeClock(100.0)
     drv = ItlaDriver(link, name="laser0", poll_interval_s=poll, clock=clk, sleep=clk.sleep)
     return drv, link
@@ -119,7 +86,7 @@ def test_execution_error_reads_nop_and_names_the_code() -> None:
     drv, link = make_driver([("91 31 07 d0", "31 31 00 00"),   # PWR = 20.00 dBm -> XE
                              ("00 00 00 00", "20 00 00 13")])  # NOP: MRDY, RVE
     with pytest.raises(ItlaExecutionError, match="RVE range error") as info:
-        drv.write_register("PWR", 2000)
+        drv.link.write_register("PWR", 2000)
     assert info.value.error.code == 3 and info.value.device == "laser0"
     assert "limits()" in str(info.value)
     link.assert_all_consumed()
@@ -128,20 +95,20 @@ def test_execution_error_reads_nop_and_names_the_code() -> None:
 def test_bad_checksum_reply_is_fetched_again_with_lstrsp() -> None:
     drv, link = make_driver([("30 30 00 00", "00 30 00 05"),   # checksum nibble wrong
                              ("b8 30 00 00", "60 30 00 05")])  # LstRsp: resend last reply
-    assert drv.read_register("Channel") == 5
+    assert drv.link.read_register("Channel") == 5
     link.assert_all_consumed()
 
 
 def test_ce_reply_resends_the_request_unchanged() -> None:
     drv, link = make_driver([("30 30 00 00", "b8 30 00 00"),   # CE: module saw a bad checksum
                              ("30 30 00 00", "60 30 00 05")])
-    assert drv.read_register("Channel") == 5
+    assert drv.link.read_register("Channel") == 5
     link.assert_all_consumed()
 
 
 def test_stale_reply_for_another_register_is_skipped() -> None:
     drv, link = make_driver([("30 30 00 00", "70 31 03 e8 60 30 00 05")])
-    assert drv.read_register("Channel") == 5
+    assert drv.link.read_register("Channel") == 5
     link.assert_all_consumed()
 
 
@@ -151,7 +118,7 @@ def test_corrupt_replies_give_up_with_protocol_error() -> None:
                              # giving up, the driver leaves the link framed for the next command
                              ("00", None), ("00", None), ("00", None), ("00", "10 00 00 10")])
     with pytest.raises(ProtocolError, match="3 exchanges for read Channel failed"):
-        drv.read_register("Channel")
+        drv.link.read_register("Channel")
     link.assert_all_consumed()
 
 
@@ -160,7 +127,7 @@ def test_silence_or_short_reply_is_a_timeout_naming_device_and_fix(reply: str | 
     drv, link = make_driver([("30 30 00 00", reply), *RESYNC_SILENT])
     with pytest.raises(DeviceTimeout, match=r"laser0: no reply to read Channel .*nor to 4 single "
                        r"NOP bytes; check the cable"):
-        drv.read_register("Channel")
+        drv.link.read_register("Channel")
     link.assert_all_consumed()
 
 
@@ -169,14 +136,14 @@ def test_read_string_through_aea_and_ear() -> None:
     drv, link = make_driver([("40 04 00 00", "f2 04 00 09"),   # SerNo -> AEA, 9 bytes
                              (ear, "30 0b 45 4d"), (ear, "40 0b 55 2d"), (ear, "b0 0b 30 30"),
                              (ear, "a0 0b 30 31"), (ear, "b0 0b 00 00")])
-    assert drv.read_string("SerNo") == "EMU-0001"
+    assert drv.link.read_string("SerNo") == "EMU-0001"
     link.assert_all_consumed()
 
 
 def test_read_only_register_is_refused_before_sending() -> None:
     drv, link = make_driver([])
     with pytest.raises(DeviceError, match="read-only; nothing was sent"):
-        drv.write_register("LF1", 1)
+        drv.link.write_register("LF1", 1)
     link.assert_all_consumed()
 
 
@@ -219,7 +186,7 @@ def test_wait_pending_times_out_naming_the_fix() -> None:
     pending = ("00 00 00 00", "23 00 01 00")
     drv, link = make_driver([pending, pending, pending], poll=0.25)
     with pytest.raises(DeviceTimeout, match=r"still pending at the deadline .*disable_output"):
-        drv.wait_pending(timeout=0.5)
+        drv.link.wait_pending(timeout=0.5)
     link.assert_all_consumed()
 
 
@@ -249,7 +216,7 @@ def test_context_exit_switches_off_and_closes_but_close_alone_does_not() -> None
     drv2.close()
     assert link2.closed
     with pytest.raises(DeviceError, match="closed"):
-        drv2.nop()
+        drv2.link.nop()
 
 
 def test_shutdown_still_closes_when_the_laser_is_silent() -> None:
@@ -281,8 +248,8 @@ def test_silence_resynchronises_with_single_nop_bytes_then_repeats_the_request()
     drv, link = make_driver([(_req("Channel"), None),
                              ("00", _rep("Channel", ce=True)),
                              (_req("Channel"), _rep("Channel", 5))])
-    assert drv.read_register("Channel") == 5
-    assert drv.resyncs == 1
+    assert drv.link.read_register("Channel") == 5
+    assert drv.link.resyncs == 1
     link.assert_all_consumed()
 
 
@@ -291,7 +258,7 @@ def test_resync_sends_up_to_four_bytes_when_the_module_holds_nothing() -> None:
     # fourth NOP byte makes a whole (NOP) frame that it answers.
     drv, link = make_driver([(_req("OOP"), None), ("00", None), ("00", None), ("00", None),
                              ("00", "10 00 00 10"), (_req("OOP"), _rep("OOP", 1000))])
-    assert drv.read_register("OOP") == 1000
+    assert drv.link.read_register("OOP") == 1000
     link.assert_all_consumed()
 
 
@@ -300,7 +267,7 @@ def test_a_write_whose_reply_was_lost_is_read_back_not_sent_twice() -> None:
                              *[("00", None)] * 3, ("00", "10 00 00 10"),
                              (_req("PWR"), _rep("PWR", 1100)),   # already holds the value
                              READY])
-    assert drv.write_register("PWR", 1100) is Status.OK
+    assert drv.link.write_register("PWR", 1100) is Status.OK
     link.assert_all_consumed()
 
 
@@ -309,7 +276,7 @@ def test_a_write_that_never_arrived_is_sent_again_after_resync() -> None:
                              ("00", _rep("PWR", ce=True)),
                              (_req("PWR"), _rep("PWR", 1000)),   # still the old value
                              (_req("PWR", 1100, True), _rep("PWR", 1100))])
-    assert drv.write_register("PWR", 1100) is Status.OK
+    assert drv.link.write_register("PWR", 1100) is Status.OK
     link.assert_all_consumed()
 
 
@@ -318,24 +285,24 @@ def test_a_second_ce_means_shifted_frames_and_resynchronises() -> None:
     drv, link = make_driver([(_req("Channel"), ce), (_req("Channel"), ce),
                              ("00", _rep("Channel", ce=True)),
                              (_req("Channel"), _rep("Channel", 3))])
-    assert drv.read_register("Channel") == 3
-    assert drv.resyncs == 1
+    assert drv.link.read_register("Channel") == 3
+    assert drv.link.resyncs == 1
     link.assert_all_consumed()
 
 
 def test_commands_refused_while_initialising_are_retried() -> None:
     cii = [(_req("Channel"), _rep("Channel", status=Status.XE)), ("00 00 00 00", _rep("NOP", 0x05))]
     drv, link = make_driver([*cii, *cii, (_req("Channel"), _rep("Channel", 1))], poll=0.5)
-    assert drv.read_register("Channel") == 1
+    assert drv.link.read_register("Channel") == 1
     link.assert_all_consumed()
 
 
 def test_initialising_longer_than_the_startup_timeout_names_the_setting() -> None:
     cii = [(_req("Channel"), _rep("Channel", status=Status.XE)), ("00 00 00 00", _rep("NOP", 0x05))]
     drv, link = make_driver(cii * 3, poll=0.5)
-    drv.timeouts.startup_s = 1.0
+    drv.link.timeouts.startup_s = 1.0
     with pytest.raises(ItlaExecutionError, match=r"CII .*timeouts.startup_s") as info:
-        drv.read_register("Channel")
+        drv.link.read_register("Channel")
     assert info.value.error.mnemonic == "CII"
     link.assert_all_consumed()
 
@@ -355,25 +322,25 @@ def test_timeouts_come_from_the_configuration() -> None:
     drv, link = make_driver([*LIMITS, *GRID_100,
                              (_req("Channel", 2, True), _rep("Channel", 2, Status.CP)),
                              pending, pending], poll=1.0)  # polled at 1 s and 2 s
-    drv.timeouts.lock_s = 2.0
+    drv.link.timeouts.lock_s = 2.0
     with pytest.raises(DeviceTimeout, match="tuning to channel 2 still pending"):
         drv.set_channel(2)
     link.assert_all_consumed()
 
 
 def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
-    from drivers.itla import ItlaTimeouts
+    from drivers.itla_timeouts import ItlaTimeouts
 
     with pytest.raises(ValueError, match="enable_s=0"):
         ItlaTimeouts(enable_s=0)
     with pytest.raises(ValueError, match="lock_s=nan"):
         ItlaTimeouts(lock_s=float("nan"))
     shared = ItlaTimeouts(lock_s=12.0)
-    a = ItlaDriver(ScriptedLink([]), timeouts=shared, timeout_s=0.5)
-    b = ItlaDriver(ScriptedLink([]), timeouts=shared)
-    a.timeouts.lock_s = 1.0
-    assert (a.timeout_s, a.timeouts.lock_s) == (0.5, 1.0)
-    assert (b.timeout_s, b.timeouts.lock_s, shared.lock_s) == (0.25, 12.0, 12.0)
+    a = ItlaDriver(scripted_link([]), timeouts=shared, timeout_s=0.5)
+    b = ItlaDriver(scripted_link([]), timeouts=shared)
+    a.link.timeouts.lock_s = 1.0
+    assert (a.link.timeout_s, a.link.timeouts.lock_s) == (0.5, 1.0)
+    assert (b.link.timeout_s, b.link.timeouts.lock_s, shared.lock_s) == (0.25, 12.0, 12.0)
 
 
 def test_temps_are_signed_hundredths_through_aea() -> None:
@@ -386,13 +353,13 @@ def test_temps_are_signed_hundredths_through_aea() -> None:
 
 def test_without_link_recovery_silence_fails_at_once() -> None:
     """For probing a port at several baud rates: no NOP bytes, no second try."""
-    link = ScriptedLink([(_req("NOP"), None)])
+    link = scripted_link([(_req("NOP"), None)])
     drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
     with pytest.raises(DeviceTimeout, match="probe: no reply to read NOP within"):
-        drv.nop()
+        drv.link.nop()
     link.assert_all_consumed()
-    link = ScriptedLink([(_req("NOP"), "00 00 00 05")])   # garbage at a wrong baud rate
+    link = scripted_link([(_req("NOP"), "00 00 00 05")])   # garbage at a wrong baud rate
     drv = ItlaDriver(link, name="probe", retries=0, recover_link=False)
     with pytest.raises(ProtocolError, match="bad checksum"):
-        drv.nop()
+        drv.link.nop()
     link.assert_all_consumed()

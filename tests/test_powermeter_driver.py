@@ -11,13 +11,13 @@ import pyvisa
 from fakes import FakeClock, Optics
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from drivers.emulators.powermeter import (
-    PowerMeterEmulator,
-    powermeter_connection_handler,
-)
+from drivers.emulators.powermeter import PowerMeterEmulator
+from drivers.emulators.powermeter_serve import powermeter_connection_handler
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.interfaces import DeviceIdentity
+from drivers.link_errors import CannotOpen, NoConnection
 from drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
+from drivers.transport import SerialTransport
 
 
 @pytest.fixture
@@ -255,13 +255,18 @@ def test_close_releases_and_later_calls_fail(resource: str) -> None:
     meter.close()   # idempotent
 
 
-def test_nothing_listening_is_a_device_error() -> None:
+def test_nothing_listening_is_a_typed_link_error() -> None:
     # pyvisa-py may report a refused connection only on first use, so cover both places
-    with pytest.raises(DeviceError, match="cannot open|no connection"):
+    with pytest.raises((CannotOpen, NoConnection), match="cannot open|no connection"):
         with PowerMeter("TCPIP0::127.0.0.1::1::SOCKET", timeout_s=0.3) as meter:
             meter.identify()
-    with pytest.raises(DeviceError, match="cannot open"):
+    with pytest.raises(CannotOpen, match="cannot open"):
         PowerMeter("TCPIP0::127.0.0.1::1::NOT-A-RESOURCE", timeout_s=0.3)
+
+
+def test_a_serial_url_that_cannot_be_opened_is_cannot_open() -> None:
+    with pytest.raises(CannotOpen, match="cannot open"):
+        SerialTransport("socket://127.0.0.1:1", name="x", timeout=0.2)
 
 
 def test_frames_are_logged_with_the_device_name(pm: PowerMeter,

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.errors import ConfigError
-from drivers.emulators.powermeter import (
+from drivers.emulators.powermeter import PowerMeterEmulator
+from drivers.emulators.powermeter_serve import (
     MAX_LINE_BYTES,
-    PowerMeterEmulator,
     add_arguments,
     powermeter_connection_handler,
 )
@@ -267,7 +267,7 @@ def test_add_arguments_defaults_and_validation() -> None:
 @pytest.mark.e2e
 def test_run_prints_resource_serves_and_stops_on_sigterm() -> None:
     code = ("import argparse, sys\n"
-            "from drivers.emulators import powermeter as m\n"
+            "from drivers.emulators import powermeter_serve as m\n"
             "p = argparse.ArgumentParser(); m.add_arguments(p)\n"
             "sys.exit(m.run(p.parse_args(sys.argv[1:])))\n")
     with start_child([sys.executable, "-c", code, "--constant-dbm", "-4.25",

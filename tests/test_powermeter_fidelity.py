@@ -14,13 +14,10 @@ from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drivers.emulators.powermeter import (
-    TOO_LOW_READING,
-    PowerMeterEmulator,
-    parse_ieee_block,
-    powermeter_connection_handler,
-)
-from drivers.emulators.scpi import LineSplitter, ScpiError, parse_number
+from drivers.emulators.powermeter import PowerMeterEmulator
+from drivers.emulators.powermeter_model import TOO_LOW_READING
+from drivers.emulators.powermeter_serve import powermeter_connection_handler
+from drivers.emulators.scpi import LineSplitter, ScpiError, parse_ieee_block, parse_number
 from drivers.emulators.tcpserve import TcpEmulatorServer
 from drivers.powermeter import PowerMeter
 

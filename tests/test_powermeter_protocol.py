@@ -6,8 +6,7 @@ import struct
 
 import numpy as np
 import pytest
-from pyvisa import constants
-from pyvisa.errors import VisaIOError
+from fakes import ScriptedVisaResource, ScriptedWire
 
 from common.errors import DeviceError, ProtocolError
 from drivers.emulators.scpi import ieee_block
@@ -16,51 +15,14 @@ from drivers.powermeter import PowerMeter
 NO_ERROR = (":SYST:ERR?", '+0,"No error"')
 
 
-class ScriptedResource:
-    """Stands in for a pyvisa resource: each write must match the script; reads replay it."""
-
-    def __init__(self, script: list[tuple[str, str | bytes | None]]) -> None:
-        self.script = list(script)
-        self.pending = b""
-        self.timeout = 1000.0
-        self.closed = False
-
-    def write(self, message: str) -> int:
-        assert self.script, f"unexpected write {message!r}"
-        sent, reply = self.script.pop(0)
-        assert message == sent
-        if isinstance(reply, bytes):
-            self.pending += reply
-        elif reply is not None:
-            self.pending += (reply + "\n").encode()
-        return len(message)
-
-    def read(self) -> str:
-        line, sep, self.pending = self.pending.partition(b"\n")
-        if not sep:
-            raise VisaIOError(constants.StatusCode.error_timeout)
-        return line.decode("ascii")
-
-    def read_raw(self) -> bytes:
-        return self.read().encode() + b"\n"
-
-    def read_bytes(self, count: int, break_on_termchar: bool = False) -> bytes:
-        if len(self.pending) < count:
-            raise VisaIOError(constants.StatusCode.error_timeout)
-        out, self.pending = self.pending[:count], self.pending[count:]
-        return out
-
-    def close(self) -> None:
-        self.closed = True
-
-    def assert_all_consumed(self) -> None:
-        assert not self.script, f"not sent: {self.script}"
-        assert not self.pending, f"not read: {self.pending!r}"
-
-
 def scripted(script: list[tuple[str, str | bytes | None]]) -> tuple[PowerMeter,
-                                                                    ScriptedResource]:
-    link = ScriptedResource(script)
+                                                                    ScriptedVisaResource]:
+    """A meter on a scripted resource: (line sent, answer line, raw bytes, or None)."""
+    def reply(answer: str | bytes | None) -> bytes | None:
+        return answer if not isinstance(answer, str) else (answer + "\n").encode("ascii")
+
+    link = ScriptedWire([((sent + "\n").encode("ascii"), reply(answer))
+                         for sent, answer in script]).visa()
     return PowerMeter.from_resource(link, name="pm-x"), link  # type: ignore[arg-type]
 
 

@@ -12,10 +12,12 @@ from fakes import LAB_WSS_PLAN as LAB
 
 from common.errors import DeviceTimeout, ProtocolError
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, WssFaults, wss_connection_handler
+from drivers.emulators.wss import WssEmulator, WssFaults
+from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, InvalidRouteTable, WssCommandError, WssLimits
+from drivers.wss import FlexgridWss, WssCommandError
+from drivers.wss_codec import InvalidRouteTable, WssLimits
 from drivers.wss_protocol import WssErrorCode
 
 BLOCKED = Route(99, BLOCKED_DB)

@@ -22,10 +22,12 @@ from common.config import (
 )
 from common.errors import ConfigError
 from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, wss_connection_handler
+from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss_serve import wss_connection_handler
 from drivers.interfaces import BLOCKED_DB, Route
 from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, InvalidRouteTable
+from drivers.wss import FlexgridWss
+from drivers.wss_codec import InvalidRouteTable
 from drivers.wss_protocol import FACTORY_PLAN
 from oddl.launch import RunningTestbed, write_config
 

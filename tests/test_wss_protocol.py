@@ -4,63 +4,13 @@ codec and checksum framing: test_wss_codec)."""
 from __future__ import annotations
 
 import pytest
+from fakes import ScriptedWire
 
 from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
 from drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
-from drivers.wss import (
-    ERROR_FIXES,
-    FlexgridWss,
-    InvalidRouteTable,
-    WssCommandError,
-    WssLimits,
-)
-from drivers.wss_protocol import (
-    WssErrorCode,
-    frame,
-)
-
-
-class ScriptedTransport:
-    """A Transport that expects exact writes and replays canned replies; fails on leftovers."""
-
-    def __init__(self, script: list[tuple[bytes, bytes]]) -> None:
-        self.name = "scripted"
-        self._script = list(script)
-        self._pending = bytearray()
-        self.closed = False
-        self.resets = 0
-
-    def write(self, data: bytes) -> None:
-        assert self._script, f"unexpected write {data!r}: the script is used up"
-        expected, reply = self._script.pop(0)
-        assert data == expected, f"sent {data!r}, script expected {expected!r}"
-        self._pending += reply
-
-    def read_exact(self, n: int, timeout: float) -> bytes:
-        if len(self._pending) < n:
-            raise DeviceTimeout("scripted: not enough reply bytes", device=self.name)
-        out = bytes(self._pending[:n])
-        del self._pending[:n]
-        return out
-
-    def read_line(self, timeout: float, terminator: bytes = b"\n") -> bytes:
-        i = self._pending.find(terminator)
-        if i < 0:
-            raise DeviceTimeout("scripted: no complete line left", device=self.name)
-        out = bytes(self._pending[:i + len(terminator)])
-        del self._pending[:i + len(terminator)]
-        return out
-
-    def reset_input(self) -> None:
-        self.resets += 1
-        self._pending.clear()
-
-    def close(self) -> None:
-        self.closed = True
-
-    def assert_all_consumed(self) -> None:
-        assert not self._script, f"script not used up: {self._script!r}"
-        assert not self._pending, f"reply bytes not read: {bytes(self._pending)!r}"
+from drivers.wss import ERROR_FIXES, FlexgridWss, WssCommandError
+from drivers.wss_codec import InvalidRouteTable, WssLimits
+from drivers.wss_protocol import WssErrorCode, frame
 
 
 def ok(command: bytes, *result: bytes) -> tuple[bytes, bytes]:
@@ -69,8 +19,8 @@ def ok(command: bytes, *result: bytes) -> tuple[bytes, bytes]:
     return command + b"\r\n", reply
 
 
-def make(script: list[tuple[bytes, bytes]], **kw: object) -> tuple[FlexgridWss, ScriptedTransport]:
-    link = ScriptedTransport(script)
+def make(script: list[tuple[bytes, bytes]], **kw: object) -> tuple[FlexgridWss, ScriptedWire]:
+    link = ScriptedWire(script)
     return FlexgridWss(link, name="wss-a", resync_quiet=0.0, **kw), link  # type: ignore[arg-type]
 
 

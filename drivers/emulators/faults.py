@@ -17,8 +17,10 @@ from typing import Any, ClassVar, Self
 from common.errors import ConfigError
 
 
+@dataclass
 class FaultSettings:
-    """Validation and construction shared by every emulator's fault dataclass."""
+    """Validation and construction shared by every emulator's fault dataclass (a dataclass
+    without fields itself: each emulator's subclass adds them)."""
 
     LABEL: ClassVar[str] = "device"
 
@@ -27,7 +29,7 @@ class FaultSettings:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field with an impossible value."""
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value: Any = getattr(self, f.name)
             kind = str(f.type)
             where = f"{self.LABEL} faults: {f.name} = {value!r}"
@@ -46,7 +48,7 @@ class FaultSettings:
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> Self:
         """Build from a config mapping; unknown keys and bad values raise ConfigError."""
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{cls.LABEL} faults: unknown key(s) {', '.join(unknown)}; "
@@ -59,7 +61,7 @@ class FaultSettings:
 
     def merged(self, changes: Mapping[str, object]) -> Self:
         """A copy with `changes` applied (ConfigError for unknown names or bad values)."""
-        merged = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        merged = {f.name: getattr(self, f.name) for f in fields(self)}
         unknown = sorted(set(changes) - set(merged))
         if unknown:
             raise ConfigError(f"{self.LABEL} faults: unknown key(s) {', '.join(unknown)}")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from common.config import (
-    EMULATED,
     DeviceConfig,
     TestbedConfig,
     dump_testbed,
@@ -117,9 +116,12 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
 def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
                   port: int) -> None:
     """Start the emulator of one emulated device and its TCP server (`port` 0: any)."""
-    from drivers.emulators.itla import ItlaEmulator, itla_connection_handler
-    from drivers.emulators.powermeter import PowerMeterEmulator, powermeter_connection_handler
-    from drivers.emulators.wss import WssEmulator, wss_connection_handler
+    from drivers.emulators.itla import ItlaEmulator
+    from drivers.emulators.itla_serve import itla_connection_handler
+    from drivers.emulators.powermeter import PowerMeterEmulator
+    from drivers.emulators.powermeter_serve import powermeter_connection_handler
+    from drivers.emulators.wss import WssEmulator
+    from drivers.emulators.wss_serve import wss_connection_handler
 
     grid, timing = tb.cfg.grid, tb.cfg.timing
     serial = dev.serial or f"EMU-{dev.id}"
@@ -285,4 +287,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EMULATED", "EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]
+__all__ = ["EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]

@@ -8,11 +8,12 @@ Layers, innermost first:
   ``clock``.
 - ``ItlaEmulator.optical_output(now)``: the physical read-out for the optical fabric.
 - ``ItlaRegisterModel`` (``drivers.emulators.itla_register_model``): the registers behind
-  the core, with the rules reconstructed where the MSA text was not at hand.
+  the core, which the emulator owns; the rules reconstructed where the MSA text was not at
+  hand are in ``drivers.emulators.itla_register_rules``.
 - ``itla_serve``: ``itla_connection_handler(emulator)`` serves the core over TCP
   (``TcpEmulatorServer``), ``serve_pty(emulator)`` on a pseudo-terminal any serial-port
   software can open, ``add_arguments(parser)`` / ``run(args)`` are the ``oddl emulate itla``
-  hooks (importable from here too).
+  hooks; ``python -m drivers.emulators.itla_serve`` runs it stand-alone.
 
 Behaviour taken from the MSA: frame layout and BIP-4 checksum; statuses OK/XE/AEA/CP; NOP
 error codes; strings served through AEA (the read returns AEA and the byte count, EAR returns
@@ -49,21 +50,15 @@ from typing import Any
 
 from common.errors import ConfigError
 from drivers.emulators.faults import LinkFaults
-from drivers.emulators.itla_register_model import DARK_DBM, ItlaRegisterModel
+from drivers.emulators.itla_register_model import ItlaRegisterModel, ItlaTiming
 from drivers.itla_frames import checksum_ok
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DARK_DBM",
     "ItlaEmulator",
     "ItlaFaults",
     "OpticalOutput",
-    "add_arguments",
-    "itla_connection_handler",
-    "main",
-    "run",
-    "serve_pty",
 ]
 
 
@@ -101,7 +96,7 @@ class ItlaFaults(LinkFaults):
     """Pending operations never finish (until this is cleared, or a reset / output off)."""
 
 
-class ItlaEmulator(ItlaRegisterModel):
+class ItlaEmulator:
     """An emulated ITLA: a 4-byte frame in, a 4-byte reply out, with timed tuning.
 
     The laser covers ``channels`` channels from ``first_thz`` at ``spacing_ghz`` (that is its
@@ -139,33 +134,68 @@ class ItlaEmulator(ItlaRegisterModel):
         first = round(first_thz * 1e6)
         last = first + (channels - 1) * round(spacing_ghz * 1e3)
         self.serial_number = serial_number
-        self.time_to_lock_s = time_to_lock_s
-        self.lock_jitter_s = lock_jitter_s
-        self.enable_time_s = enable
-        self.startup_s = startup_s
+        self.timing = ItlaTiming(time_to_lock_s=time_to_lock_s, enable_time_s=enable,
+                                 startup_s=startup_s, lock_jitter_s=lock_jitter_s)
+        """The module's timing; a change applies from the next operation (startup_s: reset)."""
         self.faults = faults if faults is not None else ItlaFaults()
-        self._clock = clock
         self.on_change: Callable[[], None] | None = None
         """Called after every request (the emulated fabric recomputes where light goes)."""
+        self._clock = clock
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
-        self._lfl = min(first, last)
-        self._lfh = max(first, last)
-        self._opsl = round(low_dbm * 100)
-        self._opsh = round(high_dbm * 100)
-        self._lgrid = round(min_grid_ghz * 1e3)
-        self._ftfr = fine_tune_mhz
-        self._defaults = (first, round(spacing_ghz * 1e3), round(power_dbm * 100))
-        self._strings = {"devtyp": "CW ITLA", "mfgr": manufacturer, "model": model,
-                         "serno": serial_number, "mfgdate": "2024-01-01", "release": "1.3.0",
-                         "relback": "1.0.0"}
-        self._power_on()
+        strings = {"devtyp": "CW ITLA", "mfgr": manufacturer, "model": model,
+                   "serno": serial_number, "mfgdate": "2024-01-01", "release": "1.3.0",
+                   "relback": "1.0.0"}
+        self._registers = ItlaRegisterModel(
+            serial_number=serial_number, timing=self.timing,
+            frequency_range_mhz=(min(first, last), max(first, last)),
+            power_range=(round(low_dbm * 100), round(high_dbm * 100)),
+            min_grid_mhz=round(min_grid_ghz * 1e3), fine_tune_mhz=fine_tune_mhz,
+            defaults=(first, round(spacing_ghz * 1e3), round(power_dbm * 100)),
+            strings=strings, clock=clock, rng=self._rng, faults=lambda: self.faults)
+
+    # -- timing, as configured (the register model reads the same ``timing``) --
+    @property
+    def time_to_lock_s(self) -> float:
+        """Seconds from a tune with the output on to lock (plus jitter)."""
+        return self.timing.time_to_lock_s
+
+    @time_to_lock_s.setter
+    def time_to_lock_s(self, value: float) -> None:
+        self.timing.time_to_lock_s = value
+
+    @property
+    def enable_time_s(self) -> float:
+        """Seconds from output enable to stable light (plus jitter)."""
+        return self.timing.enable_time_s
+
+    @enable_time_s.setter
+    def enable_time_s(self, value: float) -> None:
+        self.timing.enable_time_s = value
+
+    @property
+    def startup_s(self) -> float:
+        """Initialisation window after power-up or MR, in seconds."""
+        return self.timing.startup_s
+
+    @startup_s.setter
+    def startup_s(self, value: float) -> None:
+        self.timing.startup_s = value
+
+    @property
+    def lock_jitter_s(self) -> float:
+        """Upper bound of the uniform random time added to each lock and enable."""
+        return self.timing.lock_jitter_s
+
+    @lock_jitter_s.setter
+    def lock_jitter_s(self, value: float) -> None:
+        self.timing.lock_jitter_s = value
 
     # -- state --
     def reset(self) -> None:
         """Power-cycle: every register back to its power-on value, output off, MRL latched."""
         with self._lock:
-            self._power_on()
+            self._registers.power_on()
         logger.info("ITLA emulator %s: reset", self.serial_number)
 
     def inject(self, **changes: object) -> None:
@@ -177,21 +207,16 @@ class ItlaEmulator(ItlaRegisterModel):
     def optical_output(self, now: float | None = None) -> OpticalOutput | None:
         """The light out at `now` (default: the clock), or None when dark (off, pending, reset)."""
         with self._lock:
-            t = self._clock() if now is None else now
-            if not self._emitting(t):
-                return None
-            mhz = self._channel_mhz(self._channel) + self._ftf
-            return OpticalOutput(mhz / 1e6, self._pwr / 100)
+            light = self._registers.light(self._clock() if now is None else now)
+        if light is None:
+            return None
+        mhz, power = light
+        return OpticalOutput(mhz / 1e6, power / 100)
 
     def snapshot(self) -> dict[str, Any]:
         """The emulated state as plain values (for tests and logs)."""
         with self._lock:
-            self._settle(self._clock())
-            return {"output_enabled": self._sena, "pending": self._pending is not None,
-                    "channel": self._channel, "power_dbm": self._pwr / 100,
-                    "first_mhz": self._fcf_mhz(), "grid_mhz": self._grid_mhz(),
-                    "ftf_mhz": self._ftf, "regs": dict(self._regs),
-                    "aea": (self._aea, self._aea_pos)}
+            return self._registers.snapshot(self._clock())
 
     # -- frames --
 
@@ -213,16 +238,13 @@ class ItlaEmulator(ItlaRegisterModel):
     def _light_state(self) -> tuple[Any, ...]:
         """What the emitted light depends on (compared around a request: reads change none)."""
         with self._lock:
-            return (self._sena, self._pending, self._channel, self._ftf, self._pwr,
-                    self._fcf_mhz(), self._grid_mhz())
+            return self._registers.light_state()
 
     def transitions(self, now: float) -> list[float]:
         """Future instants at which the light changes by itself (the end of a tuning)."""
         with self._lock:
-            p = self._pending
-            if p is None or self.faults.stuck_pending or p.until <= now:
-                return []
-            return [p.until]
+            until = self._registers.pending_until()
+        return [] if until is None or until <= now else [until]
 
     def _respond(self, frame: bytes) -> tuple[bytes | None, float]:
         if len(frame) != 4:
@@ -235,12 +257,12 @@ class ItlaEmulator(ItlaRegisterModel):
                 delay += f.late_next_s
             if f.reset_next:
                 f.reset_next = False
-                self._power_on()
+                self._registers.power_on()
                 logger.info("ITLA emulator %s: injected reset", self.serial_number)
                 return None, 0.0
             if f.drop_answer(self._rng):
                 return None, 0.0
-            reply = self._execute(frame, self._clock())
+            reply = self._registers.execute(frame, self._clock())
             if f.garble_answer(self._rng):
                 return self._garbage(), delay
             if f.truncate > 0:
@@ -264,15 +286,3 @@ class ItlaEmulator(ItlaRegisterModel):
             raw[0] ^= 0x10  # make sure the checksum nibble is wrong
         return bytes(raw)
 
-
-# The servers and the command line live in itla_serve; these names stay importable from here.
-from drivers.emulators.itla_serve import (  # noqa: E402
-    add_arguments,
-    itla_connection_handler,
-    main,
-    run,
-    serve_pty,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

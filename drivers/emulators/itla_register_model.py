@@ -1,42 +1,9 @@
 """The register model of the emulated ITLA: power-on state, reads, writes and timed operations.
 
-``ItlaRegisterModel._execute(frame, now)`` turns one 4-byte request into its 4-byte reply;
+``ItlaRegisterModel.execute(frame, now)`` turns one 4-byte request into its 4-byte reply;
 ``drivers.emulators.itla.ItlaEmulator`` adds the lock, faults and optical read-out around it.
 
-Reconstruction (chosen here where the MSA text was not at hand; the driver does not depend on
-the details beyond what it checks):
-
-- CE reply: status OK, CE set, register byte echoed, data 0; the previous reply stays the
-  "last response"; CEL is latched in StatusF/StatusW. Nothing else changes.
-- XE replies carry data 0. The NOP error field holds the error of the last command other than
-  NOP (0 after a success); reading NOP does not clear it.
-- NOP: pending flags in bits 15-8 (bit 8 output enable, bit 9 channel tune, bit 10 fine tune),
-  MRDY (bit 4) when nothing is pending, error field in bits 3-0. While an operation is pending a
-  NOP read answers with status CP (so hosts that poll until CP ends and hosts that poll until
-  ``NOP & 0xFF00`` is 0 both work); otherwise OK.
-- Pending: enabling the output (ResEna SENA 0 -> 1), a Channel write and an FTF write *while the
-  output is on* answer CP and stay pending for ``time_to_lock_s + U(0, lock_jitter_s)``. With
-  the output off, Channel/FCF/GRID/FTF writes complete at once (OK): there is no light to tune,
-  and the new frequency is acquired during the next enable. While pending, every write except
-  NOP and ResEna is refused with XE/CIP; reads are served. Writing ResEna without SENA switches
-  the output off and aborts the pending operation; SR (bit 1) does the same and ends any AEA
-  read; MR (bit 0) answers OK and then restores the power-on state.
-- ChannelH is stored when written and takes effect with the next Channel write (which tunes to
-  ChannelH:Channel); reading ChannelH returns the value written.
-- Enabling with the current channel outside LFL..LFH (after an FCF/GRID change) is XE/IVC.
-- Ranges (RVE): Channel >= 1 with FCF + (ch - 1) x GRID inside LFL..LFH; PWR inside OPSL..OPSH;
-  FCF1 inside the THz parts of LFL..LFH; FCF2 <= 9999; FCF3 <= 99; |GRID2| <= 99; |FTF| <= FTFR;
-  GRID must be able to reach LGrid (|GRID| x 100 + 99 >= LGrid in MHz) and |GRID| <= 10000.
-- Writes to read-only registers: RNW; to EAR: ERO. Unknown registers: RNI (implemented: those
-  listed in ``_IMPLEMENTED``).
-- StatusF/StatusW: DIS (bit 12) while the output is off; FPWR/FFREQ (F) and WPWR/WFREQ (W) and
-  ALM while an operation is pending with the output on (not locked); latched MRL after power-up
-  and resets, CEL after a bad checksum, XEL after any XE; writing 1 to a latched bit clears it.
-- OOP reads the power set-point when light is out, otherwise -40.00 dBm (``DARK_DBM``). LF1-3
-  always read the target frequency of the current channel (plus FTF).
-- LstResp (0x13) reads the data word of the reply sent before it, echoing register 0x13, and
-  leaves that reply as the last response. Temps: [chip 35.00 degC, case 25.00 degC];
-  Currents: [TEC 150.0 mA, diode 0 without light, else 30 mA + 4 mA per mW].
+The rules reconstructed where the MSA text was not at hand: ``itla_register_rules``.
 """
 
 from __future__ import annotations
@@ -46,8 +13,24 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from drivers.emulators.itla_register_rules import (
+    ALM_BIT,
+    CEL_BIT,
+    CIE_REGISTERS,
+    IMPLEMENTED,
+    MONITOR_REGISTERS,
+    MRL_BIT,
+    PENDING_ENABLE,
+    PENDING_FINE,
+    PENDING_TUNE,
+    PLAIN_RW,
+    READ_ONLY,
+    STRING_REGISTERS,
+    XEL_BIT,
+    NopError,
+)
 from drivers.itla_frames import (
     NOP_MRDY,
     RESENA_MR,
@@ -61,45 +44,17 @@ from drivers.itla_frames import (
 )
 from drivers.itla_registers import DIS_BIT, FREQ_BIT, PWR_BIT
 
-if TYPE_CHECKING:
-    from drivers.emulators.itla import ItlaFaults
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["DARK_DBM", "ItlaRegisterModel"]
+__all__ = ["DARK_DBM", "ItlaRegisterModel", "ItlaTiming", "WriteFaults"]
 
 DARK_DBM = -40.0
 """What OOP reports when no light is out (output off, tuning, after a reset)."""
 
-PENDING_ENABLE = 0x01
-PENDING_TUNE = 0x02
-PENDING_FINE = 0x04
-
-ALM_BIT = 1 << 14
-MRL_BIT = 1 << 5
-CEL_BIT = 1 << 6
-XEL_BIT = 1 << 7
-
-RNI, RNW, RVE, CIP, CII, ERE, ERO, EXF, CIE, IVC = (0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9,
-                                                     0xA)
-
-_STRINGS = {0x01: "devtyp", 0x02: "mfgr", 0x03: "model", 0x04: "serno", 0x05: "mfgdate",
-            0x06: "release", 0x07: "relback"}
-_MONITORS = {0x57: "currents", 0x58: "temps"}
-"""AEA monitor registers: Currents (0.1 mA words) and Temps (0.01 degC words)."""
-_READ_ONLY = {0x09, 0x0A, 0x13, 0x40, 0x41, 0x42, 0x43, 0x4F, 0x50, 0x51, 0x52, 0x53, 0x54, 0x55,
-              0x56, 0x68, 0x69, 0x6A, 0x6B} | set(_STRINGS) | set(_MONITORS)
-_PLAIN_RW = {0x08: 0x0000, 0x0D: 0x0000, 0x22: 200, 0x23: 100, 0x24: 50, 0x25: 20, 0x26: 500,
-             0x27: 300, 0x28: 0x0000, 0x29: 0x0000, 0x2A: 0x0D0F, 0x33: 0x0004}
-"""Registers stored as written (GenCfg, IOCap, thresholds, triggers, MCB) with power-on values."""
-_TUNING = {0x30, 0x31, 0x32, 0x34, 0x35, 0x36, 0x62, 0x65, 0x66, 0x67}
-_IMPLEMENTED = ({0x00, 0x0B, 0x20, 0x21} | _READ_ONLY | set(_PLAIN_RW) | _TUNING)
-_CIE_REGISTERS = {0x34, 0x35, 0x36, 0x66, 0x67}
-"""FCF1/2/3 and GRID/GRID2: refused with CIE while the output is on."""
-
 
 def _signed(word: int) -> int:
     return word - 0x10000 if word & 0x8000 else word
+
 
 @dataclass
 class _Pending:
@@ -107,32 +62,53 @@ class _Pending:
     until: float
 
 
+@dataclass
+class ItlaTiming:
+    """How long the module takes (s): to lock after a tune, to enable, to start up; jitter."""
+
+    time_to_lock_s: float
+    enable_time_s: float
+    startup_s: float
+    lock_jitter_s: float
+
+
+class WriteFaults(Protocol):
+    """The injected faults the registers obey (``ItlaFaults`` has them)."""
+
+    stuck_pending: bool
+    error_next_write: int
+
 
 class ItlaRegisterModel:
     """The registers of one emulated ITLA and the operations they start (tuning, enabling).
 
-    Not locked and not faulty by itself: ``ItlaEmulator`` calls it under its lock and sets the
-    fields below in its constructor.
+    Not locked and not faulty by itself: ``ItlaEmulator`` owns one and calls it under its lock.
+    Frequencies in MHz and powers in 0.01 dBm, as the registers hold them; `faults` returns the
+    emulator's fault settings in force (they may be replaced while it runs).
     """
 
-    serial_number: str
-    time_to_lock_s: float
-    lock_jitter_s: float
-    enable_time_s: float
-    startup_s: float
-    faults: ItlaFaults
-    _clock: Callable[[], float]
-    _rng: random.Random
-    _lfl: int
-    _lfh: int
-    _opsl: int
-    _opsh: int
-    _lgrid: int
-    _ftfr: int
-    _defaults: tuple[int, int, int]
-    _strings: dict[str, str]
+    def __init__(self, *, serial_number: str, timing: ItlaTiming,
+                 frequency_range_mhz: tuple[int, int], power_range: tuple[int, int],
+                 min_grid_mhz: int, fine_tune_mhz: int,
+                 defaults: tuple[int, int, int], strings: dict[str, str],
+                 clock: Callable[[], float], rng: random.Random,
+                 faults: Callable[[], WriteFaults]) -> None:
+        self.serial_number = serial_number
+        self.timing = timing
+        self._lfl, self._lfh = frequency_range_mhz
+        self._opsl, self._opsh = power_range
+        self._lgrid = min_grid_mhz
+        self._ftfr = fine_tune_mhz
+        self._defaults = defaults
+        """First channel's frequency (MHz), grid spacing (MHz), power (0.01 dBm) at power-on."""
+        self._strings = strings
+        self._clock = clock
+        self._rng = rng
+        self._faults = faults
+        self.power_on()
 
-    def _power_on(self) -> None:
+    def power_on(self) -> None:
+        """Every register back to its power-on value, output off, MRL latched."""
         first, spacing, power = self._defaults
         self._sena = False
         self._pending: _Pending | None = None
@@ -143,14 +119,14 @@ class ItlaRegisterModel:
         self._grid = int(math.copysign(abs(spacing) // 100, spacing))
         self._grid2 = spacing - self._grid * 100
         self._ftf = 0
-        self._regs = dict(_PLAIN_RW)
+        self._regs = dict(PLAIN_RW)
         self._latch_f = MRL_BIT
         self._latch_w = MRL_BIT
         self._last_error = 0
         self._aea: bytes | None = None
         self._aea_pos = 0
         self._last_reply = encode_reply(0x00, NOP_MRDY)
-        self._ready_at = self._clock() + self.startup_s
+        self._ready_at = self._clock() + self.timing.startup_s
 
     def _fcf_mhz(self) -> int:
         return self._fcf1 * 1_000_000 + self._fcf2 * 100 + self._fcf3
@@ -165,7 +141,7 @@ class ItlaRegisterModel:
         return self._lfl <= mhz <= self._lfh
 
     def _settle(self, now: float) -> None:
-        if (self._pending is not None and not self.faults.stuck_pending
+        if (self._pending is not None and not self._faults().stuck_pending
                 and now >= self._pending.until):
             self._pending = None
 
@@ -173,15 +149,41 @@ class ItlaRegisterModel:
         if not self._sena:
             return False
         p = self._pending
-        return p is None or (not self.faults.stuck_pending and now >= p.until)
+        return p is None or (not self._faults().stuck_pending and now >= p.until)
 
     def _start_pending(self, flag: int, now: float) -> None:
-        delay = self.enable_time_s if flag == PENDING_ENABLE else self.time_to_lock_s
-        if self.lock_jitter_s > 0:
-            delay += self._rng.uniform(0.0, self.lock_jitter_s)
+        t = self.timing
+        delay = t.enable_time_s if flag == PENDING_ENABLE else t.time_to_lock_s
+        if t.lock_jitter_s > 0:
+            delay += self._rng.uniform(0.0, t.lock_jitter_s)
         self._pending = _Pending(flag, now + delay)
 
-    def _execute(self, frame: bytes, now: float) -> bytes:
+    def light(self, now: float) -> tuple[int, int] | None:
+        """The light out at `now`: (frequency in MHz, power in 0.01 dBm), or None when dark."""
+        if not self._emitting(now):
+            return None
+        return self._channel_mhz(self._channel) + self._ftf, self._pwr
+
+    def light_state(self) -> tuple[object, ...]:
+        """What the emitted light depends on (compared around a request: reads change none)."""
+        return (self._sena, self._pending, self._channel, self._ftf, self._pwr,
+                self._fcf_mhz(), self._grid_mhz())
+
+    def pending_until(self) -> float | None:
+        """When the operation in progress finishes (None: none, or stuck by a fault)."""
+        p = self._pending
+        return None if p is None or self._faults().stuck_pending else p.until
+
+    def snapshot(self, now: float) -> dict[str, object]:
+        """The registers' state at `now` as plain values (for tests and logs)."""
+        self._settle(now)
+        return {"output_enabled": self._sena, "pending": self._pending is not None,
+                "channel": self._channel, "power_dbm": self._pwr / 100,
+                "first_mhz": self._fcf_mhz(), "grid_mhz": self._grid_mhz(),
+                "ftf_mhz": self._ftf, "regs": dict(self._regs), "aea": (self._aea, self._aea_pos)}
+
+    def execute(self, frame: bytes, now: float) -> bytes:
+        """Turn one 4-byte request into its 4-byte reply at time `now`."""
         if not checksum_ok(frame):
             self._latch_f |= CEL_BIT
             self._latch_w |= CEL_BIT
@@ -192,7 +194,7 @@ class ItlaRegisterModel:
         self._settle(now)
         if now < self._ready_at and req.register != 0x00:
             # Initialising after power-up or MR: only NOP is served (its MRDY bit reads 0).
-            reply = self._xe(req.register, CII)
+            reply = self._xe(req.register, NopError.CII)
         elif req.register == 0x13 and not req.write:
             # LstResp: the data word of the reply sent before this one; like the LstRsp bit,
             # reading it leaves that reply as the "last response".
@@ -250,25 +252,25 @@ class ItlaRegisterModel:
         if reg == 0x00:
             status = Status.CP if self._pending is not None else Status.OK
             return encode_reply(reg, self._nop_word(), status)
-        if reg in _STRINGS:
-            self._aea = self._strings[_STRINGS[reg]].encode("ascii", "replace") + b"\0"
+        if reg in STRING_REGISTERS:
+            self._aea = self._strings[STRING_REGISTERS[reg]].encode("ascii", "replace") + b"\0"
             self._aea_pos = 0
             return self._ok(reg, len(self._aea), Status.AEA)
-        if reg in _MONITORS:
-            words = self._monitor_words(_MONITORS[reg], now)
+        if reg in MONITOR_REGISTERS:
+            words = self._monitor_words(MONITOR_REGISTERS[reg], now)
             self._aea = b"".join((w & 0xFFFF).to_bytes(2, "big") for w in words)
             self._aea_pos = 0
             return self._ok(reg, len(self._aea), Status.AEA)
         if reg == 0x0B:
             if self._aea is None or self._aea_pos >= len(self._aea):
                 self._aea = None
-                return self._xe(reg, ERE)
+                return self._xe(reg, NopError.ERE)
             chunk = self._aea[self._aea_pos:self._aea_pos + 2].ljust(2, b"\0")
             self._aea_pos += 2
             return self._ok(reg, int.from_bytes(chunk, "big"))
         value = self._register_value(reg, now)
         if value is None:
-            return self._xe(reg, RNI)
+            return self._xe(reg, NopError.RNI)
         return self._ok(reg, value & 0xFFFF)
 
     def _register_value(self, reg: int, now: float) -> int | None:
@@ -296,19 +298,19 @@ class ItlaRegisterModel:
     def _write(self, reg: int, data: int, now: float) -> bytes:
         if reg == 0x00:
             return self._read(reg, now)
-        if reg not in _IMPLEMENTED:
-            return self._xe(reg, RNI)
+        if reg not in IMPLEMENTED:
+            return self._xe(reg, NopError.RNI)
         if reg == 0x0B:
-            return self._xe(reg, ERO)
-        if reg in _READ_ONLY:
-            return self._xe(reg, RNW)
+            return self._xe(reg, NopError.ERO)
+        if reg in READ_ONLY:
+            return self._xe(reg, NopError.RNW)
         if self._pending is not None and reg != 0x32:
-            return self._xe(reg, CIP)
-        if self.faults.error_next_write > 0:
-            self.faults.error_next_write -= 1
-            return self._xe(reg, EXF)
-        if reg in _CIE_REGISTERS and self._sena:
-            return self._xe(reg, CIE)
+            return self._xe(reg, NopError.CIP)
+        if self._faults().error_next_write > 0:
+            self._faults().error_next_write -= 1
+            return self._xe(reg, NopError.EXF)
+        if reg in CIE_REGISTERS and self._sena:
+            return self._xe(reg, NopError.CIE)
         value = _signed(data)
         if reg == 0x20 or reg == 0x21:
             if reg == 0x20:
@@ -324,7 +326,7 @@ class ItlaRegisterModel:
         if reg == 0x30:
             channel = self._channel_h << 16 | data
             if channel < 1 or not self._in_range(self._channel_mhz(channel)):
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._channel = channel
             return self._tuned(reg, data, PENDING_TUNE, now)
         if reg == 0x65:
@@ -332,12 +334,12 @@ class ItlaRegisterModel:
             return self._ok(reg, data)
         if reg == 0x31:
             if not self._opsl <= value <= self._opsh:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._pwr = value
             return self._ok(reg, data)
         if reg == 0x62:
             if abs(value) > self._ftfr:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._ftf = value
             return self._tuned(reg, data, PENDING_FINE, now)
         return self._write_grid(reg, data, value)
@@ -352,30 +354,30 @@ class ItlaRegisterModel:
     def _write_grid(self, reg: int, data: int, value: int) -> bytes:
         if reg == 0x35:
             if not self._lfl // 1_000_000 <= data <= self._lfh // 1_000_000:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._fcf1 = data
         elif reg == 0x36:
             if data > 9999:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._fcf2 = data
         elif reg == 0x67:
             if data > 99:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._fcf3 = data
         elif reg == 0x34:
             if abs(value) * 100 + 99 < self._lgrid or abs(value) > 10000:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._grid = value
         else:  # 0x66 GRID2
             if abs(value) > 99:
-                return self._xe(reg, RVE)
+                return self._xe(reg, NopError.RVE)
             self._grid2 = value
         return self._ok(reg, data)
 
     def _write_resena(self, data: int, now: float) -> bytes:
         if data & RESENA_MR:
             reply = self._ok(0x32, data)
-            self._power_on()
+            self.power_on()
             logger.info("ITLA emulator %s: module reset (MR)", self.serial_number)
             return reply
         if data & RESENA_SR:
@@ -389,10 +391,10 @@ class ItlaRegisterModel:
             return self._ok(0x32, data)
         if self._sena:
             if self._pending is not None:
-                return self._xe(0x32, CIP)
+                return self._xe(0x32, NopError.CIP)
             return self._ok(0x32, data)
         if not self._in_range(self._channel_mhz(self._channel)):
-            return self._xe(0x32, IVC)
+            return self._xe(0x32, NopError.IVC)
         self._sena = True
         self._start_pending(PENDING_ENABLE, now)
         return self._ok(0x32, data, Status.CP)

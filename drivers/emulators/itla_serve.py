@@ -12,13 +12,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from drivers.emulators.cli import listen_arg, milliseconds_arg, serve_tcp_or_pty
+from drivers.emulators.itla import ItlaEmulator
 from drivers.emulators.ptyserve import Pty
-
-if TYPE_CHECKING:
-    from drivers.emulators.itla import ItlaEmulator
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +117,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated ITLA; print its address (URL or pty path) once; stop on SIGINT/SIGTERM."""
-    from drivers.emulators.itla import ItlaEmulator
-
     enable_ms = args.enable_ms
     emulator = ItlaEmulator(serial_number=args.serial, time_to_lock_s=args.time_to_lock_ms / 1000,
                             enable_time_s=None if enable_ms is None else enable_ms / 1000,
@@ -132,10 +127,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.itla [options]``."""
+    """Stand-alone entry point: ``python -m drivers.emulators.itla_serve [options]``."""
     parser = argparse.ArgumentParser(
         prog="itla_emulator",
         description="Emulator of an OIF-ITLA-MSA tunable laser, byte for byte the protocol of "
                     "``drivers.itla``.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

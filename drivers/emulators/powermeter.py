@@ -21,13 +21,12 @@ seeing). Reconstructed (no source found, chosen to be plausible) and listed in t
 "sensitivity too low" value +9.91E+37 (dBm mode), setting a channel while it logs stops the
 logging, zeroing fails when light is on the input, ``:TRIG:CONF?`` and ``SYST:TIME?`` formats.
 
-The instrument itself (channel settings, readings, logging) lives in
-`powermeter_model.MeterModel`, its command handlers and header table in
-`powermeter_commands.MeterCommands`; this module adds the SCPI loop, the error queue and status
-registers, and faults; `powermeter_serve` the TCP handler and the command line (importable from
-here too).
+The emulator owns three collaborators: the instrument itself (channel settings, readings,
+logging, the error queue) is a `powermeter_model.MeterModel`; its command handlers and header
+table a `powermeter_commands.MeterCommands` over that model; this module adds the SCPI loop,
+the status registers and faults; `powermeter_serve` the TCP handler and the command line.
 
-Run stand-alone with ``python -m drivers.emulators.powermeter --constant-dbm -3``.
+Run stand-alone with ``python -m drivers.emulators.powermeter_serve --constant-dbm -3``.
 """
 
 from __future__ import annotations
@@ -44,30 +43,25 @@ from drivers.emulators.faults import FaultSettings
 from drivers.emulators.powermeter_commands import MeterCommands
 from drivers.emulators.powermeter_model import (
     ALL_BLOCK_UNITS,
-    TOO_LOW_READING,
+    MeterModel,
     PowerSource,
     Response,
 )
 from drivers.emulators.scpi import (
     ESR_OPC,
     PLAIN,
-    SCPI_ERRORS,
     ScpiError,
     StatusRegisters,
-    ieee_block,
     match_header,
     nr1,
     one_parameter,
-    parse_ieee_block,
     parse_number,
     tokenize_header,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ERROR_QUEUE_SIZE", "MAX_LINE_BYTES", "SCPI_ERRORS", "TOO_LOW_READING",
-           "PowerMeterEmulator", "PowerMeterFaults", "Reply", "ieee_block", "parse_ieee_block",
-           "powermeter_connection_handler", "add_arguments", "run"]
+__all__ = ["ERROR_QUEUE_SIZE", "PowerMeterEmulator", "PowerMeterFaults", "Reply"]
 
 ERROR_QUEUE_SIZE = 30
 MANUFACTURER = "Keysight Technologies"
@@ -100,7 +94,7 @@ class Reply:
     drop_connection: bool = False
 
 
-class PowerMeterEmulator(MeterCommands):
+class PowerMeterEmulator:
     """A stateful N7744A/N7745A twin; thread-safe, one instance shared by all connections."""
 
     def __init__(self, *, channels: int = 4, power_source: PowerSource | None = None,
@@ -118,36 +112,26 @@ class PowerMeterEmulator(MeterCommands):
         self.channels = channels
         self.model = "N7745A" if channels > 4 else "N7744A"
         self.serial_number = serial_number
-        self.power_source = power_source
-        self.noise_db = noise_db
-        self.noise_floor_dbm = noise_floor_dbm
-        self.all_block_unit = all_block_unit
         self.faults = faults or PowerMeterFaults()
         self.lines_handled = 0
         self.responses_sent = 0
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._time_offset_s = 0.0
-        self._rng = random.Random(seed)
+        self._meter = MeterModel(channels=channels, power_source=power_source,
+                                 noise_db=noise_db, noise_floor_dbm=noise_floor_dbm,
+                                 all_block_unit=all_block_unit, clock=clock,
+                                 wall_clock=wall_clock, rng=random.Random(seed))
+        self._commands = MeterCommands(self._meter)
         self._garbage_rng = random.Random(seed + 1)
         self._lock = threading.RLock()
         self._progress = threading.Condition(self._lock)
-        self._errors: list[int] = []
         self._status = StatusRegisters()
-        self._ch = []
-        self._trigger_config = "DEF"
-        self._origin = 0.0
-        self._answer_after_s = 0.0  # how long the line being handled takes (READ?)
-        self.power_cycle()
-        self._commands = self._build_commands()
 
     # ----- public helpers for tests and the integrator -------------------------------------
 
     def power_cycle(self) -> None:
         """Return to the power-on state: *RST settings, empty error queue, no logging data."""
         with self._lock:
-            self._preset()
-            self._errors.clear()
+            self._meter.preset()
+            self._meter.errors.clear()
             self._status = StatusRegisters()
 
     def inject(self, **changes: object) -> None:
@@ -163,13 +147,13 @@ class PowerMeterEmulator(MeterCommands):
         if not 1 <= channel <= self.channels:
             raise ValueError(f"channel {channel}: this meter has channels 1..{self.channels}")
         with self._lock:
-            if self._trigger_config != "DIS":
-                self._input_trigger(channel)
+            if self._meter.trigger_config != "DIS":
+                self._meter.input_trigger(channel)
 
     def error_codes(self) -> list[int]:
         """The codes on the error queue, oldest first, without draining it."""
         with self._lock:
-            return list(self._errors)
+            return list(self._meter.errors)
 
     def wait_for_lines(self, count: int, timeout: float = 5.0) -> bool:
         """Block until at least `count` lines were handled in total; False on timeout."""
@@ -205,7 +189,7 @@ class PowerMeterEmulator(MeterCommands):
                 return Reply(None, drop_connection=True)
             text = raw.rstrip(b"\r").decode("ascii", errors="replace")
             response = self.handle_line(text)
-            delay = self._answer_after_s + faults.answer_delay_s
+            delay = self._meter.answer_after_s + faults.answer_delay_s
             if response is None or faults.no_answer:
                 return Reply(None)
             data = response if isinstance(response, bytes) else response.encode("ascii")
@@ -229,10 +213,10 @@ class PowerMeterEmulator(MeterCommands):
         """
         with self._lock:
             self.lines_handled += 1
-            self._answer_after_s = 0.0
+            self._meter.answer_after_s = 0.0
             self._progress.notify_all()
             for ch in range(1, self.channels + 1):
-                self._advance_logging(ch)
+                self._meter.advance_logging(ch)
             responses: list[Response] = []
             for unit in line.split(";"):
                 if not unit.strip():
@@ -257,10 +241,10 @@ class PowerMeterEmulator(MeterCommands):
 
     def _push_error(self, code: int) -> None:
         self._status.note_error(code)
-        if len(self._errors) >= ERROR_QUEUE_SIZE:
-            self._errors[-1] = -350
+        if len(self._meter.errors) >= ERROR_QUEUE_SIZE:
+            self._meter.errors[-1] = -350
         else:
-            self._errors.append(code)
+            self._meter.errors.append(code)
 
     def _execute(self, unit: str) -> Response | None:
         if any(not (" " <= c <= "~" or c == "\t") for c in unit):
@@ -276,7 +260,7 @@ class PowerMeterEmulator(MeterCommands):
         if header.startswith(":"):
             header = header[1:]
         tokens = tokenize_header(header)
-        for command in self._commands:
+        for command in self._commands.table:
             matched = match_header(command.nodes, tokens)
             if matched is not None:
                 break
@@ -294,11 +278,11 @@ class PowerMeterEmulator(MeterCommands):
         if query and params:
             raise ScpiError(-108)
         targets = [channel] if command.channelled else range(1, self.channels + 1)
-        logging_before = {ch for ch in targets if self._ch[ch - 1].log_running}
+        logging_before = {ch for ch in targets if self._meter.state(ch).log_running}
         response = command.handler(channel, params, query)
         if not query and command.stops_logging:
             for ch in logging_before:
-                self._stop_logging(ch)
+                self._meter.stop_logging(ch)
         return response
 
     def _common(self, header: str, params: list[str], query: bool) -> Response | None:
@@ -320,17 +304,17 @@ class PowerMeterEmulator(MeterCommands):
             "*ESR": lambda: nr1(self._status.read_and_clear_esr()),
             "*ESE": lambda: nr1(self._status.ese),
             "*SRE": lambda: nr1(self._status.sre),
-            "*STB": lambda: nr1(self._status.status_byte(bool(self._errors))),
+            "*STB": lambda: nr1(self._status.status_byte(bool(self._meter.errors))),
         }
         if query:
             if header not in queries:
                 raise ScpiError(-113)
             return queries[header]()
         if header == "*RST":
-            self._preset()  # the error queue and status registers stay
+            self._meter.preset()  # the error queue and status registers stay
             return None
         if header == "*CLS":
-            self._errors.clear()
+            self._meter.errors.clear()
             self._status.esr = 0
             return None
         if header == "*OPC":
@@ -340,15 +324,3 @@ class PowerMeterEmulator(MeterCommands):
             return None
         raise ScpiError(-113)
 
-
-# The servers and the command line live in powermeter_serve; these names stay importable here.
-from drivers.emulators.powermeter_serve import (  # noqa: E402
-    MAX_LINE_BYTES,
-    add_arguments,
-    main,
-    powermeter_connection_handler,
-    run,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """The SCPI command handlers of the emulated N7744A/N7745A and the table that routes headers to them.
 
-``MeterCommands`` adds to ``MeterModel`` (the instrument's state and measurements) one handler
+``MeterCommands`` works on a ``MeterModel`` (the instrument's state and measurements): one handler
 per command of the programming guide the emulator speaks: per-channel settings, logging,
 readings, triggering and SYSTem. Every handler takes (channel, parameters, is_query) and
-returns the response or None; bad input raises ScpiError. ``_build_commands`` is the header
+returns the response or None; bad input raises ScpiError. ``table`` is the header
 table ``PowerMeterEmulator`` matches each program message unit against.
 docs/reference/devices/powermeter.md gives the source of each behaviour.
 """
@@ -85,12 +85,19 @@ def _two_parameters(params: list[str]) -> tuple[str, str]:
     return params[0], params[1]
 
 
-class MeterCommands(MeterModel):
-    """The command handlers; mixed into PowerMeterEmulator, which holds its lock around each."""
+class MeterCommands:
+    """The command handlers over one `MeterModel`, and their header table (``table``).
+
+    ``PowerMeterEmulator`` owns one and holds its lock around each handler.
+    """
+
+    def __init__(self, meter: MeterModel) -> None:
+        self.meter = meter
+        self.table = self._build_commands()
 
     def _flag(self, ch: int, params: list[str], query: bool, name: str) -> Response | None:
         """A boolean setting of channel `ch` named `name` (query: 0 or 1)."""
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return boolean(getattr(c, name))
         setattr(c, name, parse_boolean(one_parameter(params)))
@@ -100,7 +107,7 @@ class MeterCommands(MeterModel):
                 choices: dict[str, str]) -> Response | None:
         """A setting of channel `ch` named `name` that takes one of `choices` (query: its
         short form)."""
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return str(getattr(c, name))
         setattr(c, name, parse_choice(one_parameter(params), choices))
@@ -110,7 +117,7 @@ class MeterCommands(MeterModel):
                         units: dict[str, float], bounds: tuple[float, float],
                         default: float) -> Response | None:
         """A numeric setting of channel `ch` named `name`, in `units`, inside `bounds`."""
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return nr3(getattr(c, name))
         setattr(c, name, parse_number(one_parameter(params), units, *bounds, default))
@@ -124,12 +131,12 @@ class MeterCommands(MeterModel):
 
     def _wavelength_all(self, ch: int, params: list[str], query: bool) -> Response | None:
         metres = parse_number(one_parameter(params), LENGTH_UNITS, *WAVELENGTH_RANGE_M, 1550e-9)
-        for c in self._ch:
+        for c in self.meter.channel_states:
             c.wavelength_m = metres
         return None
 
     def _unit(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return boolean(c.unit_watt)
         choices = {"0": "DBM", "+0": "DBM", "DBM": "DBM", "1": "W", "+1": "W", "W": "W",
@@ -138,7 +145,7 @@ class MeterCommands(MeterModel):
         return None
 
     def _averaging(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return nr3(c.averaging_s)
         c.averaging_s = parse_number(one_parameter(params), TIME_UNITS, *AVERAGING_RANGE_S, 0.1)
@@ -151,9 +158,9 @@ class MeterCommands(MeterModel):
     def _range(self, ch: int, params: list[str], query: bool) -> Response | None:
         """RANG: the manual range in dBm (nearest 10 dB step); setting it ends auto ranging.
         RANG? is always in dBm; with auto ranging it is the range the last reading needed."""
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
-            level = self._current(ch).dbm if c.auto_range else None
+            level = self.meter.current(ch).dbm if c.auto_range else None
             if level is not None:
                 return nr3(float(next((r for r in POWER_RANGES_DBM if level <= r),
                                       POWER_RANGES_DBM[-1])))
@@ -176,19 +183,19 @@ class MeterCommands(MeterModel):
 
     def _zero(self, ch: int, params: list[str], query: bool) -> Response | None:
         """ZERO: measure the electrical offset (needs a dark input); ZERO? 0 = it worked."""
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return nr1(c.zero_result)
         if params:
             raise ScpiError(-108)
-        sample = self._measure(ch)
+        sample = self.meter.measure(ch)
         c.zero_result = 0 if sample.dbm is None or sample.dbm < ZERO_LIGHT_LIMIT_DBM else 1
         return None
 
     def _zero_all(self, ch: int, params: list[str], query: bool) -> Response | None:
         if query:
-            return nr1(max(c.zero_result for c in self._ch))
-        for n in range(1, self.channels + 1):
+            return nr1(max(c.zero_result for c in self.meter.channel_states))
+        for n in range(1, self.meter.channels + 1):
             self._zero(n, params, False)
         return None
 
@@ -199,7 +206,7 @@ class MeterCommands(MeterModel):
     # ----- logging ------------------------------------------------------------------------
 
     def _log_parameters(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return f"{nr1(c.log_points)},{nr3(c.log_averaging_s)}"
         first, second = _two_parameters(params)
@@ -209,25 +216,25 @@ class MeterCommands(MeterModel):
         return None
 
     def _function_state(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return f"{c.log_function},{'PROGRESS' if c.log_running else 'COMPLETE'}"
         first, second = _two_parameters(params)
         function = parse_choice(first, {"LOGG": "LOGG", "LOGGING": "LOGG", "NONE": "NONE"})
         action = parse_choice(second, {"STAR": "STAR", "START": "STAR", "STOP": "STOP"})
         if action == "STOP":
-            self._stop_logging(ch)
+            self.meter.stop_logging(ch)
             return None
         if function == "NONE":
             raise ScpiError(-224)
         c.log_function = _LOGGING_FUNCTION
         c.log_running = True
         c.log_samples = []
-        c.log_start = self._clock() if c.trigger_input == "IGN" else None
+        c.log_start = self.meter.clock() if c.trigger_input == "IGN" else None
         return None
 
     def _function_result(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if c.log_running:
             raise ScpiError(-230)
         return ieee_block(struct.pack(f"<{len(c.log_samples)}f", *c.log_samples))
@@ -235,50 +242,50 @@ class MeterCommands(MeterModel):
     # ----- readings -----------------------------------------------------------------------
 
     def _fetch(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return nr3(self._value(ch, self._current(ch)))
+        return nr3(self.meter.value(ch, self.meter.current(ch)))
 
     def _read(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return nr3(self._value(ch, self._triggered(ch)))
+        return nr3(self.meter.value(ch, self.meter.triggered(ch)))
 
     def _all(self, take: Callable[[int], Sample], in_watts: bool) -> list[float]:
-        samples = [take(ch) for ch in range(1, self.channels + 1)]
+        samples = [take(ch) for ch in range(1, self.meter.channels + 1)]
         if in_watts:
             return [s.watts for s in samples]
-        return [self._value(ch, s) for ch, s in enumerate(samples, start=1)]
+        return [self.meter.value(ch, s) for ch, s in enumerate(samples, start=1)]
 
     def _block(self, values: list[float]) -> bytes:
         return ieee_block(struct.pack(f"<{len(values)}f", *values))
 
     def _fetch_all_block(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return self._block(self._all(self._current, self.all_block_unit == "watt"))
+        return self._block(self._all(self.meter.current, self.meter.all_block_unit == "watt"))
 
     def _read_all_block(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return self._block(self._all(self._triggered, self.all_block_unit == "watt"))
+        return self._block(self._all(self.meter.triggered, self.meter.all_block_unit == "watt"))
 
     def _fetch_all_csv(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return ",".join(nr3(v) for v in self._all(self._current, False))
+        return ",".join(nr3(v) for v in self._all(self.meter.current, False))
 
     def _read_all_csv(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return ",".join(nr3(v) for v in self._all(self._triggered, False))
+        return ",".join(nr3(v) for v in self._all(self.meter.triggered, False))
 
     def _all_config(self, ch: int, params: list[str], query: bool) -> Response | None:
         """Slot and channel of every value of the ALL blocks: uint16 pairs (slot, 1)."""
-        pairs = [v for slot in range(1, self.channels + 1) for v in (slot, 1)]
+        pairs = [v for slot in range(1, self.meter.channels + 1) for v in (slot, 1)]
         return ieee_block(struct.pack(f"<{len(pairs)}H", *pairs))
 
     def _continuous(self, ch: int, params: list[str], query: bool) -> Response | None:
-        c = self._ch[ch - 1]
+        c = self.meter.state(ch)
         if query:
             return boolean(c.continuous)
         c.continuous = parse_boolean(one_parameter(params))
         if not c.continuous and c.last is None:
-            self._take(ch)
+            self.meter.take(ch)
         return None
 
     def _initiate(self, ch: int, params: list[str], query: bool) -> Response | None:
         if params:
             raise ScpiError(-108)
-        self._take(ch)
+        self.meter.take(ch)
         return None
 
     # ----- triggering ---------------------------------------------------------------------
@@ -293,31 +300,31 @@ class MeterCommands(MeterModel):
         """:TRIG NODEA is a trigger at the input connector; NODEB one at the output connector,
         which comes back to the input only in loop-back configuration."""
         node = parse_choice(one_parameter(params), _TRIGGER_NODES)
-        if self._trigger_config == "DIS":
+        if self.meter.trigger_config == "DIS":
             return None
-        if node == "A" or self._trigger_config == "LOOP":
-            for n in range(1, self.channels + 1):
-                self._input_trigger(n)
+        if node == "A" or self.meter.trigger_config == "LOOP":
+            for n in range(1, self.meter.channels + 1):
+                self.meter.input_trigger(n)
         return None
 
     def _trigger_configuration(self, ch: int, params: list[str], query: bool) -> Response | None:
         if query:
-            return self._trigger_config
-        self._trigger_config = parse_choice(one_parameter(params), _TRIGGER_CONFIGS)
+            return self.meter.trigger_config
+        self.meter.trigger_config = parse_choice(one_parameter(params), _TRIGGER_CONFIGS)
         return None
 
     # ----- system -------------------------------------------------------------------------
 
     def _system_error(self, ch: int, params: list[str], query: bool) -> Response | None:
-        if not self._errors:
+        if not self.meter.errors:
             return NO_ERROR
-        return format_error(self._errors.pop(0))
+        return format_error(self.meter.errors.pop(0))
 
     def _error_count(self, ch: int, params: list[str], query: bool) -> Response | None:
-        return nr1(len(self._errors))
+        return nr1(len(self.meter.errors))
 
     def _system_time(self, ch: int, params: list[str], query: bool) -> Response | None:
-        now = self._wall_clock() + self._time_offset_s
+        now = self.meter.wall_clock() + self.meter.time_offset_s
         if query:
             t = time.localtime(now)
             return f"{nr1(t.tm_hour)},{nr1(t.tm_min)},{nr1(t.tm_sec)}"
@@ -328,13 +335,13 @@ class MeterCommands(MeterModel):
         t = time.localtime(now)
         wanted = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, minute, second,
                               0, 0, t.tm_isdst))
-        self._time_offset_s += wanted - math.floor(now)
+        self.meter.time_offset_s += wanted - math.floor(now)
         return None
 
     def _system_preset(self, ch: int, params: list[str], query: bool) -> Response | None:
         if params:
             raise ScpiError(-108)
-        self._preset()
+        self.meter.preset()
         return None
 
     def _build_commands(self) -> list[Command]:

@@ -1,10 +1,10 @@
 """The measurement model of the N7744A/N7745A meter emulator: channel state and readings.
 
-`MeterModel` is the part of `PowerMeterEmulator` that knows the instrument: per-channel
-settings (*RST values), how a reading is taken from the power source and reported in the
-channel's unit, and how a logging run collects its samples. The SCPI handlers that read and
+`MeterModel` is the instrument that `PowerMeterEmulator` owns: per-channel settings (*RST
+values), how a reading is taken from the power source and reported in the channel's unit, how
+a logging run collects its samples, and the error queue. The SCPI handlers that read and
 change this state are `powermeter_commands.MeterCommands`; `powermeter` adds the SCPI parser
-loop, the error queue and faults, `powermeter_serve` the TCP handler and the command line.
+loop, the status registers and faults, `powermeter_serve` the TCP handler and the command line.
 docs/reference/devices/powermeter.md gives the source of each behaviour.
 """
 
@@ -15,7 +15,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ALL_BLOCK_UNITS", "MeterModel", "PowerSource", "Response", "Sample", "TOO_LOW_READING"]
+__all__ = ["ALL_BLOCK_UNITS", "ChannelState", "MeterModel", "PowerSource", "Response", "Sample",
+           "TOO_LOW_READING"]
 
 PowerSource = Callable[[int], float | None]
 """Optical power in dBm arriving at meter channel `n` right now; None when there is no light."""
@@ -50,7 +51,7 @@ class Sample:
 
 
 @dataclass
-class _Channel:
+class ChannelState:
     """Settings and measurement state of one meter channel (*RST values)."""
 
     wavelength_m: float = 1550e-9
@@ -79,106 +80,118 @@ class _Channel:
 def _dbm_to_w(dbm: float) -> float:
     return 10.0 ** (dbm / 10.0) * 1e-3
 
-class MeterModel:
-    """Channel state, measurements and command handlers; mixed into PowerMeterEmulator.
 
-    Every handler takes (channel, parameters, is_query) and returns the response or None;
-    bad input raises ScpiError. The emulator holds its lock around every call.
+class MeterModel:
+    """The meter's channels, measurements, error queue and trigger configuration.
+
+    Not locked by itself: ``PowerMeterEmulator`` owns one and holds its lock around every use;
+    its command handlers (``MeterCommands``) read and change the state through it.
     """
 
-    channels: int
-    power_source: PowerSource | None
-    noise_db: float
-    noise_floor_dbm: float
-    all_block_unit: str
-    _ch: list[_Channel]
-    _clock: Callable[[], float]
-    _wall_clock: Callable[[], float]
-    _time_offset_s: float
-    _rng: random.Random
-    _errors: list[int]
-    _trigger_config: str
-    _origin: float
-    _answer_after_s: float
+    def __init__(self, *, channels: int, power_source: PowerSource | None, noise_db: float,
+                 noise_floor_dbm: float, all_block_unit: str, clock: Callable[[], float],
+                 wall_clock: Callable[[], float], rng: random.Random) -> None:
+        self.channels = channels
+        self.power_source = power_source
+        self.noise_db = noise_db
+        self.noise_floor_dbm = noise_floor_dbm
+        self.all_block_unit = all_block_unit
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.rng = rng
+        self.time_offset_s = 0.0
+        """SYST:TIME's offset from the wall clock."""
+        self.errors: list[int] = []
+        """The SCPI error queue, oldest first."""
+        self.answer_after_s = 0.0
+        """How long the line being handled takes to answer (READ? of a triggered channel)."""
+        self.channel_states: list[ChannelState] = []
+        self.trigger_config = "DEF"
+        self.origin = 0.0
+        self.preset()
 
-    def _preset(self) -> None:
+    def state(self, channel: int) -> ChannelState:
+        """The settings and measurement state of `channel` (1-based)."""
+        return self.channel_states[channel - 1]
+
+    def preset(self) -> None:
         """Every channel and the trigger configuration back to their *RST values."""
-        self._ch = [_Channel() for _ in range(self.channels)]
-        self._trigger_config = "DEF"
-        self._origin = self._clock()
+        self.channel_states = [ChannelState() for _ in range(self.channels)]
+        self.trigger_config = "DEF"
+        self.origin = self.clock()
 
-    def _input_trigger(self, channel: int) -> None:
+    def input_trigger(self, channel: int) -> None:
         """A pulse at the input trigger connector, as seen by `channel`."""
-        c = self._ch[channel - 1]
-        self._advance_logging(channel)
+        c = self.state(channel)
+        self.advance_logging(channel)
         if not c.log_running:
             if c.trigger_input == "SME":
-                self._take(channel)
+                self.take(channel)
             return
         if c.trigger_input == "SME":
-            c.log_samples.append(self._value(channel, self._measure(channel)))
+            c.log_samples.append(self.value(channel, self.measure(channel)))
             if len(c.log_samples) >= c.log_points:
                 c.log_running = False
         elif c.trigger_input == "CME" and c.log_start is None:
-            c.log_start = self._clock()
+            c.log_start = self.clock()
 
     # ----- measurement model ---------------------------------------------------------------
 
-    def _measure(self, channel: int) -> Sample:
-        c = self._ch[channel - 1]
+    def measure(self, channel: int) -> Sample:
+        c = self.state(channel)
         power = self.power_source(channel) if self.power_source is not None else None
         if power is None or not math.isfinite(power) or power < self.noise_floor_dbm:
-            return Sample(None, self._rng.gauss(0.0, _dbm_to_w(self.noise_floor_dbm)))
+            return Sample(None, self.rng.gauss(0.0, _dbm_to_w(self.noise_floor_dbm)))
         dbm = float(power) + c.correction_db
         if self.noise_db > 0:
-            dbm += self._rng.gauss(0.0, self.noise_db)
+            dbm += self.rng.gauss(0.0, self.noise_db)
         return Sample(dbm, _dbm_to_w(dbm))
 
-    def _take(self, channel: int) -> Sample:
-        c = self._ch[channel - 1]
-        c.last = self._measure(channel)
-        c.last_period = int((self._clock() - self._origin) / c.averaging_s)
+    def take(self, channel: int) -> Sample:
+        c = self.state(channel)
+        c.last = self.measure(channel)
+        c.last_period = int((self.clock() - self.origin) / c.averaging_s)
         return c.last
 
-    def _value(self, channel: int, sample: Sample) -> float:
+    def value(self, channel: int, sample: Sample) -> float:
         """A sample in the channel's unit: dB against the reference, W, or dBm."""
-        c = self._ch[channel - 1]
+        c = self.state(channel)
         if c.reference_relative:
             return TOO_LOW_READING if sample.dbm is None else sample.dbm - c.reference_dbm
         if c.unit_watt:
             return sample.watts
         return TOO_LOW_READING if sample.dbm is None else sample.dbm
 
-    def _current(self, channel: int) -> Sample:
+    def current(self, channel: int) -> Sample:
         """FETCh: the last measurement (a new one each averaging period in continuous mode)."""
-        c = self._ch[channel - 1]
-        period = int((self._clock() - self._origin) / c.averaging_s)
+        c = self.state(channel)
+        period = int((self.clock() - self.origin) / c.averaging_s)
         if c.last is None or (c.continuous and period != c.last_period):
-            self._take(channel)
+            self.take(channel)
         assert c.last is not None
         return c.last
 
-    def _triggered(self, channel: int) -> Sample:
+    def triggered(self, channel: int) -> Sample:
         """READ: like FETCh when measuring continuously, else a new measurement that takes
         one averaging time (the response is held back that long)."""
-        c = self._ch[channel - 1]
+        c = self.state(channel)
         if c.continuous:
-            return self._current(channel)
-        self._answer_after_s = max(self._answer_after_s, c.averaging_s)
-        return self._take(channel)
+            return self.current(channel)
+        self.answer_after_s = max(self.answer_after_s, c.averaging_s)
+        return self.take(channel)
 
-    def _advance_logging(self, channel: int) -> None:
-        c = self._ch[channel - 1]
+    def advance_logging(self, channel: int) -> None:
+        c = self.state(channel)
         if not c.log_running or c.trigger_input == "SME" or c.log_start is None:
             return
-        elapsed = self._clock() - c.log_start
+        elapsed = self.clock() - c.log_start
         due = min(c.log_points, int(elapsed / c.log_averaging_s + 1e-9))
         while len(c.log_samples) < due:
-            c.log_samples.append(self._value(channel, self._measure(channel)))
+            c.log_samples.append(self.value(channel, self.measure(channel)))
         if len(c.log_samples) >= c.log_points:
             c.log_running = False
 
-    def _stop_logging(self, channel: int) -> None:
-        c = self._ch[channel - 1]
+    def stop_logging(self, channel: int) -> None:
+        c = self.state(channel)
         c.log_running = False
         c.log_function = "NONE"

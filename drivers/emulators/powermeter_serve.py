@@ -8,14 +8,11 @@ import math
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from drivers.emulators.cli import checked_arg, listen_arg, serve_until_signal, start_server
+from drivers.emulators.powermeter import PowerMeterEmulator
 from drivers.emulators.powermeter_model import ALL_BLOCK_UNITS, PowerSource
 from drivers.emulators.scpi import LineSplitter
-
-if TYPE_CHECKING:
-    from drivers.emulators.powermeter import PowerMeterEmulator
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +97,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated meter; print its VISA resource string once; stop on SIGINT/SIGTERM."""
-    from drivers.emulators.powermeter import PowerMeterEmulator
-
     source = None if args.constant_dbm is None else constant_source(args.constant_dbm)
     emulator = PowerMeterEmulator(channels=args.channels, power_source=source, seed=args.seed,
                                   noise_db=args.noise_db, serial_number=args.serial,
@@ -114,9 +109,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.powermeter [options]``."""
+    """Stand-alone entry point: ``python -m drivers.emulators.powermeter_serve [options]``."""
     parser = argparse.ArgumentParser(prog="powermeter_emulator",
                                      description="Emulated Keysight N7744A/N7745A multiport "
                                      "optical power meter, served as SCPI over TCP.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,7 +8,7 @@ Layers, innermost first:
   arrays, settle deadline, start-up state, behind one lock. Commands: ``wss_commands``.
 - ``WssEmulator.route(frequency_thz, now)``: the physical read-out for the optical fabric.
 - ``drivers.emulators.wss_serve``: the byte-stream servers (TCP, pseudo-terminal) and the
-  ``oddl emulate wss`` command line (``add_arguments`` / ``run`` are re-exported here).
+  ``oddl emulate wss`` command line (``python -m drivers.emulators.wss_serve``).
 
 Every line is echoed first (``echo=False`` turns that off), then come its result lines and
 ``OK``, or one of ``CER``/``AER``/``RER``/``VER``. A line in checksum framing (``^...$XXXX``)
@@ -42,10 +42,8 @@ from common.config import FixedPlan
 from common.errors import ConfigError
 from drivers.emulators.faults import LinkFaults
 from drivers.emulators.wss_commands import Refused, execute
-from drivers.interfaces import Route
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
 from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
     FACTORY_PLAN,
     FACTORY_WINDOW_THZ,
     SLICE_GHZ,
@@ -62,11 +60,6 @@ __all__ = [
     "STARTUP_STATES",
     "WssEmulator",
     "WssFaults",
-    "add_arguments",
-    "main",
-    "run",
-    "serve_pty",
-    "wss_connection_handler",
 ]
 
 MAX_LINE = 8192
@@ -340,15 +333,3 @@ class WssEmulator:
         self._rng.shuffle(chars)
         return "".join(chars)
 
-
-# The servers and the command line live in wss_serve; these names stay importable from here.
-from drivers.emulators.wss_serve import (  # noqa: E402
-    add_arguments,
-    main,
-    run,
-    serve_pty,
-    wss_connection_handler,
-)
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,28 +21,59 @@ import math
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from common.config import FixedPlan
-from drivers.interfaces import Route
-from drivers.wss_protocol import (
-    BLOCKED_DB,
-    BLOCKED_PORT,
-    WssErrorCode,
-)
-
-if TYPE_CHECKING:
-    from drivers.emulators.wss import WssEmulator
+from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from drivers.wss_protocol import WssErrorCode
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Refused", "execute"]
+__all__ = ["Refused", "SwitchState", "execute"]
 
 _INT = re.compile(r"[0-9]{1,6}")
 _ATT = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,8})?")
 _COMMAND = re.compile(r"([^ \t]+)(?:[ \t]+(.*))?", re.DOTALL)
 
 Lines = list[tuple[float, str]]
+
+
+class SwitchState(Protocol):
+    """What the commands read and change: the emulated module's plan, arrays and settings.
+
+    ``WssEmulator`` is one; it runs the commands under its lock.
+    """
+
+    serial_number: str
+    manufacture_date: str
+    firmware: str
+    hardware: str
+    ports: int
+    max_attenuation_db: float
+    max_flex_channels: int
+    rra_per_line: int
+    settle_s: float
+    restart_s: float
+    startup_state: str
+    factory_plan: FixedPlan
+    window_thz: tuple[float, float]
+    slices: int
+    mode_ghz: float
+    """Grid mode: 0 = flexgrid (``DCC`` plan), else the fixed spacing in GHz (``CHW``)."""
+    plan: FixedPlan
+    flex: dict[int, tuple[int, int]]
+    staged: dict[int, Route]
+    active: dict[int, Route]
+    settle_until: float
+    restart_until: float
+
+    def channel_numbers(self) -> list[int]:
+        """The channels of the plan in force, ascending."""
+        ...
+
+    def reset(self) -> None:
+        """Power-cycle: come up in the start-up state."""
+        ...
 
 
 class Refused(Exception):
@@ -54,7 +85,7 @@ class Refused(Exception):
         self.reason = reason
 
 
-def execute(emu: WssEmulator, text: str, now: float) -> Lines:
+def execute(emu: SwitchState, text: str, now: float) -> Lines:
     """Run one command line on `emu` at `now`; return the lines after the echo."""
     m = _COMMAND.fullmatch(text.strip(" \t"))
     if m is None:
@@ -72,14 +103,14 @@ def _no_args(args: str, word: str) -> None:
         raise Refused(WssErrorCode.AER, f"{word} takes no arguments")
 
 
-def _query(value: Callable[[WssEmulator], str], word: str) -> Callable[..., Lines]:
-    def run(emu: WssEmulator, args: str, now: float) -> Lines:
+def _query(value: Callable[[SwitchState], str], word: str) -> Callable[..., Lines]:
+    def run(emu: SwitchState, args: str, now: float) -> Lines:
         _no_args(args, word)
         return [(0.0, value(emu)), (0.0, "OK")]
     return run
 
 
-def _rra(emu: WssEmulator, args: str, now: float) -> Lines:
+def _rra(emu: SwitchState, args: str, now: float) -> Lines:
     _no_args(args, "RRA?")
     entries = [f"{ch},{r.port},{r.attenuation_db:.1f}" for ch, r in sorted(emu.active.items())]
     n = emu.rra_per_line or max(1, len(entries))
@@ -87,7 +118,7 @@ def _rra(emu: WssEmulator, args: str, now: float) -> Lines:
     return [(0.0, line) for line in lines] + [(0.0, "OK")]
 
 
-def _parse_routes(emu: WssEmulator, args: str, word: str) -> dict[int, Route]:
+def _parse_routes(emu: SwitchState, args: str, word: str) -> dict[int, Route]:
     """Parse ``ch,port,att;...``; raise Refused on the first bad entry (atomic)."""
     if not args:
         raise Refused(WssErrorCode.AER, f"{word} needs ch,port,att entries")
@@ -117,7 +148,7 @@ def _parse_routes(emu: WssEmulator, args: str, word: str) -> dict[int, Route]:
     return updates
 
 
-def _attenuation(emu: WssEmulator, text: str) -> float:
+def _attenuation(emu: SwitchState, text: str) -> float:
     try:
         value = Decimal(text)
     except InvalidOperation:  # pragma: no cover - the regex admits only decimals
@@ -132,24 +163,24 @@ def _attenuation(emu: WssEmulator, text: str) -> float:
     return float(value)
 
 
-def _ura(emu: WssEmulator, args: str, now: float) -> Lines:
+def _ura(emu: SwitchState, args: str, now: float) -> Lines:
     emu.staged.update(_parse_routes(emu, args, "URA"))
     return [(0.0, "OK")]
 
 
-def _switch(emu: WssEmulator, now: float) -> Lines:
+def _switch(emu: SwitchState, now: float) -> Lines:
     emu.settle_until = now + emu.settle_s
     logger.debug("WSS emulator: switching, settled at %.6f", emu.settle_until)
     return [(emu.settle_s, "OK")]
 
 
-def _rsw(emu: WssEmulator, args: str, now: float) -> Lines:
+def _rsw(emu: SwitchState, args: str, now: float) -> Lines:
     _no_args(args, "RSW")
     emu.active = dict(emu.staged)
     return _switch(emu, now)
 
 
-def _uca(emu: WssEmulator, args: str, now: float) -> Lines:
+def _uca(emu: SwitchState, args: str, now: float) -> Lines:
     """Update the listed channels and switch them at once (no RSW)."""
     updates = _parse_routes(emu, args, "UCA")
     emu.staged.update(updates)
@@ -157,7 +188,7 @@ def _uca(emu: WssEmulator, args: str, now: float) -> Lines:
     return _switch(emu, now)
 
 
-def _dcc(emu: WssEmulator, args: str, now: float) -> Lines:
+def _dcc(emu: SwitchState, args: str, now: float) -> Lines:
     if args == "?":  # "DCC ?" written with a blank
         return _dcc_query(emu, "", now)
     if emu.mode_ghz != 0:
@@ -194,13 +225,13 @@ def _dcc(emu: WssEmulator, args: str, now: float) -> Lines:
     return [(0.0, "OK")]
 
 
-def _dcc_query(emu: WssEmulator, args: str, now: float) -> Lines:
+def _dcc_query(emu: SwitchState, args: str, now: float) -> Lines:
     _no_args(args, "DCC?")
     entries = [f"{ch}={s0}:{s1}" for ch, (s0, s1) in sorted(emu.flex.items())]
     return [(0.0, ";".join(entries)), (0.0, "OK")] if entries else [(0.0, "OK")]
 
 
-def _chw(emu: WssEmulator, args: str, now: float) -> Lines:
+def _chw(emu: SwitchState, args: str, now: float) -> Lines:
     if args == "?":
         return _chw_query(emu, "", now)
     if not _INT.fullmatch(args):
@@ -220,7 +251,7 @@ def _chw(emu: WssEmulator, args: str, now: float) -> Lines:
     return _switch(emu, now)
 
 
-def _fixed_plan(emu: WssEmulator, width: int) -> FixedPlan:
+def _fixed_plan(emu: SwitchState, width: int) -> FixedPlan:
     """The configured plan for its own spacing; other widths fill the spectral window."""
     p = emu.factory_plan
     if width == p.spacing_ghz:
@@ -230,13 +261,13 @@ def _fixed_plan(emu: WssEmulator, width: int) -> FixedPlan:
     return FixedPlan(p.first_channel, lo + width / 2000.0, float(width), count)
 
 
-def _chw_query(emu: WssEmulator, args: str, now: float) -> Lines:
+def _chw_query(emu: SwitchState, args: str, now: float) -> Lines:
     _no_args(args, "CHW?")
     mode = emu.mode_ghz
     return [(0.0, f"{mode:g}"), (0.0, "OK")]
 
 
-def _sus(emu: WssEmulator, args: str, now: float) -> Lines:
+def _sus(emu: SwitchState, args: str, now: float) -> Lines:
     if args == "?":
         return [(0.0, emu.startup_state), (0.0, "OK")]
     state = args.upper()
@@ -247,7 +278,7 @@ def _sus(emu: WssEmulator, args: str, now: float) -> Lines:
     return [(0.0, "OK")]
 
 
-def _res(emu: WssEmulator, args: str, now: float) -> Lines:
+def _res(emu: SwitchState, args: str, now: float) -> Lines:
     """Restart: OK, then the module is deaf for ``restart_s`` and comes up per SUS."""
     _no_args(args, "RES")
     emu.reset()
@@ -255,7 +286,7 @@ def _res(emu: WssEmulator, args: str, now: float) -> Lines:
     return [(0.0, "OK")]
 
 
-_COMMANDS: dict[str, Callable[[WssEmulator, str, float], Lines]] = {
+_COMMANDS: dict[str, Callable[[SwitchState, str, float], Lines]] = {
     "SNO?": _query(lambda e: e.serial_number, "SNO?"),
     "MFD?": _query(lambda e: e.manufacture_date, "MFD?"),
     "FWR?": _query(lambda e: e.firmware, "FWR?"),

@@ -11,7 +11,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from drivers.emulators.cli import (
     listen_arg,
@@ -21,16 +20,12 @@ from drivers.emulators.cli import (
     serve_tcp_or_pty,
 )
 from drivers.emulators.ptyserve import Pty
-
-if TYPE_CHECKING:
-    from drivers.emulators.wss import WssEmulator
+from drivers.emulators.wss import MAX_LINE, WssEmulator
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["LineSplitter", "add_arguments", "main", "run", "serve_pty",
            "wss_connection_handler"]
-
-_MAX_LINE = 8192
 
 
 class LineSplitter:
@@ -52,9 +47,9 @@ class LineSplitter:
             del self._buf[:i + 1]
             if raw:
                 lines.append(raw.decode("latin-1"))
-        if len(self._buf) > _MAX_LINE:  # an endless line: answer it as over-long
+        if len(self._buf) > MAX_LINE:  # an endless line: answer it as over-long
             self._buf.clear()
-            lines.append("?" * (_MAX_LINE + 1))
+            lines.append("?" * (MAX_LINE + 1))
         return lines
 
 
@@ -147,8 +142,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve one emulated WSS; print its address (URL or pty path) once; stop on a signal."""
-    from drivers.emulators.wss import WssEmulator
-
     plan = {k: v for k, v in (("first_channel", args.first_channel),
                               ("first_thz", args.first_thz),
                               ("spacing_ghz", args.spacing_ghz),
@@ -162,8 +155,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.wss [options]``."""
+    """Stand-alone entry point: ``python -m drivers.emulators.wss_serve [options]``."""
     parser = argparse.ArgumentParser(prog="wss_emulator",
                                      description="Emulated Finisar/II-VI flexgrid WSS")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
