@@ -139,16 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reconfigurations", type=int, default=15)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = {"round_trips": _round_trips(args.repeats),
-              "reconfiguration": _reconfiguration(args.reconfigurations)}
+    rt = _round_trips(args.repeats)
+    r = _reconfiguration(args.reconfigurations)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({"round_trips": rt, "reconfiguration": r}))
         return 0
-    rt = result["round_trips"]
     print(f"{'round trip':<22}{'p50 µs':>10}{'p99 µs':>10}{'p50 / TCP echo':>16}")
     for k, v in rt.items():
         print(f"{k:<22}{v['p50_us']:>10.1f}{v['p99_us']:>10.1f}{v.get('ratio_p50', 1.0):>16.2f}")
-    r = result["reconfiguration"]
     print(f"full 4-node reconfiguration, request to verified, minus {r['device_delay_ms']:.0f} ms "
           f"of device delay: p50 {r['overhead_ms_p50']:.2f} ms, p99 {r['overhead_ms_p99']:.2f} ms")
     return 0
