@@ -18,8 +18,8 @@ from agents.streams import StreamLink
 from agents.zmq_links import DirectLink, FabricLink
 from common.config import TestbedConfig
 from common.errors import ConfigError, OddlError
+from common.lighttable import LightTable
 from common.security.revoked import read_revoked
-from drivers.emulators.lighttable import LightTable
 
 DataLink = StreamLink | DirectLink | FabricLink
 

@@ -1,7 +1,7 @@
 """The emulated physical layer of one node: a transmitter paced at the line rate and a receiver
 that keeps a chunk only if the light carried it.
 
-It reads the emulator host's light table (`drivers.emulators.lighttable`). Sending: the
+It reads the emulator host's light table (`common.lighttable`). Sending: the
 transmitter is busy for 8 · (header + payload) / rate per chunk, so a chunk starts when the
 previous one has left; the chunk goes to the node the light reaches at its start, or is lost
 when the light reaches none. Receiving: the chunk is held until its serialisation end (or,
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from agents.gate import Cancel
 from agents.stream_wire import HEAD_BYTES, ChunkHead
-from drivers.emulators.lighttable import COUNTERS, REASONS, LightTable
+from common.lighttable import COUNTERS, REASONS, LightTable
 
 logger = logging.getLogger(__name__)
 

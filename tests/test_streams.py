@@ -16,11 +16,11 @@ import pytest
 from agents.lightphy import LightPhy
 from agents.stream_wire import ChunkHead, node_tag
 from agents.streams import StreamLink
+from common import lighttable
 from common.config import load_testbed
 from common.errors import CollectiveError
-from drivers.emulators import lighttable
+from common.lighttable import LightTable
 from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
-from drivers.emulators.lighttable import LightTable
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -237,7 +237,7 @@ def test_a_killed_hosts_light_table_is_swept_at_the_next_start(tmp_path):
     """An emulator host killed with SIGKILL cannot remove its table; the next one to create a
     table in that folder removes it, and leaves a live host's table alone."""
     live = LightTable.create(2, tmp_path)
-    script = ("import sys, time; from drivers.emulators.lighttable import LightTable; "
+    script = ("import sys, time; from common.lighttable import LightTable; "
               "t = LightTable.create(2, sys.argv[1]); print(t.path, flush=True); time.sleep(60)")
     with subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
                           stdout=subprocess.PIPE, text=True) as child:

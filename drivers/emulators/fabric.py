@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 import zmq
 
+from common import lighttable
 from common.config import TestbedConfig
-from drivers.emulators import lighttable
 from drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class LightPath:
     frequency_thz: float = 0.0
     power_dbm: float = -math.inf
     code: int = 0
-    """Why there is no path, as a `drivers.emulators.lighttable` code (0 when there is one)."""
+    """Why there is no path, as a `common.lighttable` code (0 when there is one)."""
 
 
 class OpticalModel:
@@ -360,7 +360,7 @@ class Fabric:
 
     def stream_stats(self) -> dict[str, float]:
         """The agents' stream counters (chunks delivered, lost and late), summed over nodes."""
-        from drivers.emulators.lighttable import COUNTERS
+        from common.lighttable import COUNTERS
 
         rows = self.light.counters.copy()
         out = {name: float(rows[:, i].sum()) for i, name in enumerate(COUNTERS)}

@@ -28,12 +28,12 @@ from common.config import (
     load_testbed,
 )
 from common.errors import ConfigError
+from common.lighttable import HEARTBEAT_S, LightPublisher, LightTable
 from common.signals import StopSignals
 from common.tracing import TRACE
 from common.tracing import session as tracing
 from drivers.emulators.fabric import Fabric, OpticalModel
 from drivers.emulators.light_trace import LightTrace
-from drivers.emulators.lighttable import HEARTBEAT_S, LightPublisher, LightTable
 from drivers.emulators.tcpserve import TcpEmulatorServer
 
 logger = logging.getLogger(__name__)
