@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,20 @@ class FakeClock:
         self.t += dt
 
     sleep = advance
+
+
+class JumpClock:
+    """A real clock (time.monotonic) the test can jump forward (`jump`): for code that must
+    also see time pass by itself, e.g. a published client polling a device."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def jump(self, seconds: float) -> None:
+        self.offset += seconds
 
 
 class Optics:

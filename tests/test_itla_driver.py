@@ -191,10 +191,12 @@ def test_truncated_reply_is_recovered(drv: ItlaDriver, emu: ItlaEmulator) -> Non
 
 def test_late_reply_then_the_next_commands_work(drv: ItlaDriver, emu: ItlaEmulator) -> None:
     emu.inject(late_next=1, late_next_s=0.6)
-    try:  # where the late reply lands in the resync depends on the machine's load
-        assert drv.link.read_register("PWR") == 1000
-    except (DeviceTimeout, ProtocolError):
-        pass
+    first: int | None
+    try:
+        first = drv.link.read_register("PWR")
+    except (DeviceTimeout, ProtocolError):  # where the late reply lands in the resync
+        first = None                         # depends on the machine's load: a clear error
+    assert first in (None, 1000)             # or the right value, never a wrong one
     time.sleep(1.0)  # let the late reply and the answers to the resync bytes arrive
     drv.link.timeout_s = 1.0
     assert drv.link.read_register("Channel") == 1   # stale replies are dropped or skipped

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fakes import JumpClock
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
 from drivers.emulators.itla import ItlaEmulator
@@ -50,19 +51,6 @@ from itla.itla_errors import (  # noqa: E402
 from itla.itla_status import FatalError, WarningError  # noqa: E402
 
 TTL = 0.02
-
-
-class JumpClock:
-    """time.monotonic() plus an offset the test can add to."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.monotonic() + self.offset
-
-    def jump(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 @pytest.fixture

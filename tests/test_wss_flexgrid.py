@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import FakeClock
 
 from drivers.emulators.wss import WssEmulator
 from drivers.interfaces import BLOCKED_DB, Route
@@ -11,21 +12,13 @@ from drivers.wss_protocol import SLICE_GHZ, checksum, frame
 BLOCKED = Route(99, BLOCKED_DB)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 50.0
-
-    def __call__(self) -> float:
-        return self.t
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(50.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def emu(clock: Clock) -> WssEmulator:
+def emu(clock: FakeClock) -> WssEmulator:
     return WssEmulator(clock=clock, settle_s=0.05)
 
 
@@ -36,7 +29,7 @@ def flex(emu: WssEmulator, plan: str) -> None:
 
 # --- CHW ------------------------------------------------------------------------------------------
 
-def test_chw_switches_between_fixed_grids_and_flexgrid(emu: WssEmulator, clock: Clock) -> None:
+def test_chw_switches_between_fixed_grids_and_flexgrid(emu: WssEmulator, clock: FakeClock) -> None:
     emu.handle_line("UCA 3,2,0.0")
     assert emu.handle_timed("CHW 100") == [(0.0, "CHW 100"), (0.05, "OK")]
     assert emu.handle_line("CHW?") == ["CHW?", "100", "OK"]
@@ -59,7 +52,7 @@ def test_chw_to_the_mode_in_force_changes_nothing(emu: WssEmulator) -> None:
 
 # --- DCC ------------------------------------------------------------------------------------------
 
-def test_dcc_defines_channels_over_slices(emu: WssEmulator, clock: Clock) -> None:
+def test_dcc_defines_channels_over_slices(emu: WssEmulator, clock: FakeClock) -> None:
     flex(emu, "1=67:74;2=155:162;3=163:170;")
     assert emu.slices == 772  # (196.150 - 191.325) THz / 6.25 GHz
     assert emu.handle_line("DCC?") == ["DCC?", "1=67:74;2=155:162;3=163:170", "OK"]
@@ -108,7 +101,7 @@ def test_routes_to_an_undefined_flexgrid_channel_are_validation_errors(emu: WssE
 
 # --- UCA ------------------------------------------------------------------------------------------
 
-def test_uca_switches_only_its_channels_at_once(emu: WssEmulator, clock: Clock) -> None:
+def test_uca_switches_only_its_channels_at_once(emu: WssEmulator, clock: FakeClock) -> None:
     emu.handle_line("URA 1,1,0.0")  # staged, waits for RSW
     assert emu.handle_timed("UCA 2,2,1.5") == [(0.0, "UCA 2,2,1.5"), (0.05, "OK")]
     assert emu.active_table()[2] == Route(2, 1.5) and emu.active_table()[1] == BLOCKED
@@ -118,7 +111,7 @@ def test_uca_switches_only_its_channels_at_once(emu: WssEmulator, clock: Clock) 
     assert emu.route(emu.centre_thz(2)) == Route(2, 1.5)
 
 
-def test_port_99_carries_no_light(emu: WssEmulator, clock: Clock) -> None:
+def test_port_99_carries_no_light(emu: WssEmulator, clock: FakeClock) -> None:
     emu.handle_line("UCA 4,99,0.0;5,1,0.0")
     clock.t += 1
     assert emu.route(emu.centre_thz(4)) is None
@@ -129,7 +122,7 @@ def test_port_99_carries_no_light(emu: WssEmulator, clock: Clock) -> None:
 # --- RES and SUS ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("state", ["SAB", "SFD", "SLS"])
-def test_res_comes_up_in_the_start_up_state(emu: WssEmulator, clock: Clock, state: str) -> None:
+def test_res_comes_up_in_the_start_up_state(emu: WssEmulator, clock: FakeClock, state: str) -> None:
     emu.restart_s = 2.0
     assert emu.handle_line(f"SUS {state.lower()}")[-1] == "OK"
     assert emu.handle_line("SUS?") == ["SUS?", state, "OK"]
