@@ -198,7 +198,7 @@ class Agent:
             header["resolved"] = {"job": job.id}
             return self.flows.serve(req, array, job, list(self.jobs.jobs.values()),
                                     header["resolved"])
-        return self.runner.run_collective(header, payload)
+        return self.runner.serve_collective(header, payload)
 
     # ---- threads ----------------------------------------------------------------------
     def _watch_loop(self) -> None:

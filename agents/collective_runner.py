@@ -97,7 +97,7 @@ class CollectiveRunner:
             self._cancel.set()
 
     # ---- the call ---------------------------------------------------------------------
-    def run_collective(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
+    def serve_collective(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """Run one call (an all-reduce, or another kind or op) on its job; its result."""
         self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)

@@ -260,7 +260,7 @@ class DirectLink:
     CURVE: the secure lab path; `agents.streams.StreamLink` is the fast plain one)."""
 
     def __init__(self, node_id: str, bind: str, *, security: Any = None):
-        """`security` (common.security.SecurityFiles): CURVE on the data links, only the lab's
+        """`security` (common.security.files.SecurityFiles): CURVE on the data links, only the lab's
         node keys admitted, each peer's key checked."""
         self.node_id = node_id
         self.inbox = Inbox(node_id)

@@ -2,7 +2,7 @@
 
 The core install (`pip install oddl`) is what the controller and the agents run. The rest
 come with extras, so a host installs what it runs:
-- ``plots``: matplotlib, for `oddl plan --plot`, `oddl simulate --plot`, `oddl trace plot`;
+- ``plots``: matplotlib, for `oddl schedule plot`, `oddl simulate --plot`, `oddl trace plot`;
 - ``offline``: scipy and networkx, for the simulator's SiP-Ring LP and TopoOpt's topology
   search (`oddl simulate`, `oddl topoopt`);
 - ``watch``: rich, for `oddl watch`;

@@ -145,7 +145,7 @@ def register(name_or_addr: str | int) -> Register:
     found = _BY_NAME.get(name_or_addr.lower())
     if found is None:
         raise DeviceError(f"unknown ITLA register {name_or_addr!r}; use a name from "
-                          "drivers.itla.REGISTERS or a numeric address")
+                          "drivers.itla_registers.REGISTERS or a numeric address")
     return found
 
 

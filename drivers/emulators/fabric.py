@@ -188,7 +188,7 @@ class Fabric:
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.SNDHWM, 100000)
         self._sock.setsockopt(zmq.RCVHWM, 100000)
-        self._curve = curve  # common.security.CurveServer: only listed node keys get in
+        self._curve = curve  # common.security.curve.CurveServer: only listed node keys get in
         if curve is not None:
             curve.configure(self._sock)
         host, _, port = listen.rpartition(":")

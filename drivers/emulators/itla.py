@@ -286,3 +286,8 @@ class ItlaEmulator:
             raw[0] ^= 0x10  # make sure the checksum nibble is wrong
         return bytes(raw)
 
+
+
+if __name__ == "__main__":  # the command line is itla_serve's
+    raise SystemExit("the itla emulator's command is `python -m drivers.emulators.itla_serve` "
+                     "(or `oddl emulate itla`)")

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m drivers.emulators.itla_serve [options]``."""
     parser = argparse.ArgumentParser(
-        prog="itla_emulator",
+        prog="python -m drivers.emulators.itla_serve",
         description="Emulator of an OIF-ITLA-MSA tunable laser, byte for byte the protocol of "
                     "``drivers.itla``.")
     add_arguments(parser)

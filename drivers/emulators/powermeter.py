@@ -324,3 +324,8 @@ class PowerMeterEmulator:
             return None
         raise ScpiError(-113)
 
+
+
+if __name__ == "__main__":  # the command line is powermeter_serve's
+    raise SystemExit("the powermeter emulator's command is `python -m drivers.emulators.powermeter_serve` "
+                     "(or `oddl emulate powermeter`)")

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m drivers.emulators.powermeter_serve [options]``."""
-    parser = argparse.ArgumentParser(prog="powermeter_emulator",
+    parser = argparse.ArgumentParser(prog="python -m drivers.emulators.powermeter_serve",
                                      description="Emulated Keysight N7744A/N7745A multiport "
                                      "optical power meter, served as SCPI over TCP.")
     add_arguments(parser)

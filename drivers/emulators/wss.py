@@ -333,3 +333,8 @@ class WssEmulator:
         self._rng.shuffle(chars)
         return "".join(chars)
 
+
+
+if __name__ == "__main__":  # the command line is wss_serve's
+    raise SystemExit("the wss emulator's command is `python -m drivers.emulators.wss_serve` "
+                     "(or `oddl emulate wss`)")

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m drivers.emulators.wss_serve [options]``."""
-    parser = argparse.ArgumentParser(prog="wss_emulator",
+    parser = argparse.ArgumentParser(prog="python -m drivers.emulators.wss_serve",
                                      description="Emulated Finisar/II-VI flexgrid WSS")
     add_arguments(parser)
     return run(parser.parse_args(argv))
