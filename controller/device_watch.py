@@ -68,20 +68,21 @@ class DeviceWatch:
             devices.lock.release()
 
     def _restore_if_lost(self, dev_id: str) -> bool:
-        dev = self.devices.cfg.device(dev_id)
+        devices = self.devices
+        dev = devices.cfg.device(dev_id)
         try:
             if self._holds(dev_id):
-                self.devices.unreachable.pop(dev_id, None)
+                devices.unreachable.pop(dev_id, None)
                 return False
         except OddlError as exc:
             try:  # the link broke: a new connection, as at start-up
-                fresh = open_driver(dev, self.devices.cfg.grid)
+                fresh = open_driver(dev, devices.cfg.grid)
             except OddlError as again:
-                if dev_id not in self.devices.unreachable:
-                    self.devices.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
-                self.devices.unreachable[dev_id] = str(again)
+                if dev_id not in devices.unreachable:
+                    devices.log_event(dev_id, "check", False, f"unreachable: {again} (was: {exc})")
+                devices.unreachable[dev_id] = str(again)
                 return False
-            old, self.devices.drivers[dev_id] = self.devices.drivers.get(dev_id), fresh
+            old, devices.drivers[dev_id] = devices.drivers.get(dev_id), fresh
             if old is not None:
                 try:
                     old.close()
@@ -89,59 +90,61 @@ class DeviceWatch:
                     logger.debug("closing the old driver of %s failed", dev_id, exc_info=True)
         try:
             if self._holds(dev_id):  # reconnected, the device kept its state
-                self.devices.log_event(dev_id, "check", True, "link restored; the device kept its state")
-                self.devices.unreachable.pop(dev_id, None)
+                devices.log_event(dev_id, "check", True, "link restored; the device kept its state")
+                devices.unreachable.pop(dev_id, None)
                 return False
-            if dev_id in self.devices.verified.channels:
-                self.devices.bring_up(dev_id, self.devices.verified.channels[dev_id])
+            if dev_id in devices.verified.channels:
+                devices.bring_up(dev_id, devices.verified.channels[dev_id])
             else:
-                drv = self.devices.drivers[dev_id]
-                drv.stage(dict(self.devices.verified.wss_tables[dev_id]))
+                drv = devices.drivers[dev_id]
+                drv.stage(dict(devices.verified.wss_tables[dev_id]))
                 drv.apply()
             if not self._holds(dev_id):
                 raise DeviceError("still differs from the verified configuration after "
                                   "restoring it", device=dev_id)
         except OddlError as exc:
-            self.devices.unreachable[dev_id] = str(exc)
-            self.devices.log_event(dev_id, "restore", False, str(exc))
+            devices.unreachable[dev_id] = str(exc)
+            devices.log_event(dev_id, "restore", False, str(exc))
             return False
-        self.devices.unreachable.pop(dev_id, None)
-        self.devices.verified_ns[dev_id] = time.time_ns()
-        self.devices.log_event(dev_id, "restore", True, "it no longer held the verified configuration "
+        devices.unreachable.pop(dev_id, None)
+        devices.verified_ns[dev_id] = time.time_ns()
+        devices.log_event(dev_id, "restore", True, "it no longer held the verified configuration "
                   "(power cycle or reset?); re-applied it")
         return True
 
     def _reconnect_meter(self, dev: Any) -> None:
         """A meter holds no configuration of ours: only its link is checked and reopened."""
-        drv = self.devices.drivers.get(dev.id)
+        devices = self.devices
+        drv = devices.drivers.get(dev.id)
         try:
             if drv is not None:
                 drv.identify()
-                self.devices.unreachable.pop(dev.id, None)
+                devices.unreachable.pop(dev.id, None)
                 return
         except OddlError:
             pass
         try:
-            fresh = open_driver(dev, self.devices.cfg.grid)
+            fresh = open_driver(dev, devices.cfg.grid)
             fresh.identify()
         except OddlError as exc:
-            self.devices.unreachable[dev.id] = str(exc)
+            devices.unreachable[dev.id] = str(exc)
             return
-        self.devices.drivers[dev.id] = fresh
+        devices.drivers[dev.id] = fresh
         if drv is not None:
             try:
                 drv.close()
             except Exception:  # the old link is gone anyway
                 logger.debug("closing the old driver of %s failed", dev.id, exc_info=True)
-        self.devices.unreachable.pop(dev.id, None)
-        self.devices.log_event(dev.id, "check", True, "link restored")
+        devices.unreachable.pop(dev.id, None)
+        devices.log_event(dev.id, "check", True, "link restored")
 
     def _holds(self, dev_id: str) -> bool:
         """Whether the device reads back as the verified configuration says."""
-        if dev_id in self.devices.verified.channels:
-            st: TransceiverState = self.devices.drivers[dev_id].state()
-            return (st.channel == self.devices.verified.channels[dev_id] and st.locked
+        devices = self.devices
+        if dev_id in devices.verified.channels:
+            st: TransceiverState = devices.drivers[dev_id].state()
+            return (st.channel == devices.verified.channels[dev_id] and st.locked
                     and st.output_enabled)
-        active = self.devices.drivers[dev_id].read_active()
+        active = devices.drivers[dev_id].read_active()
         return all(active.get(ch) == route
-                   for ch, route in self.devices.verified.wss_tables[dev_id].items())
+                   for ch, route in devices.verified.wss_tables[dev_id].items())
