@@ -85,10 +85,12 @@ def test_a_sender_late_for_its_window_asks_for_another_and_sends_nothing_in_it()
     # the next sender into the same receiver may start a margin after this window's start:
     # a sender that only gets going later would collide with it, so it leaves the window
     # unused (its number is never sent; the receiver skips it) and asks again
+    # (a margin of 5 s: the first window began 10 s ago, the second 1 s ago, so neither
+    # outcome hangs on how fast a loaded machine wakes this thread)
     job = AgentJob("job-1", ("n0", "n1"), 0, "optical", "ring")
     now = time.time()
-    grants = _Grants([now - 0.5, now + 0.01])
-    flows = Flows("n0", grants, None, SlotGate(), margin_s=0.7e-3)
+    grants = _Grants([now - 10.0, now - 1.0])
+    flows = Flows("n0", grants, None, SlotGate(), margin_s=5.0)
     assert flows._window(job, "n1", 40, 0, 5.0, [job], optical=True) == 102
     assert (grants.asked, flows.missed_windows) == (2, 1)
     # on the ideal network there is no light to collide: the first grant serves
