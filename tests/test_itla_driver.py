@@ -320,7 +320,7 @@ def test_the_driver_waits_out_the_start_up_window(
     assert drv.identify().serial_number == "EMU-0042"
     assert time.monotonic() - t1 >= 0.3
     assert "MRL" in drv.status().latched and emu.snapshot()["output_enabled"] is False
-    emu.startup_s = 30.0                       # a module that takes long to start ...
+    emu.timing.startup_s = 30.0                     # a module that takes long to start ...
     drv.link.timeouts.startup_s = 0.05              # ... and a driver configured not to wait
     drv.link.write_register("ResEna", 0x01)
     with pytest.raises(ItlaExecutionError, match="CII"):

@@ -83,7 +83,7 @@ def test_enable_and_tune_take_their_own_configured_times(clock: FakeClock) -> No
 
 def test_enable_time_defaults_to_the_time_to_lock(clock: FakeClock) -> None:
     emu = ItlaEmulator(clock=clock, time_to_lock_s=0.25)
-    assert emu.enable_time_s == 0.25
+    assert emu.timing.enable_time_s == 0.25
     ask(emu, "ResEna", 8, True)
     clock.advance(0.25)
     assert ask(emu, "NOP").status is Status.OK

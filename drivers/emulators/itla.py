@@ -154,43 +154,6 @@ class ItlaEmulator:
             defaults=(first, round(spacing_ghz * 1e3), round(power_dbm * 100)),
             strings=strings, clock=clock, rng=self._rng, faults=lambda: self.faults)
 
-    # -- timing, as configured (the register model reads the same ``timing``) --
-    @property
-    def time_to_lock_s(self) -> float:
-        """Seconds from a tune with the output on to lock (plus jitter)."""
-        return self.timing.time_to_lock_s
-
-    @time_to_lock_s.setter
-    def time_to_lock_s(self, value: float) -> None:
-        self.timing.time_to_lock_s = value
-
-    @property
-    def enable_time_s(self) -> float:
-        """Seconds from output enable to stable light (plus jitter)."""
-        return self.timing.enable_time_s
-
-    @enable_time_s.setter
-    def enable_time_s(self, value: float) -> None:
-        self.timing.enable_time_s = value
-
-    @property
-    def startup_s(self) -> float:
-        """Initialisation window after power-up or MR, in seconds."""
-        return self.timing.startup_s
-
-    @startup_s.setter
-    def startup_s(self, value: float) -> None:
-        self.timing.startup_s = value
-
-    @property
-    def lock_jitter_s(self) -> float:
-        """Upper bound of the uniform random time added to each lock and enable."""
-        return self.timing.lock_jitter_s
-
-    @lock_jitter_s.setter
-    def lock_jitter_s(self, value: float) -> None:
-        self.timing.lock_jitter_s = value
-
     # -- state --
     def reset(self) -> None:
         """Power-cycle: every register back to its power-on value, output off, MRL latched."""
