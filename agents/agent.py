@@ -2,13 +2,13 @@
 
 It registers with the controller over gRPC, keeps its clock offset to the controller, watches
 the schedule stream (job assignments, collective start signals, job ends), serves a local API
-to the training process (`allreduce(array) -> array`, see `agents.client`), and runs each
+to the training process (`allreduce(array) -> array`, see `oddl.agents.client.agent_client`), and runs each
 collective through its data-plane link, gating sends into their slots locally: no round trip
 to the controller per flow, one barrier entry per collective.
 
 `Agent` is the composition of three parts, one job each: the link to the controller
-(`agents.controller_link`), the local API side (`agents.local_server`) and the collective
-runner (`agents.collective_runner`), over the data links (`agents.data_links`).
+(`oddl.agents.controller_link`), the local API side (`oddl.agents.local_api.server`) and the collective
+runner (`oddl.agents.collective.runner`), over the data links (`oddl.agents.links.choice`).
 """
 
 from __future__ import annotations
@@ -25,25 +25,27 @@ from typing import Any
 import numpy as np
 import zmq
 
-from agents import localapi, trace_switch, wallclock
-from agents.agent_jobs import JobTable
-from agents.bucket_server import BucketRegistry, request_array
-from agents.clock import ClockEstimate
-from agents.collective_runner import CollectiveRunner
-from agents.controller_link import ControllerLink
-from agents.data_links import open_links
-from agents.excursion import Excursion
-from agents.flows import Flows
-from agents.gate import SlotGate
-from agents.line_rate import LineRateMeter, rate_warning
-from agents.local_server import LocalServer
-from common.collective_kinds import P2P, check_on_job
-from common.config import TestbedConfig
-from common.errors import OperationRefused
-from common.listen_errors import ListenOrigin, listen_error
-from common.metrics import Metrics, counter, gauge
-from common.tracing import TRACE
-from protos import oddl_pb2 as pb
+from oddl.agents.agent_jobs import JobTable
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.clock.excursion import Excursion
+from oddl.agents.clock.offset_filter import ClockEstimate
+from oddl.agents.collective.runner import CollectiveRunner
+from oddl.agents.controller_link import ControllerLink
+from oddl.agents.links.choice import open_links
+from oddl.agents.links.line_rate import LineRateMeter, rate_warning
+from oddl.agents.local_api import wire as localapi
+from oddl.agents.local_api.bucket_server import BucketRegistry, request_array
+from oddl.agents.local_api.server import LocalServer
+from oddl.agents.point_to_point import Flows
+from oddl.agents.slot_gate import SlotGate
+from oddl.agents.trace import switch as trace_switch
+from oddl.common.collective_kinds import P2P, check_on_job
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import OperationRefused
+from oddl.common.listen_errors import ListenOrigin, listen_error
+from oddl.common.metrics import Metrics, counter, gauge
+from oddl.common.tracing import TRACE
+from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class Agent:
         self._stop = threading.Event()
         security = None
         if cfg.security.enabled:
-            from common.security.files import SecurityFiles
+            from oddl.common.security.files import SecurityFiles
 
             security = SecurityFiles.load(cfg.security.certs)
         self.ctl = ControllerLink(cfg, node_id, controller, security, self._stop)
@@ -189,7 +191,7 @@ class Agent:
 
     def serve_call(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """Run one call of a training process: a collective of its job (`CollectiveRunner`),
-        or a send or a receive (`agents.flows`); its result."""
+        or a send or a receive (`oddl.agents.point_to_point`); its result."""
         if header.get("kind") in P2P:
             req = localapi.parse_allreduce(header)
             job = self.runner.job_for(req.job)
@@ -254,7 +256,7 @@ class Agent:
         self.last_error = message
         self.errors[kind] += 1
 
-    # ---- the schedule stream (agents.controller_link.StreamListener) ------------------
+    # ---- the schedule stream (oddl.agents.controller_link.StreamListener) ------------------
     def on_assigned(self, event: pb.JobAssigned) -> None:
         """This node was (re-)assigned to a job: note it and its peers' addresses. Peers that
         were declared down are back: streams to their old selves go before new calls start."""
@@ -274,7 +276,7 @@ class Agent:
         self.links.forget(event.job_id)
 
     def on_trace(self, event: pb.TraceSwitch) -> None:
-        """Start or stop recording as the controller says (`agents.trace_switch`)."""
+        """Start or stop recording as the controller says (`oddl.agents.trace.switch`)."""
         trace_switch.on_switch(self.node_id, self.cfg, lambda: self.clock, event,
                                lambda: self.ctl.sync.offset_ns)
 

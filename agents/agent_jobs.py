@@ -6,8 +6,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from common.errors import OperationRefused
-from protos import oddl_pb2 as pb
+from oddl.common.errors import OperationRefused
+from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class AgentJob:
     standing: dict[tuple[int, str, str, int], pb.Schedule] = field(default_factory=dict)
     """The last schedule of each bucket and collective (elements, dtype, kind, root): run
     again without the
-    controller's barrier (`agents.standing`); one that retunes is announced to the
+    controller's barrier (`oddl.agents.collective.standing`); one that retunes is announced to the
     controller, which executes its retunes. Cleared when a collective fails."""
     down: dict[str, str] = field(default_factory=dict)
     """Peers the controller declared down (no heartbeat), with its reason, until the job is

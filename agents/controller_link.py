@@ -18,16 +18,16 @@ from typing import Any, Protocol
 
 import grpc
 
-from agents import wallclock
-from agents.agent_jobs import AgentJob
-from agents.clock import ClockEstimate, ClockSample
-from agents.clock_sync import ClockSync
-from common import __version__
-from common.config import TestbedConfig
-from common.errors import CollectiveError, ControllerUnavailable, OddlError, OperationRefused
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
-from protos.schedule_wire import EVERY_SLOT
+from oddl.agents.agent_jobs import AgentJob
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.clock.offset_filter import ClockEstimate, ClockSample
+from oddl.agents.clock.sync import ClockSync
+from oddl.common import __version__
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import CollectiveError, ControllerUnavailable, OddlError, OperationRefused
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+from oddl.protos.schedule_wire import EVERY_SLOT
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class ControllerLink:
         self.controller = controller
         self.stop = stop
         if security is not None:
-            from common.security.tls import secure_channel, tls_channel_credentials
+            from oddl.common.security.tls import secure_channel, tls_channel_credentials
 
             self._channel = secure_channel(controller,
                                            tls_channel_credentials(security.agent_tls(node_id)))

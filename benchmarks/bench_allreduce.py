@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from bench_common import allreduce_results, check_exact, emit, percentiles
 
-from agents.client import AgentClient
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed
-from oddl.operator import OperatorClient
+from oddl.agents.client.agent_client import AgentClient
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed
+from oddl.operator.client import OperatorClient
 
 
 def _allreduce_all(clients: list[AgentClient], arrays: list[np.ndarray]) -> float:

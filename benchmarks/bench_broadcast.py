@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from bench_common import emit
 
-from agents.every_rank import collective_all
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed
+from oddl.agents.client.every_rank import collective_all
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed
 
 N = 4
 

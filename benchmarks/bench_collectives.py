@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from bench_common import emit
 
-from agents.client import AgentClient
-from agents.every_rank import collective_all
-from oddl.byte_sizes import parse_size
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import collective_all
+from oddl.cli.byte_sizes import parse_size
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed, write_config
 
 N = 4
 KINDS = ("all_gather", "reduce_scatter")

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed, write_config
 
 
 def best_of(repeats: int, fn: Callable[[], Any],
@@ -98,8 +98,8 @@ def run_rank_workers(script: str, apis: list[str], worker_args: list[str],
     import subprocess
     import sys
 
-    from oddl.launch import torchrun_env
-    from oddl.procs import free_port
+    from oddl.launch.processes import free_port
+    from oddl.launch.testbed import torchrun_env
 
     port = free_port()
     procs = [subprocess.Popen([sys.executable, script, "--rank-worker", *worker_args],
@@ -162,7 +162,7 @@ def join_oddl_and_gloo() -> tuple[int, Any]:
     import torch
     import torch.distributed as dist
 
-    import oddl.torch_backend  # noqa: F401  (registers the backend)
+    import oddl.torch.backend  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(1)
     dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=600))

@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 from bench_common import emit
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from oddl.demo_report import percentiles
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed, write_config
-from oddl.operator import OperatorClient
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.demo.report import percentiles
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed, write_config
+from oddl.operator.client import OperatorClient
 
 N = 4
 

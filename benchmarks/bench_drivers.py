@@ -21,22 +21,22 @@ import time
 
 import numpy as np
 
-from common.config import load_testbed
-from controller.device_types import Configuration
-from controller.devices import DeviceManager
-from controller.server import default_configuration
-from drivers.emulators.host import start_emulated_testbed
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.itla_serve import itla_connection_handler
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator
-from drivers.emulators.wss_serve import wss_connection_handler
-from drivers.interfaces import Route
-from drivers.itla import ItlaDriver
-from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss
-from drivers.wss_codec import WssLimits
-from oddl.launch import DEFAULT_TESTBED
+from oddl.common.config import load_testbed
+from oddl.controller.device_types import Configuration
+from oddl.controller.devices import DeviceManager
+from oddl.controller.server import default_configuration
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.itla_serve import itla_connection_handler
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.wss import WssEmulator
+from oddl.drivers.emulators.wss_serve import wss_connection_handler
+from oddl.drivers.interfaces import Route
+from oddl.drivers.itla import ItlaDriver
+from oddl.drivers.transport import SerialTransport
+from oddl.drivers.wss import FlexgridWss
+from oddl.drivers.wss_codec import WssLimits
+from oddl.launch.testbed import DEFAULT_TESTBED
 
 
 def _stats(samples: list[float]) -> dict[str, float]:

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from bench_common import best_of
 
-from offline.optinc import model as om
-from offline.optinc import train as ot
+from oddl.offline.optinc import model as om
+from oddl.offline.optinc import train as ot
 
 NOISE_RAD = 0.0005
 

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 from bench_common import allreduce_results, check_float_sum, emit, run_meta
 
-from agents.optinc_run import optinc_expected
-from common.config import OptincDeviceConfig
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed, fabric_stats
+from oddl.agents.collective.optinc import optinc_expected
+from oddl.common.config import OptincDeviceConfig
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed, fabric_stats
 
 
 def _check_optinc(outs: list[np.ndarray], arrays: list[np.ndarray], bits: int) -> int:

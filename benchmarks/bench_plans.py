@@ -33,8 +33,8 @@ from bench_scheduler import (
     workload_meta,
 )
 
-from common.errors import PlanError
-from controller.scheduling import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling import (
     COLLECTIVES,
     Topology,
     make_plan,

@@ -17,7 +17,7 @@ from typing import Any
 
 from bench_common import best_of, emit, run_meta
 
-from controller.scheduling import (
+from oddl.controller.scheduling import (
     Plan,
     Schedule,
     TimingModel,

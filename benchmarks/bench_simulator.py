@@ -30,8 +30,8 @@ from typing import Any
 from bench_common import emit
 from bench_scheduler import ring_permutations_baseline
 
-from offline.simulator.core import SYSTEMS, SimConfig
-from offline.simulator.engine import ring_formula_s, simulate, sweep
+from oddl.offline.simulator.core import SYSTEMS, SimConfig
+from oddl.offline.simulator.engine import ring_formula_s, simulate, sweep
 
 AIM_ITERATION_S = 5.0
 AIM_SWEEP_S = 60.0

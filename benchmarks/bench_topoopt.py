@@ -30,10 +30,10 @@ from typing import Any
 
 from bench_common import emit
 
-from offline.topoopt.job_model import describe
-from offline.topoopt.model_zoo import MODELS
-from offline.topoopt.search import co_optimise
-from offline.topoopt.search_config import DEFAULT_BUDGET, SearchConfig
+from oddl.offline.topoopt.job_model import describe
+from oddl.offline.topoopt.model_zoo import MODELS
+from oddl.offline.topoopt.search import co_optimise
+from oddl.offline.topoopt.search_config import DEFAULT_BUDGET, SearchConfig
 
 AIM_S = 60.0
 NODES, DEGREE, GBPS = 128, 4, 100.0

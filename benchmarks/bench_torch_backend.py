@@ -26,7 +26,7 @@ from typing import Any
 
 from bench_common import rank_worker_main, run_rank_workers
 
-from oddl.launch import RunningTestbed
+from oddl.launch.testbed import RunningTestbed
 
 N = 4
 
@@ -39,8 +39,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     import torch
     import torch.distributed as dist
 
-    import oddl.torch_backend as ob
-    from agents.client import AgentClient
+    import oddl.torch.backend as ob
+    from oddl.agents.client.agent_client import AgentClient
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from bench_common import allreduce_results, check_exact, emit, run_meta
 
-from oddl.byte_sizes import parse_size
-from oddl.launch import DEFAULT_TESTBED, RunningTestbed
+from oddl.cli.byte_sizes import parse_size
+from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed
 
 
 def _switch(tb: RunningTestbed, on: bool, directory: Path) -> None:

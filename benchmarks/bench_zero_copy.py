@@ -39,7 +39,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     import torch
     import torch.distributed as dist
 
-    import oddl.torch_channel as oc
+    import oddl.torch.channel as oc
 
     rank, gloo = join_oddl_and_gloo()
     world = dist.get_world_size()

@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.every_rank import allreduce_all
-from common.errors import OddlError
-from oddl.launch import DEFAULT_TESTBED, RestartableTestbed
-from oddl.operator import OperatorClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common.errors import OddlError
+from oddl.launch.testbed import DEFAULT_TESTBED, RestartableTestbed
+from oddl.operator.client import OperatorClient
 
 JOBS = {"soak-ring": (("n0", "n1"), "ring"), "soak-hd": (("n2", "n3"), "halving-doubling")}
 SIZES = (1_000, 10_000, 100_000, 1_000_000)

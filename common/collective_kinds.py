@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import OperationRefused
+from oddl.common.errors import OperationRefused
 
 ALL_REDUCE = "all_reduce"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "gather",
          "scatter")
 """The native collective kinds."""
 P2P = ("send", "recv", "recv_any")
-"""Point-to-point calls: a flow from one rank to one other (`agents.flows`); their root is the
+"""Point-to-point calls: a flow from one rank to one other (`oddl.agents.point_to_point`); their root is the
 peer's rank (none for a receive from any source), they reduce nothing, and they are no
 collective of the job (no step number)."""
 ROOTED = frozenset({"broadcast", "gather", "scatter"})
@@ -93,7 +93,7 @@ def check_on_job(call: tuple[str, str, int], dtype: np.dtype, elements: int, wor
     if elements % blocks:
         raise OperationRefused(f"{kind} on {world} ranks needs a work buffer of {blocks} equal "
                                f"blocks; {elements} elements do not split so: use "
-                               "agents.client.AgentClient, which lays it out")
+                               "oddl.agents.client.agent_client.AgentClient, which lays it out")
 
 
 def optinc_refusal(call: tuple[str, str, int]) -> str:

@@ -16,7 +16,7 @@ class ConfigError(OddlError):
 
 class MissingExtra(ConfigError):
     """A command needs a package of an optional extra this host did not install
-    (`common.extras`); the message names the extra to install."""
+    (`oddl.common.extras`); the message names the extra to install."""
 
 
 class DeviceError(OddlError):

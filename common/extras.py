@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from common.errors import MissingExtra
+from oddl.common.errors import MissingExtra
 
 EXTRA_OF = {"matplotlib": "plots", "scipy": "offline", "networkx": "offline", "rich": "watch",
             "torch": "torch"}

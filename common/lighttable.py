@@ -4,7 +4,7 @@ The emulator host owns the emulated lasers and WSS. Whenever one of them handles
 recomputes, for every node's transmitter, the receiver its light reaches now and at each
 future instant the devices already know of (a laser locks at the end of its tuning time, a WSS
 settles after RSW), and writes that timeline here. The agents' emulated physical layer
-(`agents.lightphy`) reads it: a sender sends a chunk where the light goes when the
+(`oddl.agents.links.light_phy`) reads it: a sender sends a chunk where the light goes when the
 chunk starts, and the receiver keeps it only if the path held until the chunk's last bit.
 The bytes move between the agents at kernel speed; the decision of where they may go is the
 emulated devices'.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.tracing import TRACE
+from oddl.common.tracing import TRACE
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class LightTable:
         """A new table in the shared-memory folder, every transmitter dark; at `path` when
         given (an emulator host restarting where the agents look): a table there whose writer
         has died is replaced, a live one is refused."""
-        from common.shm import shm_dir
+        from oddl.common.shm import shm_dir
 
         if path is None:
             folder = Path(directory or shm_dir())
@@ -314,7 +314,7 @@ class LightPublisher:
         self._lock = threading.Lock()
         self.on_update: Callable[[str, list[tuple[float, int]], float], None] | None = None
         """Called with each node's new timeline while the trace records
-        (`drivers.emulators.light_trace`)."""
+        (`oddl.drivers.emulators.light_trace`)."""
 
     def update(self) -> None:
         """Recompute every node's timeline from the devices' state now."""

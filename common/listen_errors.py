@@ -13,7 +13,7 @@ import errno
 import socket
 from dataclasses import dataclass
 
-from common.errors import ConfigError
+from oddl.common.errors import ConfigError
 
 
 @dataclass(frozen=True)

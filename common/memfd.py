@@ -2,7 +2,7 @@
 
 The training process creates an anonymous memory file (`os.memfd_create`), seals it so that
 it can never shrink, maps it and passes the descriptor to its agent over a Unix socket
-(SCM_RIGHTS, `agents.bucket_link`); the agent maps the same pages (`map_bucket_fd`). The
+(SCM_RIGHTS, `oddl.agents.client.buckets`); the agent maps the same pages (`map_bucket_fd`). The
 memory has no name in any folder: it lives exactly as long as some process holds the
 descriptor or a mapping of it, so a client that exits, is killed or is garbage collected
 takes its bucket with it once its agent lets go (the agent does when the client's socket
@@ -23,8 +23,8 @@ import weakref
 
 import numpy as np
 
-from common.errors import OperationRefused
-from common.shm import starts_at, view_of
+from oddl.common.errors import OperationRefused
+from oddl.common.shm import starts_at, view_of
 
 NAME = "oddl-bucket"
 """The memfd's name: it shows as ``/memfd:oddl-bucket (deleted)`` in /proc/PID/maps."""
@@ -92,7 +92,7 @@ def map_bucket_fd(fd: int, *, sealed: bool = True) -> mmap.mmap:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise OperationRefused("the descriptor is not a memory file (use "
-                               "agents.client.AgentClient, which sends a memfd)")
+                               "oddl.agents.client.agent_client.AgentClient, which sends a memfd)")
     if sealed and not seals_against_shrinking(fd):
         raise OperationRefused("the descriptor is not a memfd sealed against shrinking "
                                "(F_SEAL_SHRINK): a bucket that could shrink under the agent's "

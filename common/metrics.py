@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from common.listen_errors import ListenOrigin, listen_error
+from oddl.common.listen_errors import ListenOrigin, listen_error
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from common.errors import CollectiveError, StepMismatch, StepPassed
+from oddl.common.errors import CollectiveError, StepMismatch, StepPassed
 
 
 def step_mismatch(job_id: str, seq: int, steps: Mapping[str, int]) -> str:

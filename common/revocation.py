@@ -10,7 +10,7 @@ serial number and the CURVE public key of that identity to ``DIR/revoked.json``.
 - a new certificate and key for the same name come from `oddl certs rotate` (same CA).
 
 Copy the updated ``revoked.json`` to every host, as the rest of the folder. Reading it (what is
-revoked, at run time) is :mod:`common.security.revoked`.
+revoked, at run time) is :mod:`oddl.common.security.revoked`.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ import logging
 import os
 from pathlib import Path
 
-from common.errors import SecurityError
-from common.security.files import (
+from oddl.common.errors import SecurityError
+from oddl.common.security.files import (
     MANIFEST,
     OPERATOR_USER_PREFIX,
     ROLE_AGENT,
     ROLE_OPERATOR,
     SecurityFiles,
 )
-from common.security.lab_ca import curve_file_text, key_pem, sign_leaf, write_private_file
-from common.security.ownership import KeyOwner, check_can_hand_over, hand_over, service_keys
-from common.security.revoked import REVOKED, read_revocation_document
+from oddl.common.security.lab_ca import curve_file_text, key_pem, sign_leaf, write_private_file
+from oddl.common.security.ownership import KeyOwner, check_can_hand_over, hand_over, service_keys
+from oddl.common.security.revoked import REVOKED, read_revocation_document
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Shared-memory buckets in named files: the fallback where descriptors cannot be passed.
 
 On the common path a training process hands its agent an anonymous memory file descriptor
-over the Unix socket beside the local API (`common.memfd`, `agents.bucket_link`): nothing is
+over the Unix socket beside the local API (`oddl.common.memfd`, `oddl.agents.client.buckets`): nothing is
 named anywhere. Where that is impossible — a local API on `tcp://127.0.0.1`, a platform
 without `memfd_create` — the client writes its bucket into a file here, and the request names
 the file; the agent maps the same pages and reduces in place. Either way the bucket never
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import BucketUnavailable, OperationRefused
+from oddl.common.errors import BucketUnavailable, OperationRefused
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class BucketMaps:
         p = Path(path)
         if p.parent != shm_dir() or not _NAME.match(p.name):
             raise OperationRefused(f"bucket file {path!r} is not an oddl bucket in {shm_dir()}; "
-                                   "use agents.client.AgentClient")
+                                   "use oddl.agents.client.agent_client.AgentClient")
         self._forget_removed()
         m = self._maps.get(path)
         if m is None or len(m) < nbytes:

@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from common.config import TestbedConfig
-from controller.jobs import JobManager, JobRecord
-from controller.wire_views import job_pb
-from protos import oddl_pb2 as pb
+from oddl.common.config import TestbedConfig
+from oddl.controller.jobs import JobManager, JobRecord
+from oddl.controller.wire_views import job_pb
+from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What a complete barrier decides from every node's ready: start, or refuse with the reason.
 
-The ranks must hand in the same call (step number, `common.pairing`), the same collective
-(kind, reduction op, root: `common.collective_kinds`) and the same array (shape and dtype).
+The ranks must hand in the same call (step number, `oddl.common.pairing`), the same collective
+(kind, reduction op, root: `oddl.common.collective_kinds`) and the same array (shape and dtype).
 Pure.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.collective_kinds import call_mismatch
-from common.pairing import step_mismatch
+from oddl.common.collective_kinds import call_mismatch
+from oddl.common.pairing import step_mismatch
 
 MAX_ELEMENTS = 1 << 36
 """Largest collective (elements) a job accepts: 256 GiB of float32."""

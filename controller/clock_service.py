@@ -1,5 +1,5 @@
 """The controller's clock service: answers the agents' clock probes over UDP
-(`common.clock_wire`), so their offset estimate rests on a ~10 µs exchange rather than a
+(`oddl.common.clock_wire`), so their offset estimate rests on a ~10 µs exchange rather than a
 ~200 µs gRPC call.
 
 It listens on the controller's gRPC port number (UDP) when that is free, else on a port the
@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 
-from common.clock_wire import enable_kernel_stamps, recv_stamped, reply_to
+from oddl.common.clock_wire import enable_kernel_stamps, recv_stamped, reply_to
 
 logger = logging.getLogger(__name__)
 

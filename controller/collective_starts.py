@@ -1,7 +1,7 @@
 """Starting collectives: the barrier's go, standing starts, OptINC, and their outcomes.
 
 When every node of a job is ready (`JobManager.ready`), the controller lays out the
-collective (`JobManager.schedule`), encodes it once (`protos.schedule_wire`), pushes the same
+collective (`JobManager.schedule`), encodes it once (`oddl.protos.schedule_wire`), pushes the same
 ``CollectiveGo`` to every participant and hands the slots that change circuits to the
 `SlotExecutor`. A standing collective (ADR 0010) starts without a barrier: its agents announce
 it with the digest of the schedule they hold, and the controller executes its retunes only if
@@ -16,19 +16,19 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 
-from common.collective_kinds import ALL_REDUCE, KINDS, optinc_refusal
-from common.config import OPTINC, TestbedConfig
-from common.errors import OddlError, OperationRefused
-from common.tracing import TRACE
-from controller import trace_hooks
-from controller.agent_registry import AgentRegistry
-from controller.barrier_checks import MAX_ELEMENTS
-from controller.devices import DeviceManager
-from controller.jobs import Barrier, JobManager, JobRecord
-from controller.scheduling.slot_grants import standing_refusal
-from controller.slot_executor import SlotExecutor
-from protos import oddl_pb2 as pb
-from protos.schedule_wire import (
+from oddl.common.collective_kinds import ALL_REDUCE, KINDS, optinc_refusal
+from oddl.common.config import OPTINC, TestbedConfig
+from oddl.common.errors import OddlError, OperationRefused
+from oddl.common.tracing import TRACE
+from oddl.controller import trace_hooks
+from oddl.controller.agent_registry import AgentRegistry
+from oddl.controller.barrier_checks import MAX_ELEMENTS
+from oddl.controller.devices import DeviceManager
+from oddl.controller.jobs import Barrier, JobManager, JobRecord
+from oddl.controller.scheduling.slot_grants import standing_refusal
+from oddl.controller.slot_executor import SlotExecutor
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import (
     encode_optinc_schedule,
     encode_schedule,
     receive_timeout,

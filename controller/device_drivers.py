@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.config import DeviceConfig, GridConfig, channel_map
-from common.errors import SafetyLimitError
+from oddl.common.config import DeviceConfig, GridConfig, channel_map
+from oddl.common.errors import SafetyLimitError
 
 __all__ = ["open_driver"]
 
@@ -13,11 +13,11 @@ __all__ = ["open_driver"]
 def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
     """Open the real driver for a device of the testbed file on the testbed's `grid`."""
     grid = grid or GridConfig()
-    from drivers.transport import SerialTransport
+    from oddl.drivers.transport import SerialTransport
 
     if dev.kind == "itla":
-        from drivers.itla import ItlaDriver
-        from drivers.itla_timeouts import ItlaTimeouts
+        from oddl.drivers.itla import ItlaDriver
+        from oddl.drivers.itla_timeouts import ItlaTimeouts
 
         timeouts = ItlaTimeouts(reply_s=dev.timeout_s, lock_s=dev.lock_timeout_s,
                                 enable_s=dev.enable_timeout_s, startup_s=dev.startup_timeout_s)
@@ -25,8 +25,8 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
                                           timeout=dev.timeout_s), name=dev.id,
                           timeouts=timeouts, poll_interval_s=0.001)
     if dev.kind == "wss":
-        from drivers.wss import FlexgridWss
-        from drivers.wss_codec import WssLimits
+        from oddl.drivers.wss import FlexgridWss
+        from oddl.drivers.wss_codec import WssLimits
 
         limits = WssLimits(channels=grid.channels, ports=dev.ports,
                            max_attenuation_db=dev.attenuation_range_db[1])
@@ -36,7 +36,7 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
                                            baudrate=dev.baud or 115200, timeout=dev.timeout_s),
                            name=dev.id, timeout=dev.timeout_s, limits=limits, channel_map=mapped)
     if dev.kind == "powermeter":
-        from drivers.powermeter import PowerMeter
+        from oddl.drivers.powermeter import PowerMeter
 
         return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
                           timeout_s=max(dev.timeout_s, 1.0))

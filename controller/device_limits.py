@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.config import DeviceConfig, TestbedConfig
-from common.errors import SafetyLimitError
-from controller.device_types import Configuration
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
+from oddl.common.config import DeviceConfig, TestbedConfig
+from oddl.common.errors import SafetyLimitError
+from oddl.controller.device_types import Configuration
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 
 __all__ = ["check_limits"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from common.errors import DeviceError
-from drivers.interfaces import Route
+from oddl.common.errors import DeviceError
+from oddl.drivers.interfaces import Route
 
 __all__ = ["Configuration", "DeviceEvent", "TransactionError", "describe_change"]
 

@@ -3,7 +3,7 @@
 ``DeviceWatch(devices).check()`` reads every transmitter and switch back, reopens a driver
 whose link broke, and re-applies the verified configuration to a device that lost it (power
 cycle, reset); power meters hold no configuration of ours, so only their link is checked.
-``controller.devices.DeviceManager`` owns one watch and is the ``WatchedDevices`` it watches.
+``oddl.controller.devices.DeviceManager`` owns one watch and is the ``WatchedDevices`` it watches.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import threading
 import time
 from typing import Any, Protocol
 
-from common.config import TestbedConfig
-from common.errors import DeviceError, OddlError
-from controller.device_drivers import open_driver
-from controller.device_types import Configuration
-from drivers.interfaces import TransceiverState
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import DeviceError, OddlError
+from oddl.controller.device_drivers import open_driver
+from oddl.controller.device_types import Configuration
+from oddl.drivers.interfaces import TransceiverState
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ Per-slot retunes during a collective take the fast path (`retune`): the transmit
 in a slot are tuned in parallel, each within its guard time, and the lock is checked.
 
 Its values (``Configuration``, ``TransactionError``, ``DeviceEvent``) are
-``controller.device_types``, the safety limits ``controller.device_limits``, opening drivers from the testbed file
-``controller.device_drivers``, and watching the devices (restoring one that lost the verified
-configuration) ``controller.device_watch``.
+``oddl.controller.device_types``, the safety limits ``oddl.controller.device_limits``, opening drivers from the testbed file
+``oddl.controller.device_drivers``, and watching the devices (restoring one that lost the verified
+configuration) ``oddl.controller.device_watch``.
 """
 
 from __future__ import annotations
@@ -26,19 +26,19 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from common.config import TestbedConfig
-from common.errors import DeviceError, OddlError
-from controller.device_drivers import open_driver
-from controller.device_limits import check_limits
-from controller.device_types import (
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import DeviceError, OddlError
+from oddl.controller.device_drivers import open_driver
+from oddl.controller.device_limits import check_limits
+from oddl.controller.device_types import (
     Configuration,
     DeviceEvent,
     TransactionError,
     describe_change,
 )
-from controller.device_watch import DeviceWatch
-from controller.store import Store
-from drivers.interfaces import (
+from oddl.controller.device_watch import DeviceWatch
+from oddl.controller.store import Store
+from oddl.drivers.interfaces import (
     Route,
     TransceiverState,
     TunableTransceiver,

@@ -9,7 +9,7 @@ part in nothing here: its agent keeps what arrives until its training process as
 
 Grants are made one at a time: a retune waits for the transmitter's previous flow to be off
 the air. The agents drop their standing schedules after a flow that moved a laser, so the
-job's next collective lays its circuits out again at the barrier (`agents.flows`).
+job's next collective lays its circuits out again at the barrier (`oddl.agents.point_to_point`).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import threading
 import time
 from collections import Counter
 
-from common.config import TestbedConfig
-from common.errors import OperationRefused
-from common.tracing import TRACE
-from controller import trace_hooks
-from controller.devices import DeviceManager
-from controller.flow_book import FlowBook, FlowNumbersExhausted
-from controller.jobs import JobManager, JobRecord
-from controller.slot_executor import SlotExecutor
-from protos import oddl_pb2 as pb
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import OperationRefused
+from oddl.common.tracing import TRACE
+from oddl.controller import trace_hooks
+from oddl.controller.devices import DeviceManager
+from oddl.controller.flow_book import FlowBook, FlowNumbersExhausted
+from oddl.controller.jobs import JobManager, JobRecord
+from oddl.controller.slot_executor import SlotExecutor
+from oddl.protos import oddl_pb2 as pb
 
 MAX_FLOW_BYTES = 1 << 36
 """Largest flow a sender may ask for (64 GiB): a bound against arithmetic overflow."""

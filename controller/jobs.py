@@ -6,9 +6,9 @@ job-scale configuration (WSS tables, the transmitters' first channels) and hands
 caller to apply. The barrier collects every node's "ready" for one collective invocation and
 decides: start (same shape and dtype everywhere) or refuse with the reason.
 
-The ``optinc`` collective (`common.config.OPTINC`) runs on the testbed's OptINC device with
-the two-slot schedule of `controller.optinc_schedule`, not the TT-FR scheduler; its
-registered plan has the devices as extra ranks (`controller.scheduling.optinc`).
+The ``optinc`` collective (`oddl.common.config.OPTINC`) runs on the testbed's OptINC device with
+the two-slot schedule of `oddl.controller.optinc_schedule`, not the TT-FR scheduler; its
+registered plan has the devices as extra ranks (`oddl.controller.scheduling.optinc`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from common.collective_kinds import ALL_REDUCE, optinc_refusal
-from common.config import OPTINC, OptincDeviceConfig, TestbedConfig
-from common.errors import OddlError, OperationRefused
-from controller.barrier_checks import Call, Entry, agreed_call
-from controller.device_types import Configuration
-from controller.optinc_schedule import (
+from oddl.common.collective_kinds import ALL_REDUCE, optinc_refusal
+from oddl.common.config import OPTINC, OptincDeviceConfig, TestbedConfig
+from oddl.common.errors import OddlError, OperationRefused
+from oddl.controller.barrier_checks import Call, Entry, agreed_call
+from oddl.controller.device_types import Configuration
+from oddl.controller.optinc_schedule import (
     OptincSchedule,
     optinc_schedule,
 )
-from controller.scheduling import (
+from oddl.controller.scheduling import (
     COLLECTIVES,
     Schedule,
     TimingModel,
@@ -38,15 +38,15 @@ from controller.scheduling import (
     make_plan,
     schedule_plan,
 )
-from controller.scheduling.native import native_plan
-from controller.store import Store
-from controller.testbed_model import (
+from oddl.controller.scheduling.native import native_plan
+from oddl.controller.store import Store
+from oddl.controller.testbed_model import (
     timing_from_config as timing_from_config,
 )
-from controller.testbed_model import (
+from oddl.controller.testbed_model import (
     topology_from_config as topology_from_config,
 )
-from drivers.interfaces import Route
+from oddl.drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Barrier:
     kind: str = ALL_REDUCE
     root: int = 0
     caller_steps: Mapping[str, int] = field(default_factory=dict)
-    """With `error`: each node's step number (a node behind another goes on, `common.pairing`)."""
+    """With `error`: each node's step number (a node behind another goes on, `oddl.common.pairing`)."""
 
 
 @dataclass
@@ -94,7 +94,7 @@ class JobRecord:
     after it)."""
     ready: dict[int, dict[str, Entry]] = field(default_factory=dict)
     ready_steps: dict[int, dict[str, int]] = field(default_factory=dict)
-    """Per waiting barrier, each node's caller step (`common.pairing`)."""
+    """Per waiting barrier, each node's caller step (`oddl.common.pairing`)."""
     failed_seqs: set[int] = field(default_factory=set)
     schedules: dict[tuple[int, int, tuple[int | None, ...], str, int],
                     Schedule | OptincSchedule] = field(default_factory=dict)

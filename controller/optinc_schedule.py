@@ -2,7 +2,7 @@
 
 The ``optinc`` collective is not a rank-to-rank plan: every node sends its quantised bucket
 once to the testbed's OptINC device, which broadcasts the quantised mean
-(`drivers.emulators.optinc`). Its schedule is an upload slot (all nodes to the device at once)
+(`oddl.drivers.emulators.optinc`). Its schedule is an upload slot (all nodes to the device at once)
 and a broadcast slot that streams while the upload does (cut-through). No transmitter retunes,
 so no slot waits for hand-offs.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.config import OPTINC, OptincDeviceConfig
-from controller.scheduling import TimingModel
+from oddl.common.config import OPTINC, OptincDeviceConfig
+from oddl.controller.scheduling import TimingModel
 
 
 @dataclass(frozen=True)

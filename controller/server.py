@@ -18,18 +18,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from common.config import TestbedConfig
-from common.errors import ConfigError
-from common.listen_errors import ListenOrigin, bind_errno, listen_error
-from common.metrics import Metrics, counter, gauge
-from controller.clock_service import ClockService
-from controller.device_types import Configuration
-from controller.devices import DeviceManager
-from controller.servicer import SERVICE_NAME, ControllerService
-from controller.store import Store
-from drivers.interfaces import Route
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import ConfigError
+from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error
+from oddl.common.metrics import Metrics, counter, gauge
+from oddl.controller.clock_service import ClockService
+from oddl.controller.device_types import Configuration
+from oddl.controller.devices import DeviceManager
+from oddl.controller.servicer import SERVICE_NAME, ControllerService
+from oddl.controller.store import Store
+from oddl.drivers.interfaces import Route
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,10 @@ class ControllerServer:
         self.metrics_listen = metrics_listen
         interceptors = []
         if cfg.security.enabled:
-            from common.security.authorization import AuthorizationInterceptor
-            from common.security.files import SecurityFiles
-            from common.security.revoked import RevocationList
-            from common.security.tls import server_credentials
+            from oddl.common.security.authorization import AuthorizationInterceptor
+            from oddl.common.security.files import SecurityFiles
+            from oddl.common.security.revoked import RevocationList
+            from oddl.common.security.tls import server_credentials
 
             self.security = SecurityFiles.load(cfg.security.certs)
             # the rule table is checked against the service at start-up: an RPC without a
@@ -89,7 +89,7 @@ class ControllerServer:
             raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
         self.clock_service: ClockService | None = None
-        """The UDP clock service (agents/clock_sync.py), opened by `start`."""
+        """The UDP clock service (agents/clock/sync.py), opened by `start`."""
 
     def start(self, initialise_devices: bool = True) -> None:
         """Connect the devices, bring them to the stored (or default) configuration, serve."""

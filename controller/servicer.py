@@ -3,7 +3,7 @@
 The decisions live elsewhere: `JobManager` (admission, schedules, barriers), `DeviceManager`
 (verified transactions), `AgentRegistry` (agents, heartbeats, event streams),
 `CollectiveStarts` (go, standing starts) and `SlotExecutor` with its pure core
-`controller.scheduling.slot_grants` (retunes and grants at slot edges). Each method here
+`oddl.controller.scheduling.slot_grants` (retunes and grants at slot edges). Each method here
 translates one request into calls on them and a refusal into a gRPC status.
 """
 
@@ -18,23 +18,23 @@ from typing import NoReturn, TypeVar
 
 import grpc
 
-from common.config import TestbedConfig
-from common.errors import OddlError, OperationRefused, SafetyLimitError
-from common.metrics import Metrics
-from controller.agent_registry import AgentRegistry
-from controller.collective_starts import CollectiveStarts
-from controller.device_types import Configuration, TransactionError
-from controller.devices import DeviceManager
-from controller.flows import FlowDesk
-from controller.jobs import JobManager, JobRecord
-from controller.slot_executor import SlotExecutor
-from controller.store import Store
-from controller.testbed_model import timing_from_config, topology_from_config
-from controller.trace_switch import set_trace
-from controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
-from drivers.interfaces import Route
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import OddlError, OperationRefused, SafetyLimitError
+from oddl.common.metrics import Metrics
+from oddl.controller.agent_registry import AgentRegistry
+from oddl.controller.collective_starts import CollectiveStarts
+from oddl.controller.device_types import Configuration, TransactionError
+from oddl.controller.devices import DeviceManager
+from oddl.controller.flows import FlowDesk
+from oddl.controller.jobs import JobManager, JobRecord
+from oddl.controller.slot_executor import SlotExecutor
+from oddl.controller.store import Store
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.controller.trace_switch import set_trace
+from oddl.controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
+from oddl.drivers.interfaces import Route
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The slot executor: carries out `controller.scheduling.slot_grants` for running collectives.
+"""The slot executor: carries out `oddl.controller.scheduling.slot_grants` for running collectives.
 
 One thread per collective that changes circuits. It waits (until a slot's edge, or until a
 confirmation arrives or the slot's deadline passes), feeds the hand-off confirmations the
@@ -17,13 +17,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from common.errors import OddlError
-from common.metrics import Metrics
-from common.tracing import TRACE
-from controller import trace_hooks
-from controller.devices import DeviceManager
-from controller.jobs import JobRecord
-from controller.scheduling.slot_grants import (
+from oddl.common.errors import OddlError
+from oddl.common.metrics import Metrics
+from oddl.common.tracing import TRACE
+from oddl.controller import trace_hooks
+from oddl.controller.devices import DeviceManager
+from oddl.controller.jobs import JobRecord
+from oddl.controller.scheduling.slot_grants import (
     RETUNE_FAILED,
     GatedSlot,
     Grant,
@@ -33,7 +33,7 @@ from controller.scheduling.slot_grants import (
     SlotGrants,
     late_grant_advice,
 )
-from protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

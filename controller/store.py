@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
-from drivers.interfaces import Route
+from oddl.common.errors import ConfigError
+from oddl.drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.config import TestbedConfig
-from controller.scheduling import Grid, NodeSpec, TimingModel, Topology, WssSpec
+from oddl.common.config import TestbedConfig
+from oddl.controller.scheduling import Grid, NodeSpec, TimingModel, Topology, WssSpec
 
 
 def topology_from_config(cfg: TestbedConfig) -> Topology:

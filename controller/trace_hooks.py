@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from common.tracing import TRACE, Track
-from controller.scheduling.slot_grants import RetuneOrder
-from protos import oddl_pb2 as pb
+from oddl.common.tracing import TRACE, Track
+from oddl.controller.scheduling.slot_grants import RetuneOrder
+from oddl.protos import oddl_pb2 as pb
 
 CONTROL = Track("controller", "control")
 _circuits: dict[tuple[str, int, int], list[pb.Circuit]] = {}

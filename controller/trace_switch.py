@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 
-from common.config import TestbedConfig
-from common.errors import OperationRefused
-from common.tracing import DEFAULT_CAPACITY, TRACE
-from common.tracing import session as tracing
-from controller.agent_registry import AgentRegistry
-from protos import oddl_pb2 as pb
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import OperationRefused
+from oddl.common.tracing import DEFAULT_CAPACITY, TRACE
+from oddl.common.tracing import session as tracing
+from oddl.controller.agent_registry import AgentRegistry
+from oddl.protos import oddl_pb2 as pb
 
 
 def set_trace(cfg: TestbedConfig, registry: AgentRegistry, request: pb.SetTraceRequest

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.config import TestbedConfig
-from controller.devices import DeviceManager
-from controller.jobs import JobRecord
-from protos import oddl_pb2 as pb
+from oddl.common.config import TestbedConfig
+from oddl.controller.devices import DeviceManager
+from oddl.controller.jobs import JobRecord
+from oddl.protos import oddl_pb2 as pb
 
 
 def job_pb(job: JobRecord) -> pb.Job:

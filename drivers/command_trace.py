@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from common.tracing import TRACE, Track
+from oddl.common.tracing import TRACE, Track
 
 T = TypeVar("T")
 

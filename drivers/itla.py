@@ -2,17 +2,17 @@
 
 Layers, innermost first, each in its own module:
 
-- ``drivers.itla_frames``: the frame codec (pure): ``bip4``, ``encode_request``,
+- ``oddl.drivers.itla_frames``: the frame codec (pure): ``bip4``, ``encode_request``,
   ``decode_reply``, the MHz register parts.
-- ``drivers.itla_registers``: the register table ``REGISTERS`` / ``register(name_or_addr)``,
+- ``oddl.drivers.itla_registers``: the register table ``REGISTERS`` / ``register(name_or_addr)``,
   NOP error codes, ``ItlaStatus``.
-- ``drivers.itla_link``: ``ItlaLink``, one request/reply exchange at a time under a lock, with
+- ``oddl.drivers.itla_link``: ``ItlaLink``, one request/reply exchange at a time under a lock, with
   XE turned into ``ItlaExecutionError``, CII retried for ``ItlaTimeouts.startup_s``
-  (``drivers.itla_timeouts``), LstRsp retries and NOP-byte resynchronisation; registers by
+  (``oddl.drivers.itla_timeouts``), LstRsp retries and NOP-byte resynchronisation; registers by
   name, AEA strings, pending waits.
 - here: ``ItlaDriver``, the laser: identity, limits, grid, tuning with time-to-lock, power,
   output and read-back. It holds its ``ItlaLink`` (``driver.link``) and implements
-  ``drivers.interfaces.TunableTransceiver``.
+  ``oddl.drivers.interfaces.TunableTransceiver``.
 
 Rules and sources: docs/reference/devices/itla.md. Frequencies are in THz (registers: THz, 0.1 GHz, MHz
 parts), powers in dBm (registers: dBm x 100), times in seconds.
@@ -27,16 +27,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Self
 
-from common.errors import DeviceError, DeviceTimeout, SafetyLimitError
-from drivers.interfaces import DeviceIdentity, TransceiverState
-from drivers.itla_frames import (
+from oddl.common.errors import DeviceError, DeviceTimeout, SafetyLimitError
+from oddl.drivers.interfaces import DeviceIdentity, TransceiverState
+from oddl.drivers.itla_frames import (
     SENA,
     Status,
     join_mhz,
     split_mhz,
 )
-from drivers.itla_link import ItlaLink
-from drivers.itla_registers import (
+from oddl.drivers.itla_link import ItlaLink
+from oddl.drivers.itla_registers import (
     DIS_BIT,
     FREQ_BIT,
     LATCH_MASK,
@@ -44,8 +44,8 @@ from drivers.itla_registers import (
     ItlaLimits,
     ItlaStatus,
 )
-from drivers.itla_timeouts import ItlaTimeouts
-from drivers.transport import Transport
+from oddl.drivers.itla_timeouts import ItlaTimeouts
+from oddl.drivers.transport import Transport
 
 logger = logging.getLogger(__name__)
 

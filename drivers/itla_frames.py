@@ -3,7 +3,7 @@
 Every frame is four bytes: byte 0 carries the BIP-4 checksum in bits 7-4; a request has LstRsp
 in bit 3 and R/W in bit 0, a reply has CE in bit 3 and the status (OK/XE/AEA/CP) in bits 1-0;
 byte 1 is the register; bytes 2-3 are the data, big-endian. Used by the driver
-(``drivers.itla``) and the emulator (``drivers.emulators.itla``). Rules and sources:
+(``oddl.drivers.itla``) and the emulator (``oddl.drivers.emulators.itla``). Rules and sources:
 docs/reference/devices/itla.md.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from common.errors import ProtocolError
+from oddl.common.errors import ProtocolError
 
 __all__ = [
     "CE_BIT",

@@ -7,7 +7,7 @@ its last reply instead of executing the command again); silence or a shifted fra
 recovered by single NOP bytes (``resync()``); a module that answers none of them is a
 ``DeviceTimeout``. On top of the exchanges it reads and writes registers by name, AEA strings
 and words, and waits for pending operations. The laser itself (tuning, power, output) is
-``drivers.itla.ItlaDriver``. Rules and sources: docs/reference/devices/itla.md.
+``oddl.drivers.itla.ItlaDriver``. Rules and sources: docs/reference/devices/itla.md.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Self
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from drivers.command_trace import traced
-from drivers.itla_frames import (
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError
+from oddl.drivers.command_trace import traced
+from oddl.drivers.itla_frames import (
     FRAME_LEN,
     NOP_ERROR_MASK,
     PENDING_MASK,
@@ -30,9 +30,9 @@ from drivers.itla_frames import (
     decode_reply,
     encode_request,
 )
-from drivers.itla_registers import Access, ItlaExecutionError, Register, nop_error, register
-from drivers.itla_timeouts import ItlaTimeouts
-from drivers.transport import OwnedTransport, Transport
+from oddl.drivers.itla_registers import Access, ItlaExecutionError, Register, nop_error, register
+from oddl.drivers.itla_timeouts import ItlaTimeouts
+from oddl.drivers.transport import OwnedTransport, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class ItlaLink:
                 raise _Silent(f"{stale} replies echo the wrong register")
 
     def _exchange(self, reg: Register, data: int = 0, write: bool = False) -> Reply:
-        """One exchange (on the trace when it records: `drivers.command_trace`)."""
+        """One exchange (on the trace when it records: `oddl.drivers.command_trace`)."""
         return traced(self.name, f"itla {'write' if write else 'read'} {reg.name}",
                       lambda: self._exchange_once(reg, data, write),
                       lambda reply: f"{reply.status.name} 0x{reply.data:04X}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from common.errors import DeviceError
-from drivers.itla_frames import NOP_ERROR_MASK, PENDING_MASK
+from oddl.common.errors import DeviceError
+from oddl.drivers.itla_frames import NOP_ERROR_MASK, PENDING_MASK
 
 __all__ = [
     "Access",
@@ -145,7 +145,7 @@ def register(name_or_addr: str | int) -> Register:
     found = _BY_NAME.get(name_or_addr.lower())
     if found is None:
         raise DeviceError(f"unknown ITLA register {name_or_addr!r}; use a name from "
-                          "drivers.itla_registers.REGISTERS or a numeric address")
+                          "oddl.drivers.itla_registers.REGISTERS or a numeric address")
     return found
 
 

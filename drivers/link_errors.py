@@ -3,7 +3,7 @@ that answers wrongly or late): callers such as ``oddl probe`` branch on these ty
 
 from __future__ import annotations
 
-from common.errors import DeviceError
+from oddl.common.errors import DeviceError
 
 __all__ = ["CannotOpen", "NoConnection"]
 

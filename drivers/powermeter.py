@@ -19,7 +19,7 @@ wavelengths in nm, times in s.
   converted from the unit the channel had when the run started to float32 W.
 
 The SCPI session (VISA I/O, error queue, resync after timeouts, block reads) is
-``drivers.powermeter_link.PowerMeterLink``, which the meter holds; this module is the meter: ranges, channel settings,
+``oddl.drivers.powermeter_link.PowerMeterLink``, which the meter holds; this module is the meter: ranges, channel settings,
 readings and logging runs.
 """
 
@@ -35,9 +35,9 @@ from typing import Literal
 import numpy as np
 from pyvisa.resources import MessageBasedResource
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from drivers.interfaces import DeviceIdentity
-from drivers.powermeter_link import PowerMeterLink
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError
+from oddl.drivers.interfaces import DeviceIdentity
+from oddl.drivers.powermeter_link import PowerMeterLink
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 VISA failures into typed errors (``DeviceTimeout``, ``DeviceError``, ``ProtocolError``), checks
 the error queue (SYST:ERR?) after each setting, and after a timeout or garbage makes sure no
 late answer is taken for the next query (reconnect, or drain a wrapped resource). It also reads
-IEEE-488.2 definite-length blocks. The meter's functions are ``drivers.powermeter.PowerMeter``, which holds its link.
+IEEE-488.2 definite-length blocks. The meter's functions are ``oddl.drivers.powermeter.PowerMeter``, which holds its link.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pyvisa import constants
 from pyvisa.errors import InvalidSession, VisaIOError
 from pyvisa.resources import MessageBasedResource
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from common.tracing import TRACE
-from drivers.command_trace import traced
-from drivers.link_errors import CannotOpen, NoConnection
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError
+from oddl.common.tracing import TRACE
+from oddl.drivers.command_trace import traced
+from oddl.drivers.link_errors import CannotOpen, NoConnection
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Protocol
 
 import serial
 
-from common.errors import DeviceError, DeviceTimeout
-from drivers.link_errors import CannotOpen
+from oddl.common.errors import DeviceError, DeviceTimeout
+from oddl.drivers.link_errors import CannotOpen
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Driver for a Finisar/II-VI flexgrid WSS on its ASCII serial protocol.
 
-Wire facts (``drivers.wss_protocol``, sources in docs/reference/devices/wss.md): 115200 8N1; a
+Wire facts (``oddl.drivers.wss_protocol``, sources in docs/reference/devices/wss.md): 115200 8N1; a
 command line, its echo, zero or more result lines, then ``OK`` or one of ``CER`` (command),
 ``AER`` (argument), ``RER`` (range), ``VER`` (validation error); optional checksum framing
 ``^text$XXXX`` on every line (``checksum=True``). ``URA`` stages routes, ``RSW`` switches the
@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Self
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from common.tracing import TRACE
-from drivers.command_trace import traced
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, DeviceIdentity, Route
-from drivers.transport import OwnedTransport, Transport
-from drivers.wss_channels import ChannelNumbering
-from drivers.wss_codec import (
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError
+from oddl.common.tracing import TRACE
+from oddl.drivers.command_trace import traced
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, DeviceIdentity, Route
+from oddl.drivers.transport import OwnedTransport, Transport
+from oddl.drivers.wss_channels import ChannelNumbering
+from oddl.drivers.wss_codec import (
     InvalidRouteTable,
     WssLimits,
     describe,
@@ -41,7 +41,7 @@ from drivers.wss_codec import (
     parse_error_line,
     parse_rra,
 )
-from drivers.wss_protocol import ChecksumError, WssErrorCode, frame, unframe
+from oddl.drivers.wss_protocol import ChecksumError, WssErrorCode, frame, unframe
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class WssCommandError(DeviceError):
 class FlexgridWss:
     """A flexgrid WSS on an ASCII serial link (any Transport: serial port, socket://, fake).
 
-    Implements ``drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
+    Implements ``oddl.drivers.interfaces.WavelengthSelectiveSwitch``. Every exchange holds a
     lock, so one driver may be shared between threads. Times are in seconds. `checksum`
     frames every command and requires framed replies; `echo` is whether the module echoes.
     `channel_map` ({testbed channel: module channel}, from the testbed file's
@@ -262,7 +262,7 @@ class FlexgridWss:
     def _exchange(self, command: str, *, results: int = 0,
                   final_timeout: float | None = None) -> list[str]:
         """Send `command`; return its result lines (at most `results`) once 'OK' came (on
-        the trace when it records: `drivers.command_trace`)."""
+        the trace when it records: `oddl.drivers.command_trace`)."""
         if not TRACE.on:
             return self._exchange_once(command, results, final_timeout)
         return traced(self.name, f"wss {describe(command)}",

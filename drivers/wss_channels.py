@@ -1,6 +1,6 @@
 """Testbed channel numbers on the wire of a WSS module that numbers its channels by its own plan.
 
-The testbed file's ``module_plan`` (``common.config.channel_plan``) gives, per switch, the
+The testbed file's ``module_plan`` (``oddl.common.config.channel_plan``) gives, per switch, the
 map testbed channel → module channel (same centre frequency). :class:`ChannelNumbering` applies
 it to route tables on their way out and to read-backs on their way in. Pure: no I/O.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from drivers.interfaces import Route
-from drivers.wss_codec import InvalidRouteTable
+from oddl.drivers.interfaces import Route
+from oddl.drivers.wss_codec import InvalidRouteTable
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Pure line codec of the flexgrid WSS driver: route tables, RRA? and error replies, limits.
 
-No I/O; ``drivers.wss`` uses it.
+No I/O; ``oddl.drivers.wss`` uses it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from common.errors import ProtocolError, SafetyLimitError
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
-from drivers.wss_protocol import ERROR_MEANINGS, FACTORY_PLAN, ChecksumError, WssErrorCode, unframe
+from oddl.common.errors import ProtocolError, SafetyLimitError
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from oddl.drivers.wss_protocol import (
+    ERROR_MEANINGS,
+    FACTORY_PLAN,
+    ChecksumError,
+    WssErrorCode,
+    unframe,
+)
 
 __all__ = [
     "ATTENUATION_STEP_DB",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from common.config import FixedPlan
+from oddl.common.config import FixedPlan
 
 __all__ = [
     "ERROR_MEANINGS",

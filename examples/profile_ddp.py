@@ -27,8 +27,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
-import oddl.torch_backend  # noqa: F401  (registers the "oddl" backend)
-from oddl import torch_trace
+import oddl.torch.backend  # noqa: F401  (registers the "oddl" backend)
+from oddl.torch import trace as torch_trace
 
 
 def main() -> None:

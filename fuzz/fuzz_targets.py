@@ -49,7 +49,7 @@ def _lines(data: bytes) -> list[str]:
 
 # ---- devices ----------------------------------------------------------------------------
 def _itla_emulator() -> Callable[[bytes], None]:
-    from drivers.emulators.itla import ItlaEmulator
+    from oddl.drivers.emulators.itla import ItlaEmulator
 
     emu = ItlaEmulator()
 
@@ -73,7 +73,7 @@ def _bip4(frame: bytes) -> bytes:
 
 
 def _itla_reply() -> Callable[[bytes], None]:
-    from drivers.itla_frames import decode_reply, decode_request
+    from oddl.drivers.itla_frames import decode_reply, decode_request
 
     def run(data: bytes) -> None:
         for decode in (decode_reply, decode_request):
@@ -85,13 +85,13 @@ def _itla_reply() -> Callable[[bytes], None]:
 
 
 def _protocol_error() -> type[BaseException]:
-    from common.errors import ProtocolError
+    from oddl.common.errors import ProtocolError
 
     return ProtocolError
 
 
 def _wss_emulator() -> Callable[[bytes], None]:
-    from drivers.emulators.wss import WssEmulator
+    from oddl.drivers.emulators.wss import WssEmulator
 
     emu = WssEmulator()
     emu.settle_s = 0.0
@@ -103,7 +103,7 @@ def _wss_emulator() -> Callable[[bytes], None]:
 
 
 def _wss_replies() -> Callable[[bytes], None]:
-    from drivers.wss_codec import parse_error_line, parse_rra
+    from oddl.drivers.wss_codec import parse_error_line, parse_rra
 
     def run(data: bytes) -> None:
         for line in _lines(data):
@@ -116,7 +116,7 @@ def _wss_replies() -> Callable[[bytes], None]:
 
 
 def _scpi_emulator() -> Callable[[bytes], None]:
-    from drivers.emulators.powermeter import PowerMeterEmulator
+    from oddl.drivers.emulators.powermeter import PowerMeterEmulator
 
     emu = PowerMeterEmulator()
 
@@ -127,7 +127,7 @@ def _scpi_emulator() -> Callable[[bytes], None]:
 
 
 def _scpi_block() -> Callable[[bytes], None]:
-    from drivers.emulators.scpi import parse_ieee_block
+    from oddl.drivers.emulators.scpi import parse_ieee_block
 
     def run(data: bytes) -> None:
         try:
@@ -139,7 +139,7 @@ def _scpi_block() -> Callable[[bytes], None]:
 
 # ---- configuration and agent inputs ------------------------------------------------------
 def _testbed_file() -> Callable[[bytes], None]:
-    from common.config import parse_testbed
+    from oddl.common.config import parse_testbed
 
     def run(data: bytes) -> None:
         parse_testbed(data.decode("utf-8", errors="replace"))
@@ -147,7 +147,7 @@ def _testbed_file() -> Callable[[bytes], None]:
 
 
 def _local_api() -> Callable[[bytes], None]:
-    from agents.localapi import parse_allreduce
+    from oddl.agents.local_api.wire import parse_allreduce
 
     def run(data: bytes) -> None:
         try:
@@ -161,7 +161,7 @@ def _local_api() -> Callable[[bytes], None]:
 def _chunk_head() -> Callable[[bytes], None]:
     import struct
 
-    from agents.stream_wire import HEAD_BYTES, ChunkHead
+    from oddl.agents.links.stream_wire import HEAD_BYTES, ChunkHead
 
     def run(data: bytes) -> None:
         try:
@@ -201,8 +201,8 @@ class _FabricHarness:
 
 
 def _fabric() -> tuple[Callable[[bytes], None], Callable[[], None]]:
-    from common.config import load_testbed
-    from drivers.emulators.host import start_emulated_testbed
+    from oddl.common.config import load_testbed
+    from oddl.drivers.emulators.host import start_emulated_testbed
 
     tb = start_emulated_testbed(load_testbed(CONFIG))
     sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -272,9 +272,9 @@ class _Controller:
     def acquire(cls) -> Any:
         with cls.lock:
             if cls.server is None:
-                from common.config import load_testbed
-                from controller.server import ControllerServer
-                from drivers.emulators.host import start_emulated_testbed
+                from oddl.common.config import load_testbed
+                from oddl.controller.server import ControllerServer
+                from oddl.drivers.emulators.host import start_emulated_testbed
 
                 cls.tb = start_emulated_testbed(load_testbed(CONFIG))
                 for wss in cls.tb.switches.values():
@@ -308,7 +308,7 @@ def shared_controller() -> Iterator[None]:
 def _grpc_method(method: Any) -> tuple[Callable[[bytes], None], Callable[[], None]]:
     from google.protobuf.message import DecodeError
 
-    from protos import oddl_pb2 as pb
+    from oddl.protos import oddl_pb2 as pb
 
     server = _Controller.acquire()
     handler = getattr(server.service, method.name)
@@ -332,8 +332,8 @@ def _grpc_method(method: Any) -> tuple[Callable[[bytes], None], Callable[[], Non
 
 def all_targets() -> dict[str, Target]:
     """Every target by name."""
-    from common.errors import ConfigError, OperationRefused
-    from protos import oddl_pb2 as pb
+    from oddl.common.errors import ConfigError, OperationRefused
+    from oddl.protos import oddl_pb2 as pb
 
     targets = [
         Target("itla-emulator", _itla_emulator,

@@ -3,6 +3,6 @@
 This package is the top floor: the `oddl` command, the launcher, the demos and the torch backend.
 """
 
-from common import __version__
+from oddl.common import __version__
 
 __all__ = ["__version__"]

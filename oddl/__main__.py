@@ -2,10 +2,10 @@
 
 import sys
 
-from oddl.procs import die_with_parent
+from oddl.launch.processes import die_with_parent
 
 die_with_parent()
 
-from oddl.cli import main  # noqa: E402 (after the parent-death request)
+from oddl.cli.main import main  # noqa: E402 (after the parent-death request)
 
 sys.exit(main())

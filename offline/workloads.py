@@ -1,6 +1,6 @@
 """Model profiles shared by the offline tools: gradient size and per-iteration compute time.
 
-The simulator (`offline.simulator`) and the TopoOpt co-optimiser (`offline.topoopt`) both
+The simulator (`oddl.offline.simulator`) and the TopoOpt co-optimiser (`oddl.offline.topoopt`) both
 import this module and nothing of each other.
 
 Gradient size: the parameter count from the torchvision model docs (``num_params``), times the

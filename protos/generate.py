@@ -1,7 +1,7 @@
 """Generate the Python gRPC code for protos/oddl.proto (`make protos`).
 
-The .proto is compiled as `protos/oddl.proto` inside a temporary tree so that the
-generated modules import each other as `protos.…`, then copied next to the source.
+The .proto is compiled as `oddl/protos/oddl.proto` inside a temporary tree so that the
+generated modules import each other as `oddl.protos.…`, then copied next to the source.
 With `--check`, nothing is written: exit 1 when the committed code differs (stale).
 """
 
@@ -22,11 +22,11 @@ def generate(dest: Path) -> None:
     from grpc_tools import protoc  # dev dependency; imported here so the runtime never needs it
 
     with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "protos"
+        tree = Path(tmp) / "oddl" / "protos"
         tree.mkdir(parents=True)
         shutil.copy(HERE / "oddl.proto", tree / "oddl.proto")
         args = ["protoc", f"-I{tmp}", f"--python_out={tmp}", f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}", "protos/oddl.proto"]
+                f"--grpc_python_out={tmp}", "oddl/protos/oddl.proto"]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed on protos/oddl.proto")
         for name in OUTPUTS:

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import oddl_pb2 as protos_dot_oddl__pb2
+from oddl.protos import oddl_pb2 as oddl_dot_protos_dot_oddl__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/oddl_pb2_grpc.py depends on'
+        + ' but the generated code in oddl/protos/oddl_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,98 +36,98 @@ class ControllerStub:
         """
         self.RegisterAgent = channel.unary_unary(
                 '/oddl.v1.Controller/RegisterAgent',
-                request_serializer=protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.RegisterAgentReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/oddl.v1.Controller/Heartbeat',
-                request_serializer=protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.HeartbeatReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.FromString,
                 _registered_method=True)
         self.SyncClock = channel.unary_unary(
                 '/oddl.v1.Controller/SyncClock',
-                request_serializer=protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.SyncClockReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.SyncClockReply.FromString,
                 _registered_method=True)
         self.WatchSchedule = channel.unary_stream(
                 '/oddl.v1.Controller/WatchSchedule',
-                request_serializer=protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ScheduleEvent.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.FromString,
                 _registered_method=True)
         self.ReadyCollective = channel.unary_unary(
                 '/oddl.v1.Controller/ReadyCollective',
-                request_serializer=protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
                 _registered_method=True)
         self.ReportCollective = channel.unary_unary(
                 '/oddl.v1.Controller/ReportCollective',
-                request_serializer=protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
                 _registered_method=True)
         self.ConfirmDelivery = channel.unary_unary(
                 '/oddl.v1.Controller/ConfirmDelivery',
-                request_serializer=protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
                 _registered_method=True)
         self.StartStanding = channel.unary_unary(
                 '/oddl.v1.Controller/StartStanding',
-                request_serializer=protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.StartStandingReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
                 _registered_method=True)
         self.RequestFlow = channel.unary_unary(
                 '/oddl.v1.Controller/RequestFlow',
-                request_serializer=protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.FlowGrant.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.FlowGrant.FromString,
                 _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/oddl.v1.Controller/SubmitJob',
-                request_serializer=protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.Job.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Job.FromString,
                 _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/oddl.v1.Controller/CancelJob',
-                request_serializer=protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.Job.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Job.FromString,
                 _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/oddl.v1.Controller/ListJobs',
-                request_serializer=protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ListJobsReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ListJobsReply.FromString,
                 _registered_method=True)
         self.GetSchedule = channel.unary_unary(
                 '/oddl.v1.Controller/GetSchedule',
-                request_serializer=protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.Schedule.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Schedule.FromString,
                 _registered_method=True)
         self.GetTopology = channel.unary_unary(
                 '/oddl.v1.Controller/GetTopology',
-                request_serializer=protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.Topology.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Topology.FromString,
                 _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/oddl.v1.Controller/GetStatus',
-                request_serializer=protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.Status.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.Status.FromString,
                 _registered_method=True)
         self.GetDeviceState = channel.unary_unary(
                 '/oddl.v1.Controller/GetDeviceState',
-                request_serializer=protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.DeviceStateList.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
                 _registered_method=True)
         self.GetDeviceLog = channel.unary_unary(
                 '/oddl.v1.Controller/GetDeviceLog',
-                request_serializer=protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.DeviceLog.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
                 _registered_method=True)
         self.Reconfigure = channel.unary_unary(
                 '/oddl.v1.Controller/Reconfigure',
-                request_serializer=protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.ReconfigureReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.FromString,
                 _registered_method=True)
         self.SetTrace = channel.unary_unary(
                 '/oddl.v1.Controller/SetTrace',
-                request_serializer=protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
-                response_deserializer=protos_dot_oddl__pb2.SetTraceReply.FromString,
+                request_serializer=oddl_dot_protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
+                response_deserializer=oddl_dot_protos_dot_oddl__pb2.SetTraceReply.FromString,
                 _registered_method=True)
 
 
@@ -281,98 +281,98 @@ def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterAgent,
-                    request_deserializer=protos_dot_oddl__pb2.RegisterAgentRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.RegisterAgentReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=protos_dot_oddl__pb2.HeartbeatRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.HeartbeatReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.SerializeToString,
             ),
             'SyncClock': grpc.unary_unary_rpc_method_handler(
                     servicer.SyncClock,
-                    request_deserializer=protos_dot_oddl__pb2.SyncClockRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.SyncClockReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.SyncClockReply.SerializeToString,
             ),
             'WatchSchedule': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSchedule,
-                    request_deserializer=protos_dot_oddl__pb2.WatchScheduleRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ScheduleEvent.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.SerializeToString,
             ),
             'ReadyCollective': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadyCollective,
-                    request_deserializer=protos_dot_oddl__pb2.ReadyCollectiveRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ReadyCollectiveReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.SerializeToString,
             ),
             'ReportCollective': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportCollective,
-                    request_deserializer=protos_dot_oddl__pb2.ReportCollectiveRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ReportCollectiveReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.SerializeToString,
             ),
             'ConfirmDelivery': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfirmDelivery,
-                    request_deserializer=protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.SerializeToString,
             ),
             'StartStanding': grpc.unary_unary_rpc_method_handler(
                     servicer.StartStanding,
-                    request_deserializer=protos_dot_oddl__pb2.StartStandingRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.StartStandingReply.SerializeToString,
             ),
             'RequestFlow': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestFlow,
-                    request_deserializer=protos_dot_oddl__pb2.RequestFlowRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.FlowGrant.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.RequestFlowRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.FlowGrant.SerializeToString,
             ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
-                    request_deserializer=protos_dot_oddl__pb2.SubmitJobRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.Job.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Job.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
-                    request_deserializer=protos_dot_oddl__pb2.CancelJobRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.Job.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Job.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
-                    request_deserializer=protos_dot_oddl__pb2.ListJobsRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ListJobsReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ListJobsReply.SerializeToString,
             ),
             'GetSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSchedule,
-                    request_deserializer=protos_dot_oddl__pb2.GetScheduleRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.Schedule.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Schedule.SerializeToString,
             ),
             'GetTopology': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTopology,
-                    request_deserializer=protos_dot_oddl__pb2.GetTopologyRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.Topology.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Topology.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
-                    request_deserializer=protos_dot_oddl__pb2.GetStatusRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.Status.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.Status.SerializeToString,
             ),
             'GetDeviceState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeviceState,
-                    request_deserializer=protos_dot_oddl__pb2.GetDeviceStateRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.DeviceStateList.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceStateList.SerializeToString,
             ),
             'GetDeviceLog': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeviceLog,
-                    request_deserializer=protos_dot_oddl__pb2.GetDeviceLogRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.DeviceLog.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.DeviceLog.SerializeToString,
             ),
             'Reconfigure': grpc.unary_unary_rpc_method_handler(
                     servicer.Reconfigure,
-                    request_deserializer=protos_dot_oddl__pb2.ReconfigureRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.ReconfigureReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.SerializeToString,
             ),
             'SetTrace': grpc.unary_unary_rpc_method_handler(
                     servicer.SetTrace,
-                    request_deserializer=protos_dot_oddl__pb2.SetTraceRequest.FromString,
-                    response_serializer=protos_dot_oddl__pb2.SetTraceReply.SerializeToString,
+                    request_deserializer=oddl_dot_protos_dot_oddl__pb2.SetTraceRequest.FromString,
+                    response_serializer=oddl_dot_protos_dot_oddl__pb2.SetTraceReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -400,8 +400,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/RegisterAgent',
-            protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
-            protos_dot_oddl__pb2.RegisterAgentReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.RegisterAgentRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.RegisterAgentReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -427,8 +427,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/Heartbeat',
-            protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
-            protos_dot_oddl__pb2.HeartbeatReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.HeartbeatRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.HeartbeatReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -454,8 +454,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/SyncClock',
-            protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
-            protos_dot_oddl__pb2.SyncClockReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.SyncClockRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.SyncClockReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -481,8 +481,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/WatchSchedule',
-            protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
-            protos_dot_oddl__pb2.ScheduleEvent.FromString,
+            oddl_dot_protos_dot_oddl__pb2.WatchScheduleRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ScheduleEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -508,8 +508,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ReadyCollective',
-            protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
-            protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ReadyCollectiveReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -535,8 +535,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ReportCollective',
-            protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
-            protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.ReportCollectiveRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ReportCollectiveReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -562,8 +562,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ConfirmDelivery',
-            protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
-            protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ConfirmDeliveryReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -589,8 +589,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/StartStanding',
-            protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
-            protos_dot_oddl__pb2.StartStandingReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.StartStandingRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.StartStandingReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -616,8 +616,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/RequestFlow',
-            protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
-            protos_dot_oddl__pb2.FlowGrant.FromString,
+            oddl_dot_protos_dot_oddl__pb2.RequestFlowRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.FlowGrant.FromString,
             options,
             channel_credentials,
             insecure,
@@ -643,8 +643,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/SubmitJob',
-            protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
-            protos_dot_oddl__pb2.Job.FromString,
+            oddl_dot_protos_dot_oddl__pb2.SubmitJobRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -670,8 +670,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/CancelJob',
-            protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
-            protos_dot_oddl__pb2.Job.FromString,
+            oddl_dot_protos_dot_oddl__pb2.CancelJobRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
@@ -697,8 +697,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/ListJobs',
-            protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
-            protos_dot_oddl__pb2.ListJobsReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.ListJobsRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ListJobsReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -724,8 +724,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetSchedule',
-            protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
-            protos_dot_oddl__pb2.Schedule.FromString,
+            oddl_dot_protos_dot_oddl__pb2.GetScheduleRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.Schedule.FromString,
             options,
             channel_credentials,
             insecure,
@@ -751,8 +751,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetTopology',
-            protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
-            protos_dot_oddl__pb2.Topology.FromString,
+            oddl_dot_protos_dot_oddl__pb2.GetTopologyRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.Topology.FromString,
             options,
             channel_credentials,
             insecure,
@@ -778,8 +778,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetStatus',
-            protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
-            protos_dot_oddl__pb2.Status.FromString,
+            oddl_dot_protos_dot_oddl__pb2.GetStatusRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.Status.FromString,
             options,
             channel_credentials,
             insecure,
@@ -805,8 +805,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetDeviceState',
-            protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
-            protos_dot_oddl__pb2.DeviceStateList.FromString,
+            oddl_dot_protos_dot_oddl__pb2.GetDeviceStateRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.DeviceStateList.FromString,
             options,
             channel_credentials,
             insecure,
@@ -832,8 +832,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/GetDeviceLog',
-            protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
-            protos_dot_oddl__pb2.DeviceLog.FromString,
+            oddl_dot_protos_dot_oddl__pb2.GetDeviceLogRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.DeviceLog.FromString,
             options,
             channel_credentials,
             insecure,
@@ -859,8 +859,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/Reconfigure',
-            protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
-            protos_dot_oddl__pb2.ReconfigureReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.ReconfigureRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.ReconfigureReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -886,8 +886,8 @@ class Controller:
             request,
             target,
             '/oddl.v1.Controller/SetTrace',
-            protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
-            protos_dot_oddl__pb2.SetTraceReply.FromString,
+            oddl_dot_protos_dot_oddl__pb2.SetTraceRequest.SerializeToString,
+            oddl_dot_protos_dot_oddl__pb2.SetTraceReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,7 @@
 """What the schedule encoders read of the scheduling core's schedules, as protocols.
 
 `protos` sits below `controller` in the layer contract, so the codec cannot import the
-core's `Schedule` or the controller's `controller.optinc_schedule.OptincSchedule`; it states
+core's `Schedule` or the controller's `oddl.controller.optinc_schedule.OptincSchedule`; it states
 the attributes it reads instead, and any object that has them (the core's, a test's) encodes.
 Read-only properties, so frozen dataclasses match.
 """
@@ -122,7 +122,7 @@ class TotalsShape(Protocol):
 
 
 class ScheduleShape(TotalsShape, Protocol):
-    """A plan laid out in time on a topology (`controller.scheduling.Schedule`)."""
+    """A plan laid out in time on a topology (`oddl.controller.scheduling.Schedule`)."""
 
     @property
     def plan(self) -> PlanShape: ...
@@ -145,7 +145,7 @@ class OptincSlotShape(TimedSlotShape, Protocol):
 
 class OptincScheduleShape(TotalsShape, Protocol):
     """The optinc collective laid out for one bucket
-    (`controller.optinc_schedule.OptincSchedule`)."""
+    (`oddl.controller.optinc_schedule.OptincSchedule`)."""
 
     @property
     def n_elems(self) -> int: ...

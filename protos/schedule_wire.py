@@ -16,7 +16,7 @@ to the controller, which then (retunes and) grants the slot. One confirmation pe
 change, none per flow on a circuit that stays (a ring never needs one).
 
 This module sits below the controller (layer contract): the encoders read the core's
-schedules through the protocols of `protos.schedule_shapes`, not by importing them.
+schedules through the protocols of `oddl.protos.schedule_shapes`, not by importing them.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from common.config import OPTINC
-from protos import oddl_pb2 as pb
-from protos.schedule_shapes import OptincScheduleShape, ScheduleShape, TotalsShape
+from oddl.common.config import OPTINC
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_shapes import OptincScheduleShape, ScheduleShape, TotalsShape
 
 if TYPE_CHECKING:
-    from common.config import TestbedConfig
+    from oddl.common.config import TestbedConfig
 
 EVERY_SLOT = 0xFFFFFFFF
 """`CircuitsReady.slot` for an answer about every slot of the collective (a refusal)."""

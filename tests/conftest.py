@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from common.security.files import SecurityFiles
-from common.security.lab_ca import init_lab_ca
+from oddl.common.security.files import SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
 
 LAB_NODES = ("n0", "n1", "n2", "n3")
 """The nodes of the shared lab CAs (`lab`, `other_lab`)."""

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from pyvisa import constants
 from pyvisa.errors import VisaIOError
 
-from common.errors import DeviceTimeout
+from oddl.common.errors import DeviceTimeout
 
 if TYPE_CHECKING:
-    from drivers.emulators.wss import WssEmulator
+    from oddl.drivers.emulators.wss import WssEmulator
 
 LAB_WSS_PLAN = {"first_channel": 1, "first_thz": 193.1, "spacing_ghz": 100.0, "channels": 48}
 """The emulated testbed's WSS plan (channels 1..48 every 100 GHz from 193.1 THz)."""
@@ -61,7 +61,7 @@ class Optics:
 
 def lab_wss(**kw: Any) -> WssEmulator:
     """A WSS emulator on the emulated testbed's plan; `kw` adds or overrides arguments."""
-    from drivers.emulators.wss import WssEmulator
+    from oddl.drivers.emulators.wss import WssEmulator
 
     return WssEmulator(**{**LAB_WSS_PLAN, **kw})
 
@@ -72,7 +72,7 @@ class ScriptedWire:
     reply (None or b"": silence) then becomes readable. ``assert_all_consumed`` fails on
     pairs never written and on reply bytes never read.
 
-    It is a ``drivers.transport.Transport`` (ITLA frames, WSS lines); ``visa()`` gives the
+    It is a ``oddl.drivers.transport.Transport`` (ITLA frames, WSS lines); ``visa()`` gives the
     same script as a pyvisa message-based resource (the power meter). Like the serial
     transport, a read that times out loses the bytes it had.
     """

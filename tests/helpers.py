@@ -1,7 +1,7 @@
 """Helpers the tests share for child processes: a command that serves until SIGTERM, the
 `oddl` command line, and code run in a fresh interpreter.
 
-The emulated testbed itself is started with `oddl.launch` (`RunningTestbed`,
+The emulated testbed itself is started with `oddl.launch.testbed` (`RunningTestbed`,
 `launch_emulated`, `RestartableTestbed`), the same launcher the demos and benchmarks use.
 """
 
@@ -102,7 +102,7 @@ def train_demo_summary(run_dir: Path, epochs: int, options: str = "", timeout: f
     """`oddl demo --train` (ring, JSON) with `epochs` epochs in a fresh interpreter (this one
     may have used gRPC, and the demo forks its testbed processes); its summary. `options`:
     more keyword arguments of `run_train_demo` as source text, e.g. ``", backend='oddl'"``."""
-    code = ("import json, sys; from pathlib import Path; from oddl.train_demo import "
+    code = ("import json, sys; from pathlib import Path; from oddl.demo.train import "
             "run_train_demo; print(json.dumps(run_train_demo(None, Path(sys.argv[1]), "
             f"{epochs}, 'ring', True{options})))")
     return json_from_fresh_interpreter(code, str(run_dir), timeout=timeout, env=env)
@@ -136,8 +136,8 @@ def run_ranks(argv: list[str], apis: list[str], timeout: float,
     """Start one process per agent API as torchrun would (rank r on `apis`, a fresh
     rendezvous port, `env` added), each running `argv` from the project's root; their last
     stdout lines as JSON, in rank order. Fails naming a rank's error output; kills the others."""
-    from oddl.launch import torchrun_env
-    from oddl.procs import free_port
+    from oddl.launch.processes import free_port
+    from oddl.launch.testbed import torchrun_env
 
     port = free_port()
     procs = [subprocess.Popen(argv, env={**torchrun_env(rank, len(apis), port, apis),

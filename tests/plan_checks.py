@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.scheduling import Plan, TimingModel, execute_plan, validate_plan
+from oddl.controller.scheduling import Plan, TimingModel, execute_plan, validate_plan
 
 TIMING = TimingModel(1e-6, 1e-7, 1e-6, 0.0, 0.1, 1e-6, 100e9)
 """Fast-transceiver timing at 100 Gbit/s for plan tests."""

@@ -21,15 +21,15 @@ from helpers import ROOT
 from test_buckets import Agent, folder  # noqa: F401  (a fixture)
 from test_buckets_e2e import Bed
 
-from agents.adopted import InRegion
-from agents.bucket_link import ClientBuckets
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from common import memfd
-from common.errors import OperationRefused
+from oddl.agents.client.adopted import InRegion
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.buckets import ClientBuckets
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common import memfd
+from oddl.common.errors import OperationRefused
 
 torch = pytest.importorskip("torch")
-from oddl.torch_adopt import Promoter, array_of  # noqa: E402
+from oddl.torch.adopt import Promoter, array_of  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not memfd.supported(), reason="needs memfd (Linux)")
 MB = 1 << 20
@@ -139,9 +139,9 @@ _ADOPT_AS = """
 import mmap, os, sys
 import numpy as np
 import torch  # first: this interpreter's files are root's
-from agents.bucket_link import ClientBuckets
-from agents.client import AgentClient
-from oddl.torch_adopt import Promoter
+from oddl.agents.client.buckets import ClientBuckets
+from oddl.agents.client.agent_client import AgentClient
+from oddl.torch.adopt import Promoter
 import json, select, socket, weakref, fcntl, logging  # noqa: F401  (as is the standard library)
 os.setgid(int(sys.argv[3])); os.setuid(int(sys.argv[2]))
 fd = os.memfd_create("not-sealed", os.MFD_CLOEXEC)
@@ -306,7 +306,7 @@ def test_freed_adopted_memory_is_released_at_the_agent(agent: Agent):
 def test_ddp_over_oddl_trains_in_its_promoted_buckets_as_gloo_does(tmp_path: Path):
     from helpers import EMULATED, run_ranks
 
-    from oddl.launch import RunningTestbed
+    from oddl.launch.testbed import RunningTestbed
 
     worker = Path(__file__).resolve().parent / "zero_copy_worker.py"
     with RunningTestbed(tmp_path, EMULATED) as tb:
@@ -322,9 +322,9 @@ def test_ddp_over_oddl_trains_in_its_promoted_buckets_as_gloo_does(tmp_path: Pat
 
 
 def test_requests_name_an_offset_only_into_a_bucket_token_and_within_it():
-    from agents import localapi
-    from agents.bucket_registry import BucketRegistry
-    from common.errors import BucketUnavailable
+    from oddl.agents.local_api import wire as localapi
+    from oddl.agents.local_api.bucket_registry import BucketRegistry
+    from oddl.common.errors import BucketUnavailable
 
     token = "ab" * 16
     assert localapi.parse_allreduce({"dtype": "<f4", "shape": [2], "bucket": token,

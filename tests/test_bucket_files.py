@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from agents.bucket_link import ClientBuckets
-from common.errors import BucketUnavailable
-from common.shm import BucketMaps, SharedBucket, creator_pid
+from oddl.agents.client.buckets import ClientBuckets
+from oddl.common.errors import BucketUnavailable
+from oddl.common.shm import BucketMaps, SharedBucket, creator_pid
 
 
 def test_over_tcp_the_bucket_is_a_named_file_that_goes_with_its_client():
@@ -33,7 +33,7 @@ def test_over_tcp_the_bucket_is_a_named_file_that_goes_with_its_client():
 
 
 _NAMED_CHILD = """
-from common.shm import SharedBucket
+from oddl.common.shm import SharedBucket
 b = SharedBucket(4096)
 print(b.path, flush=True)
 import time; time.sleep(600)

@@ -1,8 +1,8 @@
 """Buckets cannot outlive their users (issue 23): descriptors over the bucket socket, and
 self-cleaning named files where descriptors cannot be passed.
 
-The agent's side here is the real bucket socket (`agents.bucket_server`) beside a real local
-API socket, served on a thread of this process; clients are `agents.bucket_link` (what
+The agent's side here is the real bucket socket (`oddl.agents.local_api.bucket_server`) beside a real local
+API socket, served on a thread of this process; clients are `oddl.agents.client.buckets` (what
 `AgentClient` uses), raw sockets for malformed messages, and child processes for kills and
 other users. `tests/test_buckets_e2e.py` runs the same through agents and `AgentClient`.
 """
@@ -29,12 +29,12 @@ import pytest
 import zmq
 from helpers import ROOT, wait_until
 
-from agents import localapi
-from agents.bucket_link import ClientBuckets
-from agents.bucket_server import BucketRegistry, BucketServer
-from common import memfd
-from common.errors import BucketUnavailable, ConfigError, OperationRefused
-from common.shm import creator_pid, shm_dir
+from oddl.agents.client.buckets import ClientBuckets
+from oddl.agents.local_api import wire as localapi
+from oddl.agents.local_api.bucket_server import BucketRegistry, BucketServer
+from oddl.common import memfd
+from oddl.common.errors import BucketUnavailable, ConfigError, OperationRefused
+from oddl.common.shm import creator_pid, shm_dir
 
 pytestmark = pytest.mark.skipif(not memfd.supported(), reason="needs memfd (Linux)")
 
@@ -141,7 +141,7 @@ def test_a_bigger_bucket_replaces_the_old_one_at_the_agent(agent: Agent):
 
 _CHILD = """
 import sys, time
-from agents.bucket_link import ClientBuckets
+from oddl.agents.client.buckets import ClientBuckets
 buckets = ClientBuckets(sys.argv[1])
 bucket = buckets.for_bytes(int(sys.argv[2]))
 bucket.array((4,), "<i8")[:] = [7, 8, 9, 10]
@@ -302,7 +302,7 @@ def test_requests_name_a_bucket_by_a_token_only():
 # ---- who may hand over a descriptor -------------------------------------------------------
 _AS_USER = """
 import os, sys
-from agents.bucket_link import ClientBuckets  # first: this interpreter's files are root's
+from oddl.agents.client.buckets import ClientBuckets  # first: this interpreter's files are root's
 import json, mmap, select, socket, weakref, fcntl  # noqa: F401  (as is the standard library)
 os.setgid(int(sys.argv[3])); os.setuid(int(sys.argv[2]))
 b = ClientBuckets(sys.argv[1])

@@ -25,15 +25,15 @@ import pytest
 from helpers import EMULATED, ROOT, wait_until
 from test_buckets import _bucket_maps, _shm_files_of
 
-from agents.agent import Agent
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from common import memfd
-from common.config import load_testbed
-from controller.server import ControllerServer
-from drivers.emulators.host import start_emulated_testbed
-from oddl.launch import write_config
-from oddl.operator import OperatorClient
+from oddl.agents.agent import Agent
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common import memfd
+from oddl.common.config import load_testbed
+from oddl.controller.server import ControllerServer
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.launch.testbed import write_config
+from oddl.operator.client import OperatorClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300),
               pytest.mark.skipif(not memfd.supported(), reason="needs memfd (Linux)")]
@@ -122,7 +122,7 @@ def test_shared_arrays_stay_exact_across_an_agent_restart(bed: Bed):
 _TRAINER = """
 import sys
 import numpy as np
-from agents.client import AgentClient
+from oddl.agents.client.agent_client import AgentClient
 c = AgentClient(sys.argv[1], timeout_s=60)
 a = c.shared_array(int(sys.argv[2]) // 8, np.int64)
 a[:] = 1

@@ -8,9 +8,9 @@ from collections import deque
 import numpy as np
 import pytest
 
-from agents.chunkplan import busiest_port_bytes, chunk_plan
-from controller.scheduling import make_plan
-from protos.schedule_wire import StepSpec
+from oddl.agents.collective.chunks import busiest_port_bytes, chunk_plan
+from oddl.controller.scheduling import make_plan
+from oddl.protos.schedule_wire import StepSpec
 
 
 def _steps(plan) -> tuple[StepSpec, ...]:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import zmq
 
-from agents import localapi
-from agents.client import AgentClient
-from agents.local_server import LocalServer
-from common.errors import CollectiveError, OperationRefused
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.local_api import wire as localapi
+from oddl.agents.local_api.server import LocalServer
+from oddl.common.errors import CollectiveError, OperationRefused
 
 
 # ---- the client's side of the protocol ---------------------------------------------------

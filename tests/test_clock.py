@@ -8,16 +8,22 @@ import math
 import numpy as np
 import pytest
 
-from agents import wallclock
-from agents.clock import STEP_CONFIRM, UNKNOWN, ClockFilter, ClockSample, estimate
-from agents.clock_sync import UdpProbe, budget_warning
-from agents.excursion import Excursion
-from agents.line_rate import MIN_CHUNK_BYTES, MIN_CHUNKS, LineRateMeter, rate_warning
-from common.clock_wire import REQUEST, parse_reply, reply_to
-from common.errors import ConfigError
-from controller.clock_service import ClockService
-from controller.scheduling.slot_grants import Grant, late_grant_advice
-from oddl.operator import clock_bound_text, format_status
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.clock.excursion import Excursion
+from oddl.agents.clock.offset_filter import (
+    STEP_CONFIRM,
+    UNKNOWN,
+    ClockFilter,
+    ClockSample,
+    estimate,
+)
+from oddl.agents.clock.sync import UdpProbe, budget_warning
+from oddl.agents.links.line_rate import MIN_CHUNK_BYTES, MIN_CHUNKS, LineRateMeter, rate_warning
+from oddl.common.clock_wire import REQUEST, parse_reply, reply_to
+from oddl.common.errors import ConfigError
+from oddl.controller.clock_service import ClockService
+from oddl.controller.scheduling.slot_grants import Grant, late_grant_advice
+from oddl.operator.client import clock_bound_text, format_status
 
 S = 1_000_000_000  # ns per second
 

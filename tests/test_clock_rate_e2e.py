@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_for
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all as run_on_all
-from oddl.launch import RunningTestbed, write_config
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all as run_on_all
+from oddl.launch.testbed import RunningTestbed, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import PlanError
-from controller.scheduling import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling import (
     COLLECTIVES,
     Op,
     Plan,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import EMULATED, ROOT
 
-from common.config import dump_testbed, load_testbed, parse_testbed
-from common.errors import ConfigError
-from oddl.cli import main
+from oddl.cli.main import main
+from oddl.common.config import dump_testbed, load_testbed, parse_testbed
+from oddl.common.errors import ConfigError
 
 LAB = ROOT / "deploy" / "testbeds" / "lab-4node.toml"
 
@@ -102,7 +102,7 @@ def test_agent_gate_scheduling_is_read_and_reported():
     import threading
     import types
 
-    from agents.agent import Agent
+    from oddl.agents.agent import Agent
 
     fake = types.SimpleNamespace(cfg=cfg, node_id="n0", gate_scheduling="normal")
     t = threading.Thread(target=Agent._gate_thread_setup, args=(fake,))

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from common.config import dump_testbed, load_testbed
-from common.errors import ConfigError
-from oddl import config_lookup
-from oddl.cli import build_parser, main
-from oddl.launch import DEFAULT_TESTBED
-from oddl.operator_cli import controller_address
+from oddl.cli import config_lookup
+from oddl.cli.main import build_parser, main
+from oddl.cli.operator import controller_address
+from oddl.common.config import dump_testbed, load_testbed
+from oddl.common.errors import ConfigError
+from oddl.launch.testbed import DEFAULT_TESTBED
 
 
 def _file_with_address(path: Path, address: str) -> Path:

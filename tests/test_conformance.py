@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from helpers import EMULATED
 
-from common.config import TestbedConfig, load_testbed
-from common.errors import DeviceError, SafetyLimitError
-from controller.device_drivers import open_driver
-from drivers.interfaces import (
+from oddl.common.config import TestbedConfig, load_testbed
+from oddl.common.errors import DeviceError, SafetyLimitError
+from oddl.controller.device_drivers import open_driver
+from oddl.drivers.interfaces import (
     BLOCKED_DB,
     Route,
     TunableTransceiver,
@@ -33,7 +33,7 @@ def bench(request: pytest.FixtureRequest) -> Iterator[TestbedConfig]:
     if hardware:
         yield load_testbed(hardware)
         return
-    from drivers.emulators.host import start_emulated_testbed
+    from oddl.drivers.emulators.host import start_emulated_testbed
 
     tb = start_emulated_testbed(load_testbed(EMULATED))
     for wss in tb.switches.values():

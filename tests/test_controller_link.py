@@ -7,8 +7,8 @@ from typing import Any
 
 from helpers import EMULATED
 
-from agents.controller_link import ControllerLink
-from common.config import load_testbed
+from oddl.agents.controller_link import ControllerLink
+from oddl.common.config import load_testbed
 
 
 def test_a_heartbeat_caught_by_close_ends_quietly():

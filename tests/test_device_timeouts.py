@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_testbed
-from common.errors import ConfigError
-from controller.device_drivers import open_driver
+from oddl.common.config import parse_testbed
+from oddl.common.errors import ConfigError
+from oddl.controller.device_drivers import open_driver
 
 LAB = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "lab-4node.toml"
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from common.config import load_testbed
-from common.errors import SafetyLimitError
-from controller.device_types import Configuration, TransactionError
-from controller.devices import DeviceManager
-from controller.server import default_configuration
-from drivers.emulators.fabric import INSERTION_LOSS_DB
-from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
-from drivers.interfaces import Route
+from oddl.common.config import load_testbed
+from oddl.common.errors import SafetyLimitError
+from oddl.controller.device_types import Configuration, TransactionError
+from oddl.controller.devices import DeviceManager
+from oddl.controller.server import default_configuration
+from oddl.drivers.emulators.fabric import INSERTION_LOSS_DB
+from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from oddl.drivers.interfaces import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"

@@ -17,14 +17,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import EMULATED
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all as run_on_all
-from common.config import load_testbed
-from common.errors import CollectiveError, OperationRefused
-from oddl.launch import RunningTestbed, fabric_stats
-from oddl.procs import oddl_command
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all as run_on_all
+from oddl.common.config import load_testbed
+from oddl.common.errors import CollectiveError, OperationRefused
+from oddl.launch.processes import oddl_command
+from oddl.launch.testbed import RunningTestbed, fabric_stats
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

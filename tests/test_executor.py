@@ -9,13 +9,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from agents.executor import run_collective
-from agents.gate import SlotGate
-from agents.run_context import CollectiveRun
-from agents.streams import StreamLink
-from common.errors import CollectiveError
-from controller.scheduling import make_plan
-from protos.schedule_wire import StepSpec
+from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.links.streams import StreamLink
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.errors import CollectiveError
+from oddl.controller.scheduling import make_plan
+from oddl.protos.schedule_wire import StepSpec
 
 
 def _on_every_rank(n: int, go: Callable[[int], None], links: dict[str, StreamLink]) -> None:
@@ -105,7 +105,7 @@ def test_gate_releases_at_the_edge():
 
 def _wire_schedule(slots: list[list[tuple[str, int, bool]]]):
     """A wire schedule whose slot k has circuits (transmitter, channel, retune)."""
-    from protos import oddl_pb2 as pb
+    from oddl.protos import oddl_pb2 as pb
 
     out = pb.Schedule(job_id="j", collective="c")
     for k, circuits in enumerate(slots):
@@ -116,7 +116,7 @@ def _wire_schedule(slots: list[list[tuple[str, int, bool]]]):
 
 
 def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot():
-    from protos.schedule_wire import ends_where_it_starts
+    from oddl.protos.schedule_wire import ends_where_it_starts
 
     # halving-doubling's shape: away and back again
     assert ends_where_it_starts(_wire_schedule([[("a", 2, False), ("b", 1, False)],
@@ -130,8 +130,8 @@ def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot
 
 def _decoded(collective: str, elems: int = 1000):
     """The nodes and the decoded schedule of `collective` on a 4-node single-WSS testbed."""
-    from controller.scheduling import Grid, TimingModel, Topology, schedule_plan
-    from protos.schedule_wire import decode_schedule, encode_schedule
+    from oddl.controller.scheduling import Grid, TimingModel, Topology, schedule_plan
+    from oddl.protos.schedule_wire import decode_schedule, encode_schedule
 
     timing = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3,
                          wss_settle_s=0.01, slot_margin_s=1e-4, line_rate_bps=10e9)
@@ -211,7 +211,7 @@ def test_a_gated_run_waits_for_and_confirms_the_handoffs_its_schedule_carries():
 
 
 def test_slots_that_keep_the_previous_circuits_continue_it():
-    from protos.schedule_wire import continuing_slots
+    from oddl.protos.schedule_wire import continuing_slots
 
     _, ring = _decoded("ring")
     assert [s.changes_circuits for s in ring.slots] == [True] + [False] * 5

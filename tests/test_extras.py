@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import common.extras
-from common.errors import MissingExtra
-from common.extras import EXTRA_OF, require
-from oddl.cli import main
+import oddl.common.extras
+from oddl.cli.main import main
+from oddl.common.errors import MissingExtra
+from oddl.common.extras import EXTRA_OF, require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def test_the_core_leaves_every_extra_package_to_its_extra() -> None:
 def test_a_command_missing_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(common.extras.importlib.util, "find_spec",
+    monkeypatch.setattr(oddl.common.extras.importlib.util, "find_spec",
                         lambda name, *a: None if name == "rich" else real(name, *a))
     with pytest.raises(MissingExtra, match=r"pip install 'oddl\[watch\]'"):
         require("rich", "`oddl watch`")

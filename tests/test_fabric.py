@@ -11,11 +11,11 @@ import zmq
 from fakes import FakeClock
 from helpers import wait_until
 
-from agents.zmq_links import FabricLink
-from common.config import load_testbed
-from drivers.emulators.fabric import INSERTION_LOSS_DB, Fabric, OpticalModel
-from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
-from drivers.interfaces import Route
+from oddl.agents.links.zeromq import FabricLink
+from oddl.common.config import load_testbed
+from oddl.drivers.emulators.fabric import INSERTION_LOSS_DB, Fabric, OpticalModel
+from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from oddl.drivers.interfaces import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -37,7 +37,7 @@ def _light(tb: EmulatedTestbed, laser: str, channel: int, table: dict[int, int])
     """Set an emulated laser and the WSS directly (their protocols are tested elsewhere)."""
     emu = tb.lasers[laser]
     emu.handle_frame(bytes.fromhex("00000000"))
-    from drivers.itla_frames import encode_request
+    from oddl.drivers.itla_frames import encode_request
 
     emu.handle_frame(encode_request(0x30, channel, write=True))
     emu.handle_frame(encode_request(0x32, 0x08, write=True))
@@ -125,7 +125,7 @@ class _Laser:
         self.f = f
 
     def optical_output(self, now=None):
-        from drivers.emulators.itla import OpticalOutput
+        from oddl.drivers.emulators.itla import OpticalOutput
 
         return None if self.f is None else OpticalOutput(self.f, 10.0)
 

@@ -17,9 +17,9 @@ import pytest
 from helpers import wait_until
 from test_e2e import EMULATED, allreduce_all
 
-from common.errors import CollectiveError, ControllerUnavailable
-from oddl.launch import RestartableTestbed
-from oddl.operator import OperatorClient
+from oddl.common.errors import CollectiveError, ControllerUnavailable
+from oddl.launch.testbed import RestartableTestbed
+from oddl.operator.client import OperatorClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -139,7 +139,7 @@ def test_kill_the_emulators_then_the_controller_keeps_serving_and_restores(bench
     bench.operator.submit("emu", [], "ring", "optical")
     os.kill(bench.proc("emulators").proc.pid, signal.SIGKILL)
     # a reconfiguration cannot be verified: refused with a report, nothing claimed applied
-    from common.errors import OperationRefused
+    from oddl.common.errors import OperationRefused
 
     with pytest.raises(OperationRefused) as err:
         bench.operator.reconfigure({"set_channel": {"transmitter": "laser0", "channel": 5}},
@@ -203,7 +203,7 @@ def test_garbage_on_every_listening_port(bench: Bench):
     for port in sorted(device_ports):
         _garbage("127.0.0.1", port)
     assert all(p.alive() for p in bench.group.procs)
-    from common.errors import OperationRefused
+    from oddl.common.errors import OperationRefused
 
     # a frame that resets a module leaves it answering "initialising" (ITLA) or restarting
     # (WSS) for a while, as a real one does: the controller's device watch brings it back

@@ -23,12 +23,12 @@ from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.config import load_testbed, parse_testbed
-from common.errors import ConfigError
-from common.tracing import TRACE
-from controller.server import ControllerServer
-from drivers.emulators.host import start_emulated_testbed
-from protos import oddl_pb2 as pb
+from oddl.common.config import load_testbed, parse_testbed
+from oddl.common.errors import ConfigError
+from oddl.common.tracing import TRACE
+from oddl.controller.server import ControllerServer
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.protos import oddl_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -147,7 +147,7 @@ def test_every_rpc_answers_cleanly(controller, data):
 
 def test_controller_still_serves_after_the_fuzzing(controller):
     server, channel = controller
-    from protos import oddl_pb2_grpc as pb_grpc
+    from oddl.protos import oddl_pb2_grpc as pb_grpc
 
     stub = pb_grpc.ControllerStub(channel)
     status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
@@ -196,7 +196,7 @@ def test_agent_local_api_answers_garbage(local_agent, frames):
 
 @pytest.fixture(scope="module")
 def local_agent(controller) -> Iterator[zmq.Socket]:
-    from agents.agent import Agent
+    from oddl.agents.agent import Agent
 
     server, _ = controller
     agent = Agent(server.cfg, "n0", server.address)

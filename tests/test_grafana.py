@@ -1,7 +1,7 @@
 """deploy/grafana/oddl.json: every panel's PromQL names only metrics oddl exports.
 
 The exported names are found from the code, not listed here: the histograms of a real
-`common.metrics.Metrics` registry for each prefix the controller and the agent use, and the
+`oddl.common.metrics.Metrics` registry for each prefix the controller and the agent use, and the
 counters and gauges their scrape-time collectors build (every `counter("...")` /
 `gauge("...")` call in controller/, agents/ and common/, read from the source's syntax tree).
 The queries are parsed enough to take out label matchers, strings, ranges, grouping clauses,
@@ -18,7 +18,7 @@ import re
 import pytest
 from helpers import ROOT
 
-from common.metrics import Metrics
+from oddl.common.metrics import Metrics
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "oddl.json"
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controller.scheduling import Grid, TimingModel, Topology, make_plan, schedule_plan
-from protos.schedule_wire import confirmations_for, handoffs
+from oddl.controller.scheduling import Grid, TimingModel, Topology, make_plan, schedule_plan
+from oddl.protos.schedule_wire import confirmations_for, handoffs
 
 TIMING = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3, wss_settle_s=0.1,
                      slot_margin_s=1e-4, line_rate_bps=10e9)
@@ -45,7 +45,7 @@ def test_a_retune_without_an_earlier_flow_still_needs_a_grant():
 
 
 def test_the_encoder_carries_the_handoffs_and_the_receive_timeout():
-    from protos.schedule_wire import decode_schedule, encode_schedule, wire_handoffs
+    from oddl.protos.schedule_wire import decode_schedule, encode_schedule, wire_handoffs
 
     topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
     plan = make_plan("halving-doubling", 4, 1000)

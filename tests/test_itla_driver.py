@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import pytest
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.itla_serve import itla_connection_handler, serve_pty
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.itla import ItlaDriver
-from drivers.itla_registers import ItlaExecutionError
-from drivers.transport import SerialTransport
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.itla_serve import itla_connection_handler, serve_pty
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.itla import ItlaDriver
+from oddl.drivers.itla_registers import ItlaExecutionError
+from oddl.drivers.transport import SerialTransport
 
 TTL = 0.03
 
@@ -289,7 +289,7 @@ def test_over_a_pty(emu: ItlaEmulator) -> None:
 
 @pytest.mark.parametrize("mode", ["tcp", "pty"])
 def test_cli_serves_until_sigterm(mode: str) -> None:
-    args = [sys.executable, "-m", "drivers.emulators.itla_serve", "--serial", "CLI-1",
+    args = [sys.executable, "-m", "oddl.drivers.emulators.itla_serve", "--serial", "CLI-1",
             "--time-to-lock-ms", "5", "--seed", "7"]
     args += ["--pty"] if mode == "pty" else ["--listen", "127.0.0.1:0"]
     proc = start_child(args)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeClock
 
-from drivers.emulators.itla import ItlaEmulator, OpticalOutput
-from drivers.emulators.itla_register_model import DARK_DBM
-from drivers.itla_frames import (
+from oddl.drivers.emulators.itla import ItlaEmulator, OpticalOutput
+from oddl.drivers.emulators.itla_register_model import DARK_DBM
+from oddl.drivers.itla_frames import (
     NOP_MRDY,
     Reply,
     Status,
@@ -15,7 +15,7 @@ from drivers.itla_frames import (
     decode_reply,
     encode_request,
 )
-from drivers.itla_registers import register
+from oddl.drivers.itla_registers import register
 
 TTL = 0.5
 

@@ -8,9 +8,9 @@ from fakes import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import ConfigError
-from drivers.emulators.itla import ItlaEmulator, ItlaFaults
-from drivers.itla_frames import checksum_ok, decode_reply, encode_request
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.itla import ItlaEmulator, ItlaFaults
+from oddl.drivers.itla_frames import checksum_ok, decode_reply, encode_request
 
 
 def test_random_faults_are_seeded() -> None:

@@ -9,12 +9,12 @@ import time
 import pytest
 from fakes import FakeClock
 
-from common.errors import ConfigError
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.itla_serve import add_arguments, itla_connection_handler
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.itla_frames import NOP_MRDY, Reply, Status, decode_reply, encode_request
-from drivers.itla_registers import register
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.itla_serve import add_arguments, itla_connection_handler
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.itla_frames import NOP_MRDY, Reply, Status, decode_reply, encode_request
+from oddl.drivers.itla_registers import register
 
 CII = 0x5
 

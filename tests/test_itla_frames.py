@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import DeviceError, ProtocolError
-from drivers.itla_frames import (
+from oddl.common.errors import DeviceError, ProtocolError
+from oddl.drivers.itla_frames import (
     Reply,
     Status,
     bip4,
@@ -15,7 +15,7 @@ from drivers.itla_frames import (
     encode_request,
     split_mhz,
 )
-from drivers.itla_registers import Access, ItlaStatus, register
+from oddl.drivers.itla_registers import Access, ItlaStatus, register
 
 
 @pytest.mark.parametrize(("register_", "data", "write", "expected"), [

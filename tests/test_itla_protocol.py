@@ -7,11 +7,11 @@ from collections.abc import Iterable
 import pytest
 from fakes import FakeClock, ScriptedWire
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
-from drivers.interfaces import TunableTransceiver
-from drivers.itla import ItlaDriver
-from drivers.itla_frames import Status, encode_reply, encode_request
-from drivers.itla_registers import ItlaExecutionError, register
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from oddl.drivers.interfaces import TunableTransceiver
+from oddl.drivers.itla import ItlaDriver
+from oddl.drivers.itla_frames import Status, encode_reply, encode_request
+from oddl.drivers.itla_registers import ItlaExecutionError, register
 
 
 def scripted_link(script: Iterable[tuple[str, str | None]]) -> ScriptedWire:
@@ -329,7 +329,7 @@ def test_timeouts_come_from_the_configuration() -> None:
 
 
 def test_timeouts_are_validated_and_each_driver_has_its_own() -> None:
-    from drivers.itla_timeouts import ItlaTimeouts
+    from oddl.drivers.itla_timeouts import ItlaTimeouts
 
     with pytest.raises(ValueError, match="enable_s=0"):
         ItlaTimeouts(enable_s=0)

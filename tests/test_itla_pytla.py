@@ -23,8 +23,8 @@ import pytest
 from fakes import JumpClock
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.itla_serve import serve_pty
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.itla_serve import serve_pty
 
 
 def _pkg_resources_stand_in() -> None:
@@ -167,7 +167,7 @@ def _wait_ready(laser: Any, limit_s: float = 60.0) -> int:
 
 def test_pytla_against_oddl_emulate_itla_pty_with_bench_timings() -> None:
     """`oddl emulate itla --pty` as a lab user starts it, with slow start-up and enable."""
-    args = [sys.executable, "-m", "drivers.emulators.itla_serve", "--pty", "--serial", "SLOW-1",
+    args = [sys.executable, "-m", "oddl.drivers.emulators.itla_serve", "--pty", "--serial", "SLOW-1",
             "--startup-ms", "2500", "--enable-ms", "300", "--time-to-lock-ms", "100"]
     proc = start_child(args)
     try:

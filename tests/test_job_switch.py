@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.agent import Agent
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from common.config import load_testbed
-from controller.server import ControllerServer
-from drivers.emulators.host import start_emulated_testbed
-from oddl.operator import OperatorClient
+from oddl.agents.agent import Agent
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common.config import load_testbed
+from oddl.controller.server import ControllerServer
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.operator.client import OperatorClient
 
 pytestmark = pytest.mark.e2e
 

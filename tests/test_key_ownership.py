@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import SecurityError
-from common.security.files import SecurityFiles
-from common.security.lab_ca import init_lab_ca
-from common.security.ownership import (
+from oddl.cli import certs as certs_cli
+from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from oddl.common.errors import SecurityError
+from oddl.common.security.files import SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
+from oddl.common.security.ownership import (
     may_enter,
     parse_owner,
     resolve_owner,
     service_keys,
     unreadable_key_message,
 )
-from oddl import certs_cli
-from oddl.exit_codes import EXIT_FAILED, EXIT_OK
 
 AS_ROOT = os.geteuid() == 0 and shutil.which("useradd") is not None
 needs_root = pytest.mark.skipif(not AS_ROOT, reason="changing owners needs root and useradd "

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from helpers import EMULATED
 
-from common.config import load_testbed
-from common.errors import ConfigError
-from oddl.launch import (
+from oddl.common.config import load_testbed
+from oddl.common.errors import ConfigError
+from oddl.launch.processes import free_port
+from oddl.launch.testbed import (
     Launched,
     agent_command,
     controller_command,
@@ -20,7 +21,6 @@ from oddl.launch import (
     torchrun_env,
     write_config,
 )
-from oddl.procs import free_port
 
 
 def test_the_commands_are_the_ones_a_lab_runs(tmp_path: Path) -> None:

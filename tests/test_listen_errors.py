@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import run_oddl
 
-from common.config import dump_testbed, load_testbed
-from common.errors import ConfigError
-from common.listen_errors import ListenOrigin, bind_errno, listen_error, split_address
-from oddl.launch import DEFAULT_TESTBED
+from oddl.common.config import dump_testbed, load_testbed
+from oddl.common.errors import ConfigError
+from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error, split_address
+from oddl.launch.testbed import DEFAULT_TESTBED
 
 ABSENT = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no host of a test machine has it
 

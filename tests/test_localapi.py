@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from agents import localapi
-from common.errors import ConfigError, OperationRefused
+from oddl.agents.local_api import wire as localapi
+from oddl.common.errors import ConfigError, OperationRefused
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_a_group_opens_the_api_to_its_members(zsock, private_runtime):
     # a client of another user shares its bucket files with the socket's group
     os.chown(path, 65534, -1)
     assert localapi.shared_group(address) == gid
-    from common.shm import SharedBucket
+    from oddl.common.shm import SharedBucket
 
     bucket = SharedBucket(1 << 16, group=gid)
     try:

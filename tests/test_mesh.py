@@ -1,4 +1,4 @@
-"""A subgroup's collectives made of flows (`oddl.torch_mesh.FlowMesh`), on in-process members.
+"""A subgroup's collectives made of flows (`oddl.torch.mesh.FlowMesh`), on in-process members.
 
 The members' sends and receives meet in queues per (sender, receiver), in order, as flows do
 per (sender, receiver, tag, session); each member runs on its own thread. The algorithms are
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oddl.torch_mesh import FlowMesh, MeshClient
+from oddl.torch.mesh import FlowMesh, MeshClient
 
 
 class _Posted:

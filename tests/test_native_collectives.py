@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.client import AgentClient
-from agents.every_rank import collective_all
-from common.errors import CollectiveError, OperationRefused, StepMismatch
-from oddl.launch import RunningTestbed, write_config
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import collective_all
+from oddl.common.errors import CollectiveError, OperationRefused, StepMismatch
+from oddl.launch.testbed import RunningTestbed, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

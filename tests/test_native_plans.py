@@ -13,21 +13,27 @@ import pytest
 from helpers import EMULATED
 from plan_checks import TIMING
 
-from agents import outcome
-from agents.chunkplan import chunk_plan
-from agents.standing import Ready, agree
-from common.collective_kinds import check_call, check_on_job, work_blocks
-from common.config import parse_testbed
-from common.errors import OperationRefused, PlanError, StepMismatch
-from controller.jobs import JobManager
-from controller.scheduling import Topology, execute_plan, make_plan, schedule_plan, validate_plan
-from controller.scheduling.native import blocks, native_plan
-from controller.testbed_model import timing_from_config, topology_from_config
-from oddl.plan_cli import main as plan_main
-from offline.simulator.core import SimConfig
-from offline.simulator.engine import simulate
-from offline.simulator.testbed import predict_testbed_allreduce
-from protos.schedule_wire import decode_schedule, encode_schedule
+from oddl.agents.collective import outcome
+from oddl.agents.collective.chunks import chunk_plan
+from oddl.agents.collective.standing import Ready, agree
+from oddl.cli.plan import main as plan_main
+from oddl.common.collective_kinds import check_call, check_on_job, work_blocks
+from oddl.common.config import parse_testbed
+from oddl.common.errors import OperationRefused, PlanError, StepMismatch
+from oddl.controller.jobs import JobManager
+from oddl.controller.scheduling import (
+    Topology,
+    execute_plan,
+    make_plan,
+    schedule_plan,
+    validate_plan,
+)
+from oddl.controller.scheduling.native import blocks, native_plan
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.offline.simulator.core import SimConfig
+from oddl.offline.simulator.engine import simulate
+from oddl.offline.simulator.testbed import predict_testbed_allreduce
+from oddl.protos.schedule_wire import decode_schedule, encode_schedule
 
 
 def _inputs(n: int, n_elems: int, seed: int) -> list[np.ndarray]:

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from oddl import optinc_cli, plan_cli
-from offline.optinc import model as om
+from oddl.cli import optinc as optinc_cli
+from oddl.cli import plan as plan_cli
+from oddl.offline.optinc import model as om
 
 
 def test_register_adds_train_and_eval_with_func():
@@ -146,8 +147,8 @@ def test_schedule_plot_refuses_optinc_with_the_command_to_use(tmp_path, capsys):
 def test_optinc_is_a_registered_collective_whose_plan_sums_on_every_rank():
     import numpy as np
 
-    from controller.jobs import known_collectives
-    from controller.scheduling import COLLECTIVES, execute_plan, make_plan, validate_plan
+    from oddl.controller.jobs import known_collectives
+    from oddl.controller.scheduling import COLLECTIVES, execute_plan, make_plan, validate_plan
 
     assert "optinc" in COLLECTIVES and known_collectives().count("optinc") == 1
     for nodes, inputs, ranks in ((4, 0, 5), (16, 4, 21), (12, 4, 16)):

@@ -19,18 +19,18 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.gate import SlotGate
-from agents.optinc_run import optinc_encode, optinc_expected, optinc_scale, run_optinc
-from agents.run_context import CollectiveRun
-from agents.zmq_links import FabricLink
-from common.config import load_testbed, parse_testbed
-from common.errors import CollectiveError, ConfigError, OperationRefused
-from controller.jobs import JobManager
-from controller.optinc_schedule import optinc_schedule
-from controller.testbed_model import timing_from_config, topology_from_config
-from drivers.emulators.host import start_emulated_testbed
-from drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
-from offline.optinc import model as om
+from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.optinc import optinc_encode, optinc_expected, optinc_scale, run_optinc
+from oddl.agents.links.zeromq import FabricLink
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.config import load_testbed, parse_testbed
+from oddl.common.errors import CollectiveError, ConfigError, OperationRefused
+from oddl.controller.jobs import JobManager
+from oddl.controller.optinc_schedule import optinc_schedule
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
+from oddl.offline.optinc import model as om
 
 NODES = ("n0", "n1", "n2", "n3")
 BITS = 8
@@ -247,7 +247,7 @@ def fabric(tmp_path_factory) -> Iterator[tuple[Any, list[FabricLink]]]:
     cfg = load_testbed(EMULATED)
     cfg = replace(cfg, optinc=(replace(cfg.optinc[0], noise_rad=0.0, max_elements=200_000),))
     tb = start_emulated_testbed(cfg)
-    from drivers.itla_frames import encode_request
+    from oddl.drivers.itla_frames import encode_request
 
     for laser in ("laser0", "laser1", "laser2", "laser3"):
         emu = tb.lasers[laser]
@@ -313,7 +313,7 @@ def test_executor_through_the_fabric_returns_n_times_the_quantised_mean(fabric):
 
 
 def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
-    from agents.every_rank import allreduce_all
+    from oddl.agents.client.every_rank import allreduce_all
 
     return allreduce_all(clients, arrays)[1]
 
@@ -321,10 +321,10 @@ def _allreduce_all(clients: list[Any], arrays: list[np.ndarray]) -> list[Any]:
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_optinc_job_end_to_end(tmp_path):
-    from agents.client import AgentClient
-    from oddl.launch import fabric_stats, launch_emulated
-    from oddl.operator import OperatorClient
-    from oddl.procs import ProcessGroup
+    from oddl.agents.client.agent_client import AgentClient
+    from oddl.launch.processes import ProcessGroup
+    from oddl.launch.testbed import fabric_stats, launch_emulated
+    from oddl.operator.client import OperatorClient
 
     text = EMULATED.read_text().replace("bits = 8 ", "bits = 8\nnoise_rad = 0.0\n")
     text = text.replace("max_elements = 16777216", "max_elements = 300000")

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from offline.optinc import mesh as mesh
-from offline.optinc import model as om
-from offline.optinc.model import ClementsMesh, OptincError, OptincNetwork
+from oddl.offline.optinc import mesh as mesh
+from oddl.offline.optinc import model as om
+from oddl.offline.optinc.model import ClementsMesh, OptincError, OptincNetwork
 
 
 def random_unitary(n: int, rng: np.random.Generator) -> np.ndarray:

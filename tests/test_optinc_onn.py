@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from offline.optinc import model as om
-from offline.optinc import train as ot
-from offline.optinc.model import OptincError, OptincNetwork
+from oddl.offline.optinc import model as om
+from oddl.offline.optinc import train as ot
+from oddl.offline.optinc.model import OptincError, OptincNetwork
 
 # ---- structure and the designed network ---------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Every rank ends a collective alike (agents.outcome), over real streams on loopback."""
+"""Every rank ends a collective alike (oddl.agents.collective.outcome), over real streams on loopback."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from agents import outcome
-from agents.stream_wire import PeerGaveUp
-from agents.streams import StreamLink
-from common.errors import CollectiveError
+from oddl.agents.collective import outcome
+from oddl.agents.links.stream_wire import PeerGaveUp
+from oddl.agents.links.streams import StreamLink
+from oddl.common.errors import CollectiveError
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Point-to-point flows: send and recv on their own circuits (agents.flows, controller.flows).
+"""Point-to-point flows: send and recv on their own circuits (oddl.agents.point_to_point, oddl.controller.flows).
 
 The pure book first (windows never overlap on a transmitter or a receiver, numbers only
 grow, also across a restart), then real processes on loopback as `tests/test_e2e.py` runs
@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.agent_jobs import AgentJob
-from agents.client import AgentClient
-from agents.every_rank import collective_all
-from agents.flows import Flows
-from agents.gate import SlotGate
-from common.errors import CollectiveError, OperationRefused
-from controller.flow_book import MAX_NUMBER, FlowBook, FlowNumbersExhausted, next_number
-from oddl.launch import RunningTestbed, write_config
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.agents.agent_jobs import AgentJob
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import collective_all
+from oddl.agents.point_to_point import Flows
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.errors import CollectiveError, OperationRefused
+from oddl.controller.flow_book import MAX_NUMBER, FlowBook, FlowNumbersExhausted, next_number
+from oddl.launch.testbed import RunningTestbed, write_config
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 
 # ---- the book ------------------------------------------------------------------------------

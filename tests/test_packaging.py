@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
-from oddl.cli import main
-from oddl.launch import DEFAULT_TESTBED
-from oddl.shipped import read_shipped_testbed, shipped_testbed, shipped_testbed_names
+from oddl.cli.main import main
+from oddl.common.errors import ConfigError
+from oddl.launch.shipped import read_shipped_testbed, shipped_testbed, shipped_testbed_names
+from oddl.launch.testbed import DEFAULT_TESTBED
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_FILES = ("oddl/testbeds/emulated-4node.toml", "oddl/testbeds/lab-4node.toml",
-                 "offline/optinc/data/optinc-n4-b8.json", "protos/oddl.proto")
+                 "oddl/offline/optinc/data/optinc-n4-b8.json", "oddl/protos/oddl.proto")
 _SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-info",
                                "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache",
                                ".hypothesis", "benchmarks", "fuzz", "tests")
@@ -47,12 +47,12 @@ def test_config_example_prints_a_shipped_file(capsys: pytest.CaptureFixture[str]
 
 _FROM_THE_INSTALL = """
 import json, sys
-import oddl, oddl.launch
-from common.config import load_testbed
-from offline.optinc.model import shipped_path
-from oddl.shipped import shipped_testbed
-print(json.dumps({"oddl": oddl.__file__, "default": str(oddl.launch.DEFAULT_TESTBED),
-                  "nodes": [n.id for n in load_testbed(oddl.launch.DEFAULT_TESTBED).nodes],
+import oddl, oddl.launch.testbed
+from oddl.common.config import load_testbed
+from oddl.offline.optinc.model import shipped_path
+from oddl.launch.shipped import shipped_testbed
+print(json.dumps({"oddl": oddl.__file__, "default": str(oddl.launch.testbed.DEFAULT_TESTBED),
+                  "nodes": [n.id for n in load_testbed(oddl.launch.testbed.DEFAULT_TESTBED).nodes],
                   "lab": load_testbed(shipped_testbed("lab-4node")).name,
                   "phases": shipped_path(4, 8)}))
 """
@@ -72,7 +72,8 @@ def test_the_wheel_carries_the_runtime_files_and_an_install_finds_them(
     names = set(zipfile.ZipFile(wheel).namelist())
     for rel in RUNTIME_FILES:
         assert rel in names, f"{rel} is not in {wheel.name}"
-    assert not any(n.startswith(("deploy/", "tests/")) for n in names)
+    roots = {n.split("/")[0] for n in names}
+    assert roots == {"oddl", wheel.name.split("-py")[0] + ".dist-info"}, roots  # one import root
 
     site = tmp_path / "site"
     install = subprocess.run(
@@ -87,8 +88,22 @@ def test_the_wheel_carries_the_runtime_files_and_an_install_finds_them(
     assert found["oddl"].startswith(str(site))          # the installed copy, not the tree
     assert found["default"] == str(site / "oddl" / "testbeds" / "emulated-4node.toml")
     assert found["nodes"] == ["n0", "n1", "n2", "n3"] and found["lab"]
-    assert found["phases"] == str(site / "offline" / "optinc" / "data" / "optinc-n4-b8.json")
+    assert found["phases"] == str(site / "oddl" / "offline" / "optinc" / "data" / "optinc-n4-b8.json")
     check = subprocess.run([sys.executable, "-m", "oddl", "config", "check",
                             found["default"]], capture_output=True, text=True, timeout=120,
                            cwd=tmp_path, env=env)
     assert check.returncode == 0 and ": ok" in check.stdout, check.stderr
+
+
+@pytest.mark.parametrize("folder", ["common", "protos", "controller", "agents", "drivers",
+                                    "offline"])
+def test_a_top_level_folder_imports_only_under_oddl(folder: str) -> None:
+    """From a source checkout the folders sit on the path under their own names too; importing
+    one that way fails and names the one name, so no module is ever loaded twice."""
+    run = subprocess.run([sys.executable, "-c", f"import {folder}"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 1
+    assert f"import it as oddl.{folder}" in run.stderr
+    ok = subprocess.run([sys.executable, "-c", f"import oddl.{folder}"], capture_output=True,
+                        text=True, timeout=120, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr

@@ -21,14 +21,14 @@ import pytest
 from helpers import EMULATED, wait_until
 from test_faults import Bench
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from common.config import parse_testbed
-from common.errors import CollectiveError, StepMismatch, StepPassed
-from common.pairing import passed_by, refusal, step_mismatch, step_passed
-from controller.jobs import JobManager
-from controller.testbed_model import timing_from_config, topology_from_config
-from oddl.launch import agent_command
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common.config import parse_testbed
+from oddl.common.errors import CollectiveError, StepMismatch, StepPassed
+from oddl.common.pairing import passed_by, refusal, step_mismatch, step_passed
+from oddl.controller.jobs import JobManager
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.launch.testbed import agent_command
 
 NODES = ("n0", "n1", "n2", "n3")
 
@@ -137,11 +137,11 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
 
 def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     # a link that was down: the node never restarts, its heartbeats resume; its peers wait
-    # for it until the controller announces the job again (agents.agent_jobs: down cleared)
+    # for it until the controller announces the job again (oddl.agents.agent_jobs: down cleared)
     from collections import Counter
 
-    from controller.agent_registry import AgentRegistry
-    from protos import oddl_pb2 as pb
+    from oddl.controller.agent_registry import AgentRegistry
+    from oddl.protos import oddl_pb2 as pb
 
     cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
     jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from common.errors import PlanError
-from controller.scheduling import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling import (
     Op,
     Topology,
     make_plan,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oddl import plan_cli
-from oddl.plan_cli import main, parse_size
+from oddl.cli import plan as plan_cli
+from oddl.cli.plan import main, parse_size
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -141,7 +141,7 @@ def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 
 
 def test_register_plugs_into_a_command_tree() -> None:
-    """The way oddl/cli.py wires it: register(subparsers), then args.func(args)."""
+    """The way oddl/cli/main.py wires it: register(subparsers), then args.func(args)."""
     parser = argparse.ArgumentParser(prog="oddl")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     plan_cli.register(parser.add_subparsers(dest="cmd", required=True))

@@ -10,14 +10,14 @@ import pytest
 import pyvisa
 from fakes import FakeClock, Optics
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError
-from drivers.emulators.powermeter import PowerMeterEmulator
-from drivers.emulators.powermeter_serve import powermeter_connection_handler
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.interfaces import DeviceIdentity
-from drivers.link_errors import CannotOpen, NoConnection
-from drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
-from drivers.transport import SerialTransport
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError
+from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_serve import powermeter_connection_handler
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.interfaces import DeviceIdentity
+from oddl.drivers.link_errors import CannotOpen, NoConnection
+from oddl.drivers.powermeter import LoggingState, PowerMeter, watts_to_dbm
+from oddl.drivers.transport import SerialTransport
 
 
 @pytest.fixture
@@ -271,7 +271,7 @@ def test_a_serial_url_that_cannot_be_opened_is_cannot_open() -> None:
 
 def test_frames_are_logged_with_the_device_name(pm: PowerMeter,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="drivers.powermeter_link"):
+    with caplog.at_level(logging.DEBUG, logger="oddl.drivers.powermeter_link"):
         pm.identify()
     messages = [r.getMessage() for r in caplog.records]
     assert "pm-a >> *IDN?" in messages

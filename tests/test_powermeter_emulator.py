@@ -9,9 +9,9 @@ import struct
 import pytest
 from fakes import FakeClock, Optics
 
-from drivers.emulators.powermeter import ERROR_QUEUE_SIZE, PowerMeterEmulator
-from drivers.emulators.powermeter_model import TOO_LOW_READING
-from drivers.emulators.scpi import ieee_block, parse_ieee_block
+from oddl.drivers.emulators.powermeter import ERROR_QUEUE_SIZE, PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_model import TOO_LOW_READING
+from oddl.drivers.emulators.scpi import ieee_block, parse_ieee_block
 
 
 @pytest.fixture

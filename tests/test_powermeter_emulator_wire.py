@@ -15,14 +15,14 @@ from helpers import close_child, first_line, start_child, stop_with_sigterm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.errors import ConfigError
-from drivers.emulators.powermeter import PowerMeterEmulator
-from drivers.emulators.powermeter_serve import (
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_serve import (
     MAX_LINE_BYTES,
     add_arguments,
     powermeter_connection_handler,
 )
-from drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
 
 
 @pytest.fixture
@@ -267,7 +267,7 @@ def test_add_arguments_defaults_and_validation() -> None:
 @pytest.mark.e2e
 def test_run_prints_resource_serves_and_stops_on_sigterm() -> None:
     code = ("import argparse, sys\n"
-            "from drivers.emulators import powermeter_serve as m\n"
+            "from oddl.drivers.emulators import powermeter_serve as m\n"
             "p = argparse.ArgumentParser(); m.add_arguments(p)\n"
             "sys.exit(m.run(p.parse_args(sys.argv[1:])))\n")
     with start_child([sys.executable, "-c", code, "--constant-dbm", "-4.25",

@@ -14,12 +14,12 @@ from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drivers.emulators.powermeter import PowerMeterEmulator
-from drivers.emulators.powermeter_model import TOO_LOW_READING
-from drivers.emulators.powermeter_serve import powermeter_connection_handler
-from drivers.emulators.scpi import LineSplitter, ScpiError, parse_ieee_block, parse_number
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.powermeter import PowerMeter
+from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_model import TOO_LOW_READING
+from oddl.drivers.emulators.powermeter_serve import powermeter_connection_handler
+from oddl.drivers.emulators.scpi import LineSplitter, ScpiError, parse_ieee_block, parse_number
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.powermeter import PowerMeter
 
 
 @pytest.fixture

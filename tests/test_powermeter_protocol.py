@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from fakes import ScriptedVisaResource, ScriptedWire
 
-from common.errors import DeviceError, ProtocolError
-from drivers.emulators.scpi import ieee_block
-from drivers.powermeter import PowerMeter
+from oddl.common.errors import DeviceError, ProtocolError
+from oddl.drivers.emulators.scpi import ieee_block
+from oddl.drivers.powermeter import PowerMeter
 
 NO_ERROR = (":SYST:ERR?", '+0,"No error"')
 

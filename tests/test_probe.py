@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 from fakes import lab_wss
 
-from common.config import FixedPlan, dump_testbed, load_testbed
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.itla_serve import itla_connection_handler, serve_pty
-from drivers.emulators.powermeter import PowerMeterEmulator
-from drivers.emulators.powermeter_serve import powermeter_connection_handler
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator
-from drivers.emulators.wss_serve import serve_pty as serve_wss_pty
-from drivers.emulators.wss_serve import wss_connection_handler
-from oddl.cli import main
-from oddl.probe import (
+from oddl.cli.main import main
+from oddl.common.config import FixedPlan, dump_testbed, load_testbed
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.itla_serve import itla_connection_handler, serve_pty
+from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_serve import powermeter_connection_handler
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.wss import WssEmulator
+from oddl.drivers.emulators.wss_serve import serve_pty as serve_wss_pty
+from oddl.drivers.emulators.wss_serve import wss_connection_handler
+from oddl.operator.probe import (
     CANNOT_OPEN,
     MISMATCH,
     NO_ANSWER,

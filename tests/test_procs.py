@@ -18,7 +18,7 @@ PARENT = textwrap.dedent("""
     import os, sys, tempfile
     from pathlib import Path
     import grpc
-    from oddl.procs import ProcessGroup, oddl_command
+    from oddl.launch.processes import ProcessGroup, oddl_command
     # a live gRPC channel in the parent, as in every launcher, then a fork+exec
     channel = grpc.insecure_channel("127.0.0.1:1")
     g = ProcessGroup(Path(tempfile.mkdtemp()))

@@ -11,19 +11,19 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agents.stream_wire import ChunkHead, node_tag
-from agents.streamauth import StreamAuth
-from agents.streams import StreamLink
-from common.errors import CollectiveError
-from common.revocation import revoke
-from common.security.authorization import AuthorizationInterceptor
-from common.security.files import SecurityFiles
-from common.security.lab_ca import init_lab_ca
-from common.security.revoked import RevocationList, read_revoked
-from common.security.tls import secure_channel, server_credentials, tls_channel_credentials
-from oddl.procs import oddl_command
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.agents.links.stream_auth import StreamAuth
+from oddl.agents.links.stream_wire import ChunkHead, node_tag
+from oddl.agents.links.streams import StreamLink
+from oddl.common.errors import CollectiveError
+from oddl.common.revocation import revoke
+from oddl.common.security.authorization import AuthorizationInterceptor
+from oddl.common.security.files import SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
+from oddl.common.security.revoked import RevocationList, read_revoked
+from oddl.common.security.tls import secure_channel, server_credentials, tls_channel_credentials
+from oddl.launch.processes import oddl_command
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 NODES = ("n0", "n1", "n2")
 
@@ -119,7 +119,7 @@ def test_revoked_keys_leave_the_curve_allow_list(lab):
 
 
 def test_unknown_names_are_refused_with_the_known_ones(lab):
-    from common.errors import SecurityError
+    from oddl.common.errors import SecurityError
 
     with pytest.raises(SecurityError, match="the nodes are n0, n1, n2"):
         revoke(lab.root, node="n9")
@@ -181,7 +181,7 @@ def test_rotation_replaces_an_operator_and_refuses_the_old_certificate(lab, serv
 
 def test_a_rotated_node_speaks_with_its_new_key_only(lab):
     stale = _auth(lab, "n0")  # the key pair n0 held before the rotation
-    from common.revocation import rotate
+    from oddl.common.revocation import rotate
 
     rotate(lab.root, node="n0")
     fresh = SecurityFiles.load(lab.root)

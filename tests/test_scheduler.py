@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TESTBED_TIMING
 
-from common.errors import ScheduleError
-from controller.scheduling import (
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling import (
     IN_PORT,
     Circuit,
     Grid,

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TESTBED_TIMING as TIMING
 
-from controller.scheduling import Op, Plan, Step, Topology, bipartite_edge_colouring, schedule_plan
+from oddl.controller.scheduling import (
+    Op,
+    Plan,
+    Step,
+    Topology,
+    bipartite_edge_colouring,
+    schedule_plan,
+)
 
 
 def _one_step_plan(n: int, pairs: list[tuple[int, int]], length: int = 5) -> Plan:

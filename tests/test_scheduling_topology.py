@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from plan_checks import TESTBED_TIMING as TIMING
 
-from common.errors import ScheduleError
-from controller.scheduling import Grid, NodeSpec, Topology, WssSpec
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling import Grid, NodeSpec, Topology, WssSpec
 
 
 def test_grid_maps_channels_and_frequencies() -> None:

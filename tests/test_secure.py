@@ -17,17 +17,17 @@ import pytest
 import zmq
 from test_e2e import EMULATED, allreduce_all
 
-from agents.client import AgentClient
-from common.config import load_testbed
-from common.security.curve import configure_curve_client
-from common.security.files import SecurityFiles
-from common.security.lab_ca import init_lab_ca
-from common.security.tls import secure_channel, tls_channel_credentials
-from oddl.launch import launch_emulated
-from oddl.operator import OperatorClient
-from oddl.procs import ProcessGroup, oddl_command
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.agents.client.agent_client import AgentClient
+from oddl.common.config import load_testbed
+from oddl.common.security.curve import configure_curve_client
+from oddl.common.security.files import SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
+from oddl.common.security.tls import secure_channel, tls_channel_credentials
+from oddl.launch.processes import ProcessGroup, oddl_command
+from oddl.launch.testbed import launch_emulated
+from oddl.operator.client import OperatorClient
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -142,7 +142,7 @@ def test_strangers_are_kept_out(secure, tmp_path):
         assert not sock.poll(1500), "the fabric answered a client it must not admit"
         sock.close(0)
     # an agent's relay link with that key fails with the reason instead of hanging
-    from agents.zmq_links import FabricLink
+    from oddl.agents.links.zeromq import FabricLink
 
     with pytest.raises(ConnectionError, match="CURVE key"):
         FabricLink("n0", info["fabric"], connect_timeout=1.5,
@@ -150,7 +150,7 @@ def test_strangers_are_kept_out(secure, tmp_path):
 
 
 def test_secure_direct_links(tmp_path):
-    """Secure direct links: mutually authenticated TCP streams (agents/streamauth.py)."""
+    """Secure direct links: mutually authenticated TCP streams (agents/links/stream_auth.py)."""
     with _running(tmp_path, "direct") as (op, clients, _info):
         op.submit("secure-direct", [], "ring", "optical")
         assert _exact(clients, 2)
@@ -169,8 +169,8 @@ def test_secure_direct_links_encrypted(tmp_path):
 # ---- secure by default: no plaintext control beyond loopback unless asked for ----------------
 
 def test_the_controller_refuses_plaintext_beyond_loopback():
-    from common.errors import ConfigError
-    from controller.server import ControllerServer
+    from oddl.common.errors import ConfigError
+    from oddl.controller.server import ControllerServer
 
     cfg = load_testbed(EMULATED)
     with pytest.raises(ConfigError, match=r"refusing to serve without TLS on 0\.0\.0\.0:0.*"
@@ -179,7 +179,7 @@ def test_the_controller_refuses_plaintext_beyond_loopback():
 
 
 def test_insecure_serves_plaintext_on_purpose_and_says_so(caplog):
-    from controller.server import ControllerServer
+    from oddl.controller.server import ControllerServer
 
     cfg = load_testbed(EMULATED)
     server = ControllerServer(cfg, "0.0.0.0:0", metrics_listen=None, insecure=True)
@@ -205,9 +205,9 @@ def test_the_lab_file_uses_the_certificates():
 
 
 def test_encrypted_links_without_certificates_name_the_fix():
-    from agents.agent import Agent
-    from common.config import parse_testbed
-    from common.errors import ConfigError
+    from oddl.agents.agent import Agent
+    from oddl.common.config import parse_testbed
+    from oddl.common.errors import ConfigError
 
     text = EMULATED.read_text().replace('link = "fabric"', 'link = "direct"\ntransport = "curve"')
     cfg = parse_testbed(text)

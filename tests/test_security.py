@@ -14,16 +14,18 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from common.errors import OddlError, SecurityError
-from common.security.authorization import (
+from oddl.cli import certs as certs_cli
+from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from oddl.common.errors import OddlError, SecurityError
+from oddl.common.security.authorization import (
     METHOD_RULES,
     AuthorizationInterceptor,
     Rule,
     check_rules,
 )
-from common.security.files import ROLE_AGENT, ROLE_OPERATOR, SecurityFiles
-from common.security.lab_ca import init_lab_ca
-from common.security.tls import (
+from oddl.common.security.files import ROLE_AGENT, ROLE_OPERATOR, SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
+from oddl.common.security.tls import (
     Identity,
     channel_credentials,
     peer_identity,
@@ -31,10 +33,8 @@ from common.security.tls import (
     server_credentials,
     tls_channel_credentials,
 )
-from oddl import certs_cli
-from oddl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from protos import oddl_pb2 as pb
-from protos import oddl_pb2_grpc as pb_grpc
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 NODES = ("n0", "n1", "n2", "n3")  # as conftest.LAB_NODES, the nodes of `lab`
 TIMEOUT = 5.0

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 import zmq
 
-from common.errors import SecurityError
-from common.security.curve import (
+from oddl.common.errors import SecurityError
+from oddl.common.security.curve import (
     CurveServer,
     authenticated_user,
     configure_curve_client,
     sender_matches,
     wait_handshake,
 )
-from common.security.files import CurveKeys, SecurityFiles
-from common.security.lab_ca import init_lab_ca
-from common.security.tls import tls_channel_credentials
+from oddl.common.security.files import CurveKeys, SecurityFiles
+from oddl.common.security.lab_ca import init_lab_ca
+from oddl.common.security.tls import tls_channel_credentials
 
 TIMEOUT = 5.0
 
@@ -161,6 +161,6 @@ def test_curve_misuse_names_the_fix(lab: SecurityFiles, zctx: zmq.Context) -> No
 def test_a_shared_private_key_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     files = init_lab_ca(tmp_path / "certs", ("n0",))
     files.agent_tls("n0").key.chmod(0o644)
-    with caplog.at_level("WARNING", logger="common.security"):
+    with caplog.at_level("WARNING", logger="oddl.common.security"):
         tls_channel_credentials(files.agent_tls("n0"))
     assert "chmod 600" in caplog.text and "agent-n0.key" in caplog.text

@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 
-from common.signals import StopSignals
+from oddl.common.signals import StopSignals
 
 
 def _signal_soon(sig: int, after_s: float = 0.05) -> threading.Timer:

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from controller.scheduling import make_plan
-from oddl import simulate_cli
-from offline.simulator import core, optical
-from offline.simulator import engine as sim
-from offline.simulator.core import SimConfig, SimulationError
-from offline.simulator.engine import simulate, sweep
-from offline.workloads import MODELS
+from oddl.cli import simulate as simulate_cli
+from oddl.controller.scheduling import make_plan
+from oddl.offline.simulator import core, optical
+from oddl.offline.simulator import engine as sim
+from oddl.offline.simulator.core import SimConfig, SimulationError
+from oddl.offline.simulator.engine import simulate, sweep
+from oddl.offline.workloads import MODELS
 
 FAST = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0}  # negligible
 
@@ -101,7 +101,7 @@ def test_oddl_runs_the_controllers_scheduler(monkeypatch):
     retuned = sum(1 for s in steady.slots if s.retuned)
     assert retuned == 6  # 8 steps, 4 partners; the first slot keeps the last partner
     assert r.reconfig_s == pytest.approx(retuned * guard)
-    assert r.detail["scheduler"] == "controller.scheduling.schedule_plan"
+    assert r.detail["scheduler"] == "oddl.controller.scheduling.schedule_plan"
     assert r.setup_s == pytest.approx(cfg.wss_ms / 1e3)
 
 

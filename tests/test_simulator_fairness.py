@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oddl import simulate_cli
-from offline.simulator import sipring as sip
-from offline.simulator.core import SimConfig, SimulationError
-from offline.simulator.engine import simulate, sweep
-from offline.workloads import MODELS
+from oddl.cli import simulate as simulate_cli
+from oddl.offline.simulator import sipring as sip
+from oddl.offline.simulator.core import SimConfig, SimulationError
+from oddl.offline.simulator.engine import simulate, sweep
+from oddl.offline.workloads import MODELS
 
 QUIET = {"reduce_gbytes_s": 1e9, "latency_us": 0.0, "ring_hop_latency_us": 0.0,
          "compute_ms": 0.0}

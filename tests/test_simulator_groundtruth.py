@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.client import AgentClient
-from agents.every_rank import allreduce_all
-from oddl.launch import RunningTestbed
-from offline.simulator.testbed import calibrate, predict_testbed_allreduce
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.launch.testbed import RunningTestbed
+from oddl.offline.simulator.testbed import calibrate, predict_testbed_allreduce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

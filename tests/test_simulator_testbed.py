@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from common.config import load_testbed
-from oddl import simulate_cli
-from offline.simulator.testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
+from oddl.cli import simulate as simulate_cli
+from oddl.common.config import load_testbed
+from oddl.offline.simulator.testbed import TestbedOverheads, calibrate, predict_testbed_allreduce
 
 EMULATED = Path(__file__).resolve().parent.parent / "deploy" / "testbeds" / "emulated-4node.toml"
 

@@ -1,4 +1,4 @@
-"""The slot executor shell (`controller.slot_executor`): it reads the gated slots from the
+"""The slot executor shell (`oddl.controller.slot_executor`): it reads the gated slots from the
 encoded schedule, feeds confirmations into the core and carries out its decisions. Every
 slot edge here lies in the past, so nothing sleeps."""
 
@@ -8,10 +8,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from common.errors import SafetyLimitError
-from controller.jobs import JobRecord
-from controller.slot_executor import Confirmations, SlotExecutor, gated_slots
-from protos import oddl_pb2 as pb
+from oddl.common.errors import SafetyLimitError
+from oddl.controller.jobs import JobRecord
+from oddl.controller.slot_executor import Confirmations, SlotExecutor, gated_slots
+from oddl.protos import oddl_pb2 as pb
 
 
 class _Devices:

@@ -1,12 +1,12 @@
-"""The pure slot core (`controller.scheduling.slot_grants`), driven by a fake clock: no
+"""The pure slot core (`oddl.controller.scheduling.slot_grants`), driven by a fake clock: no
 threads, no sleeps; each test passes the time in and reads the decisions back."""
 
 from __future__ import annotations
 
 import pytest
 
-from common.errors import ScheduleError
-from controller.scheduling.slot_grants import (
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling.slot_grants import (
     HANDOFF_TIMEOUT,
     RETUNE_FAILED,
     STANDING_REFUSED,
@@ -14,7 +14,7 @@ from controller.scheduling.slot_grants import (
     SlotGrants,
     standing_refusal,
 )
-from protos.schedule_wire import EVERY_SLOT
+from oddl.protos.schedule_wire import EVERY_SLOT
 
 
 def _slot(index: int, edge: float, waits: frozenset[tuple[int, str]] | set[tuple[int, str]]

@@ -1,4 +1,4 @@
-"""The ready exchange of standing schedules (agents.standing), without processes."""
+"""The ready exchange of standing schedules (oddl.agents.collective.standing), without processes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from agents.standing import Ready, agree, exchange
-from agents.stream_wire import READY_STEP, PeerAhead
-from common.errors import CollectiveError, StepMismatch
+from oddl.agents.collective.standing import Ready, agree, exchange
+from oddl.agents.links.stream_wire import READY_STEP, PeerAhead
+from oddl.common.errors import CollectiveError, StepMismatch
 
 
 class _Link:

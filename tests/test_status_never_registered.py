@@ -10,12 +10,12 @@ from typing import Any
 
 from rich.console import Console
 
-from common.config import load_testbed
-from controller.agent_registry import AgentRegistry
-from oddl.launch import DEFAULT_TESTBED
-from oddl.operator import _as_dict, format_status, registered_ages
-from oddl.watch import _agents
-from protos import oddl_pb2 as pb
+from oddl.common.config import load_testbed
+from oddl.controller.agent_registry import AgentRegistry
+from oddl.launch.testbed import DEFAULT_TESTBED
+from oddl.operator.client import _as_dict, format_status, registered_ages
+from oddl.operator.watch import _agents
+from oddl.protos import oddl_pb2 as pb
 
 
 def _status_of_a_controller_nobody_registered_with() -> dict[str, Any]:

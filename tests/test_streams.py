@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.lightphy import LightPhy
-from agents.stream_wire import ChunkHead, node_tag
-from agents.streams import StreamLink
-from common import lighttable
-from common.config import load_testbed
-from common.errors import CollectiveError
-from common.lighttable import LightTable
-from drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
+from oddl.agents.links.light_phy import LightPhy
+from oddl.agents.links.stream_wire import ChunkHead, node_tag
+from oddl.agents.links.streams import StreamLink
+from oddl.common import lighttable
+from oddl.common.config import load_testbed
+from oddl.common.errors import CollectiveError
+from oddl.common.lighttable import LightTable
+from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
@@ -91,7 +91,7 @@ def _links(tb: EmulatedTestbed, rate_bps: float) -> dict[str, StreamLink]:
 
 def _light(tb: EmulatedTestbed, laser: str, channel: int) -> None:
     """Tune an emulated laser (over its frame interface) and route channels 1-4 to ports 1-4."""
-    from drivers.itla_frames import encode_request
+    from oddl.drivers.itla_frames import encode_request
 
     emu = tb.lasers[laser]
     emu.handle_frame(encode_request(0x32, 0x00, write=True))
@@ -165,7 +165,7 @@ def test_a_retune_under_a_chunk_loses_it(emulated):
         t = threading.Thread(target=lambda: got.append(_recv_or_error(links["n1"])))
         t.start()
         _send(links["n0"], "n1", 1, b"z" * 50_000)
-        from drivers.itla_frames import encode_request
+        from oddl.drivers.itla_frames import encode_request
 
         tb.lasers["laser0"].handle_frame(encode_request(0x30, 3, write=True))  # retune now
         t.join(30)
@@ -205,8 +205,8 @@ def test_the_transmitter_is_paced_at_the_line_rate(emulated):
 def test_an_agent_without_the_light_table_refuses_to_start_and_says_why(tmp_path):
     from dataclasses import replace
 
-    from agents.data_links import light_phy as _light_phy
-    from common.errors import OddlError
+    from oddl.agents.links.choice import light_phy as _light_phy
+    from oddl.common.errors import OddlError
 
     cfg = load_testbed(CONFIG)
     missing = replace(cfg, fabric=replace(cfg.fabric, light_table=str(tmp_path / "gone")))
@@ -237,7 +237,7 @@ def test_a_killed_hosts_light_table_is_swept_at_the_next_start(tmp_path):
     """An emulator host killed with SIGKILL cannot remove its table; the next one to create a
     table in that folder removes it, and leaves a live host's table alone."""
     live = LightTable.create(2, tmp_path)
-    script = ("import sys, time; from common.lighttable import LightTable; "
+    script = ("import sys, time; from oddl.common.lighttable import LightTable; "
               "t = LightTable.create(2, sys.argv[1]); print(t.path, flush=True); time.sleep(60)")
     with subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
                           stdout=subprocess.PIPE, text=True) as child:

@@ -11,12 +11,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from controller.scheduling import select_permutations
-from oddl import topoopt_cli
-from offline.simulator.core import SimConfig
-from offline.simulator.engine import simulate
-from offline.topoopt.evaluation import FatTree, NetParams, evaluate
-from offline.topoopt.job_model import (
+from oddl.cli import topoopt as topoopt_cli
+from oddl.controller.scheduling import select_permutations
+from oddl.offline.simulator.core import SimConfig
+from oddl.offline.simulator.engine import simulate
+from oddl.offline.topoopt.evaluation import FatTree, NetParams, evaluate
+from oddl.offline.topoopt.job_model import (
     JobModel,
     LayerGroup,
     Memory,
@@ -27,14 +27,14 @@ from offline.topoopt.job_model import (
     parse_strategy,
     traffic,
 )
-from offline.topoopt.model_files import ModelFileError, load_model_file
-from offline.topoopt.model_zoo import DLRM_TABLES, MODELS
-from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
-from offline.topoopt.routing import ecmp_loads
-from offline.topoopt.search import co_optimise, evaluate_strategy
-from offline.topoopt.search_config import SearchConfig
-from offline.topoopt.topology import build_topology, dp_ring_jumps
-from offline.workloads import MODELS as SIM_MODELS
+from oddl.offline.topoopt.model_files import ModelFileError, load_model_file
+from oddl.offline.topoopt.model_zoo import DLRM_TABLES, MODELS
+from oddl.offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
+from oddl.offline.topoopt.routing import ecmp_loads
+from oddl.offline.topoopt.search import co_optimise, evaluate_strategy
+from oddl.offline.topoopt.search_config import SearchConfig
+from oddl.offline.topoopt.topology import build_topology, dp_ring_jumps
+from oddl.offline.workloads import MODELS as SIM_MODELS
 
 TOY = JobModel("toy", (
     LayerGroup("emb", 1_000_000, 4, 64, 0.1, kind="embedding"),

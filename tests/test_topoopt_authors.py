@@ -9,25 +9,25 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from common.errors import OddlError
-from controller.scheduling.totient import totient_picks
-from oddl import topoopt_cli
-from offline.topoopt.annealing import anneal_authors
-from offline.topoopt.authors import (
+from oddl.cli import topoopt as topoopt_cli
+from oddl.common.errors import OddlError
+from oddl.controller.scheduling.totient import totient_picks
+from oddl.offline.topoopt.annealing import anneal_authors
+from oddl.offline.topoopt.authors import (
     authors_rings,
     authors_split,
     coin_path,
     perfect_matchings,
     single_path_loads,
 )
-from offline.topoopt.job_model import JobModel, LayerGroup, Traffic, traffic
-from offline.topoopt.model_zoo import MODELS
-from offline.topoopt.our_construction import mp_matchings
-from offline.topoopt.profiles import DLRM_MS, VGG_MS
-from offline.topoopt.search import co_optimise
-from offline.topoopt.search_config import SearchConfig
-from offline.topoopt.sweep import parse_rates
-from offline.topoopt.topology import _ring_route, build_topology
+from oddl.offline.topoopt.job_model import JobModel, LayerGroup, Traffic, traffic
+from oddl.offline.topoopt.model_zoo import MODELS
+from oddl.offline.topoopt.our_construction import mp_matchings
+from oddl.offline.topoopt.profiles import DLRM_MS, VGG_MS
+from oddl.offline.topoopt.search import co_optimise
+from oddl.offline.topoopt.search_config import SearchConfig
+from oddl.offline.topoopt.sweep import parse_rates
+from oddl.offline.topoopt.topology import _ring_route, build_topology
 
 # --------------------------------------------------------------------------- construction
 

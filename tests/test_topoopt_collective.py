@@ -11,13 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING
 
-import controller.scheduling.topoopt  # noqa: F401  (registers "topoopt")
-from common.config import load_testbed
-from common.errors import OperationRefused, PlanError
-from controller.jobs import JobManager
-from controller.scheduling import Topology, execute_plan, make_plan, schedule_plan, validate_plan
-from controller.scheduling.topoopt import topoopt_allreduce
-from controller.testbed_model import timing_from_config, topology_from_config
+import oddl.controller.scheduling.topoopt  # noqa: F401  (registers "topoopt")
+from oddl.common.config import load_testbed
+from oddl.common.errors import OperationRefused, PlanError
+from oddl.controller.jobs import JobManager
+from oddl.controller.scheduling import (
+    Topology,
+    execute_plan,
+    make_plan,
+    schedule_plan,
+    validate_plan,
+)
+from oddl.controller.scheduling.topoopt import topoopt_allreduce
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
 
 EMULATED = Path(__file__).resolve().parents[1] / "deploy" / "testbeds" / "emulated-4node.toml"
 

@@ -39,8 +39,8 @@ class _FakeChannel:
 
 
 def test_a_missing_agent_address_names_the_variable(monkeypatch):
-    import oddl.torch_channel as oc
-    from common.errors import ConfigError
+    import oddl.torch.channel as oc
+    from oddl.common.errors import ConfigError
 
     monkeypatch.delenv("ODDL_LOCAL_API", raising=False)
     monkeypatch.setattr(oc, "_channel", None)
@@ -53,8 +53,8 @@ def test_a_missing_agent_address_names_the_variable(monkeypatch):
 
 
 def test_the_handshake_catches_a_job_of_another_size():
-    import oddl.torch_channel as oc
-    from common.errors import ConfigError
+    import oddl.torch.channel as oc
+    from oddl.common.errors import ConfigError
 
     # four ranks that are really the same rank (or a job of four nodes for a world of 2)
     with pytest.raises(ConfigError, match="the job has 4 nodes for a world of 2; no rank "
@@ -64,7 +64,7 @@ def test_the_handshake_catches_a_job_of_another_size():
 
 
 def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
-    import oddl.torch_channel as oc
+    import oddl.torch.channel as oc
 
     with pytest.raises(oc.UnsupportedCollective, match="not torch.bfloat16; cast to float32"):
         oc.as_numpy(torch.ones(3, dtype=torch.bfloat16), "all_reduce")
@@ -73,7 +73,7 @@ def test_dtypes_numpy_cannot_sum_are_refused_with_the_fix():
 
 def test_a_call_that_failed_raises_at_wait():
     """c10d's own work from a future returns True from wait() even when the call failed."""
-    import oddl.torch_channel as oc
+    import oddl.torch.channel as oc
 
     fut: torch.futures.Future = torch.futures.Future()
     work = oc.FutureWork(fut)
@@ -89,8 +89,8 @@ def test_a_receive_from_any_source_that_ends_before_its_work_exists_names_its_se
     """The receive runs on the receives' thread and may finish before `recv_anysource` has
     made its work (a loaded machine does this: PyTorch's any-source profiler test once hit
     "cannot access free variable 'work'"). Here it finishes inside the submission."""
-    import oddl.torch_backend as ob
-    import oddl.torch_channel as oc
+    import oddl.torch.backend as ob
+    import oddl.torch.channel as oc
 
     class AtOnce:  # a channel whose receive lane runs the call before returning
         job = None
@@ -109,7 +109,7 @@ def test_a_receive_from_any_source_that_ends_before_its_work_exists_names_its_se
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory) -> Iterator[list[str]]:
     """The emulated testbed with a ring job on its four nodes; the agents' API addresses."""
-    from oddl.launch import RunningTestbed
+    from oddl.launch.testbed import RunningTestbed
 
     with RunningTestbed(tmp_path_factory.mktemp("torch-backend"), EMULATED) as tb:
         nodes = tb.launched.node_ids
@@ -236,7 +236,7 @@ def test_lists_reduce_each_tensor_and_subgroups_run_over_the_optics(apis: list[s
 @pytest.mark.timeout(300)
 def test_ddp_and_fully_shard_train_as_gloo_does(apis: list[str]):
     pytest.importorskip("sklearn")
-    from oddl.train_demo import ACCURACY_TOLERANCE
+    from oddl.demo.train import ACCURACY_TOLERANCE
 
     res = run_world(apis, "training", timeout=280)
     for kind in ("ddp", "fsdp"):

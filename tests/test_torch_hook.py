@@ -23,16 +23,16 @@ from helpers import EMULATED, train_demo_summary
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from agents.client import AgentClient  # noqa: E402
-from agents.torch_hook import (  # noqa: E402
+from oddl.agents.client.agent_client import AgentClient  # noqa: E402
+from oddl.common.errors import CollectiveError  # noqa: E402
+from oddl.launch.processes import ProcessGroup  # noqa: E402
+from oddl.launch.testbed import RunningTestbed  # noqa: E402
+from oddl.operator.client import OperatorClient  # noqa: E402
+from oddl.torch.ddp_hook import (  # noqa: E402
     AllreduceMismatch,
     OpticalHookState,
     optical_allreduce_hook,
 )
-from common.errors import CollectiveError  # noqa: E402
-from oddl.launch import RunningTestbed  # noqa: E402
-from oddl.operator import OperatorClient  # noqa: E402
-from oddl.procs import ProcessGroup  # noqa: E402
 
 WORLD = 4
 
@@ -272,7 +272,7 @@ class TestHookOverTheEmulatedTestbed:
 @pytest.mark.timeout(200)
 def test_train_demo_matches_gloo_and_every_bucket_is_exact(tmp_path: Path):
     pytest.importorskip("sklearn")
-    from oddl.train_demo import ACCURACY_TOLERANCE
+    from oddl.demo.train import ACCURACY_TOLERANCE
 
     # a fresh interpreter: this one has used gRPC (the fixture above), and the demo forks its
     # testbed processes
@@ -293,13 +293,13 @@ def test_train_demo_matches_gloo_and_every_bucket_is_exact(tmp_path: Path):
 
 
 CORRUPTING_WORKER = '''
-"""oddl.train_worker whose agent results are off by 1e-3 at element 7 on rank 2."""
+"""oddl.demo.train_worker whose agent results are off by 1e-3 at element 7 on rank 2."""
 import sys
 
 import numpy as np
 
-from oddl import train_worker
-from agents.client import AgentClient
+from oddl.demo import train_worker
+from oddl.agents.client.agent_client import AgentClient
 
 real = AgentClient.allreduce
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from common.errors import PlanError
-from controller.scheduling import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling import (
     Topology,
     candidate_jumps,
     circulant_diameter,
@@ -23,7 +23,7 @@ from controller.scheduling import (
     select_permutations,
     totientperms_allreduce,
 )
-from controller.scheduling.totient import (
+from oddl.controller.scheduling.totient import (
     choose_geometric,
     max_degree,
     ring_jumps,

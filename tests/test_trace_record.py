@@ -21,19 +21,19 @@ import numpy as np
 import pytest
 from helpers import EMULATED, wait_until
 
-from agents.every_rank import allreduce_all
-from agents.executor import run_collective
-from agents.gate import SlotGate
-from agents.run_context import CollectiveRun
-from agents.stream_wire import CHUNK_BYTES
-from agents.streams import StreamLink
-from common.errors import OperationRefused
-from common.tracing import TRACE, Recorder, Track
-from common.tracing.chrome import to_chrome
-from common.tracing.schema import TraceFormatError, check, problems
-from controller.scheduling import make_plan
-from oddl.launch import RunningTestbed
-from protos.schedule_wire import SlotSpec, StepSpec
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.links.stream_wire import CHUNK_BYTES
+from oddl.agents.links.streams import StreamLink
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.errors import OperationRefused
+from oddl.common.tracing import TRACE, Recorder, Track
+from oddl.common.tracing.chrome import to_chrome
+from oddl.common.tracing.schema import TraceFormatError, check, problems
+from oddl.controller.scheduling import make_plan
+from oddl.launch.testbed import RunningTestbed
+from oddl.protos.schedule_wire import SlotSpec, StepSpec
 
 ELEMS = 4 << 20  # 16 MB of float32: chunked (1 MiB) and pipelined
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from helpers import ROOT
 
-from oddl.cli import main
-from oddl.trace_files import TraceFileError, load_trace
-from oddl.trace_merge import merge, merge_paths
-from oddl.trace_summary import summarise
+from oddl.cli.main import main
+from oddl.trace.files import TraceFileError, load_trace
+from oddl.trace.merge import merge, merge_paths
+from oddl.trace.summary import summarise
 
 DATA = ROOT / "tests" / "data" / "traces"
 RUN = DATA / "run"
@@ -203,7 +203,7 @@ def test_plot_writes_a_png_with_a_row_per_node(tmp_path, capsys):
 def test_the_torch_tracer_counts_what_its_bounded_buffer_drops(tmp_path, monkeypatch):
     """Past its capacity a tracer drops and counts; its file says so. With ODDL_TRACE_DIR
     unset the backend's function is submitted unchanged."""
-    from oddl import torch_trace
+    from oddl.torch import trace as torch_trace
 
     monkeypatch.delenv(torch_trace.ENV_DIR, raising=False)
 
@@ -225,7 +225,7 @@ def test_the_torch_tracer_counts_what_its_bounded_buffer_drops(tmp_path, monkeyp
 def test_plot_of_one_collective_and_of_one_that_is_not_there(tmp_path, capsys):
     """--job/--seq keep that collective's events (and the device commands within its span);
     a job the trace does not hold is refused, listing what it holds."""
-    from oddl.trace_plot import collect_rows, select
+    from oddl.trace.plot import collect_rows, select
 
     doc = merge_paths([str(RUN)])
     rows, _t0 = collect_rows(select(doc, "j1", 3))
@@ -243,7 +243,7 @@ def test_an_agent_made_late_on_purpose_shows_as_overruns_in_the_summary(tmp_path
     overruns (the others', who wait for its data, too), and the text names them."""
     from test_trace_record import _gated_ring
 
-    from common.tracing import TRACE
+    from oddl.common.tracing import TRACE
 
     TRACE.start(tmp_path, "agents-in-process",
                 meta={"testbed": "in-process", "testbed_sha256": "c3" * 32})

@@ -33,7 +33,7 @@ def _run_ranks(apis: list[str], trace_dir: Path, profile_dir: Path,
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> tuple[Path, Path]:
     """The traced run's folders: the backend's trace files and the profiler's."""
-    from oddl.launch import RunningTestbed
+    from oddl.launch.testbed import RunningTestbed
 
     work = tmp_path_factory.mktemp("profile-ddp")
     trace_dir, profile_dir = work / "trace", work / "profile"
@@ -85,7 +85,7 @@ def test_merge_puts_the_ranks_and_their_profiles_on_one_axis_and_hta_reads_it(pr
     top-level keys survive, each file keeps its names under fresh pids, and every torch event
     of rank 0 lies within the profiler's window of the steps it profiled, give or take the
     warm-up step before it (the same clock on one host; the offset is the agent's, µs)."""
-    from oddl.cli import main
+    from oddl.cli.main import main
 
     trace_dir, profile_dir = profiled
     out = tmp_path / "timeline.json"
@@ -121,7 +121,7 @@ def test_holistic_trace_analysis_reads_the_merged_timeline(profiled, tmp_path):
     """HolisticTraceAnalysis (a published parser of Kineto traces) parses the merged file as
     rank 0's trace: the profiler's steps and the backend's torch events both become events."""
     hta = pytest.importorskip("hta.trace_analysis")
-    from oddl.trace_merge import merge_paths, write_json
+    from oddl.trace.merge import merge_paths, write_json
 
     trace_dir, profile_dir = profiled
     folder = tmp_path / "hta"
@@ -138,7 +138,7 @@ def test_holistic_trace_analysis_reads_the_merged_timeline(profiled, tmp_path):
 @pytest.fixture(scope="module")
 def timeline(profiled, tmp_path_factory) -> dict[str, Any]:
     """The testbed's files, the four backend files and rank 0's profile, merged."""
-    from oddl.trace_merge import merge_paths
+    from oddl.trace.merge import merge_paths
 
     trace_dir, profile_dir = profiled
     names = sorted(p.name for p in trace_dir.iterdir())
@@ -171,8 +171,8 @@ def test_summary_and_plot_of_the_real_timeline(timeline, tmp_path):
     """Every agent slot and every controller retune is in the summary; each retune slot's
     guard splits into parts that add up to it; every slot's utilisation is positive; the
     plot has a row per node."""
-    from oddl.trace_plot import plot_timeline
-    from oddl.trace_summary import GUARD_PARTS, summarise
+    from oddl.trace.plot import plot_timeline
+    from oddl.trace.summary import GUARD_PARTS, summarise
 
     s = summarise(timeline)
     events = timeline["traceEvents"]

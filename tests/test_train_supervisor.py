@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-from oddl.procs import ManagedProcess
-from oddl.train_supervisor import WorkersReport
+from oddl.demo.train_supervisor import WorkersReport
+from oddl.launch.processes import ManagedProcess
 
 
 def _quiet(_: str) -> None:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_checks import TIMING, assert_allreduce
 
-from common.errors import PlanError
-from controller.scheduling import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling import (
     COLLECTIVES,
     LinkBudget,
     Op,
@@ -21,7 +21,7 @@ from controller.scheduling import (
     wrht_allreduce,
     wrht_wavelength_plan,
 )
-from controller.scheduling.wrht import max_group_size, wrht_levels
+from oddl.controller.scheduling.wrht import max_group_size, wrht_levels
 
 
 def levels_by_hand(n: int, m: int) -> int:

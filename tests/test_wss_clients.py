@@ -25,13 +25,13 @@ import pytest
 import serial
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
-from drivers.emulators.wss import WssEmulator
-from drivers.emulators.wss_serve import serve_pty
-from drivers.interfaces import BLOCKED_DB, Route
-from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss
-from drivers.wss_codec import WssLimits
-from drivers.wss_protocol import SLICE_GHZ, frame
+from oddl.drivers.emulators.wss import WssEmulator
+from oddl.drivers.emulators.wss_serve import serve_pty
+from oddl.drivers.interfaces import BLOCKED_DB, Route
+from oddl.drivers.transport import SerialTransport
+from oddl.drivers.wss import FlexgridWss
+from oddl.drivers.wss_codec import WssLimits
+from oddl.drivers.wss_protocol import SLICE_GHZ, frame
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 BLOCKED = Route(99, BLOCKED_DB)
@@ -191,7 +191,7 @@ def test_driver_over_a_pty(pty_wss: tuple[WssEmulator, str]) -> None:
     assert emu.route(191.35) == Route(1, 0.0)
 
 
-@pytest.mark.parametrize("entry", [["oddl.cli", "emulate", "wss"], ["drivers.emulators.wss_serve"]],
+@pytest.mark.parametrize("entry", [["oddl.cli.main", "emulate", "wss"], ["oddl.drivers.emulators.wss_serve"]],
                          ids=["oddl-emulate-wss", "module"])
 def test_emulate_wss_pty_command(entry: list[str]) -> None:
     proc = start_child([sys.executable, "-m", *entry, "--pty",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import ProtocolError
-from drivers.interfaces import BLOCKED_DB, Route
-from drivers.wss_codec import (
+from oddl.common.errors import ProtocolError
+from oddl.drivers.interfaces import BLOCKED_DB, Route
+from oddl.drivers.wss_codec import (
     WssErrorReply,
     format_attenuation,
     format_table,
@@ -14,7 +14,7 @@ from drivers.wss_codec import (
     parse_error_line,
     parse_rra,
 )
-from drivers.wss_protocol import (
+from oddl.drivers.wss_protocol import (
     ERROR_MEANINGS,
     ChecksumError,
     WssErrorCode,

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 import pytest
 from fakes import LAB_WSS_PLAN as LAB
 
-from common.errors import DeviceTimeout, ProtocolError
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator, WssFaults
-from drivers.emulators.wss_serve import wss_connection_handler
-from drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
-from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss, WssCommandError
-from drivers.wss_codec import InvalidRouteTable, WssLimits
-from drivers.wss_protocol import WssErrorCode
+from oddl.common.errors import DeviceTimeout, ProtocolError
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.wss import WssEmulator, WssFaults
+from oddl.drivers.emulators.wss_serve import wss_connection_handler
+from oddl.drivers.interfaces import BLOCKED_DB, Route, WavelengthSelectiveSwitch
+from oddl.drivers.transport import SerialTransport
+from oddl.drivers.wss import FlexgridWss, WssCommandError
+from oddl.drivers.wss_codec import InvalidRouteTable, WssLimits
+from oddl.drivers.wss_protocol import WssErrorCode
 
 BLOCKED = Route(99, BLOCKED_DB)
 

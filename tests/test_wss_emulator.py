@@ -13,11 +13,11 @@ from fakes import FakeClock
 from fakes import lab_wss as lab
 from helpers import close_child, first_line, start_child, stop_with_sigterm
 
-from common.errors import ConfigError
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import MAX_LINE, WssEmulator, WssFaults
-from drivers.emulators.wss_serve import add_arguments, wss_connection_handler
-from drivers.interfaces import BLOCKED_DB, Route
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.wss import MAX_LINE, WssEmulator, WssFaults
+from oddl.drivers.emulators.wss_serve import add_arguments, wss_connection_handler
+from oddl.drivers.interfaces import BLOCKED_DB, Route
 
 BLOCKED = Route(99, BLOCKED_DB)
 @pytest.fixture
@@ -349,7 +349,7 @@ def test_add_arguments_defaults_and_validation() -> None:
 
 def test_run_serves_prints_url_and_exits_0_on_sigterm() -> None:
     proc = start_child(
-        [sys.executable, "-m", "drivers.emulators.wss_serve", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "oddl.drivers.emulators.wss_serve", "--listen", "127.0.0.1:0",
          "--settle-ms", "1", "--serial", "CLI-7", "--ports", "2"], capture_stderr=True)
     try:
         assert proc.stdout is not None

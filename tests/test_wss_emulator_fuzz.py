@@ -9,9 +9,9 @@ from fakes import lab_wss as lab
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.emulators.wss import MAX_LINE, WssEmulator
-from drivers.interfaces import Route
-from drivers.wss_protocol import frame
+from oddl.drivers.emulators.wss import MAX_LINE, WssEmulator
+from oddl.drivers.interfaces import Route
+from oddl.drivers.wss_protocol import frame
 
 _ENTRY = re.compile(r"([0-9]{1,6}),([0-9]{1,6}),([0-9]{1,4}(?:\.([0-9]{1,8}))?)")
 

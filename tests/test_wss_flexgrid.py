@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeClock
 
-from drivers.emulators.wss import WssEmulator
-from drivers.interfaces import BLOCKED_DB, Route
-from drivers.wss_protocol import SLICE_GHZ, checksum, frame
+from oddl.drivers.emulators.wss import WssEmulator
+from oddl.drivers.interfaces import BLOCKED_DB, Route
+from oddl.drivers.wss_protocol import SLICE_GHZ, checksum, frame
 
 BLOCKED = Route(99, BLOCKED_DB)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from helpers import EMULATED
 
-from agents.every_rank import allreduce_all
-from common.config import (
+from oddl.agents.client.every_rank import allreduce_all
+from oddl.common.config import (
     FixedPlan,
     GridConfig,
     channel_map,
@@ -20,19 +20,19 @@ from common.config import (
     load_testbed,
     parse_testbed,
 )
-from common.errors import ConfigError
-from drivers.emulators.tcpserve import TcpEmulatorServer
-from drivers.emulators.wss import WssEmulator
-from drivers.emulators.wss_serve import wss_connection_handler
-from drivers.interfaces import BLOCKED_DB, Route
-from drivers.transport import SerialTransport
-from drivers.wss import FlexgridWss
-from drivers.wss_codec import InvalidRouteTable
-from drivers.wss_protocol import FACTORY_PLAN
-from oddl.launch import RunningTestbed, write_config
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.drivers.emulators.wss import WssEmulator
+from oddl.drivers.emulators.wss_serve import wss_connection_handler
+from oddl.drivers.interfaces import BLOCKED_DB, Route
+from oddl.drivers.transport import SerialTransport
+from oddl.drivers.wss import FlexgridWss
+from oddl.drivers.wss_codec import InvalidRouteTable
+from oddl.drivers.wss_protocol import FACTORY_PLAN
+from oddl.launch.testbed import RunningTestbed, write_config
 
 FACTORY_LINE = "module_plan = { first_channel = 0, first_thz = 191.35, spacing_ghz = 50.0, channels = 96 }"
-"""The emulator's factory plan (drivers.wss_protocol.FACTORY_PLAN) as a testbed file line."""
+"""The emulator's factory plan (oddl.drivers.wss_protocol.FACTORY_PLAN) as a testbed file line."""
 LAB_GRID = GridConfig(first_thz=193.1, spacing_ghz=100.0, channels=48)
 
 

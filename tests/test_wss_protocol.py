@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from fakes import ScriptedWire
 
-from common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
-from drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
-from drivers.wss import ERROR_FIXES, FlexgridWss, WssCommandError
-from drivers.wss_codec import InvalidRouteTable, WssLimits
-from drivers.wss_protocol import WssErrorCode, frame
+from oddl.common.errors import DeviceError, DeviceTimeout, ProtocolError, SafetyLimitError
+from oddl.drivers.interfaces import BLOCKED_DB, DeviceIdentity, Route, WavelengthSelectiveSwitch
+from oddl.drivers.wss import ERROR_FIXES, FlexgridWss, WssCommandError
+from oddl.drivers.wss_codec import InvalidRouteTable, WssLimits
+from oddl.drivers.wss_protocol import WssErrorCode, frame
 
 
 def ok(command: bytes, *result: bytes) -> tuple[bytes, bytes]:

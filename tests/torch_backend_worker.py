@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import oddl.torch_backend as ob
+import oddl.torch.backend as ob
 
 
 def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -231,7 +231,7 @@ def _middle_group(rank: int, middle: Any, small: list[torch.Tensor]) -> dict[str
 
 
 def _digits() -> dict[str, np.ndarray]:
-    from oddl.train_worker import load_digits_split
+    from oddl.demo.train_worker import load_digits_split
 
     return load_digits_split()
 
@@ -268,7 +268,7 @@ def training(rank: int, world: int) -> dict[str, Any]:
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
 
-    from oddl.train_worker import build_model, param_digest
+    from oddl.demo.train_worker import build_model, param_digest
 
     data = _digits()
     gloo = dist.new_group(backend="gloo")

@@ -213,7 +213,7 @@ def run_suite(names: list[str], backends: list[str], world: int = 4,
               ) -> dict[str, dict[str, dict[str, Any]]]:
     """Start the emulated testbed with a job on its nodes and run `names` per backend (the
     backends one after the other, or side by side when `parallel`)."""
-    from oddl.launch import RunningTestbed
+    from oddl.launch.testbed import RunningTestbed
 
     with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp, \
             RunningTestbed(workdir or Path(tmp), testbed_file(world, Path(tmp))) as tb:

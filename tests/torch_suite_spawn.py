@@ -8,7 +8,7 @@ defines the test class only for gloo, nccl and ucc; this one defines it for any 
 the same way: `TestDistBackend` (the spawned ranks, `init_process_group(backend=BACKEND)` with a
 file:// init method in a TEMP_DIR made per test) mixed with `DistributedTest._DistTestBase` (the
 tests), the ranks started with the "spawn" method, so each rank re-imports this file as its
-main module, and with it `oddl.torch_backend`, which registers the backend.
+main module, and with it `oddl.torch.backend`, which registers the backend.
 
 `DistTestCases` (torch.testing._internal.common_distributed) decides some skips by backend
 name, most when the suite's module is imported (its decorators); for oddl this file declares,
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from torch.testing._internal.common_distributed import DistTestCases
 
-import oddl.torch_backend  # noqa: F401  registers "oddl", in the spawned ranks too
+import oddl.torch.backend  # noqa: F401  registers "oddl", in the spawned ranks too
 
 BACKEND = os.environ["BACKEND"]
 ODDL_FEATURES = ("ddp", "subgroup", "plugin")

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-import oddl.torch_backend  # noqa: F401  (registers the backend)
-import oddl.torch_channel as oc
+import oddl.torch.backend  # noqa: F401  (registers the backend)
+import oddl.torch.channel as oc
 
 
 def train(group: Any, rank: int) -> tuple[torch.nn.Module, list[bool]]:

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.config.channel_plan import FixedPlan, channel_map
-from common.config.reader import REQUIRED, Spec, TableReader
-from common.config.schema import (
+from oddl.common.config.channel_plan import FixedPlan, channel_map
+from oddl.common.config.reader import REQUIRED, Spec, TableReader
+from oddl.common.config.schema import (
     DEVICE_KINDS,
     EMULATED,
     OPTINC,

@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common.config.devices import DEVICE_KEYS_BY_KIND, DeviceSections
-from common.config.reader import REQUIRED, TableReader
-from common.config.schema import (
+from oddl.common.config.devices import DEVICE_KEYS_BY_KIND, DeviceSections
+from oddl.common.config.reader import REQUIRED, TableReader
+from oddl.common.config.schema import (
     LINK_KINDS,
     TRANSPORTS,
     AgentConfig,
@@ -23,8 +23,8 @@ from common.config.schema import (
     TimingConfig,
     as_table,
 )
-from common.config.wiring import WiringSections
-from common.errors import ConfigError
+from oddl.common.config.wiring import WiringSections
+from oddl.common.errors import ConfigError
 
 
 def load_testbed(path: str | Path) -> TestbedConfig:

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from common.errors import ConfigError
+from oddl.common.errors import ConfigError
 
 REQUIRED = object()
 """Default of a key that must be given."""

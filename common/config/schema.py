@@ -2,7 +2,7 @@
 resources, fibres, the wavelength grid, the device timing, the control-plane addresses), as
 frozen dataclasses, and the names its values may take.
 
-Loading, validating and writing the file: :mod:`common.config`.
+Loading, validating and writing the file: :mod:`oddl.common.config`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
 
-from common.config.channel_plan import FixedPlan
-from common.errors import ConfigError
+from oddl.common.config.channel_plan import FixedPlan
+from oddl.common.errors import ConfigError
 
 EMULATED = "emulated"
 """Resource value of a device that the emulator host starts (`oddl emulate testbed`)."""
@@ -21,7 +21,7 @@ EMULATED = "emulated"
 DEVICE_KINDS = ("itla", "wss", "powermeter", "optinc")
 OPTINC = "optinc"
 """Kind of an OptINC in-network averaging device (served by the emulated fabric, no driver)."""
-OPTINC_MAX_INPUTS = 64  # offline.optinc.model.MAX_INPUTS (not imported: keeps this light)
+OPTINC_MAX_INPUTS = 64  # oddl.offline.optinc.model.MAX_INPUTS (not imported: keeps this light)
 LINK_KINDS = ("fabric", "direct")
 TRANSPORTS = ("streams", "relay", "curve")
 
@@ -174,7 +174,7 @@ class OptincDeviceConfig:
     """An OptINC device: N inputs, b-bit levels, trained MZI phases; part of the emulated fabric.
 
     Kept apart from `TestbedConfig.devices`: the controller opens no driver for it (the
-    emulator host runs it inside the fabric, `drivers.emulators.optinc`).
+    emulator host runs it inside the fabric, `oddl.drivers.emulators.optinc`).
     """
 
     id: str

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from common.config.reader import REQUIRED, TableReader
-from common.config.schema import (
+from oddl.common.config.reader import REQUIRED, TableReader
+from oddl.common.config.schema import (
     DeviceConfig,
     Endpoint,
     FibreConfig,

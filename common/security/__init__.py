@@ -3,15 +3,15 @@
 Nothing here is switched on by itself: the controller, the agents, the operator client and
 the fabric opt in (the emulated testbed may run without security). Two sides:
 
-- issuing, once, on the host that keeps the CA key: :mod:`common.security.lab_ca`
-  (``oddl certs init``), and :mod:`common.revocation` (revoke, rotate);
-- run time, on every host: :mod:`common.security.files` (reading and checking the files),
-  :mod:`common.security.revoked` (what is revoked),
-  :mod:`common.security.tls` (gRPC credentials, peer identity),
-  :mod:`common.security.authorization` (which role may call which RPC, the interceptor) and
-  :mod:`common.security.curve` (ZeroMQ CURVE servers and clients).
+- issuing, once, on the host that keeps the CA key: :mod:`oddl.common.security.lab_ca`
+  (``oddl certs init``), and :mod:`oddl.common.revocation` (revoke, rotate);
+- run time, on every host: :mod:`oddl.common.security.files` (reading and checking the files),
+  :mod:`oddl.common.security.revoked` (what is revoked),
+  :mod:`oddl.common.security.tls` (gRPC credentials, peer identity),
+  :mod:`oddl.common.security.authorization` (which role may call which RPC, the interceptor) and
+  :mod:`oddl.common.security.curve` (ZeroMQ CURVE servers and clients).
 
-Files (``oddl certs init --out DIR``, :func:`~common.security.lab_ca.init_lab_ca`)::
+Files (``oddl certs init --out DIR``, :func:`~oddl.common.security.lab_ca.init_lab_ca`)::
 
     DIR/manifest.json                 what was written, subjects, CURVE public keys (z85)
     DIR/tls/ca.crt, ca.key            the lab CA (keep ca.key on the machine that issues)

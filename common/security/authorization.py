@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from common.errors import SecurityError
-from common.security.files import ROLE_AGENT, ROLE_OPERATOR
-from common.security.tls import Identity, peer_identity
+from oddl.common.errors import SecurityError
+from oddl.common.security.files import ROLE_AGENT, ROLE_OPERATOR
+from oddl.common.security.tls import Identity, peer_identity
 
 logger = logging.getLogger(__name__)
 

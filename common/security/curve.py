@@ -4,7 +4,7 @@ client sockets that trust a server key, and who sent a frame.
 :class:`CurveServer` makes a ROUTER a CURVE server whose ZAP handler admits only the listed
 client keys (and names each connection by its node: the ``User-Id`` frame property, see
 :func:`sender_matches`); :func:`configure_curve_client` sets up a DEALER. The wiring of the
-fabric and the direct links is described in :mod:`common.security`.
+fabric and the direct links is described in :mod:`oddl.common.security`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import monitor as zmq_monitor
 from zmq.utils import z85
 
-from common.errors import SecurityError
-from common.security.files import CurveKeys
+from oddl.common.errors import SecurityError
+from oddl.common.security.files import CurveKeys
 
 logger = logging.getLogger(__name__)
 

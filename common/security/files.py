@@ -1,7 +1,7 @@
 """The lab's security files as written by ``oddl certs init``: the manifest, the TLS PEM files
 of each endpoint and the CURVE key files, read only when used and checked on reading.
 
-The layout of the folder is described in :mod:`common.security`. Subjects are
+The layout of the folder is described in :mod:`oddl.common.security`. Subjects are
 ``O=oddl lab, OU=<role>, CN=<name>``; the role is ``operator``, ``agent`` or ``server``.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import zmq.auth
 
-from common.errors import SecurityError
-from common.security.ownership import unreadable_key_message
-from common.security.revoked import read_revoked
+from oddl.common.errors import SecurityError
+from oddl.common.security.ownership import unreadable_key_message
+from oddl.common.security.revoked import read_revoked
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Issuing: the lab CA, the TLS certificates of the controller, operators and agents, and the
 CURVE key pairs, written once by ``oddl certs init`` (:func:`init_lab_ca`).
 
-The folder it writes is described in :mod:`common.security`; :mod:`common.revocation`
+The folder it writes is described in :mod:`oddl.common.security`; :mod:`oddl.common.revocation`
 reissues one identity's files with the same CA (:func:`sign_leaf`, :func:`key_pem`).
 Private keys are written 0600, whatever the umask (:func:`write_private_file`).
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import zmq
 
-from common.errors import SecurityError
-from common.security.files import (
+from oddl.common.errors import SecurityError
+from oddl.common.security.files import (
     DEFAULT_CURVE_SERVERS,
     MANIFEST,
     MANIFEST_FORMAT,
@@ -32,7 +32,7 @@ from common.security.files import (
     SUBJECT_ORG,
     SecurityFiles,
 )
-from common.security.ownership import (
+from oddl.common.security.ownership import (
     KeyOwner,
     check_can_hand_over,
     check_reachable,
@@ -215,11 +215,11 @@ def init_lab_ca(out_dir: str | os.PathLike[str], nodes: Iterable[str], *,
                 curve_servers: Iterable[str] = DEFAULT_CURVE_SERVERS,
                 force: bool = False, owner: KeyOwner | None = None) -> SecurityFiles:
     """Create a lab CA, TLS certificates and CURVE keys under `out_dir`; see
-    :mod:`common.security`.
+    :mod:`oddl.common.security`.
 
     Refuses a directory that already holds files unless `force` (which first removes the
     files an earlier manifest there lists, so no stale key survives). With `owner`, the keys
-    the services read become that user's (:mod:`common.security.ownership`); the CA key and
+    the services read become that user's (:mod:`oddl.common.security.ownership`); the CA key and
     the operators' keys stay the caller's.
     """
     out = Path(out_dir)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import SecurityError
+from oddl.common.errors import SecurityError
 
 DOCS = "docs/explanation/security.md"
 

@@ -1,7 +1,7 @@
 """What is revoked: reading ``revoked.json`` of a certs folder (the run-time side).
 
-The file is written by :mod:`common.revocation` (``oddl certs revoke`` and ``rotate``); every
-host reads it here: the CURVE allow-list (:meth:`common.security.files.SecurityFiles.curve_clients`),
+The file is written by :mod:`oddl.common.revocation` (``oddl certs revoke`` and ``rotate``); every
+host reads it here: the CURVE allow-list (:meth:`oddl.common.security.files.SecurityFiles.curve_clients`),
 the authenticated streams and the controller's certificate check (:class:`RevocationList`,
 which rereads the file when it changes).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import SecurityError
+from oddl.common.errors import SecurityError
 
 logger = logging.getLogger(__name__)
 

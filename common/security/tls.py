@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from common.security.files import ROLE_AGENT, SecurityFiles, TlsFiles, as_pem, check_tls_pair
+from oddl.common.security.files import ROLE_AGENT, SecurityFiles, TlsFiles, as_pem, check_tls_pair
 
 
 def _tls_files(files_or_paths: SecurityFiles | TlsFiles | str | os.PathLike[str]) -> TlsFiles:

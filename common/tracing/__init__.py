@@ -7,8 +7,8 @@ The pure parts: `chrome` turns recorded events into the file's JSON, `schema` ch
 against the format.
 """
 
-from common.tracing.events import FORMAT, Track
-from common.tracing.recorder import DEFAULT_CAPACITY, Recorder
+from oddl.common.tracing.events import FORMAT, Track
+from oddl.common.tracing.recorder import DEFAULT_CAPACITY, Recorder
 
 TRACE = Recorder()
 """This process's recorder (off until `TRACE.start`)."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from common.tracing.events import FORMAT, Event, Track
+from oddl.common.tracing.events import FORMAT, Event, Track
 
 
 def to_chrome(events: Iterable[Event], info: Mapping[str, Any]) -> dict[str, Any]:

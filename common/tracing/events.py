@@ -1,6 +1,6 @@
 """What the recorder records: an event on a track (`Track`, `Event`), and the file format's
-name. Shared by the recorder (`common.tracing.recorder`) and the conversion to Chrome JSON
-(`common.tracing.chrome`)."""
+name. Shared by the recorder (`oddl.common.tracing.recorder`) and the conversion to Chrome JSON
+(`oddl.common.tracing.chrome`)."""
 
 from __future__ import annotations
 

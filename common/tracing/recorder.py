@@ -2,7 +2,7 @@
 
 Events are stored as tuples with times in ns on the controller's clock (the process's own
 clock plus its measured offset, taken when the event is recorded) and turned into Chrome
-trace-event JSON only when recording stops (`common.tracing.chrome`). The buffer holds at
+trace-event JSON only when recording stops (`oddl.common.tracing.chrome`). The buffer holds at
 most `capacity` events, allocated once at `start`; an event that finds it full is counted
 in `dropped`, never silently lost. Appending takes a slot number from an `itertools.count`
 (atomic under the GIL), so hooks on several threads never wait for each other.
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
-from common.tracing.chrome import write_trace
-from common.tracing.events import Event, Track
+from oddl.common.errors import ConfigError
+from oddl.common.tracing.chrome import write_trace
+from oddl.common.tracing.events import Event, Track
 
 logger = logging.getLogger(__name__)
 

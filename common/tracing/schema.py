@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from common.errors import ConfigError
+from oddl.common.errors import ConfigError
 
 PHASES = frozenset("XiIbeBECM")
 REQUIRED_ARGS: Mapping[str, frozenset[str]] = {

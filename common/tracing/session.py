@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from common.tracing import DEFAULT_CAPACITY, TRACE
+from oddl.common.tracing import DEFAULT_CAPACITY, TRACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,21 +8,21 @@ No I/O, no clocks, no threads: time is a value passed in. The controller, the ag
     sched.check_contention_free()
 """
 
-from controller.scheduling.classic_allreduce import halving_doubling_allreduce, ring_allreduce
-from controller.scheduling.link_budget import LinkBudget, link_budget
-from controller.scheduling.matchings import bipartite_edge_colouring
-from controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
-from controller.scheduling.param_server import parameter_server_allreduce
-from controller.scheduling.plan import Op, Plan, Step, execute_plan, validate_plan
-from controller.scheduling.registry import (
+from oddl.controller.scheduling.classic_allreduce import halving_doubling_allreduce, ring_allreduce
+from oddl.controller.scheduling.link_budget import LinkBudget, link_budget
+from oddl.controller.scheduling.matchings import bipartite_edge_colouring
+from oddl.controller.scheduling.optinc import optinc_allreduce, optinc_cascade, optinc_layout
+from oddl.controller.scheduling.param_server import parameter_server_allreduce
+from oddl.controller.scheduling.plan import Op, Plan, Step, execute_plan, validate_plan
+from oddl.controller.scheduling.registry import (
     COLLECTIVES,
     CollectiveBuilder,
     make_plan,
     register_collective,
 )
-from controller.scheduling.scheduler import Schedule, schedule_plan
-from controller.scheduling.slot import NodeEvent, Retune, Slot
-from controller.scheduling.topology import (
+from oddl.controller.scheduling.scheduler import Schedule, schedule_plan
+from oddl.controller.scheduling.slot import NodeEvent, Retune, Slot
+from oddl.controller.scheduling.topology import (
     IN_PORT,
     Circuit,
     Grid,
@@ -31,13 +31,13 @@ from controller.scheduling.topology import (
     Topology,
     WssSpec,
 )
-from controller.scheduling.totient import (
+from oddl.controller.scheduling.totient import (
     candidate_jumps,
     circulant_diameter,
     select_permutations,
     totientperms_allreduce,
 )
-from controller.scheduling.wrht import WrhtWavelengthPlan, wrht_allreduce, wrht_wavelength_plan
+from oddl.controller.scheduling.wrht import WrhtWavelengthPlan, wrht_allreduce, wrht_wavelength_plan
 
 __all__ = [
     "COLLECTIVES",
@@ -79,4 +79,4 @@ __all__ = [
     "wrht_wavelength_plan",
 ]
 
-import controller.scheduling.topoopt  # noqa: E402,F401  (registers "topoopt")
+import oddl.controller.scheduling.topoopt  # noqa: E402,F401  (registers "topoopt")

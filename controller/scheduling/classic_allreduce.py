@@ -1,16 +1,16 @@
 """The two classic all-reduce plans, registered as ``ring`` and ``halving-doubling``.
 
-A plan is the steps of transfers of `controller.scheduling.plan`; `make_plan` finds these
-builders by name (`controller.scheduling.registry`). Pure.
+A plan is the steps of transfers of `oddl.controller.scheduling.plan`; `make_plan` finds these
+builders by name (`oddl.controller.scheduling.registry`). Pure.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from common.errors import PlanError
-from controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 
 @register_collective("ring")

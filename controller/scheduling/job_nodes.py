@@ -1,7 +1,7 @@
 """A job's nodes by rank, with numpy lookups into the topology (channel, out-port, WSS).
 
-Shared by the slot scheduler (`controller.scheduling.scheduler`) and the splitting of plan
-steps into matchings (`controller.scheduling.matchings`). Pure.
+Shared by the slot scheduler (`oddl.controller.scheduling.scheduler`) and the splitting of plan
+steps into matchings (`oddl.controller.scheduling.matchings`). Pure.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common.errors import ScheduleError
-from controller.scheduling.plan import read_only
-from controller.scheduling.topology import NodeSpec, Topology
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling.plan import read_only
+from oddl.controller.scheduling.topology import NodeSpec, Topology
 
 
 class JobNodes:

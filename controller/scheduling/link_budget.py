@@ -1,7 +1,7 @@
 """The insertion-loss budget of one lightpath on an optical ring (WRHT's feasibility check).
 
 `LinkBudget` holds the losses and powers; `link_budget` evaluates a path that passes `h`
-intermediate nodes (`BudgetCheck`). Used by `controller.scheduling.wrht`. Pure.
+intermediate nodes (`BudgetCheck`). Used by `oddl.controller.scheduling.wrht`. Pure.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-from common.errors import PlanError
+from oddl.common.errors import PlanError
 
 
 @dataclass(frozen=True)

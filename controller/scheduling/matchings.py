@@ -1,7 +1,7 @@
 """Plan steps as matchings: check a step's flows, merge them per (src, dst) and split a
 step that is not a matching into Δ rounds by bipartite edge colouring (König).
 
-Pure; used by the slot scheduler (`controller.scheduling.scheduler`).
+Pure; used by the slot scheduler (`oddl.controller.scheduling.scheduler`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import ScheduleError
-from controller.scheduling.job_nodes import JobNodes
-from controller.scheduling.plan import Step, read_only
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling.job_nodes import JobNodes
+from oddl.controller.scheduling.plan import Step, read_only
 
 
 def bipartite_edge_colouring(left: np.ndarray, right: np.ndarray) -> np.ndarray:

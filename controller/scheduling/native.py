@@ -1,4 +1,4 @@
-"""Plans of the native collectives other than the all-reduce (`common.collective_kinds`).
+"""Plans of the native collectives other than the all-reduce (`oddl.common.collective_kinds`).
 
 Every plan works on one work buffer per rank, cut into blocks at ``(i·n_elems)//N``
 (all-to-all: two halves of N blocks each); rank r's own block is block r.
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.collective_kinds import ROOTED
-from common.errors import PlanError
-from controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
-from controller.scheduling.registry import check_sizes, make_plan
+from oddl.common.collective_kinds import ROOTED
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
+from oddl.controller.scheduling.registry import check_sizes, make_plan
 
 HALVES = {"halving-doubling": "halving-doubling"}
 """Algorithms with their own all-gather and reduce-scatter halves; the others use the ring's."""

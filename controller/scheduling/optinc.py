@@ -18,7 +18,7 @@ As a `Plan` the devices are extra ranks after the servers (ranks ``0…n−1`` a
 The reference executor then leaves the sum on every rank, like every registered all-reduce
 (the optics send the quantised mean; agents return N × that). The TT-FR slot scheduler does not
 lay this plan out (a device is not a node with one tunable transmitter): the controller uses
-`controller.jobs.optinc_schedule` and ``oddl plan optinc`` reports `optinc_layout`.
+`oddl.controller.jobs.optinc_schedule` and ``oddl plan optinc`` reports `optinc_layout`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from common.config import OPTINC, OPTINC_MAX_INPUTS
-from common.errors import PlanError
-from controller.scheduling.plan import Op, Plan, Step, read_only
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.config import OPTINC, OPTINC_MAX_INPUTS
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Op, Plan, Step, read_only
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 MAX_INPUTS = OPTINC_MAX_INPUTS
-"""Largest OptINC device (`common.config.OPTINC_MAX_INPUTS`, as `offline.optinc.levels`)."""
+"""Largest OptINC device (`oddl.common.config.OPTINC_MAX_INPUTS`, as `oddl.offline.optinc.levels`)."""
 
 
 def optinc_cascade(nodes: int, inputs: int = 0) -> tuple[int, ...]:

@@ -11,9 +11,9 @@ import operator
 
 import numpy as np
 
-from common.errors import PlanError
-from controller.scheduling.plan import Op, Plan, Step, read_only
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Op, Plan, Step, read_only
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 
 @register_collective("parameter-server")

@@ -16,7 +16,7 @@ Plans stay compact at N = 1024: a step holds four int64 numpy arrays (not Python
 transfer), and plans share read-only arrays between steps where they are equal (every ring
 step uses the same src/dst arrays; offsets are views into one rotated array).
 
-Builders of plans register with `register_collective` (`controller.scheduling.registry`);
+Builders of plans register with `register_collective` (`oddl.controller.scheduling.registry`);
 `validate_plan` checks a plan, `execute_plan` is the reference executor. Pure.
 """
 
@@ -28,7 +28,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from common.errors import PlanError
+from oddl.common.errors import PlanError
 
 
 class Op(StrEnum):

@@ -1,6 +1,6 @@
 """The registry of collectives: builders by name (`register_collective`, `make_plan`).
 
-A builder is ``f(n_ranks, n_elems, **params) -> Plan`` (`controller.scheduling.plan`);
+A builder is ``f(n_ranks, n_elems, **params) -> Plan`` (`oddl.controller.scheduling.plan`);
 `check_sizes` is the argument check every builder starts with. Pure.
 """
 
@@ -11,8 +11,8 @@ import inspect
 import operator
 from collections.abc import Callable
 
-from common.errors import PlanError
-from controller.scheduling.plan import Plan
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Plan
 
 CollectiveBuilder = Callable[..., Plan]
 """``f(n_ranks, n_elems, **params) -> Plan``."""

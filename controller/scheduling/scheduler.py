@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.errors import ScheduleError
-from controller.scheduling.job_nodes import JobNodes
-from controller.scheduling.matchings import StepSplit, first_duplicate, step_is_matching
-from controller.scheduling.plan import Plan, read_only
-from controller.scheduling.slot import UNKNOWN_CHANNEL, NodeEvent, Slot
-from controller.scheduling.topology import IN_PORT, TimingModel, Topology
+from oddl.common.errors import ScheduleError
+from oddl.controller.scheduling.job_nodes import JobNodes
+from oddl.controller.scheduling.matchings import StepSplit, first_duplicate, step_is_matching
+from oddl.controller.scheduling.plan import Plan, read_only
+from oddl.controller.scheduling.slot import UNKNOWN_CHANNEL, NodeEvent, Slot
+from oddl.controller.scheduling.topology import IN_PORT, TimingModel, Topology
 
 _NO_FLOWS = read_only(np.zeros(0, dtype=np.int64))
 

@@ -1,5 +1,5 @@
 """One slot of a TT-FR schedule (`Slot`), and what it means for a node (`NodeEvent`) and a
-transmitter (`Retune`). Laid out by `controller.scheduling.scheduler.schedule_plan`. Pure.
+transmitter (`Retune`). Laid out by `oddl.controller.scheduling.scheduler.schedule_plan`. Pure.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.scheduling.job_nodes import JobNodes
-from controller.scheduling.topology import IN_PORT, Circuit
+from oddl.controller.scheduling.job_nodes import JobNodes
+from oddl.controller.scheduling.topology import IN_PORT, Circuit
 
 UNKNOWN_CHANNEL = 0
 """Held-channel value of a transmitter whose channel is unknown (channels are 1-based)."""

@@ -15,7 +15,7 @@ and the time `now` the caller passes in, what happens next for one collective:
 
 Slots are decided strictly in order: a later slot is neither retuned nor granted before an
 earlier one is granted. The core holds no clock and performs no I/O; the controller's slot
-executor (`controller.slot_executor`) waits until the instant it returns and carries out its
+executor (`oddl.controller.slot_executor`) waits until the instant it returns and carries out its
 decisions.
 """
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from common.errors import ScheduleError
-from protos.schedule_wire import EVERY_SLOT
+from oddl.common.errors import ScheduleError
+from oddl.protos.schedule_wire import EVERY_SLOT
 
 HANDOFF_TIMEOUT = "hand-off timeout"
 """`SlotFailure.kind` of a slot whose hand-offs were not confirmed in time."""

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from common.errors import ScheduleError
+from oddl.common.errors import ScheduleError
 
 IN_PORT = "in"
 """Name of a WSS's common in-port, where every transmitter fibre of that WSS enters."""

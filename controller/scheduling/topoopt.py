@@ -3,7 +3,7 @@
 For a data-parallel job the co-optimiser's traffic is one all-reduce group of all N nodes, so
 its topology is TotientPerms rings only: `ring_jumps` (the authors' ring allocation gives
 one group of N every interface, i.e. `select_permutations(N, degree)`; the offline
-co-optimiser's `offline.topoopt.topology.dp_ring_jumps` is the same set). The buffer is split
+co-optimiser's `oddl.offline.topoopt.topology.dp_ring_jumps` is the same set). The buffer is split
 into one part per ring and each part is ring all-reduced (reduce-scatter, then all-gather)
 on its ring, all rings at once — exactly `totientperms_allreduce`'s plan, under this name.
 
@@ -19,9 +19,9 @@ can import this module at its end without an import cycle.
 
 from __future__ import annotations
 
-from common.errors import PlanError
-from controller.scheduling.plan import Plan
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Plan
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 NAME = "topoopt"
 
@@ -41,7 +41,7 @@ def topoopt_allreduce(n_ranks: int, n_elems: int, *, degree: int = 2,
     if n == 1:
         return Plan(NAME, 1, n_elems, ())
     # imported here: the scheduling package imports this module when it loads
-    from controller.scheduling.totient import ring_jumps, totientperms_allreduce
+    from oddl.controller.scheduling.totient import ring_jumps, totientperms_allreduce
 
     try:
         ring_jumps(n, degree, both_directions)

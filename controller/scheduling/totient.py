@@ -28,9 +28,9 @@ from bisect import bisect_left
 
 import numpy as np
 
-from common.errors import PlanError
-from controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.plan import Op, Plan, Step, append_nonempty, read_only
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 
 def candidate_jumps(n: int, g: int) -> tuple[int, ...]:

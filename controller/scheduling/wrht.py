@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import PlanError
-from controller.scheduling.link_budget import BudgetCheck, LinkBudget, link_budget
-from controller.scheduling.plan import Op, Plan, Step, read_only
-from controller.scheduling.registry import check_sizes, register_collective
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.link_budget import BudgetCheck, LinkBudget, link_budget
+from oddl.controller.scheduling.plan import Op, Plan, Step, read_only
+from oddl.controller.scheduling.registry import check_sizes, register_collective
 
 DEFAULT_WAVELENGTHS = 4
 """Wavelengths per fibre on the four-node testbed."""

@@ -12,9 +12,9 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
-from common.errors import ConfigError
-from common.signals import StopSignals
-from drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
+from oddl.common.errors import ConfigError
+from oddl.common.signals import StopSignals
+from oddl.drivers.emulators.tcpserve import ConnectionHandler, TcpEmulatorServer, parse_listen
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ time at the line rate; it is lost when there is no light path, when the path cha
 frame is on the wire, or when two transmitters' light overlaps at one receiver. Frames on the
 ideal network ("ideal": a non-blocking electrical switch) are delivered to the node named in
 the header, with the same per-port line rate. Frames on the "optinc" network go to an in-network
-OptINC device (`drivers.emulators.optinc`) named in the header's dst, serialised at the
+OptINC device (`oddl.drivers.emulators.optinc`) named in the header's dst, serialised at the
 sender's line rate (the sender's laser must be lit); the device's answers go to the nodes at the
 time it says, at the line rate of each receiver.
 
@@ -34,9 +34,9 @@ from typing import Any, Protocol
 
 import zmq
 
-from common import lighttable
-from common.config import TestbedConfig
-from drivers.interfaces import Route
+from oddl.common import lighttable
+from oddl.common.config import TestbedConfig
+from oddl.drivers.interfaces import Route
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class LightPath:
     frequency_thz: float = 0.0
     power_dbm: float = -math.inf
     code: int = 0
-    """Why there is no path, as a `common.lighttable` code (0 when there is one)."""
+    """Why there is no path, as a `oddl.common.lighttable` code (0 when there is one)."""
 
 
 class OpticalModel:
@@ -188,7 +188,7 @@ class Fabric:
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.SNDHWM, 100000)
         self._sock.setsockopt(zmq.RCVHWM, 100000)
-        self._curve = curve  # common.security.curve.CurveServer: only listed node keys get in
+        self._curve = curve  # oddl.common.security.curve.CurveServer: only listed node keys get in
         if curve is not None:
             curve.configure(self._sock)
         host, _, port = listen.rpartition(":")
@@ -254,7 +254,7 @@ class Fabric:
             self._send([ident, b"S", json.dumps(stats).encode()])
         elif kind == b"D" and len(frames) == 4:
             if self._curve is not None:
-                from common.security.curve import sender_matches
+                from oddl.common.security.curve import sender_matches
 
                 if not sender_matches(ident, frames[-1]):
                     self._lose(None, "sender identity does not match its CURVE key",
@@ -360,7 +360,7 @@ class Fabric:
 
     def stream_stats(self) -> dict[str, float]:
         """The agents' stream counters (chunks delivered, lost and late), summed over nodes."""
-        from common.lighttable import COUNTERS
+        from oddl.common.lighttable import COUNTERS
 
         rows = self.light.counters.copy()
         out = {name: float(rows[:, i].sum()) for i, name in enumerate(COUNTERS)}

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Self
 
-from common.errors import ConfigError
+from oddl.common.errors import ConfigError
 
 
 @dataclass

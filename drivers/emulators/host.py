@@ -21,20 +21,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from common.config import (
+from oddl.common.config import (
     DeviceConfig,
     TestbedConfig,
     dump_testbed,
     load_testbed,
 )
-from common.errors import ConfigError
-from common.lighttable import HEARTBEAT_S, LightPublisher, LightTable
-from common.signals import StopSignals
-from common.tracing import TRACE
-from common.tracing import session as tracing
-from drivers.emulators.fabric import Fabric, OpticalModel
-from drivers.emulators.light_trace import LightTrace
-from drivers.emulators.tcpserve import TcpEmulatorServer
+from oddl.common.errors import ConfigError
+from oddl.common.lighttable import HEARTBEAT_S, LightPublisher, LightTable
+from oddl.common.signals import StopSignals
+from oddl.common.tracing import TRACE
+from oddl.common.tracing import session as tracing
+from oddl.drivers.emulators.fabric import Fabric, OpticalModel
+from oddl.drivers.emulators.light_trace import LightTrace
+from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
 
 logger = logging.getLogger(__name__)
 
@@ -116,12 +116,12 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
 def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
                   port: int) -> None:
     """Start the emulator of one emulated device and its TCP server (`port` 0: any)."""
-    from drivers.emulators.itla import ItlaEmulator
-    from drivers.emulators.itla_serve import itla_connection_handler
-    from drivers.emulators.powermeter import PowerMeterEmulator
-    from drivers.emulators.powermeter_serve import powermeter_connection_handler
-    from drivers.emulators.wss import WssEmulator
-    from drivers.emulators.wss_serve import wss_connection_handler
+    from oddl.drivers.emulators.itla import ItlaEmulator
+    from oddl.drivers.emulators.itla_serve import itla_connection_handler
+    from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+    from oddl.drivers.emulators.powermeter_serve import powermeter_connection_handler
+    from oddl.drivers.emulators.wss import WssEmulator
+    from oddl.drivers.emulators.wss_serve import wss_connection_handler
 
     grid, timing = tb.cfg.grid, tb.cfg.timing
     serial = dev.serial or f"EMU-{dev.id}"
@@ -159,8 +159,8 @@ def _start_fabric(tb: EmulatedTestbed, phases_dir: str | Path | None,
     _start_optinc(tb, phases_dir)
     curve = None
     if cfg.security.enabled:
-        from common.security.curve import CurveServer
-        from common.security.files import SecurityFiles
+        from oddl.common.security.curve import CurveServer
+        from oddl.common.security.files import SecurityFiles
 
         files = SecurityFiles.load(cfg.security.certs)
         curve = CurveServer(files.curve_keys("fabric"), files.curve_clients(), name="fabric")
@@ -196,8 +196,8 @@ def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
 
 def _start_optinc(tb: EmulatedTestbed, phases_dir: str | Path | None) -> None:
     """Load (or train) the phases of every OptINC device; refusals name the testbed key."""
-    from drivers.emulators.optinc import OptincDevice
-    from offline.optinc.model import OptincError
+    from oddl.drivers.emulators.optinc import OptincDevice
+    from oddl.offline.optinc.model import OptincError
 
     for i, dev in enumerate(tb.cfg.optinc):
         try:

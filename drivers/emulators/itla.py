@@ -1,4 +1,4 @@
-"""Emulator of an OIF-ITLA-MSA tunable laser, byte for byte the protocol of ``drivers.itla``.
+"""Emulator of an OIF-ITLA-MSA tunable laser, byte for byte the protocol of ``oddl.drivers.itla``.
 
 Layers, innermost first:
 
@@ -7,13 +7,13 @@ Layers, innermost first:
   delay before the reply goes out. State lives behind one lock; time comes from the injected
   ``clock``.
 - ``ItlaEmulator.optical_output(now)``: the physical read-out for the optical fabric.
-- ``ItlaRegisterModel`` (``drivers.emulators.itla_register_model``): the registers behind
+- ``ItlaRegisterModel`` (``oddl.drivers.emulators.itla_register_model``): the registers behind
   the core, which the emulator owns; the rules reconstructed where the MSA text was not at
-  hand are in ``drivers.emulators.itla_register_rules``.
+  hand are in ``oddl.drivers.emulators.itla_register_rules``.
 - ``itla_serve``: ``itla_connection_handler(emulator)`` serves the core over TCP
   (``TcpEmulatorServer``), ``serve_pty(emulator)`` on a pseudo-terminal any serial-port
   software can open, ``add_arguments(parser)`` / ``run(args)`` are the ``oddl emulate itla``
-  hooks; ``python -m drivers.emulators.itla_serve`` runs it stand-alone.
+  hooks; ``python -m oddl.drivers.emulators.itla_serve`` runs it stand-alone.
 
 Behaviour taken from the MSA: frame layout and BIP-4 checksum; statuses OK/XE/AEA/CP; NOP
 error codes; strings served through AEA (the read returns AEA and the byte count, EAR returns
@@ -48,10 +48,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import ConfigError
-from drivers.emulators.faults import LinkFaults
-from drivers.emulators.itla_register_model import ItlaRegisterModel, ItlaTiming
-from drivers.itla_frames import checksum_ok
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.faults import LinkFaults
+from oddl.drivers.emulators.itla_register_model import ItlaRegisterModel, ItlaTiming
+from oddl.drivers.itla_frames import checksum_ok
 
 logger = logging.getLogger(__name__)
 
@@ -252,5 +252,5 @@ class ItlaEmulator:
 
 
 if __name__ == "__main__":  # the command line is itla_serve's
-    raise SystemExit("the itla emulator's command is `python -m drivers.emulators.itla_serve` "
+    raise SystemExit("the itla emulator's command is `python -m oddl.drivers.emulators.itla_serve` "
                      "(or `oddl emulate itla`)")

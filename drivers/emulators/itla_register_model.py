@@ -1,7 +1,7 @@
 """The register model of the emulated ITLA: power-on state, reads, writes and timed operations.
 
 ``ItlaRegisterModel.execute(frame, now)`` turns one 4-byte request into its 4-byte reply;
-``drivers.emulators.itla.ItlaEmulator`` adds the lock, faults and optical read-out around it.
+``oddl.drivers.emulators.itla.ItlaEmulator`` adds the lock, faults and optical read-out around it.
 
 The rules reconstructed where the MSA text was not at hand: ``itla_register_rules``.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from drivers.emulators.itla_register_rules import (
+from oddl.drivers.emulators.itla_register_rules import (
     ALM_BIT,
     CEL_BIT,
     CIE_REGISTERS,
@@ -31,7 +31,7 @@ from drivers.emulators.itla_register_rules import (
     XEL_BIT,
     NopError,
 )
-from drivers.itla_frames import (
+from oddl.drivers.itla_frames import (
     NOP_MRDY,
     RESENA_MR,
     RESENA_SR,
@@ -42,7 +42,7 @@ from drivers.itla_frames import (
     encode_reply,
     split_mhz,
 )
-from drivers.itla_registers import DIS_BIT, FREQ_BIT, PWR_BIT
+from oddl.drivers.itla_registers import DIS_BIT, FREQ_BIT, PWR_BIT
 
 logger = logging.getLogger(__name__)
 

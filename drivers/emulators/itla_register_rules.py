@@ -1,6 +1,6 @@
 """The emulated ITLA's register rules: the registers it implements, its codes and bits.
 
-``drivers.emulators.itla_register_model.ItlaRegisterModel`` serves them.
+``oddl.drivers.emulators.itla_register_model.ItlaRegisterModel`` serves them.
 
 Reconstruction (chosen here where the MSA text was not at hand; the driver does not depend on
 the details beyond what it checks):

@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from drivers.emulators.cli import listen_arg, milliseconds_arg, serve_tcp_or_pty
-from drivers.emulators.itla import ItlaEmulator
-from drivers.emulators.ptyserve import Pty
+from oddl.drivers.emulators.cli import listen_arg, milliseconds_arg, serve_tcp_or_pty
+from oddl.drivers.emulators.itla import ItlaEmulator
+from oddl.drivers.emulators.ptyserve import Pty
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +127,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.itla_serve [options]``."""
+    """Stand-alone entry point: ``python -m oddl.drivers.emulators.itla_serve [options]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m drivers.emulators.itla_serve",
+        prog="python -m oddl.drivers.emulators.itla_serve",
         description="Emulator of an OIF-ITLA-MSA tunable laser, byte for byte the protocol of "
-                    "``drivers.itla``.")
+                    "``oddl.drivers.itla``.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

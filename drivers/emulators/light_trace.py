@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common import lighttable
-from common.config import TestbedConfig
-from common.tracing import TRACE, Track
+from oddl.common import lighttable
+from oddl.common.config import TestbedConfig
+from oddl.common.tracing import TRACE, Track
 
 DARK_DBM = -99.0
 """The power counter's value while no light reaches a receiver (JSON has no -inf)."""

@@ -1,6 +1,6 @@
 """The emulated OptINC device: the optics average the quantised gradients of N servers.
 
-An OptINC device (``offline.optinc.model`` for the optics) is an endpoint of the emulated
+An OptINC device (``oddl.offline.optinc.model`` for the optics) is an endpoint of the emulated
 fabric (``Fabric(devices=...)``): agents address frames with ``net = "optinc"`` and
 ``dst = <device id>`` to it. The fabric serialises every frame at the sender's line rate, hands
 it to `OptincDevice.offer`, and delivers what the device answers at the time the device says
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from common.config import OptincDeviceConfig
-from offline.optinc import model as om
+from oddl.common.config import OptincDeviceConfig
+from oddl.offline.optinc import model as om
 
 logger = logging.getLogger(__name__)
 

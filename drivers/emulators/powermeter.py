@@ -26,7 +26,7 @@ logging, the error queue) is a `powermeter_model.MeterModel`; its command handle
 table a `powermeter_commands.MeterCommands` over that model; this module adds the SCPI loop,
 the status registers and faults; `powermeter_serve` the TCP handler and the command line.
 
-Run stand-alone with ``python -m drivers.emulators.powermeter_serve --constant-dbm -3``.
+Run stand-alone with ``python -m oddl.drivers.emulators.powermeter_serve --constant-dbm -3``.
 """
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.emulators.faults import FaultSettings
-from drivers.emulators.powermeter_commands import MeterCommands
-from drivers.emulators.powermeter_model import (
+from oddl.drivers.emulators.faults import FaultSettings
+from oddl.drivers.emulators.powermeter_commands import MeterCommands
+from oddl.drivers.emulators.powermeter_model import (
     ALL_BLOCK_UNITS,
     MeterModel,
     PowerSource,
     Response,
 )
-from drivers.emulators.scpi import (
+from oddl.drivers.emulators.scpi import (
     ESR_OPC,
     PLAIN,
     ScpiError,
@@ -327,5 +327,5 @@ class PowerMeterEmulator:
 
 
 if __name__ == "__main__":  # the command line is powermeter_serve's
-    raise SystemExit("the powermeter emulator's command is `python -m drivers.emulators.powermeter_serve` "
+    raise SystemExit("the powermeter emulator's command is `python -m oddl.drivers.emulators.powermeter_serve` "
                      "(or `oddl emulate powermeter`)")

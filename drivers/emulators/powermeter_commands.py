@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drivers.emulators.powermeter_model import (
+from oddl.drivers.emulators.powermeter_model import (
     AVERAGING_RANGE_S,
     CORRECTION_RANGE_DB,
     LOGGING_POINTS_RANGE,
@@ -29,7 +29,7 @@ from drivers.emulators.powermeter_model import (
     Response,
     Sample,
 )
-from drivers.emulators.scpi import (
+from oddl.drivers.emulators.scpi import (
     DB_UNITS,
     DBM_UNITS,
     LENGTH_UNITS,

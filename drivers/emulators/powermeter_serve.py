@@ -9,10 +9,10 @@ import socket
 import time
 from collections.abc import Callable
 
-from drivers.emulators.cli import checked_arg, listen_arg, serve_until_signal, start_server
-from drivers.emulators.powermeter import PowerMeterEmulator
-from drivers.emulators.powermeter_model import ALL_BLOCK_UNITS, PowerSource
-from drivers.emulators.scpi import LineSplitter
+from oddl.drivers.emulators.cli import checked_arg, listen_arg, serve_until_signal, start_server
+from oddl.drivers.emulators.powermeter import PowerMeterEmulator
+from oddl.drivers.emulators.powermeter_model import ALL_BLOCK_UNITS, PowerSource
+from oddl.drivers.emulators.scpi import LineSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.powermeter_serve [options]``."""
-    parser = argparse.ArgumentParser(prog="python -m drivers.emulators.powermeter_serve",
+    """Stand-alone entry point: ``python -m oddl.drivers.emulators.powermeter_serve [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m oddl.drivers.emulators.powermeter_serve",
                                      description="Emulated Keysight N7744A/N7745A multiport "
                                      "optical power meter, served as SCPI over TCP.")
     add_arguments(parser)

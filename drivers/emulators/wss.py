@@ -7,8 +7,8 @@ Layers, innermost first:
   command was received. State: channel plan (fixed grid or ``DCC`` slices), staged and active
   arrays, settle deadline, start-up state, behind one lock. Commands: ``wss_commands``.
 - ``WssEmulator.route(frequency_thz, now)``: the physical read-out for the optical fabric.
-- ``drivers.emulators.wss_serve``: the byte-stream servers (TCP, pseudo-terminal) and the
-  ``oddl emulate wss`` command line (``python -m drivers.emulators.wss_serve``).
+- ``oddl.drivers.emulators.wss_serve``: the byte-stream servers (TCP, pseudo-terminal) and the
+  ``oddl emulate wss`` command line (``python -m oddl.drivers.emulators.wss_serve``).
 
 Every line is echoed first (``echo=False`` turns that off), then come its result lines and
 ``OK``, or one of ``CER``/``AER``/``RER``/``VER``. A line in checksum framing (``^...$XXXX``)
@@ -38,12 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common.config import FixedPlan
-from common.errors import ConfigError
-from drivers.emulators.faults import LinkFaults
-from drivers.emulators.wss_commands import Refused, execute
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
-from drivers.wss_protocol import (
+from oddl.common.config import FixedPlan
+from oddl.common.errors import ConfigError
+from oddl.drivers.emulators.faults import LinkFaults
+from oddl.drivers.emulators.wss_commands import Refused, execute
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from oddl.drivers.wss_protocol import (
     FACTORY_PLAN,
     FACTORY_WINDOW_THZ,
     SLICE_GHZ,
@@ -336,5 +336,5 @@ class WssEmulator:
 
 
 if __name__ == "__main__":  # the command line is wss_serve's
-    raise SystemExit("the wss emulator's command is `python -m drivers.emulators.wss_serve` "
+    raise SystemExit("the wss emulator's command is `python -m oddl.drivers.emulators.wss_serve` "
                      "(or `oddl emulate wss`)")

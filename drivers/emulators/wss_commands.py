@@ -23,9 +23,9 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
-from common.config import FixedPlan
-from drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
-from drivers.wss_protocol import WssErrorCode
+from oddl.common.config import FixedPlan
+from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT, Route
+from oddl.drivers.wss_protocol import WssErrorCode
 
 logger = logging.getLogger(__name__)
 

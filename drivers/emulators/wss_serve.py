@@ -12,15 +12,15 @@ import socket
 import time
 from collections.abc import Callable
 
-from drivers.emulators.cli import (
+from oddl.drivers.emulators.cli import (
     listen_arg,
     milliseconds_arg,
     non_negative_int_arg,
     positive_int_arg,
     serve_tcp_or_pty,
 )
-from drivers.emulators.ptyserve import Pty
-from drivers.emulators.wss import MAX_LINE, WssEmulator
+from oddl.drivers.emulators.ptyserve import Pty
+from oddl.drivers.emulators.wss import MAX_LINE, WssEmulator
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m drivers.emulators.wss_serve [options]``."""
-    parser = argparse.ArgumentParser(prog="python -m drivers.emulators.wss_serve",
+    """Stand-alone entry point: ``python -m oddl.drivers.emulators.wss_serve [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m oddl.drivers.emulators.wss_serve",
                                      description="Emulated Finisar/II-VI flexgrid WSS")
     add_arguments(parser)
     return run(parser.parse_args(argv))

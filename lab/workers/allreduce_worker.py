@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from agents.client import AgentClient
-from common.errors import StepPassed
+from oddl.agents.client.agent_client import AgentClient
+from oddl.common.errors import StepPassed
 
 
 def payload(step: int, rank: int, elements: int) -> np.ndarray:

@@ -57,7 +57,7 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    import oddl.torch_backend  # noqa: F401  registers the backend
+    import oddl.torch.backend  # noqa: F401  registers the backend
 
     dist.init_process_group("oddl")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -21,14 +21,14 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from offline.optinc.levels import OptincError, to_digits
-from offline.optinc.mesh import (
+from oddl.offline.optinc.levels import OptincError, to_digits
+from oddl.offline.optinc.mesh import (
     block_matrices,
     block_param_count,
     designed_block,
     from_unitary,
 )
-from offline.optinc.shape import BIAS_SCALE, Shape
+from oddl.offline.optinc.shape import BIAS_SCALE, Shape
 
 Float = NDArray[np.float64]
 

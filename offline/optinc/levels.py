@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from common.config import OPTINC_MAX_INPUTS
-from common.errors import OddlError
+from oddl.common.config import OPTINC_MAX_INPUTS
+from oddl.common.errors import OddlError
 
 MAX_BITS = 16
 MAX_INPUTS = OPTINC_MAX_INPUTS
-"""Largest OptINC device (inputs); one definition in `common.config`."""
+"""Largest OptINC device (inputs); one definition in `oddl.common.config`."""
 
 Float = NDArray[np.float64]
 

@@ -28,7 +28,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from offline.optinc.levels import MAX_INPUTS, OptincError
+from oddl.offline.optinc.levels import MAX_INPUTS, OptincError
 
 TWO_PI = 2.0 * math.pi
 

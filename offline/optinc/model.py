@@ -3,12 +3,12 @@
 The public face of the model (what the device, the CLI and the agents import). The parts live
 in smaller modules:
 
-- `offline.optinc.levels`: levels, digits on M transceivers, the exact mean, errors;
-- `offline.optinc.mesh`: the MZI, Clements meshes and batches of unitary × diagonal blocks
+- `oddl.offline.optinc.levels`: levels, digits on M transceivers, the exact mean, errors;
+- `oddl.offline.optinc.mesh`: the MZI, Clements meshes and batches of unitary × diagonal blocks
   with their gradients;
-- `offline.optinc.onn`: the network — transceivers, optical preprocessing P, two layers of
+- `oddl.offline.optinc.onn`: the network — transceivers, optical preprocessing P, two layers of
   U·Σ blocks with optical thresholders between them, PAM receivers (see its docstring);
-- `offline.optinc.train`: hardware-aware training (DAC in the loop, phase noise).
+- `oddl.offline.optinc.train`: hardware-aware training (DAC in the loop, phase noise).
 
 This module adds phase files (JSON, `save_phases`/`load_phases`, and the file shipped for
 N = 4, 8 bits: `shipped_phases`) and the two-level cascade for N² servers (`cascade_forward`).
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from offline.optinc.levels import (
+from oddl.offline.optinc.levels import (
     MAX_BITS,
     MAX_INPUTS,
     OptincError,
@@ -42,10 +42,10 @@ from offline.optinc.levels import (
     to_digits,
     validate_levels,
 )
-from offline.optinc.mesh import ClementsMesh, from_unitary, mzi, quantise_phase
-from offline.optinc.onn import OptincNetwork
-from offline.optinc.shape import default_transceivers
-from offline.optinc.train import TrainResult, train
+from oddl.offline.optinc.mesh import ClementsMesh, from_unitary, mzi, quantise_phase
+from oddl.offline.optinc.onn import OptincNetwork
+from oddl.offline.optinc.shape import default_transceivers
+from oddl.offline.optinc.train import TrainResult, train
 
 __all__ = [
     "MAX_BITS",
@@ -168,7 +168,7 @@ def shipped_path(n_inputs: int, bits: int) -> str | None:
     name = SHIPPED.get((n_inputs, bits))
     if name is None:
         return None
-    p = files("offline.optinc").joinpath("data", name)  # package data (pyproject.toml)
+    p = files("oddl.offline.optinc").joinpath("data", name)  # package data (pyproject.toml)
     return str(p) if isinstance(p, Path) and p.is_file() else None
 
 

@@ -18,7 +18,7 @@ reconstruction; ``docs/explanation/optinc.md`` lists each choice and its source.
    carries.
 3. **Layer 1** (trained): the M digit sums and a bias laser (amplitude 1, same carrier) fan out
    through fixed 1×R splitters to R k×k blocks (k = M + 1); block r realises ``W1_r = U_r·Σ_r``
-   (k attenuators, then a k×k Clements mesh; `offline.optinc.mesh`). The H = R·k outputs
+   (k attenuators, then a k×k Clements mesh; `oddl.offline.optinc.mesh`). The H = R·k outputs
    are the hidden fields z.
 4. **Optical thresholders** (fixed): each hidden field drives a thresholder that emits unit
    amplitude when ``|z| > z_th`` and no light otherwise (an all-optical decision element; for
@@ -50,8 +50,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from offline.optinc.design import designed_params
-from offline.optinc.levels import (
+from oddl.offline.optinc.design import designed_params
+from oddl.offline.optinc.levels import (
     MAX_INPUTS,
     OptincError,
     check_bits,
@@ -60,13 +60,13 @@ from offline.optinc.levels import (
     to_digits,
     validate_levels,
 )
-from offline.optinc.mesh import (
+from oddl.offline.optinc.mesh import (
     TWO_PI,
     block_matrices,
     block_param_count,
     quantise_phase,
 )
-from offline.optinc.shape import (
+from oddl.offline.optinc.shape import (
     BIAS_SCALE,
     Shape,
     check_nonneg,
@@ -84,7 +84,7 @@ class OptincNetwork:
     """P → layer 1 (U·Σ blocks) → thresholders → layer 2 (U·Σ blocks) → PAM receivers.
 
     ``params`` (radians) holds layer 1's R blocks then layer 2's R blocks, each ``k² + k``
-    phases (`offline.optinc.mesh.block_matrices`). ``blocks`` = R defaults to 2**b − 1,
+    phases (`oddl.offline.optinc.mesh.block_matrices`). ``blocks`` = R defaults to 2**b − 1,
     the size of the designed exact network; fewer blocks make an under-sized network.
     """
 
@@ -370,7 +370,7 @@ class OptincNetwork:
     def designed(cls, n_inputs: int, bits: int, transceivers: int | None = None,
                  **kwargs: Any) -> OptincNetwork:
         """The textbook exact network before hardware-aware training
-        (`offline.optinc.design.designed_params`)."""
+        (`oddl.offline.optinc.design.designed_params`)."""
         net = cls(n_inputs, bits, transceivers, **kwargs)
         net.params = designed_params(net.shape)
         return net

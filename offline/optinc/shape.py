@@ -1,7 +1,7 @@
 """The sizes of an OptINC network (`Shape`) and the checks of its hardware parameters.
 
-Shared by the network (`offline.optinc.onn`), its designed phases (`offline.optinc.design`)
-and its training (`offline.optinc.train`).
+Shared by the network (`oddl.offline.optinc.onn`), its designed phases (`oddl.offline.optinc.design`)
+and its training (`oddl.offline.optinc.train`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from offline.optinc.levels import OptincError
+from oddl.offline.optinc.levels import OptincError
 
 BIAS_SCALE = 0.6
 """Threshold of the thresholders times √R (the bias a unit at the top threshold needs ≈ 0)."""

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from offline.optinc.levels import OptincError
-from offline.optinc.mesh import TWO_PI, block_gradients, block_matrices
-from offline.optinc.onn import OptincNetwork
-from offline.optinc.shape import check_nonneg, check_phase_bits
+from oddl.offline.optinc.levels import OptincError
+from oddl.offline.optinc.mesh import TWO_PI, block_gradients, block_matrices
+from oddl.offline.optinc.onn import OptincNetwork
+from oddl.offline.optinc.shape import check_nonneg, check_phase_bits
 
 Float = NDArray[np.float64]
 START = ("current", "designed", "random")

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from common.config import OPTINC
-from common.config import OPTINC_MAX_INPUTS as COMMON_OPTINC_MAX_INPUTS
-from common.errors import OddlError
-from controller.scheduling import Op, Plan, Step, TimingModel
-from controller.scheduling.native import native_plan
-from offline.simulator.sipring import RULES
-from offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
+from oddl.common.config import OPTINC
+from oddl.common.config import OPTINC_MAX_INPUTS as COMMON_OPTINC_MAX_INPUTS
+from oddl.common.errors import OddlError
+from oddl.controller.scheduling import Op, Plan, Step, TimingModel
+from oddl.controller.scheduling.native import native_plan
+from oddl.offline.simulator.sipring import RULES
+from oddl.offline.workloads import DEFAULT_BATCH, MODELS, SUSTAINED_TFLOPS, ModelProfile
 
 SYSTEMS = ("oddl", "fat-tree", "ideal", "sip-ring", "wrht", "topoopt", OPTINC)
 """Every simulated system, in table order."""
@@ -48,7 +48,7 @@ SIP_RULES = RULES
 T = TypeVar("T")
 
 OPTINC_MAX_INPUTS = COMMON_OPTINC_MAX_INPUTS
-"""Largest OptINC device the model builds (`common.config.OPTINC_MAX_INPUTS`)."""
+"""Largest OptINC device the model builds (`oddl.common.config.OPTINC_MAX_INPUTS`)."""
 
 PAPER: dict[str, Any] = {"model": "vgg19", "nodes": 1024, "gbps": 100.0, "fat-tree": 1.6,
                          "sip-ring": 1.7, "wrht": (0.7559, 0.8081)}

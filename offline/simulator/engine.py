@@ -21,7 +21,7 @@ wavelength or interface `gbps` instead. Fixed costs per step (`latency_us`,
 - ``sip-ring``: SiP-ML's photonic ring. Circuits s→d occupy every segment between s and d
   (unidirectional); each segment has W = `sip_wavelengths` λ, which an LP shares among the
   circuits crossing it, rounded at random to whole λ (ffsim-opera's SiP-ML allocation,
-  `offline.simulator.sipring`). The ring reconfigures for δ, then runs for 4δ, periodically;
+  `oddl.offline.simulator.sipring`). The ring reconfigures for δ, then runs for 4δ, periodically;
   a step whose pairs have no λ waits for the next reconfiguration.
 - ``wrht``: the WRHT tree (registered collective ``wrht``) on an optical ring with
   `wrht_wavelengths` λ per fibre: members send their whole buffer to the group root, each on
@@ -41,9 +41,9 @@ Every plan comes from the scheduling core's registry (`make_plan`). Reductions c
 transfer). All assumptions are listed in docs/explanation/simulator.md.
 
 Module layout: inputs, outputs and shared helpers (`SimConfig`, `SYSTEMS`, `LABELS`, ...) in
-`offline.simulator.core`; ODDL and the electrical networks here; SiP-Ring, WRHT, TopoOpt and
-OptINC in `offline.simulator.optical` (SiP-Ring's wavelength allocation in
-`offline.simulator.sipring`).
+`oddl.offline.simulator.core`; ODDL and the electrical networks here; SiP-Ring, WRHT, TopoOpt and
+OptINC in `oddl.offline.simulator.optical` (SiP-Ring's wavelength allocation in
+`oddl.offline.simulator.sipring`).
 """
 
 from __future__ import annotations
@@ -57,10 +57,18 @@ from typing import Any
 
 import numpy as np
 
-from common.config import OPTINC
-from common.errors import OddlError
-from controller.scheduling import Grid, Plan, Schedule, Step, TimingModel, Topology, schedule_plan
-from offline.simulator.core import (
+from oddl.common.config import OPTINC
+from oddl.common.errors import OddlError
+from oddl.controller.scheduling import (
+    Grid,
+    Plan,
+    Schedule,
+    Step,
+    TimingModel,
+    Topology,
+    schedule_plan,
+)
+from oddl.offline.simulator.core import (
     LABELS,
     PLAN_SYSTEMS,
     SYSTEMS,
@@ -74,7 +82,7 @@ from offline.simulator.core import (
     _reduce_s,
     per_shape,
 )
-from offline.simulator.optical import (
+from oddl.offline.simulator.optical import (
     _run_optinc,
     _run_sipring,
     _run_topoopt,
@@ -291,7 +299,7 @@ def _run_oddl(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemRe
         _reduce_s(plan, config), setup_s=timing.wss_settle_s,
         slots=len(sched.slots), retunes=sched.reconfigurations,
         guard_ms=sched.guard_total_s * 1e3, efficiency=sched.efficiency,
-        scheduler="controller.scheduling.schedule_plan",
+        scheduler="oddl.controller.scheduling.schedule_plan",
     )
 
 

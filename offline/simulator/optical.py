@@ -1,5 +1,5 @@
 """The optical baselines of the simulator: SiP-Ring (with ffsim-opera's wavelength allocation,
-`offline.simulator.sipring`), WRHT, TopoOpt and OptINC. Each `_run_*` takes a `SimConfig` and
+`oddl.offline.simulator.sipring`), WRHT, TopoOpt and OptINC. Each `_run_*` takes a `SimConfig` and
 the plan cache and returns a `SystemResult`; docs/explanation/simulator.md lists what each takes from its
 paper or its authors' code and what is ours.
 """
@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from common.config import OPTINC
-from controller.scheduling import Plan, Step
-from offline.simulator.core import (
+from oddl.common.config import OPTINC
+from oddl.controller.scheduling import Plan, Step
+from oddl.offline.simulator.core import (
     OPTINC_MAX_INPUTS,
     SimConfig,
     SimulationError,
@@ -24,7 +24,7 @@ from offline.simulator.core import (
     _reduce_s,
     per_shape,
 )
-from offline.simulator.sipring import SipRingAllocator
+from oddl.offline.simulator.sipring import SipRingAllocator
 
 # --------------------------------------------------------------------------- SiP-Ring
 
@@ -77,7 +77,7 @@ def _lookup(codes: np.ndarray, values: np.ndarray, want: np.ndarray) -> np.ndarr
 def _equal_share(codes: np.ndarray, n: int, w: int, rule: str) -> np.ndarray:
     """Wavelengths (fractional) per circuit when every segment's W is split equally among the
     circuits crossing it and each circuit gets its scarcest segment's share."""
-    from offline.simulator.sipring import covers
+    from oddl.offline.simulator.sipring import covers
 
     cover = covers(codes // n, codes % n, n, rule)
     count = cover.sum(axis=1)
@@ -96,7 +96,7 @@ def _window_end(t: float, delta: float, live: float, finished: bool = False) -> 
 
 
 def _run_sipring(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> SystemResult:
-    """SiP-ML's ring with ffsim-opera's allocation (offline.simulator.sipring) on a δ / live cycle: the
+    """SiP-ML's ring with ffsim-opera's allocation (oddl.offline.simulator.sipring) on a δ / live cycle: the
     circuits of a configuration stay until the next reconfiguration; a step whose pairs have
     no wavelengths waits for one, which allocates for the demand still outstanding."""
     plan = _plan(config, config.collective, cache)
@@ -243,7 +243,7 @@ def _run_topoopt(config: SimConfig, cache: dict[tuple[Any, ...], Plan]) -> Syste
             _, inv = np.unique(pair, return_inverse=True)
             biggest = float(np.bincount(inv, weights=step.length).max())
         total += biggest * bits + config.step_s
-    from controller.scheduling.totient import ring_jumps
+    from oddl.controller.scheduling.totient import ring_jumps
 
     return _finish(config, "topoopt", f"totientperms(d={d})", total, 0.0,
                    _reduce_s(plan, config), setup_s=config.topoopt_setup_s,

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import OddlError
-from common.extras import require
+from oddl.common.errors import OddlError
+from oddl.common.extras import require
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The ground truth for the simulator is the emulated four-node testbed. For a testbed file this
 module builds the SAME schedule the controller builds (`topology_from_config`,
-`timing_from_config` and `schedule_plan`, as in `controller.jobs`), in steady state
+`timing_from_config` and `schedule_plan`, as in `oddl.controller.jobs`), in steady state
 (the transmitters start on the channels the previous collective left them on), and predicts
 the time a training process waits in ``AgentClient.allreduce``:
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.config import TestbedConfig
-from common.errors import OddlError
-from controller.scheduling import Plan, schedule_plan
-from controller.scheduling.native import native_plan
+from oddl.common.config import TestbedConfig
+from oddl.common.errors import OddlError
+from oddl.controller.scheduling import Plan, schedule_plan
+from oddl.controller.scheduling.native import native_plan
 
 NETWORKS = ("optical", "ideal")
 
@@ -103,7 +103,7 @@ def predict_testbed_allreduce(
 ) -> TestbedPrediction:
     """Predict one collective `kind` (an all-reduce by default) of `n_elems` elements (its
     work buffer) over all nodes of the testbed `cfg`."""
-    from controller.testbed_model import timing_from_config, topology_from_config
+    from oddl.controller.testbed_model import timing_from_config, topology_from_config
 
     if network not in NETWORKS:
         raise OddlError(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")

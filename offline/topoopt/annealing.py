@@ -3,7 +3,7 @@
 
 Both start from `initial_strategy`, rewrite one random layer group's model-parallel degree per
 iteration (`_mutate`), accept by exp(−α·Δt) (`_accept`) and return to the best pair every
-`restore` iterations; they differ in when the topology is rebuilt (`offline.topoopt.search`'s
+`restore` iterations; they differ in when the topology is rebuilt (`oddl.offline.topoopt.search`'s
 module docstring). The topology is an opaque context: `rebuild` derives it for a strategy.
 """
 
@@ -16,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from offline.topoopt.job_model import JobModel, Strategy, TopoOptError, data_parallel, memory_bytes
-from offline.topoopt.search_config import Progress, SearchConfig, SearchProgress, SearchStats
+from oddl.offline.topoopt.job_model import (
+    JobModel,
+    Strategy,
+    TopoOptError,
+    data_parallel,
+    memory_bytes,
+)
+from oddl.offline.topoopt.search_config import Progress, SearchConfig, SearchProgress, SearchStats
 
 Evaluate = Callable[[Strategy, Any], float]
 """Iteration time (s) of a strategy on a context (topology)."""

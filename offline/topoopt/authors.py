@@ -31,10 +31,10 @@ from functools import reduce
 
 import numpy as np
 
-from common.extras import require
-from controller.scheduling.totient import candidate_jumps, choose_geometric
-from offline.topoopt.job_model import TopoOptError, Traffic
-from offline.topoopt.routing import push_towards_targets, shortest_path_links
+from oddl.common.extras import require
+from oddl.controller.scheduling.totient import candidate_jumps, choose_geometric
+from oddl.offline.topoopt.job_model import TopoOptError, Traffic
+from oddl.offline.topoopt.routing import push_towards_targets, shortest_path_links
 
 TIE_SEED = 20230417
 """Seed of every tie-break (the topology and its routes are a function of the traffic)."""

@@ -1,6 +1,6 @@
 """TopoOpt's iteration-time model, on its topology and on a fat-tree, and the network cost.
 
-Iteration time (`evaluate`), in the spirit of `offline.simulator.engine`: compute +
+Iteration time (`evaluate`), in the spirit of `oddl.offline.simulator.engine`: compute +
 model-parallel exchanges (on the critical path) + all-reduce + reduction − overlap. Each phase
 is a fluid bottleneck: the most loaded directed link's bytes at the interface rate, plus
 latency per step (``latency_us`` + ``forward_us`` per extra hop). Fat-tree and ideal switch
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from offline.topoopt.job_model import JobModel, Strategy, Traffic, traffic
-from offline.topoopt.topology import FabricTopology
+from oddl.offline.topoopt.job_model import JobModel, Strategy, Traffic, traffic
+from oddl.offline.topoopt.topology import FabricTopology
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ Traffic of a strategy (`traffic`), per iteration:
 Assumptions (docs/explanation/topoopt.md): perfect partitioning, so a node's compute time does not depend
 on the strategy; weak scaling (every node processes `batch` samples); a group's internal
 activations stay local, only its boundary crosses the network `exchanges` times per pass.
-The shipped models (`MODELS`, `get_model`) are in `offline.topoopt.model_zoo`; `Memory` is
+The shipped models (`MODELS`, `get_model`) are in `oddl.offline.topoopt.model_zoo`; `Memory` is
 what one node holds of a model's parameter state.
 """
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import OddlError
+from oddl.common.errors import OddlError
 
 KINDS = ("dense", "embedding")
 

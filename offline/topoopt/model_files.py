@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from offline.topoopt.job_model import KINDS, JobModel, LayerGroup, TopoOptError
-from offline.workloads import SUSTAINED_TFLOPS, compute_s
+from oddl.offline.topoopt.job_model import KINDS, JobModel, LayerGroup, TopoOptError
+from oddl.offline.workloads import SUSTAINED_TFLOPS, compute_s
 
 
 class ModelFileError(TopoOptError):

@@ -1,26 +1,26 @@
 """TopoOpt's shipped job models by name (`MODELS`, `get_model`): ours and the authors'.
 
 Ours are computed from the architectures (`vgg19`, `resnet50`, `bert_large`, `dlrm`); the
-parameter counts and MACs of VGG19 and ResNet50 equal torchvision's (and `offline.workloads`).
+parameter counts and MACs of VGG19 and ResNet50 equal torchvision's (and `oddl.offline.workloads`).
 The profiles of the authors' experiments (``dlrm-topoopt``, ``vgg16-topoopt``,
-``bert-topoopt``) come from `offline.topoopt.profiles`. What a job model is (layer groups,
-strategies, traffic): `offline.topoopt.job_model`.
+``bert-topoopt``) come from `oddl.offline.topoopt.profiles`. What a job model is (layer groups,
+strategies, traffic): `oddl.offline.topoopt.job_model`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from offline.topoopt.job_model import JobModel, LayerGroup, TopoOptError
-from offline.topoopt.profiles import authors_models
-from offline.workloads import SUSTAINED_TFLOPS, compute_s
+from oddl.offline.topoopt.job_model import JobModel, LayerGroup, TopoOptError
+from oddl.offline.topoopt.profiles import authors_models
+from oddl.offline.workloads import SUSTAINED_TFLOPS, compute_s
 
 HBM_GBYTES_S = 1555.0
 """A100-40GB memory bandwidth (GB/s): the rate of embedding lookups and updates."""
 
 
 def _compute_ms(batch: int, gmacs: float, tflops: float = SUSTAINED_TFLOPS) -> float:
-    """`offline.workloads.compute_s` in ms: batch · 3 passes · 2 FLOPs per MAC / sustained rate."""
+    """`oddl.offline.workloads.compute_s` in ms: batch · 3 passes · 2 FLOPs per MAC / sustained rate."""
     return compute_s(batch, gmacs, tflops) * 1e3
 
 

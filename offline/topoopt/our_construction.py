@@ -23,10 +23,10 @@ from functools import reduce
 
 import numpy as np
 
-from common.extras import require
-from controller.scheduling.totient import candidate_jumps, max_degree, select_permutations
-from offline.topoopt.authors import TIE_SEED
-from offline.topoopt.job_model import TopoOptError, Traffic
+from oddl.common.extras import require
+from oddl.controller.scheduling.totient import candidate_jumps, max_degree, select_permutations
+from oddl.offline.topoopt.authors import TIE_SEED
+from oddl.offline.topoopt.job_model import TopoOptError, Traffic
 
 SPLITS = ("proportional", "all-dp")
 """Degree splits: in proportion to the traffic, or every interface to all-reduce rings."""

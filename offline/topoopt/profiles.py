@@ -17,13 +17,13 @@ model are ours (docs/explanation/topoopt.md §1.1).
   encoder (self-attention, two dense) and a decoder (self- and cross-attention, two dense),
   hidden 1024, 16 heads, sequence 64, a final dense to 1; 16 per GPU.
 
-The profiles are `offline.topoopt.job_model` types; `offline.topoopt.model_zoo` lists them in
+The profiles are `oddl.offline.topoopt.job_model` types; `oddl.offline.topoopt.model_zoo` lists them in
 `MODELS` next to ours.
 """
 
 from __future__ import annotations
 
-from offline.topoopt.job_model import JobModel, LayerGroup
+from oddl.offline.topoopt.job_model import JobModel, LayerGroup
 
 SCRIPTS = "hipersys-team/TopoOpt simulation/scripts/fig11_17"
 MEASURES = "hipersys-team/FlexFlow measures"

@@ -1,7 +1,7 @@
 """Routing over a TopoOpt topology: hop distances, shortest-path link loads, coin-change paths.
 
 Shared by our routing (`ecmp_loads`: split evenly over equal-cost next hops) and the
-authors' (`offline.topoopt.authors.single_path_loads`: one next hop per node and target):
+authors' (`oddl.offline.topoopt.authors.single_path_loads`: one next hop per node and target):
 both walk the links that lie on shortest paths to each target (`shortest_path_links`) and
 push the bytes down from the farthest nodes towards the target (`push_towards_targets`).
 """
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from offline.topoopt.job_model import TopoOptError
+from oddl.offline.topoopt.job_model import TopoOptError
 
 
 def coin_change(n: int, jumps: Sequence[int], target: int) -> list[int]:

@@ -34,9 +34,9 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from offline.topoopt.annealing import anneal, anneal_authors, initial_strategy
-from offline.topoopt.evaluation import Breakdown, FatTree, evaluate
-from offline.topoopt.job_model import (
+from oddl.offline.topoopt.annealing import anneal, anneal_authors, initial_strategy
+from oddl.offline.topoopt.evaluation import Breakdown, FatTree, evaluate
+from oddl.offline.topoopt.job_model import (
     JobModel,
     Strategy,
     TopoOptError,
@@ -46,12 +46,12 @@ from offline.topoopt.job_model import (
     memory_bytes,
     traffic,
 )
-from offline.topoopt.search_config import (
+from oddl.offline.topoopt.search_config import (
     Progress,
     SearchConfig,
     SearchStats,
 )
-from offline.topoopt.topology import FabricTopology, build_topology
+from oddl.offline.topoopt.topology import FabricTopology, build_topology
 
 __all__ = ["Outcome", "SearchResult", "co_optimise", "evaluate_strategy"]
 

@@ -1,5 +1,5 @@
 """What the TopoOpt co-optimiser is asked (`SearchConfig`) and what it reports on the way
-(`SearchProgress`, `SearchStats`); the search itself is `offline.topoopt.search`."""
+(`SearchProgress`, `SearchStats`); the search itself is `oddl.offline.topoopt.search`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from offline.topoopt.evaluation import CostModel, NetParams
-from offline.topoopt.job_model import Memory, TopoOptError, divisors
-from offline.topoopt.our_construction import SPLITS
-from offline.topoopt.topology import VARIANTS
+from oddl.offline.topoopt.evaluation import CostModel, NetParams
+from oddl.offline.topoopt.job_model import Memory, TopoOptError, divisors
+from oddl.offline.topoopt.our_construction import SPLITS
+from oddl.offline.topoopt.topology import VARIANTS
 
 DEFAULT_BUDGET = 4000
 """Iterations of the default search, as the authors' (see benchmarks/bench_topoopt.py)."""

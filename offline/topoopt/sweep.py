@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from offline.topoopt.job_model import JobModel, TopoOptError, describe
+from oddl.offline.topoopt.job_model import JobModel, TopoOptError, describe
 
 PAPER_RATES = (10.0, 25.0, 40.0, 100.0, 200.0)
 """Interface rates of the authors' TopoOpt runs (Gbit/s)."""
@@ -41,7 +41,7 @@ def parse_rates(text: str) -> tuple[float, ...]:
 def sweep_bandwidth(model: JobModel, cfg: Any, rates: Sequence[float],
                     progress: Callable[[str], None] | None = None) -> list[Any]:
     """One `co_optimise` result per interface rate (the fat-tree rates follow the cost)."""
-    from offline.topoopt.search import co_optimise
+    from oddl.offline.topoopt.search import co_optimise
 
     out = []
     for r in rates:

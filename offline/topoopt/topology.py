@@ -1,13 +1,13 @@
 """TopoOpt's topology from traffic: circulant rings plus matchings, and its ring routes.
 
-`build_topology` builds with the authors' pieces by default (`offline.topoopt.authors`:
+`build_topology` builds with the authors' pieces by default (`oddl.offline.topoopt.authors`:
 degree split, ring allocation, coin-change rings, perfect matchings, single-path routing) or
 with ours (``rings="ours"``, ``matching="ours"``, ``routing="ours"``:
-`offline.topoopt.our_construction`, `offline.topoopt.routing.ecmp_loads`). A group without
+`oddl.offline.topoopt.our_construction`, `oddl.offline.topoopt.routing.ecmp_loads`). A group without
 rings of its own all-reduces over the chosen jumps: the authors' coin path, or ours, the
 fewest hops to stride ±m (coin change), half each way. Model-parallel traffic is routed on
-shortest paths over every link (`offline.topoopt.routing`). The iteration-time model that
-uses a `FabricTopology` is `offline.topoopt.evaluation`.
+shortest paths over every link (`oddl.offline.topoopt.routing`). The iteration-time model that
+uses a `FabricTopology` is `oddl.offline.topoopt.evaluation`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import PlanError
-from controller.scheduling.totient import check_degree, totient_picks
-from offline.topoopt.authors import (
+from oddl.common.errors import PlanError
+from oddl.controller.scheduling.totient import check_degree, totient_picks
+from oddl.offline.topoopt.authors import (
     authors_rings,
     authors_split,
     coin_path,
     perfect_matchings,
     single_path_loads,
 )
-from offline.topoopt.job_model import TopoOptError, Traffic
-from offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
-from offline.topoopt.routing import coin_change, ecmp_loads, hop_distances
+from oddl.offline.topoopt.job_model import TopoOptError, Traffic
+from oddl.offline.topoopt.our_construction import allocate_rings, degree_split, mp_matchings
+from oddl.offline.topoopt.routing import coin_change, ecmp_loads, hop_distances
 
 VARIANTS = ("authors", "ours")
 """Ring allocation, matching and routing: the authors' code (default) or our variant."""

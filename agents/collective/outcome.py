@@ -1,0 +1,112 @@
+"""Every rank ends a collective alike: the outcome round.
+
+A collective can fail at one node and succeed at another: a node that received all its chunks
+returns the sum while a peer whose last chunk was lost, or whose link went down, fails. Its
+training process then retries the step while the others go on, and the ranks stay a step
+apart. So before a node hands a result back, it tells every peer its outcome (one small
+message on the data streams, outside the slots) and waits for theirs: the collective succeeds
+only where every node succeeded, and a node that failed tells the others at once, so a peer
+still waiting for its data stops waiting and fails with the reason. A node that dies before
+saying anything is caught by the controller's verdict (its peers' collective is cancelled) or
+by the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.links.stream_wire import DONE_STEP, ChunkHead, PeerGaveUp, node_tag
+from oddl.common.collective_kinds import describe
+from oddl.common.errors import CollectiveError
+
+MAX_REASON = 2000
+"""Characters of a failure's reason that travel to the peers."""
+
+
+Call = tuple[str, str, int]
+"""(kind, op, root) of the call a node ran (`oddl.common.collective_kinds`)."""
+
+
+def encode(ok: bool, reason: str = "", call: Call | None = None) -> bytes:
+    """The outcome message's payload."""
+    body: dict[str, Any] = {"ok": ok, "reason": reason[:MAX_REASON]}
+    if call is not None:
+        body["call"] = list(call)
+    return json.dumps(body).encode()
+
+
+def decode(node: str, raw: bytes | memoryview) -> tuple[bool, str, Call | None]:
+    """(succeeded, reason, the call it ran if it says) of a peer's outcome message;
+    CollectiveError if malformed."""
+    try:
+        d = json.loads(bytes(raw))
+        call = d.get("call")
+        return (bool(d["ok"]), str(d.get("reason", "")),
+                None if call is None else (str(call[0]), str(call[1]), int(call[2])))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CollectiveError(f"a malformed outcome message from {node} ({exc})") from exc
+
+
+def gave_up(me: str, peer: str, job: str, seq: int, reason: str) -> PeerGaveUp:
+    """The error of a node whose peer failed the collective."""
+    return PeerGaveUp(f"{me}: collective {seq} of job {job} failed at {peer}, so it fails on "
+                      f"every rank: {reason}")
+
+
+def announce(link: Any, job: str, seq: int, peers: Sequence[str], ok: bool, reason: str,
+             deadline: float, call: Call | None = None) -> None:
+    """Tell every peer this node's outcome of collective `seq` (outside the slots)."""
+    body = encode(ok, reason, call)
+    for peer in peers:
+        link.send_chunk(job, peer, ChunkHead(seq, DONE_STEP, 0, len(body), node_tag(peer)),
+                        memoryview(body), max(deadline - wallclock.now(), 0.1), None, False)
+
+
+def tell_failure(link: Any, job: str, seq: int, peers: Sequence[str], reason: str) -> None:
+    """Best effort: tell each peer this node failed collective `seq`; one that cannot be
+    reached does not keep the others from hearing it (it learns it from its own failure or
+    the controller's verdict)."""
+    for peer in peers:
+        try:
+            announce(link, job, seq, [peer], False, reason, wallclock.now() + 1.0)
+        except (CollectiveError, OSError):
+            continue
+
+
+def agree_outcome(link: Any, me: str, job: str, seq: int, peers: Sequence[str],
+                  deadline: float, cancel: threading.Event | None, call: Call | None = None
+                  ) -> None:
+    """Announce success (and the call this node ran) and wait for every peer's outcome;
+    CollectiveError naming the first peer that failed, or that did not say in time, or
+    every rank's call when they differ (the ideal network starts a call without comparing
+    the ranks' calls first: a rank that reduced with another op ran, but its result differs)."""
+    announce(link, job, seq, peers, True, "", deadline, call)
+    calls: dict[str, Call] = {} if call is None else {me: call}
+    for peer in peers:
+        try:
+            _head, raw = link.recv_chunk(job, peer, seq, DONE_STEP, deadline, cancel)
+        except PeerGaveUp:
+            raise
+        except CollectiveError as exc:
+            if cancel is not None and cancel.is_set():
+                raise
+            raise CollectiveError(
+                f"{me}: {peer} did not say how collective {seq} of job {job} ended in time "
+                "(its agent, host or link failed); the result is not handed back here, so "
+                f"every rank sees this collective fail: {exc}") from exc
+        ok, reason, theirs = decode(peer, raw)
+        if not ok:
+            raise gave_up(me, peer, job, seq, reason)
+        if theirs is not None and call is not None:
+            calls[peer] = theirs
+    if len(set(calls.values())) > 1:
+        detail = ", ".join(f"{node}: {describe(*c)}" for node, c in sorted(calls.items()))
+        raise CollectiveError(
+            f"{me}: collective {seq} of job {job} ran with different calls at the ranks "
+            f"({detail}): their results differ, so it fails on every rank (the buffer holds "
+            "what this rank's own call made of it). Every rank must make the same collective "
+            "with the same op and root in the same order")

@@ -1,0 +1,100 @@
+"""Runs one collective at one node: plan steps, gated into schedule slots, over a link.
+
+The plan says, per step, which element ranges every rank sends to whom and whether the
+receiver adds them (reduce) or overwrites (copy). Sends read the buffer as it was at the start
+of the step. Transfers move in chunks: a step's sends run on a sender thread while the
+executor receives and reduces chunk by chunk into the bucket, in place. On the optical
+network every send waits for the data window of the slot whose circuit reaches its
+destination (slot edges are local: t0 converted to this agent's clock plus the slot's
+offset), and, when that slot changes a circuit, for the controller's grant; a slot that keeps
+every circuit of the slot before it (the ring's steps) has no edge: its sends follow the
+previous slot's as soon as their data is ready (decision record 0013); the arrivals a
+circuit change waits for are confirmed as they come in (both as the encoded schedule says:
+`oddl.protos.schedule_wire`). On the ideal network sends go as soon as the data is ready. A receive
+that has not arrived by its slot's end plus the receive timeout fails the collective with a
+clear error rather than hanging.
+
+Large collectives pipeline their chunks across steps (`oddl.agents.collective.pipelined`), small ones
+and those whose steps receive into what they send run step by step (`oddl.agents.collective.step_by_step`).
+The ``optinc`` collective has no plan steps and runs through the device (`oddl.agents.collective.optinc`).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
+
+import numpy as np
+
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.collective.chunks import chunk_plan
+from oddl.agents.collective.context import (
+    CancelEither,
+    ChunkLink,
+    CollectiveRun,
+    Handoffs,
+    RunContext,
+)
+from oddl.agents.collective.pipelined import run_pipelined
+from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps
+from oddl.agents.links.stream_wire import CHUNK_BYTES
+from oddl.agents.slot_gate import SlotGate
+from oddl.agents.trace.events import RunTrace, TracedLink
+from oddl.common.tracing import TRACE
+
+__all__ = ["run_collective"]
+
+
+def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,
+                   cancel: threading.Event | None = None,
+                   handoffs: Handoffs | None = None, *, inplace: bool = False,
+                   sender: Executor | None = None) -> np.ndarray:
+    """Execute `run` over `link` and return the result.
+
+    With `inplace` the result is written into `buffer` (contiguous and writable), else into a
+    copy. Each step cuts its transfers into chunks; the step's sends run on `sender` (a
+    one-thread pool) while this thread receives and reduces chunk by chunk, so sending,
+    receiving and reducing overlap. Small steps send inline.
+    """
+    flat = np.ascontiguousarray(buffer).reshape(-1)
+    buf = flat if inplace else flat.copy()
+    own_sender = sender is None
+    if sender is None:
+        sender = ThreadPoolExecutor(1, thread_name_prefix=f"{run.me}-send")
+    trace = RunTrace(run, buf.nbytes, buf.itemsize) if TRACE.on else None
+    if trace is not None:
+        link = TracedLink(link, trace)
+    ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel),
+                     trace=trace)
+    started = wallclock.now()
+    if not run.gated:
+        ctx.ideal_timing(started)
+    chunk = max(1, CHUNK_BYTES // buf.itemsize)
+    order = tuple(_send_order(ctx, k) for k in range(len(run.steps)))
+    plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
+    # small collectives run step by step with inline sends: one thread, no hand-over per
+    # chunk; large ones pipeline their chunks across steps on the sender thread
+    biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
+                  default=0) * buf.itemsize
+    ok = False
+    try:
+        if plan.pipelined and biggest > INLINE_SEND:
+            run_pipelined(ctx, plan)
+        else:
+            run_steps(ctx)
+        ok = True
+    finally:
+        if own_sender:
+            sender.shutdown(wait=True)
+        if trace is not None:
+            trace.finished(run.collective, run.caller_step, ok)
+    run.stats["duration_s"] = wallclock.now() - started
+    run.stats["gate_error_max_s"] = ctx.worst_gate_s
+    return buf.reshape(buffer.shape)
+
+
+def _send_order(ctx: RunContext, k: int) -> tuple[int, ...]:
+    """The ranks this node sends to in step k, in the order of their slots."""
+    step, run = ctx.run.steps[k], ctx.run
+    dsts = {d for s, d in zip(step.src, step.dst, strict=True) if s == run.rank}
+    return tuple(sorted(dsts, key=lambda d: ctx.slot_start(k, run.nodes[d])))

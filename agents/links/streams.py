@@ -1,0 +1,400 @@
+"""The fast data plane: one TCP stream per (job, peer), chunks received into reused buffers.
+
+A collective's transfers are cut into chunks (`oddl.agents.links.stream_wire.CHUNK_BYTES`). Each chunk
+goes on the wire as a fixed binary header (`ChunkHead`) followed by its payload, on a
+persistent TCP connection from the sender to the receiver that belongs to one job. At the
+receiver a thread per stream reads every chunk as soon as it arrives into a recycled buffer (no
+allocation, no page faults per message) and queues it; the collective executor takes chunks in
+order and reduces each into the bucket. One kernel copy in, one out, per hop. Because every
+stream is always drained, a sender never waits for the receiver to turn to it: a node that
+hears several senders in one step cannot deadlock them through full socket buffers.
+
+Streams are ordered, so chunks are taken in the order they were sent. Chunks of an older
+collective (left behind by a failed one) are skipped; a chunk from further ahead than the
+receiver expects stays at the head of its queue until asked for.
+
+Two modes:
+- direct (the lab): the optical circuit *is* the host link; chunks go to the named peer.
+- emulated optics (`phy` given): an emulated physical layer (`oddl.agents.links.light_phy`) decides
+  where the light of this node's transmitter goes when the chunk is sent, paces the
+  transmitter at the line rate, and at the receiver holds each chunk until the end of its
+  serialisation and checks that the light path held for its whole duration; chunks go where
+  the light goes, and are lost when the path changes under them.
+
+The wire form and socket moves are in `oddl.agents.links.stream_wire`, the reading side in
+`oddl.agents.links.stream_inbound`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from functools import partial
+
+from oddl.agents.clock import wall as wallclock
+from oddl.agents.collective import outcome
+from oddl.agents.links.line_rate import LineRateMeter
+from oddl.agents.links.stream_auth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
+from oddl.agents.links.stream_auth import REPLY as AUTH_REPLY
+from oddl.agents.links.stream_inbound import BufferPool, Inbound
+from oddl.agents.links.stream_wire import (
+    DONE_STEP,
+    HELLO,
+    POLL_S,
+    READY_STEP,
+    ChunkHead,
+    PeerAhead,
+    Phy,
+    describe_step,
+    drain_and_close,
+    node_tag,
+    parse_address,
+    recv_exact_blocking,
+    send_all,
+    tune,
+)
+from oddl.agents.slot_gate import Cancel
+from oddl.common.errors import CollectiveError, LostData
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StreamLink"]
+
+
+class StreamLink:
+    """Chunk streams over TCP between this node and its peers (see the module docstring)."""
+
+    def __init__(self, node_id: str, bind: str, *, phy: Phy | None = None,
+                 auth: StreamAuth | None = None):
+        self.node_id = node_id
+        self.auth = auth
+        self.tag = node_tag(node_id)
+        self.phy = phy
+        host, port = parse_address(bind)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((host, port))
+        self._listener.listen(64)
+        self._listener.settimeout(POLL_S)
+        self.address = f"tcp://{host}:{self._listener.getsockname()[1]}"
+        self._peers: dict[str, str] = {}
+        self._out: dict[tuple[str, str], socket.socket] = {}
+        self._in: dict[tuple[str, str], list[Inbound]] = {}
+        self._pool = BufferPool()
+        self.rate = LineRateMeter()
+        """What the received chunks say the links carry (oddl.agents.links.line_rate)."""
+        self._cond = threading.Condition()
+        self._out_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sent_bytes = 0
+        self.received_bytes = 0
+        self.sent_by_peer: Counter[str] = Counter()
+        self.misrouted = self.malformed = self.stale = self.refused_auth = 0
+        self._thread = threading.Thread(target=self._accept_loop, name=f"{node_id}-streams",
+                                        daemon=True)
+        self._thread.start()
+
+    # ---- peers and connections --------------------------------------------------------
+    def set_peers(self, peers: Mapping[str, str]) -> None:
+        """Learn (or update) each peer's stream address."""
+        with self._out_lock:
+            for node, address in peers.items():
+                if node != self.node_id and address:
+                    if self._peers.get(node) not in (None, address):
+                        for key in [k for k in self._out if k[1] == node]:
+                            self._out.pop(key).close()
+                    self._peers[node] = address
+
+    def _connect(self, job: str, dst: str) -> socket.socket:
+        with self._out_lock:
+            sock = self._out.get((job, dst))
+            if sock is not None:
+                return sock
+            address = self._peers.get(dst)
+        if address is None:
+            raise CollectiveError(f"{self.node_id}: no data address for peer {dst}; it has not "
+                                  "registered with the controller")
+        try:
+            sock = socket.create_connection(parse_address(address), timeout=5.0)
+        except OSError as exc:
+            raise CollectiveError(f"{self.node_id}: cannot reach {dst} at {address} ({exc}); "
+                                  "is its agent running?") from exc
+        tune(sock)
+        try:
+            self._hello(sock, job, dst)
+        except (OSError, AuthError) as exc:
+            sock.close()
+            raise CollectiveError(f"{self.node_id}: {dst} at {address} refused the data "
+                                  f"stream or failed to prove its identity ({exc}); check "
+                                  "that every host has the same [security] certs") from exc
+        sock.settimeout(POLL_S)
+        with self._out_lock:
+            old = self._out.pop((job, dst), None)
+            if old is not None:
+                old.close()
+            self._out[(job, dst)] = sock
+        return sock
+
+    def _hello(self, sock: socket.socket, job: str, dst: str) -> None:
+        """Announce the stream; in secure mode, prove who we are and check who answers."""
+        msg: dict[str, str] = {"job": job, "src": self.node_id}
+        if self.auth is None:
+            raw = json.dumps(msg).encode()
+            sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
+            return
+        cn = self.auth.nonce()
+        msg["nonce"] = cn.hex()
+        raw = json.dumps(msg).encode()
+        sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
+        reply = recv_exact_blocking(sock, len(AUTH_REPLY) + NONCE_BYTES + MAC_BYTES)
+        if reply[:len(AUTH_REPLY)] != AUTH_REPLY:
+            raise AuthError("the peer does not run secure mode")
+        sn = reply[len(AUTH_REPLY):len(AUTH_REPLY) + NONCE_BYTES]
+        self.auth.check_server(dst, job, cn, sn, reply[-MAC_BYTES:])
+        sock.sendall(self.auth.client_proof(dst, job, cn, sn))
+
+    def _drop_out(self, job: str, dst: str, sock: socket.socket) -> None:
+        with self._out_lock:
+            if self._out.get((job, dst)) is sock:
+                del self._out[(job, dst)]
+        sock.close()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            # the hello is read on a thread of its own: a slow or silent client cannot hold
+            # up the other connections
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True,
+                             name=f"{self.node_id}-hello").start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(5.0)
+            head = recv_exact_blocking(sock, 6)
+            if head[:4] != HELLO:
+                raise ValueError(f"bad hello {head[:4]!r}")
+            (n,) = struct.unpack("<H", head[4:])
+            hello = json.loads(recv_exact_blocking(sock, n))
+            key = (str(hello["job"]), str(hello["src"]))
+            if self.auth is not None:
+                self._prove(sock, hello, key)
+        except AuthError as exc:
+            self.refused_auth += 1
+            logger.warning("%s: refused a data stream: %s", self.node_id, exc)
+            sock.close()
+            return
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.malformed += 1
+            logger.warning("%s: refused a data connection (%s)", self.node_id, exc)
+            drain_and_close(sock)
+            return
+        tune(sock)
+        sock.settimeout(None)
+        with self._cond:
+            if self._stop.is_set():
+                sock.close()
+                return
+            # a sender that reconnects opens a new stream; what the old one delivered in
+            # full comes first
+            self._in.setdefault(key, []).append(Inbound(
+                sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
+                partial(self._malformed, key[1]), self.rate.add))
+            self._cond.notify_all()
+
+    def _prove(self, sock: socket.socket, hello: dict, key: tuple[str, str]) -> None:
+        """Server side of the secure hello: prove this node, check the client's proof."""
+        assert self.auth is not None
+        job, src = key
+        if "nonce" not in hello:
+            raise AuthError(f"a stream from {src!r} came without authentication; start its "
+                            "agent with the lab's [security] certs")
+        cn = bytes.fromhex(str(hello["nonce"]))
+        if len(cn) != NONCE_BYTES:
+            raise AuthError(f"a stream from {src!r} sent a malformed nonce")
+        sn = self.auth.nonce()
+        sock.sendall(AUTH_REPLY + sn + self.auth.server_proof(src, job, cn, sn))
+        self.auth.check_client(src, job, cn, sn, recv_exact_blocking(sock, MAC_BYTES))
+
+    # ---- sending ----------------------------------------------------------------------
+    def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
+                   deadline_s: float, cancel: Cancel | None = None,
+                   optical: bool = False) -> None:
+        """Send one chunk to `dst` (with emulated optics on the optical network: where the
+        light goes); blocks while the receiver is not reading, for at most `deadline_s`
+        without progress."""
+        to = dst
+        if self.phy is not None:
+            light, reason, epoch, t0, t1 = self.phy.transmit(self.node_id, dst if not optical
+                                                             else None, len(payload), cancel)
+            head = ChunkHead(head.seq, head.step, head.offset, head.nbytes, head.dst_tag,
+                             epoch, t0, t1)
+            if light is None:
+                self.phy.lost(self.node_id, reason, len(payload))
+                return
+            if light != dst:  # the receiver drops it as misrouted; say so where it left too
+                self.phy.misdirected(dst, light, len(payload))
+            to = light
+        raw = head.pack()
+        for attempt in (1, 2):
+            sock = self._connect(job, to)
+            try:
+                send_all(sock, raw, deadline_s, cancel, self._stop)
+                send_all(sock, payload, deadline_s, cancel, self._stop)
+                break
+            except OSError as exc:  # reset, broken pipe, closed: reconnect, resend the chunk
+                self._drop_out(job, to, sock)
+                if attempt == 2:
+                    raise CollectiveError(f"{self.node_id}: the data connection to {to} broke "
+                                          f"({exc}); is its agent running?") from exc
+            except CollectiveError:
+                self._drop_out(job, to, sock)  # a partial chunk poisons the stream
+                raise
+        self.sent_bytes += len(payload)
+        self.sent_by_peer[dst] += len(payload)
+
+    # ---- receiving --------------------------------------------------------------------
+    def recv_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                   cancel: Cancel | None = None, into: memoryview | None = None
+                   ) -> tuple[ChunkHead, memoryview]:
+        """The next chunk from `src` for (seq, step), its payload valid until the next call
+        for this source; CollectiveError at `deadline` (wallclock.now()) or on cancel, naming
+        the last loss on the emulated wire if there was one. (`into` is a hint this link
+        does not need: payloads land in recycled buffers.)"""
+        del into
+        lost = ""
+        key = (job, src)
+        while True:
+            with self._cond:
+                conns = self._in.get(key, [])
+                if conns:
+                    conns[0].recycle()
+                while True:
+                    conns = self._in.get(key, [])
+                    while len(conns) > 1 and _superseded(conns[0]):
+                        conns.pop(0).close()  # a finished stream; its successor carries on
+                    if conns and conns[0].queue:
+                        break
+                    remaining = deadline - wallclock.now()
+                    if remaining <= 0 or (cancel is not None and cancel.is_set()) \
+                            or self._stop.is_set():
+                        raise self._missing_error(job, src, seq, step, lost, cancel)
+                    self._cond.wait(min(remaining, POLL_S))
+                conn = conns[0]
+                head, buf, arrived = conn.queue[0]
+                if head.seq > seq and step == READY_STEP:  # this node is behind; keep it
+                    raise PeerAhead(
+                        f"{self.node_id}: {src} is already at collective {head.seq} of job "
+                        f"{job} while this node waits for {describe_step(step, seq)}; this "
+                        "node missed collectives its peers counted", src, head.seq)
+                if head.seq == seq and head.step == DONE_STEP != step:
+                    # the peer ended this collective without sending what this node waits
+                    # for: it failed (its reason), or its chunk was lost on the way
+                    ok, reason, _call = outcome.decode(src, memoryview(buf)[:head.nbytes])
+                    if not ok:
+                        raise outcome.gave_up(self.node_id, src, job, seq, reason)
+                if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
+                    raise LostData(self._missing(job, src, seq, step, lost))
+                conn.queue.popleft()
+                conn.lent = buf
+            self.received_bytes += head.nbytes
+            if (head.seq, head.step) < (seq, step):
+                self.stale += 1
+                continue
+            if self.phy is not None:
+                reason = self.phy.receive(src, head, arrived, cancel)
+                if reason:
+                    lost = reason
+                    continue
+            if head.dst_tag != self.tag:
+                self.misrouted += 1
+                lost = "a chunk for another node arrived here (misrouted light)"
+                logger.warning("%s: a chunk from %s meant for another node arrived here "
+                               "(misrouted circuit)", self.node_id, src)
+                continue
+            return head, memoryview(buf)[:head.nbytes]
+
+    def reset_peer(self, dst: str) -> None:
+        """Drop every stream to `dst`: it came back after being declared down (restarted,
+        rebooted, or its link was cut), and a stream to its old self may be a dead end that
+        no reset ever closed. The next chunk to it opens a new stream."""
+        with self._out_lock:
+            for key in [k for k in self._out if k[1] == dst]:
+                self._out.pop(key).close()
+
+    def _malformed(self, src: str, why: str) -> None:
+        self.malformed += 1
+        logger.warning("%s: malformed chunk from %s (%s); dropped the stream", self.node_id,
+                       src, why)
+
+    def _missing_error(self, job: str, src: str, seq: int, step: int, lost: str,
+                       cancel: Cancel | None) -> CollectiveError:
+        if cancel is not None and cancel.is_set():
+            return CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
+                                   "cancelled")
+        return LostData(self._missing(job, src, seq, step, lost))
+
+    def _missing(self, job: str, src: str, seq: int, step: int, lost: str) -> str:
+        where = f" for {describe_step(step, seq)}" if seq >= 0 else ""
+        if self.phy is None:  # direct links: the circuit is the host link
+            return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in "
+                    f"time; host {src} did not send it (its agent or training process "
+                    "stopped or is behind: `oddl status`) or the link between the two hosts "
+                    "dropped it (check the link and the address of both nodes in the "
+                    "testbed file)")
+        why = f" (last loss on the emulated wire: {lost})" if lost else ""
+        return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in time"
+                f"{why}; the emulated light path does not reach this node (check the "
+                "transmitter channel and the WSS route, `oddl status`) or the peer failed")
+
+    def forget_job(self, job: str) -> None:
+        """Close the streams of a job that ended (its flows' too, `oddl.agents.point_to_point`)."""
+        def of_job(label: str) -> bool:
+            return label == job or label.startswith(f"{job}/")
+        with self._cond:
+            for key in [k for k in self._in if of_job(k[0])]:
+                for conn in self._in.pop(key):
+                    conn.close()
+        with self._out_lock:
+            for key in [k for k in self._out if of_job(k[0])]:
+                self._out.pop(key).close()
+
+    def close(self) -> None:
+        """Stop accepting and close every stream."""
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._listener.close()
+        with self._cond:
+            for conns in self._in.values():
+                for conn in conns:
+                    conn.close()
+            self._in.clear()
+        with self._out_lock:
+            for sock in self._out.values():
+                sock.close()
+            self._out.clear()
+
+
+SUPERSEDE_S = 1.0
+"""How long an older stream from a sender that opened a newer one may stay idle before the
+receiver turns to the newer one (what the old one delivered in full comes first)."""
+
+
+def _superseded(conn: Inbound) -> bool:
+    """Whether an older stream, with a newer one from the same sender behind it, is done: it
+    closed, or it has nothing queued and has been idle (its peer vanished without a reset: a
+    rebooted host, a cut link)."""
+    if conn.queue:
+        return False
+    return not conn.alive or time.monotonic() - conn.last_data > SUPERSEDE_S

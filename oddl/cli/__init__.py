@@ -1,0 +1,1 @@
+"""The `oddl` command line: `main` builds the command tree, each module registers its commands."""

@@ -1,0 +1,1 @@
+"""`oddl simulate`'s output: tables and plots of the cluster-scale simulator."""

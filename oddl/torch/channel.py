@@ -1,0 +1,334 @@
+"""The oddl torch backend's side of the local agent: one AgentClient and one FIFO worker
+thread per process, the byte counters, tensors as numpy arrays the agent can sum, and the
+sums the backend's collectives are built of (the all-to-all block exchange, the handshake).
+
+Used by oddl.torch.backend (see there); only importable where torch is installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from oddl.agents.client.agent_client import AgentClient
+from oddl.common.errors import CollectiveError, ConfigError
+from oddl.torch.adopt import Promoter, array_of
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ENV_API", "ENV_FALLBACK", "ENV_JOB", "Channel", "FutureWork", "UnsupportedCollective",
+           "as_numpy", "channel_for", "count", "counters", "joined_channel",
+           "reset_counters"]
+
+ENV_API, ENV_JOB, ENV_FALLBACK = "ODDL_LOCAL_API", "ODDL_JOB", "ODDL_TORCH_FALLBACK"
+ENV_SUBGROUPS = "ODDL_TORCH_SUBGROUPS"
+"""How subgroups run: "flows" (the default: over the optics) or "gloo" (beside)."""
+
+
+class UnsupportedCollective(CollectiveError):
+    """A collective (or reduction) the optical all-reduce cannot carry, with no fallback."""
+
+
+# ---- counters -----------------------------------------------------------------------------
+
+_counter_lock = threading.Lock()
+_counters: dict[str, dict[str, int]] = {}
+
+
+def count(kind: str, optical: int = 0, fallback: int = 0) -> None:
+    """Count one call of `kind` and the bytes it sent over the optics or the fallback."""
+    with _counter_lock:
+        c = _counters.setdefault(kind, {"calls": 0, "optical_bytes": 0, "fallback_calls": 0,
+                                        "fallback_bytes": 0})
+        c["calls"] += 1
+        c["optical_bytes"] += optical
+        c["fallback_bytes"] += fallback
+        c["fallback_calls"] += bool(fallback)
+
+
+def counters() -> dict[str, Any]:
+    """This process's counters per collective kind, and totals: calls, bytes handed to the
+    agent (over the optical circuits), calls and bytes that went to the gloo fallback."""
+    with _counter_lock:
+        kinds = {k: dict(v) for k, v in _counters.items()}
+    total = {f: sum(v[f] for v in kinds.values())
+             for f in ("calls", "optical_bytes", "fallback_calls", "fallback_bytes")}
+    return {"kinds": kinds, "total": total}
+
+
+def reset_counters() -> None:
+    """Zero the counters (e.g. at the start of an iteration)."""
+    with _counter_lock:
+        _counters.clear()
+
+
+# ---- work objects ---------------------------------------------------------------------------
+
+class FutureWork(dist.Work):
+    """c10d's work for a call that completes `future`: wait() raises the call's error.
+
+    (torch 2.13's `_create_work_from_future` makes a work whose wait() returns True even when
+    the future failed: a failed collective would leave its tensors as they were, silently.)"""
+
+    def __init__(self, future: torch.futures.Future, sender: list[int] | None = None):
+        super().__init__()
+        self._future = future
+        self._sender = sender if sender is not None else []
+        """A receive from any source: the group rank it came from, put there by the call
+        (which may finish before this work exists: it runs on another thread)."""
+
+    @property
+    def source(self) -> int:
+        """A receive from any source: the group rank it came from once done (else -1)."""
+        return self._sender[0] if self._sender else -1
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._future.wait()  # raises the call's error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def _source_rank(self) -> int:
+        """The sender of a receive from any source (c10d's `recv(src=None)` asks)."""
+        self._future.wait()
+        return self.source
+
+
+# ---- the channel to the agent: one client and one FIFO thread per process ---------------
+
+class Channel:
+    """The process's AgentClient and the single thread that uses it (not thread-safe)."""
+
+    def __init__(self, api: str, job: str | None, timeout_s: float):
+        self.api, self.job = api, job
+        self.client = AgentClient(api, timeout_s=timeout_s)
+        self.promoter = Promoter(self.client)  # zero copies for reused tensors
+        self.failed = ""
+        self._use = threading.Lock()  # held while a call uses the client
+        self._state = threading.Lock()
+        self._pending = 0  # calls submitted and not yet finished
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="oddl-pg")
+        self._lanes: dict[str, tuple[AgentClient, ThreadPoolExecutor]] = {}
+        """Receive lanes (`submit_receive`): a client and a thread each."""
+        self._timeout_s = timeout_s
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        """Sum `array` across the job's nodes, in place (worker thread only). An empty array
+        (every rank's is, for a collective that is well formed) needs no agent call."""
+        if array.size == 0:
+            return array
+        out = self.client.allreduce(array, job=self.job, out=array)
+        if out.shape != array.shape or out.dtype != array.dtype:
+            raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "
+                                  f"{array.dtype}{list(array.shape)}")
+        return out
+
+    def submit_receive(self, what: str, fn: Callable[[AgentClient], Any], lane: str = ""
+                       ) -> torch.futures.Future:
+        """Run `fn(receiving client)` on the thread of receive lane `lane` (in order); its
+        result (or error) completes the future. A receive waits for its peer's send, which
+        may come after this rank's next call: receives never hold up the worker thread, and a
+        subgroup's receives never wait behind the world's. A failed receive breaks no
+        collective sequence."""
+        fut: torch.futures.Future = torch.futures.Future()
+        with self._state:
+            if self._executor is None:
+                raise CollectiveError(f"{what}: the oddl backend was shut down")
+            if lane not in self._lanes:
+                self._lanes[lane] = (AgentClient(self.api, timeout_s=self._timeout_s),
+                                     ThreadPoolExecutor(max_workers=1,
+                                                        thread_name_prefix=f"oddl-recv{lane}"))
+            receiver, receives = self._lanes[lane]
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(receiver))
+            except BaseException as exc:  # handed to the caller through the future
+                logger.error("oddl %s failed: %s", what, exc)
+                fut.set_exception(exc)
+
+        receives.submit(run)
+        return fut
+
+    def submit(self, what: str, fn: Callable[[], Any],
+               inline: bool = False, collective: bool = True) -> torch.futures.Future:
+        """Run `fn` on the worker thread; its result (or error) completes the future.
+
+        `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
+        queued, run it on the caller's thread instead, saving the hand-over to the worker;
+        the order stays first-in first-out either way. A failed `collective` breaks the
+        job's collective sequence: later calls are refused; a failed send does not."""
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def run() -> None:
+            with self._use:
+                try:
+                    guarded()
+                finally:
+                    with self._state:
+                        self._pending -= 1
+
+        def guarded() -> None:
+            if self.failed:
+                fut.set_exception(CollectiveError(
+                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
+                    "collective sequence is broken, restart the training processes"))
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the caller through the future
+                if collective and not isinstance(exc, UnsupportedCollective):
+                    self.failed = self.failed or f"{what}: {exc}"
+                logger.error("oddl %s failed: %s", what, exc)
+                fut.set_exception(exc)
+
+        if self._executor is None:
+            raise CollectiveError(f"{what}: the oddl backend was shut down")
+        with self._state:
+            idle = self._pending == 0
+            self._pending += 1
+        if inline and idle:
+            run()
+        else:
+            self._executor.submit(run)
+        return fut
+
+    def close(self) -> None:
+        """Finish queued calls (unless one failed), stop the thread, close the client."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
+            self._executor = None
+            self.client.close()
+        for receiver, receives in self._lanes.values():
+            receives.shutdown(wait=False, cancel_futures=True)
+            receiver.close()
+        self._lanes.clear()
+
+
+_channel: Channel | None = None
+_channel_lock = threading.Lock()
+
+
+def channel_for(rank: int, timeout_s: float) -> Channel:
+    """The process's channel, opened from the environment on first use."""
+    global _channel
+    with _channel_lock:
+        if _channel is None:
+            raw = os.environ.get(ENV_API, "").strip()
+            if not raw:
+                raise ConfigError(f"the oddl backend needs {ENV_API}=<the local agent API "
+                                  f"address> (printed by `oddl agent serve`; a comma-separated "
+                                  f"list indexed by rank for several ranks on one host), and "
+                                  f"{ENV_JOB}=<job id> when the node is in more than one job")
+            apis = [a.strip() for a in raw.split(",")]
+            # torchrun's LOCAL_RANK picks this host's agent when several ranks share a host
+            index = int(os.environ.get("LOCAL_RANK", rank))
+            if len(apis) > 1 and index >= len(apis):
+                raise ConfigError(f"{ENV_API} lists {len(apis)} agents but this is local rank "
+                                  f"{index}; give one address per rank on this host, in order")
+            api = apis[index] if len(apis) > 1 else apis[0]
+            _channel = Channel(api, os.environ.get(ENV_JOB) or None, timeout_s)
+            atexit.register(_close_channel)
+        return _channel
+
+
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
+                   ) -> tuple[Channel, Handshake]:
+    """The process's channel, after the handshake with the job's other ranks. Every rank is
+    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
+    another size fails in that time instead of the group's timeout."""
+    channel = channel_for(rank, timeout_s)
+    saved = channel.client.timeout_s
+    channel.client.timeout_s = min(saved, handshake_s)
+
+    def shake() -> Handshake:
+        return handshake(channel, rank, world, channel.client.world(channel.job)[0])
+    try:
+        shaken: Handshake = channel.submit("handshake", shake).wait()
+    finally:
+        channel.client.timeout_s = saved
+    return channel, shaken
+
+
+def _close_channel() -> None:
+    global _channel
+    with _channel_lock:
+        if _channel is not None:
+            _channel.close()
+            _channel = None
+
+
+# ---- tensors <-> numpy ---------------------------------------------------------------------
+
+def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
+    if t.device.type != "cpu":
+        raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
+                                    f"{t.device}; register it for cpu and move tensors there")
+    if t.dtype in (torch.bfloat16, torch.bool) or t.is_complex() or t.dtype.is_floating_point \
+            and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
+                                    f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+    if what == "all_reduce" and _channel is not None and _channel.promoter.enabled \
+            and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
+        _channel.promoter.before_in_place(t)
+        return array_of(t)
+    return t.detach().contiguous().numpy()
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """What the ranks of a new process group agreed on."""
+
+    to_job: list[int]
+    """Each group rank's job rank."""
+    session: str
+    """The group's point-to-point session (drawn by rank 0): a flow an earlier group left
+    unreceived never pairs with this group's receives."""
+
+
+def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = None
+              ) -> Handshake:
+    """Check distinct ranks and a job of exactly `world` nodes (one small all-reduce); returns
+    each group rank's job rank (this rank's is `job_rank`, the agent's, by default `rank`)
+    and the group's session."""
+    v = np.zeros(2 * world + 2, dtype=np.int64)
+    v[rank], v[world] = 1, 1
+    v[world + 1 + rank] = rank if job_rank is None else job_rank
+    if rank == 0:
+        v[-1] = secrets.randbits(62)
+    try:
+        channel.sum_(v)
+    except CollectiveError as exc:
+        raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
+                              f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "
+                              f"exactly the {world} nodes of this world, and does every rank "
+                              f"talk to its own node's agent ({ENV_API})?") from exc
+    if int(v[world]) != world or (v[:world] != 1).any():
+        missing = [r for r in range(world) if v[r] == 0]
+        doubled = [r for r in range(world) if v[r] > 1]
+        raise ConfigError(f"the job has {int(v[world])} nodes for a world of {world}"
+                          f"{'; no rank ' + str(missing) if missing else ''}"
+                          f"{'; ranks given twice ' + str(doubled) if doubled else ''}: start "
+                          "one rank per node of the job, each with its own agent")
+    to_job = [int(j) for j in v[world + 1:2 * world + 1]]
+    if sorted(to_job) != list(range(world)):
+        raise ConfigError(f"the ranks sit on job ranks {to_job}, not one each of 0..{world - 1}: "
+                          f"is every rank talking to its own node's agent ({ENV_API})?")
+    return Handshake(to_job, f"{int(v[-1]) & (1 << 62) - 1:x}")

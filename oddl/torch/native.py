@@ -1,0 +1,296 @@
+"""The oddl torch backend's collectives as the agent's native ones (`AgentClient.all_gather`,
+`reduce_scatter`, `broadcast`, `all_to_all`, `gather`, `scatter`, `allreduce(op=...)`).
+
+Each function runs on the channel's worker thread, reads the torch tensors as numpy arrays,
+makes one native call (two for an uneven all-to-all) and writes the result into the output
+tensors, counting the bytes handed to the agent. The agent orders blocks by job rank (the
+job's node order); c10d by group rank: `Ranks` maps one to the other (the identity when rank
+r runs on the job's r-th node, as the launchers start them).
+
+Collectives that only move bytes (gather, broadcast, all-to-all, scatter) carry any dtype:
+one numpy has no type for (bfloat16, bool, complex) travels as the unsigned integer of its
+width. Reductions need a dtype numpy can reduce.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from oddl.agents.client.agent_client import AgentClient
+from oddl.common.errors import CollectiveError
+from oddl.torch.adopt import array_of
+from oddl.torch.channel import Channel, UnsupportedCollective, as_numpy, count
+
+__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
+           "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
+           "reduce_scatter", "scatter", "send", "store"]
+
+# torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
+OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
+       "BAND": "band", "BOR": "bor", "BXOR": "bxor"}
+_UINT = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
+
+
+class Ranks:
+    """Group rank r runs on job rank `to_job[r]` (learned at the handshake)."""
+
+    def __init__(self, to_job: list[int]):
+        self.to_job = to_job
+        self.from_job = [0] * len(to_job)
+        for r, j in enumerate(to_job):
+            self.from_job[j] = r
+        self.identity = to_job == list(range(len(to_job)))
+
+    def job(self, rank: int) -> int:
+        return self.to_job[rank]
+
+    def to_job_order(self, blocks: np.ndarray) -> np.ndarray:
+        """(world, ...) blocks indexed by group rank -> indexed by job rank."""
+        return blocks if self.identity else blocks[self.from_job]
+
+    def to_group_order(self, blocks: np.ndarray) -> np.ndarray:
+        """(world, ...) blocks indexed by job rank -> indexed by group rank."""
+        return blocks if self.identity else blocks[self.to_job]
+
+
+def raw(t: torch.Tensor, what: str) -> np.ndarray:
+    """A numpy view of `t` (contiguous: a copy if it is not) for a collective that only moves
+    bytes: any dtype, those numpy lacks as the unsigned integer of the same width."""
+    c = _numpy_typed(t.detach().contiguous())
+    if c.device.type != "cpu":
+        return as_numpy(c, what)  # refused, naming the fix
+    # unlike `Tensor.numpy()`, a view that leaves the storage resizable: an input that is a
+    # view of a reused output (FSDP's all-gather) must not keep that output from promotion
+    return array_of(c)
+
+
+def _numpy_typed(c: torch.Tensor) -> torch.Tensor:
+    """`c` as a dtype numpy has: complex as its real view, the rest numpy lacks as the
+    unsigned integer of the same width."""
+    if c.is_complex():
+        c = torch.view_as_real(c)
+    if c.dtype in (torch.bfloat16, torch.bool) or c.dtype.is_floating_point and c.dtype not in (
+            torch.float16, torch.float32, torch.float64):
+        c = c.view(_UINT[c.element_size()])
+    return c
+
+
+def in_place(result: np.ndarray, t: torch.Tensor) -> bool:
+    """Whether the agent's `result` already lies in `t`'s memory."""
+    return t.is_contiguous() and result.__array_interface__["data"][0] == t.data_ptr()
+
+
+def store(out: torch.Tensor, values: np.ndarray) -> None:
+    """Write `values` (raw or numeric, any shape of out's size) into `out`."""
+    dst = out
+    if dst.is_complex():
+        dst = torch.view_as_real(dst)
+    src = torch.from_numpy(np.ascontiguousarray(values))
+    if src.dtype != dst.dtype:
+        src = src.view(dst.dtype)
+    dst.copy_(src.reshape(dst.shape))
+
+
+def reduce_name(what: str, opts: Any) -> str:
+    """The name of `opts`' reduction; one the agent has no counterpart for is refused
+    (PREMUL_SUM, NCCL's scaled sum, which gloo refuses too)."""
+    op = getattr(opts, "reduceOp", dist.ReduceOp.SUM)
+    name = next((n for n in OPS if op == getattr(dist.ReduceOp, n)),
+                str(getattr(op, "op", op)).rsplit(".", 1)[-1])
+    if name not in OPS:
+        raise UnsupportedCollective(f"{what}({name}): the agent reduces with "
+                                    f"{', '.join(OPS)}; not {name}")
+    return name
+
+
+def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
+            fallback: Any = None) -> None:
+    """All-reduce `t` in place with torch's reduction `name`. bfloat16 is reduced as float32
+    (every bfloat16 is a float32; the result, the same on every rank, is rounded once). A dtype
+    the agent cannot reduce (bool, complex) goes to `fallback` (ODDL_TORCH_FALLBACK=gloo),
+    counted, or is refused naming the fix."""
+    if name == "AVG" and not t.is_floating_point():
+        raise UnsupportedCollective(f"{what}(AVG) of {t.dtype}: average floating-point "
+                                    "tensors (or SUM the integers)")
+    if t.dtype == torch.bfloat16 and t.device.type == "cpu":
+        wide = t.float()
+        reduce_(ch, wide, name, world, f"{what} (bfloat16 as float32)")
+        t.copy_(wide)
+        return
+    try:
+        a = as_numpy(t, what)
+    except UnsupportedCollective:
+        if fallback is None or t.device.type != "cpu":
+            raise
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = getattr(dist.ReduceOp, name)
+        fallback.allreduce([t], opts).wait()
+        count(f"{what}({name}) (fallback)", fallback=t.numel() * t.element_size())
+        return
+    if a.size:
+        res = ch.client.allreduce(a, op=OPS[name], job=ch.job, out=a)
+        if not in_place(res, t):  # `a` was a contiguous copy
+            store(t, res)
+    if name == "AVG":
+        t.div_(world)
+    count(f"{what}({name})", optical=a.nbytes)
+
+
+def broadcast(ch: Channel, ranks: Ranks, t: torch.Tensor, root: int) -> None:
+    a = raw(t, "broadcast")
+    if a.size:
+        res = ch.client.broadcast(a, root=ranks.job(root), job=ch.job)
+        if not in_place(res, t):
+            store(t, res)
+    count("broadcast", optical=a.nbytes)
+
+
+def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.ndarray:
+    """(world, n): row r is group rank r's `flat_in`."""
+    count(what, optical=flat_in.nbytes * len(ranks.to_job))
+    if flat_in.size == 0:
+        return np.empty((len(ranks.to_job), 0), flat_in.dtype)
+    return ranks.to_group_order(ch.client.all_gather(flat_in, job=ch.job))
+
+
+def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torch.Tensor,
+                    what: str) -> None:
+    """Every group rank's `input` into `output`, block r from rank r. Straight into output's
+    memory when it is contiguous and the group's ranks are the job's (no copy of the whole
+    output), and for a reused output in that memory itself, moved into shared memory
+    (`torch_adopt`): before anything takes a view of `input`, which may lie inside it (FSDP
+    lays its all-gather input out in the output) and moves with it."""
+    world = len(ranks.to_job)
+    direct = ranks.identity and output.is_contiguous() and output.device.type == "cpu" \
+        and input.numel() > 0
+    if direct and ch.promoter is not None and ch.promoter.enabled:  # none in a subgroup
+        ch.promoter.before_in_place(output)
+    flat = raw(input, what).reshape(-1)
+    if direct:
+        out = raw(output, what).reshape(world, -1)
+        if out.dtype == flat.dtype and out.shape[1] == flat.size:
+            count(what, optical=flat.nbytes * world)
+            ch.client.all_gather(flat, out=out, job=ch.job)  # `out` is output's memory
+            return
+    store(output, all_gather(ch, ranks, flat, what))
+
+
+def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
+                   out: torch.Tensor, what: str) -> None:
+    """`blocks` (world, n) by group rank: this rank's block of their reduction into `out`.
+    bfloat16 is reduced as float32, as the all-reduce does (`reduce_`), rounded once."""
+    if blocks.dtype == torch.bfloat16 and out.dtype == torch.bfloat16:
+        wide = torch.empty(out.shape, dtype=torch.float32)
+        reduce_scatter(ch, ranks, blocks.float(), name, wide, f"{what} (bfloat16 as float32)")
+        out.copy_(wide)
+        return
+    world = len(ranks.to_job)
+    if name == "AVG" and not out.is_floating_point():
+        raise UnsupportedCollective(f"{what}(AVG) of {out.dtype}: average floating-point "
+                                    "tensors")
+    a = as_numpy(blocks, what)
+    count(f"{what}({name})", optical=a.nbytes)
+    if a.size == 0:
+        return
+    mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
+    store(out, mine)
+    if name == "AVG":
+        out.div_(world)
+
+
+def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
+               ins: list[torch.Tensor], what: str) -> None:
+    """Block j of `ins` to group rank j, outs[i] from group rank i. Uneven blocks travel
+    padded to the largest (found with a small all-reduce of the world × world sizes, which
+    also checks that every rank expects what the others send)."""
+    world = len(ranks.to_job)
+    if len(outs) != world or len(ins) != world:
+        raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
+                                    f"for a world of {world}")
+    arrays = [raw(t, what).reshape(-1) for t in ins]
+    dtypes = {a.dtype for a in arrays} | {raw(o[:0], what).dtype for o in outs}
+    if len(dtypes) != 1:
+        raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
+    sizes = np.zeros((world, world), dtype=np.int64)  # [i, j]: rank i sends to rank j
+    sizes[me] = [a.size for a in arrays]
+    ch.sum_(sizes)
+    count(f"{what} (sizes)", optical=sizes.nbytes)
+    for i in range(world):
+        if sizes[i, me] != outs[i].numel():
+            raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
+                                  f"{me}, which expects {outs[i].numel()}")
+    cap = int(sizes.max())
+    blocks = np.zeros((world, cap), dtype=dtypes.pop())
+    for j, a in enumerate(arrays):
+        blocks[j, :a.size] = a
+    count(what, optical=blocks.nbytes)
+    if cap == 0:
+        return
+    got = ranks.to_group_order(ch.client.all_to_all(ranks.to_job_order(blocks), job=ch.job))
+    for i, o in enumerate(outs):
+        store(o, got[i, :o.numel()])
+
+
+def gather(ch: Channel, ranks: Ranks, me: int, t: torch.Tensor, root: int,
+           outs: list[torch.Tensor]) -> None:
+    a = raw(t, "gather").reshape(-1)
+    count("gather", optical=a.nbytes)
+    if a.size == 0:
+        return
+    res = ch.client.gather(a, root=ranks.job(root), job=ch.job)
+    if me == root:
+        assert res is not None  # the root gets the blocks
+        for r, o in enumerate(ranks.to_group_order(res)):
+            store(outs[r], o)
+
+
+def scatter(ch: Channel, ranks: Ranks, me: int, out: torch.Tensor, root: int,
+            ins: list[torch.Tensor]) -> None:
+    mine = raw(out, "scatter").reshape(-1)
+    count("scatter", optical=mine.nbytes)
+    if mine.size == 0:
+        return
+    if me == root:
+        blocks = np.stack([raw(t, "scatter").reshape(-1) for t in ins])
+        res = ch.client.scatter(ranks.to_job_order(blocks), root=ranks.job(root), job=ch.job)
+    else:
+        res = ch.client.scatter(None, root=ranks.job(root), out=np.empty_like(mine),
+                                job=ch.job)
+    store(out, res)
+
+
+def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str]
+         ) -> None:
+    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype)."""
+    a = raw(t, "send")
+    if a.nbytes:
+        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job)
+    count("send", optical=a.nbytes)
+
+
+def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, src: int,
+         on: tuple[int, str]) -> None:
+    """The next flow from group rank `src` on (tag, session) `on` into `t` (in its memory when
+    contiguous)."""
+    a = raw(t, "recv")
+    if a.nbytes:
+        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job)
+        if not in_place(a, t):
+            store(t, a)
+    count("recv", optical=a.nbytes)
+
+
+def recv_any(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor,
+             on: tuple[int, str]) -> int:
+    """The first flow from any rank on (tag, session) `on` into `t`; the group rank it came
+    from."""
+    a = raw(t, "recv")
+    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job)
+    if not in_place(got, t):
+        store(t, got)
+    count("recv", optical=a.nbytes)
+    return ranks.from_job[source]

@@ -1,0 +1,1 @@
+"""Reading recorded timelines: files, `merge`, `summary` and `plot`."""
