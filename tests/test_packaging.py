@@ -19,6 +19,7 @@ from oddl.launch.shipped import read_shipped_testbed, shipped_testbed, shipped_t
 from oddl.launch.testbed import DEFAULT_TESTBED
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ["emulated-4node", "emulated-8node", "lab-4node", "lab-8node"]
 RUNTIME_FILES = ("oddl/testbeds/emulated-4node.toml", "oddl/testbeds/lab-4node.toml",
                  "oddl/offline/optinc/data/optinc-n4-b8.json", "oddl/protos/oddl.proto")
 _SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-info",
@@ -31,16 +32,16 @@ def test_the_source_tree_has_one_copy_reached_from_deploy() -> None:
     assert link.is_symlink() and link.resolve() == (ROOT / "oddl" / "testbeds").resolve()
     assert DEFAULT_TESTBED == ROOT / "oddl" / "testbeds" / "emulated-4node.toml"
     assert (link / "lab-4node.toml").read_bytes() == shipped_testbed("lab-4node").read_bytes()
-    assert shipped_testbed_names() == ["emulated-4node", "lab-4node"]
+    assert shipped_testbed_names() == SHIPPED
 
 
 def test_config_example_prints_a_shipped_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "example", "lab-4node"]) == 0
     assert capsys.readouterr().out == read_shipped_testbed("lab-4node")
     assert main(["config", "example"]) == 0
-    assert capsys.readouterr().out.split() == ["emulated-4node", "lab-4node"]
-    assert main(["config", "example", "lab-8node"]) == 2
-    assert "shipped: emulated-4node, lab-4node" in capsys.readouterr().err
+    assert capsys.readouterr().out.split() == SHIPPED
+    assert main(["config", "example", "lab-9node"]) == 2
+    assert "shipped: " + ", ".join(SHIPPED) in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no shipped testbed file"):
         read_shipped_testbed("nope")
 

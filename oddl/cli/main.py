@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from oddl import __version__
-from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
+from oddl.cli.exit_codes import EXIT_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from oddl.common.errors import (
     CollectiveError,
     ConfigError,
@@ -58,36 +58,6 @@ def _setup_logging(verbosity: int, json_logs: bool = False) -> None:
 # ---- commands -----------------------------------------------------------------------------
 
 
-def cmd_config_check(args: argparse.Namespace) -> int:
-    """Validate a testbed file offline."""
-    from oddl.common.config import load_testbed
-
-    cfg = load_testbed(args.file)
-    summary = {"file": args.file, "ok": True, "name": cfg.name, "nodes": [n.id for n in cfg.nodes],
-               "devices": {**{d.id: d.kind for d in cfg.devices},
-                           **{d.id: "optinc" for d in getattr(cfg, "optinc", ())}},
-               "fibres": len(cfg.fibres),
-               "link": cfg.fabric.link}
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"{args.file}: ok — testbed {cfg.name!r}: {len(cfg.nodes)} nodes "
-              f"({', '.join(summary['nodes'])}), {len(summary['devices'])} devices, "
-              f"{len(cfg.fibres)} fibres, {cfg.fabric.link} link")
-    return EXIT_OK
-
-
-def cmd_config_example(args: argparse.Namespace) -> int:
-    """Print a testbed file shipped with oddl (or list them)."""
-    from oddl.launch.shipped import read_shipped_testbed, shipped_testbed_names
-
-    if not args.name:
-        print("\n".join(shipped_testbed_names()))
-        return EXIT_OK
-    sys.stdout.write(read_shipped_testbed(args.name))
-    return EXIT_OK
-
-
 def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
                                    Callable[[argparse.Namespace], int]]:
     import importlib
@@ -102,6 +72,7 @@ def _emulate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None],
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree: each sub-command module registers its own commands."""
     from oddl.cli import certs as certs_cli
+    from oddl.cli import config as config_cli
     from oddl.cli import demo as demo_cli
     from oddl.cli import operator as operator_cli
     from oddl.cli import optinc as optinc_cli
@@ -120,17 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="log one JSON object per line (also ODDL_LOG_FORMAT=json)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    cfg = sub.add_parser("config", help="testbed files").add_subparsers(dest="config_cmd",
-                                                                          required=True)
-    check = cfg.add_parser("check", help="validate a testbed file offline")
-    check.add_argument("file")
-    check.add_argument("--json", action="store_true")
-    check.set_defaults(func=cmd_config_check)
-    example = cfg.add_parser("example", help="print a testbed file shipped with oddl (no "
-                             "name: list them), e.g. the template of /etc/oddl/testbed.toml",
-                             description="oddl config example lab-4node > testbed.toml")
-    example.add_argument("name", nargs="?", help="lab-4node or emulated-4node")
-    example.set_defaults(func=cmd_config_example)
+    config_cli.register(sub)
 
     emu = sub.add_parser("emulate", help="run device emulators").add_subparsers(
         dest="emulate_cmd", required=True)

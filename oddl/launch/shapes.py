@@ -1,0 +1,209 @@
+"""Testbed files of a shape: `oddl config new` writes them, and the shipped files of more than
+four hosts are its output (tests/test_testbed_shapes.py keeps them equal).
+
+`oddl_wss(n)` is ODDL's shape at any size (the paper's testbed has four hosts): one tunable
+transmitter (ITLA) and one fixed receiver per host, every transmitter into the common port of
+one 1×N WSS, out-port k to host k's receiver, a power-meter channel on every out-port. The
+emulated variant sizes what a 2-core machine carries (line rate shared among the hosts) and
+budgets the retune of every laser at once into ``command_ms``; the lab variant has serial
+resources, LAN addresses, direct links and the security section, to edit to the bench.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_WSS_HOSTS = 48
+"""A host's receiver owns one channel of the 48-channel 100 GHz grid."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What `oddl config new` is asked for."""
+
+    hosts: int
+    lab: bool = False
+
+    @property
+    def name(self) -> str:
+        """The testbed's name: ``emulated-8node``, ``lab-8node``."""
+        return f"{'lab' if self.lab else 'emulated'}-{self.hosts}node"
+
+
+def check_shape(shape: Shape) -> str:
+    """Why this shape cannot be written ("" if it can)."""
+    if not 2 <= shape.hosts <= MAX_WSS_HOSTS:
+        return (f"--hosts {shape.hosts}: an ODDL testbed with one WSS has 2 to "
+                f"{MAX_WSS_HOSTS} hosts (one receive channel each on the 48-channel grid)")
+    return ""
+
+
+def emulated_line_rate_gbps(hosts: int) -> float:
+    """The emulated line rate: about 8 Gbit/s shared by the hosts (what a loaded 2-core
+    machine carries for every agent at once without falling behind), 0.25 to 3."""
+    return min(3.0, max(0.25, round(8.0 / hosts, 2)))
+
+
+def retune_budget_ms(hosts: int, lab: bool) -> float:
+    """``command_ms``: the hand-off and the retune of every laser at once. Four emulated lasers
+    take 3.5–4.5 ms on a loaded 2-core machine (8 ms budgeted); each more adds about one
+    command round trip. On 9600-baud serial lines a round trip is ~5 ms."""
+    if lab:
+        return 20.0 + 5.0 * max(0, hosts - 4)
+    return 8.0 + 1.0 * max(0, hosts - 4)
+
+
+def oddl_wss(shape: Shape) -> str:
+    """The testbed file of ODDL's shape with `shape.hosts` hosts, as TOML text."""
+    problem = check_shape(shape)
+    if problem:
+        raise ValueError(problem)
+    n, lab = shape.hosts, shape.lab
+    parts = [_header(shape), _timing(n, lab), _fabric(n, lab), _controller(lab)]
+    parts += [_node(k, lab) for k in range(n)]
+    parts += [_laser(k, lab) for k in range(n)]
+    parts += [_wss(n, lab), _meters(n, lab), _fibres(n)]
+    return "\n".join(parts)
+
+
+def _header(shape: Shape) -> str:
+    n = shape.hosts
+    kind = "Lab" if shape.lab else "Emulated"
+    channels = min(2 * n, MAX_WSS_HOSTS)
+    return f"""# {kind} ODDL testbed with {n} hosts, written by `oddl config new --hosts {n}{' --lab' if shape.lab else ''}`.
+# Topology (TT-FR, as emulated-4node): each host has a tunable transmitter (ITLA) and a fixed
+# receiver that owns one channel; every transmitter enters the common port of one 1x{n} WSS,
+# whose out-port k feeds host k's receiver. Jobs on disjoint hosts run at once, isolated.
+
+[testbed]
+name = "{shape.name}"
+description = "{n} hosts, {n} ITLA transmitters, one 1x{n} flexgrid WSS, power meters"
+{'' if shape.lab else 'seed = 1' + chr(10)}
+[grid]
+first_thz = 193.1
+spacing_ghz = 100.0
+channels = 48
+# the WSS passes channels 1..{channels}: each receiver's own and as many again for
+# collectives that use several wavelengths
+"""
+
+
+def _timing(n: int, lab: bool) -> str:
+    if lab:
+        return f"""[timing]
+laser_tune_ms = 50.0      # measure the module's time-to-lock (oddl logs it per tune)
+wss_settle_ms = 150.0
+clock_skew_us = 50.0      # chrony on the lab LAN; use PTP for less
+cdr_lock_us = 100.0
+command_ms = {retune_budget_ms(n, lab)}         # 9600-baud ITLA round trips for {n} lasers
+slot_margin_us = 1000.0
+launch_margin_ms = 20.0
+receive_timeout_ms = 5000.0
+"""
+    return f"""[timing]
+laser_tune_ms = 2.0
+wss_settle_ms = 100.0
+clock_skew_us = 100.0
+cdr_lock_us = 10.0
+command_ms = {retune_budget_ms(n, lab)}         # the hand-off and the retune of {n} lasers at once
+slot_margin_us = 600.0
+launch_margin_ms = 5.0
+receive_timeout_ms = 2000.0
+standing_margin_ms = 3.0
+"""
+
+
+def _fabric(n: int, lab: bool) -> str:
+    if lab:
+        return """[fabric]
+line_rate_gbps = 25.0     # the transceivers' rate
+link = "direct"           # data goes host to host; the optical circuit is the link
+"""
+    return f"""[fabric]
+line_rate_gbps = {emulated_line_rate_gbps(n)}     # what a 2-core machine carries for {n} agents at once
+link = "fabric"
+"""
+
+
+def _controller(lab: bool) -> str:
+    if lab:
+        return """[controller]
+listen = "0.0.0.0:50051"
+address = "10.0.0.10:50051"   # where the agents reach the controller
+heartbeat_s = 1.0
+state = "/var/lib/oddl/controller.sqlite"
+
+[security]
+# mutual TLS for the controller, CURVE for the data links: docs/explanation/security.md
+certs = "/etc/oddl/certs"
+"""
+    return """[controller]
+listen = "127.0.0.1:0"
+heartbeat_s = 1.0
+"""
+
+
+def _rx_thz(k: int) -> str:
+    return f"{193.1 + 0.1 * k:.1f}"
+
+
+def _node(k: int, lab: bool) -> str:
+    host = f"10.0.0.{11 + k}" if lab else "127.0.0.1"
+    port = "\ndata_port = 5600" if lab else ""
+    return f"""[[nodes]]
+id = "n{k}"
+host = "{host}"
+transmitter = "laser{k}"
+rx_thz = {_rx_thz(k)}{port}
+"""
+
+
+def _laser(k: int, lab: bool) -> str:
+    resource = f"/dev/serial/by-id/usb-FTDI_ITLA_{k}-if00-port0" if lab else "emulated"
+    baud = "\nbaud = 9600" if lab else ""
+    return f"""[[devices]]
+id = "laser{k}"
+kind = "itla"
+resource = "{resource}"{baud}
+power_dbm = 10.0
+power_range_dbm = [7.0, 13.0]
+"""
+
+
+def _wss(n: int, lab: bool) -> str:
+    resource = "/dev/serial/by-id/usb-Finisar_WSS-if00-port0" if lab else "emulated"
+    serial = "\nbaud = 115200\ntimeout_s = 2.0" if lab else ""
+    return f"""[[devices]]
+id = "wss0"
+kind = "wss"
+resource = "{resource}"{serial}
+ports = {n}
+attenuation_range_db = [0.0, 15.0]
+channels_allowed = [1, {min(2 * n, MAX_WSS_HOSTS)}]
+"""
+
+
+METER_CHANNELS = 8
+"""Channels per power meter (a Keysight N7745A has 8); more hosts, more meters."""
+
+
+def _meters(n: int, lab: bool) -> str:
+    out = []
+    for m in range((n + METER_CHANNELS - 1) // METER_CHANNELS):
+        resource = f"TCPIP0::10.0.0.{20 + m}::5025::SOCKET" if lab else "emulated"
+        out.append(f"""[[devices]]
+id = "pm{m}"
+kind = "powermeter"
+resource = "{resource}"
+channels = {min(METER_CHANNELS, n - m * METER_CHANNELS)}
+""")
+    return "\n".join(out)
+
+
+def _fibres(n: int) -> str:
+    out = [f'[[fibres]]\nfrom = "n{k}.tx"\nto = "wss0.in"\n' for k in range(n)]
+    out += [f'[[fibres]]\nfrom = "wss0.{k + 1}"\nto = "n{k}.rx"\n' for k in range(n)]
+    out.append(f"# monitor taps: WSS out-port k to a meter channel, {METER_CHANNELS} per meter")
+    out += [f'[[fibres]]\nfrom = "wss0.{k + 1}"\n'
+            f'to = "pm{k // METER_CHANNELS}.{k % METER_CHANNELS + 1}"\n' for k in range(n)]
+    return "\n".join(out)
