@@ -19,7 +19,8 @@ from oddl.launch.shipped import read_shipped_testbed, shipped_testbed, shipped_t
 from oddl.launch.testbed import DEFAULT_TESTBED
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ["emulated-4node", "emulated-8node", "lab-4node", "lab-8node"]
+SHIPPED = ["emulated-4node", "emulated-8node", "lab-4node", "lab-8node", "lab-topoopt-12node",
+           "topoopt-12node"]
 RUNTIME_FILES = ("oddl/testbeds/emulated-4node.toml", "oddl/testbeds/lab-4node.toml",
                  "oddl/offline/optinc/data/optinc-n4-b8.json", "oddl/protos/oddl.proto")
 _SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-info",

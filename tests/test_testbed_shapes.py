@@ -1,10 +1,12 @@
-"""Testbeds of more hosts: `oddl config new` writes ODDL's shape at any size, the shipped
-eight-host files are its output, and on the emulated eight-host testbed two jobs of four
-hosts run at once, isolated, each exact."""
+"""Testbeds of more hosts and other shapes: `oddl config new` writes ODDL's shape at any size
+and TopoOpt's (hosts of several ports on an optical circuit switch), the shipped eight-host
+and TopoOpt files are its output, a miswired switch is refused with the fix, and on the
+emulated eight-host testbed two jobs of four hosts run at once, isolated, each exact."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +14,10 @@ import pytest
 
 from oddl.agents.client.every_rank import allreduce_all
 from oddl.cli.main import main
-from oddl.common.config import load_testbed
-from oddl.common.errors import OperationRefused
-from oddl.launch.shapes import MAX_WSS_HOSTS, Shape, oddl_wss
+from oddl.common.config import dump_testbed, load_testbed
+from oddl.common.errors import ConfigError, OperationRefused
+from oddl.controller.testbed_model import topology_from_config
+from oddl.launch.shapes import MAX_WSS_HOSTS, Shape, oddl_wss, switched
 from oddl.launch.shipped import read_shipped_testbed, shipped_testbed
 from oddl.launch.testbed import RunningTestbed
 
@@ -83,3 +86,70 @@ def test_two_jobs_of_four_hosts_run_at_once_isolated_and_exact(eight: RunningTes
     finally:
         op.cancel(first["id"])
         op.cancel(second["id"])
+
+
+# --------------------------------------------------------------------------- TopoOpt's shape
+
+TOPOOPT = ["config", "new", "--hosts", "12", "--ports", "4"]
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("topoopt-12node", TOPOOPT + ["--name", "topoopt-12node"]),
+    ("lab-topoopt-12node", TOPOOPT + ["--lab", "--name", "lab-topoopt-12node"])])
+def test_the_shipped_topoopt_files_are_what_config_new_writes(
+        name: str, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 0
+    assert capsys.readouterr().out == read_shipped_testbed(name), \
+        f"regenerate: oddl {' '.join(args)} > oddl/testbeds/{name}.toml"
+
+
+def test_twelve_hosts_of_four_ports_hang_on_one_48_port_switch() -> None:
+    cfg = load_testbed(shipped_testbed("topoopt-12node"))
+    assert [(d.id, d.kind, d.size) for d in cfg.devices] == [("ocs0", "ocs", 48)]
+    assert all(n.ports == 4 and not n.on_wss for n in cfg.nodes)
+    links = cfg.port_links()
+    assert len(links) == 48
+    assert {(pl.node, pl.port): (pl.ingress, pl.egress) for pl in links}[("n2", 3)] == (11, 59)
+    assert len({pl.ingress for pl in links}) == len({pl.egress for pl in links}) == 48
+
+
+def _switched(tmp_path: Path, edit: Callable[[str], str]) -> Path:
+    path = tmp_path / "switched.toml"
+    path.write_text(edit(switched(Shape(3, ports=2))))
+    return path
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace('to = "ocs0.3"', 'to = "ocs0.1"'),
+     "ocs0.1 is already wired by fibres[0]"),
+    (lambda t: t.replace('to = "ocs0.3"', 'to = "ocs0.13"'), "ocs0 has no port '13'"),
+    (lambda t: t.replace('to = "ocs0.3"', 'to = "ocs0.9"'), "goes into ocs0.9, an egress port"),
+    (lambda t: t.replace('from = "ocs0.9"', 'from = "ocs0.4"', 1),
+     "hangs on ocs0.4, an ingress port"),
+    (lambda t: t.replace('from = "n1.p1.tx"', 'from = "n1.p3.tx"'),
+     "node 'n1' has no port p3 (its ports: p1..p2)"),
+    (lambda t: t.replace('[[fibres]]\nfrom = "ocs0.9"\nto = "n1.p1.rx"\n', ''),
+     "port p1 of n1 has a fibre on its tx but none on its rx"),
+    (lambda t: t.replace('ports = 2', 'ports = 0', 1), "has neither a transmitter nor ports"),
+    (lambda t: t.replace('from = "n0.p1.tx"', 'from = "n0.tx"'), "no tunable transmitter"),
+    (lambda t: t.replace('size = 6', 'size = 4'), "ocs0 has no port"),
+])
+def test_a_miswired_switch_is_refused_naming_the_key_and_the_fix(
+        tmp_path: Path, edit: Callable[[str], str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        load_testbed(_switched(tmp_path, edit))
+    assert ";" in str(err.value)  # the fix follows the problem
+
+
+def test_the_controller_refuses_switch_only_hosts_until_it_schedules_them() -> None:
+    cfg = load_testbed(shipped_testbed("topoopt-12node"))
+    with pytest.raises(ConfigError, match="n0, n1, .* have only circuit-switch ports"):
+        topology_from_config(cfg)
+
+
+def test_a_resolved_switched_file_reads_back_the_same(tmp_path: Path) -> None:
+    cfg = load_testbed(shipped_testbed("topoopt-12node"))
+    again = tmp_path / "resolved.toml"
+    again.write_text(dump_testbed(cfg))
+    back = load_testbed(again)
+    assert back.nodes == cfg.nodes and back.port_links() == cfg.port_links()

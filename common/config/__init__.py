@@ -18,6 +18,7 @@ from oddl.common.config.schema import (
     DEVICE_KINDS,
     EMULATED,
     LINK_KINDS,
+    OCS,
     OPTINC,
     OPTINC_MAX_INPUTS,
     TRANSPORTS,
@@ -31,15 +32,16 @@ from oddl.common.config.schema import (
     GridConfig,
     NodeConfig,
     OptincDeviceConfig,
+    PortLink,
     SecurityConfig,
     TestbedConfig,
     TimingConfig,
 )
 
 __all__ = [
-    "DEVICE_KINDS", "EMULATED", "LINK_KINDS", "OPTINC", "OPTINC_MAX_INPUTS", "TRANSPORTS",
+    "DEVICE_KINDS", "EMULATED", "LINK_KINDS", "OCS", "OPTINC", "OPTINC_MAX_INPUTS", "TRANSPORTS",
     "AgentConfig", "Attachment", "ControllerConfig", "DeviceConfig", "Endpoint", "FabricConfig",
-    "FibreConfig", "FixedPlan", "GridConfig", "NodeConfig", "OptincDeviceConfig",
+    "FibreConfig", "FixedPlan", "GridConfig", "NodeConfig", "OptincDeviceConfig", "PortLink",
     "SecurityConfig", "TestbedConfig", "TimingConfig", "UnmappedChannel", "channel_map",
     "dump_testbed", "load_testbed", "parse_testbed",
 ]

@@ -1,4 +1,5 @@
-"""The ``[[devices]]`` of a testbed file: the driven devices (ITLA lasers, WSSs, power meters)
+"""The ``[[devices]]`` of a testbed file: the driven devices (ITLA lasers, WSSs, power meters,
+optical circuit switches)
 and the OptINC devices of the emulated fabric, with the keys each kind takes."""
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ DEVICE_KEYS_BY_KIND = {
     "wss": _COMMON_DEVICE_KEYS | {"ports", "attenuation_range_db", "channels_allowed",
                                   "module_plan"},
     "powermeter": _COMMON_DEVICE_KEYS | {"channels"},
+    "ocs": _COMMON_DEVICE_KEYS | {"size", "switch_ms"},
 }
-_DEFAULT_BAUD = {"itla": 9600, "wss": 115200, "powermeter": 0}
+_DEFAULT_BAUD = {"itla": 9600, "wss": 115200, "powermeter": 0, "ocs": 0}
+_DEFAULT_TIMEOUT_S = {"ocs": 5.0}
+"""A switch answers a command once every connection in it has switched (25–50 ms each)."""
+MAX_OCS_SIZE = 384
+"""The largest Polatis unit is 384×384."""
 
 
 class DeviceSections:
@@ -65,7 +71,8 @@ class DeviceSections:
             "id": (self.read.text(), REQUIRED), "kind": (self.read.text(DEVICE_KINDS), REQUIRED),
             "resource": (self.read.text(), REQUIRED),
             "baud": (self.read.integer(0), _DEFAULT_BAUD[kind]),
-            "timeout_s": (self.read.num(positive=True), 0.5), "serial": (self.read.text(), ""),
+            "timeout_s": (self.read.num(positive=True), _DEFAULT_TIMEOUT_S.get(kind, 0.5)),
+            "serial": (self.read.text(), ""),
             "faults": (self.read.anytable, {}),
             "power_dbm": (self.read.num(-20.0, 30.0), 10.0),
             "power_range_dbm": (self.read.pair(float), (0.0, 13.0)),
@@ -77,6 +84,8 @@ class DeviceSections:
             "enable_timeout_s": (self.read.num(positive=True), 30.0),
             "startup_timeout_s": (self.read.num(positive=True), 10.0),
             "module_plan": (self.module_plan, None),
+            "size": (self.read.integer(1, MAX_OCS_SIZE), REQUIRED),
+            "switch_ms": (self.read.num(0.0, 10_000.0), 25.0),
         }
         return {k: v for k, v in spec.items() if k in DEVICE_KEYS_BY_KIND[kind]}
 

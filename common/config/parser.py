@@ -57,7 +57,9 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         "timing": as_table(cfg.timing),
         "fabric": as_table(cfg.fabric),
         "controller": as_table(cfg.controller),
-        "nodes": [as_table(n) for n in cfg.nodes],
+        "nodes": [{k: v for k, v in as_table(n).items()
+                   if not (k in ("transmitter", "rx_channel", "ports") and not v)}
+                  for n in cfg.nodes],
         "devices": [],
         "fibres": [{"from": str(f.src), "to": str(f.dst)} for f in cfg.fibres],
         "security": as_table(cfg.security),

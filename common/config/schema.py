@@ -18,7 +18,9 @@ from oddl.common.errors import ConfigError
 EMULATED = "emulated"
 """Resource value of a device that the emulator host starts (`oddl emulate testbed`)."""
 
-DEVICE_KINDS = ("itla", "wss", "powermeter", "optinc")
+DEVICE_KINDS = ("itla", "wss", "powermeter", "optinc", "ocs")
+OCS = "ocs"
+"""Kind of an optical circuit switch: an N×N unit, ingress ports 1..N, egress N+1..2N."""
 OPTINC = "optinc"
 """Kind of an OptINC in-network averaging device (served by the emulated fabric, no driver)."""
 OPTINC_MAX_INPUTS = 64  # oddl.offline.optinc.model.MAX_INPUTS (not imported: keeps this light)
@@ -127,13 +129,23 @@ class SecurityConfig:
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """One training host: its transmitter device and its receiver's channel."""
+    """One training host: its tunable transmitter and its receiver's channel on a WSS, its
+    fixed-wavelength ports on circuit switches (``ports``), or both."""
 
     id: str
     host: str
     transmitter: str
+    """The ITLA device of its tunable transmitter ("": the host has none, only `ports`)."""
     rx_channel: int
+    """Its receiver's channel on the WSS (0 without a transmitter)."""
     data_port: int = 0
+    ports: int = 0
+    """Fixed transceivers p1..pN whose fibres go to circuit switches (``n0.p1.tx``)."""
+
+    @property
+    def on_wss(self) -> bool:
+        """True when the host has a tunable transmitter on a WSS."""
+        return bool(self.transmitter)
 
 
 @dataclass(frozen=True)
@@ -162,6 +174,10 @@ class DeviceConfig:
     module_plan: FixedPlan | None = None
     """WSS: the module's own fixed-grid channel plan, when it does not number channels as the
     testbed's grid does (the driver maps each testbed channel onto it by frequency)."""
+    size: int = 0
+    """OCS: an N×N unit (ingress ports 1..N, egress N+1..2N)."""
+    switch_ms: float = 25.0
+    """OCS: the time one connection takes to switch (a Polatis unit: 25–50 ms)."""
 
     @property
     def emulated(self) -> bool:
@@ -222,6 +238,17 @@ class FibreConfig:
 
 
 @dataclass(frozen=True)
+class PortLink:
+    """A host port through a circuit switch: its tx enters `ingress`, its rx hangs on `egress`."""
+
+    node: str
+    port: int
+    switch: str
+    ingress: int
+    egress: int
+
+
+@dataclass(frozen=True)
 class Attachment:
     """Where a node hangs on the optical core: its tx enters `wss` at 'in', its rx hangs on `out_port`."""
 
@@ -272,6 +299,21 @@ class TestbedConfig:
     def attachment(self, node_id: str) -> Attachment:
         """The WSS and out-port that serve a node (derived from the fibres)."""
         return _attachments(self)[node_id]
+
+    def port_links(self) -> tuple[PortLink, ...]:
+        """Every wired host port on a circuit switch, in node and port order."""
+        ins: dict[tuple[str, int], tuple[str, int]] = {}
+        outs: dict[tuple[str, int], int] = {}
+        for f in self.fibres:
+            if f.src.port.startswith("p") and f.src.port.endswith(".tx"):
+                ins[(f.src.owner, int(f.src.port[1:-3]))] = (f.dst.owner, int(f.dst.port))
+            elif f.dst.port.startswith("p") and f.dst.port.endswith(".rx"):
+                outs[(f.dst.owner, int(f.dst.port[1:-3]))] = int(f.src.port)
+        order = {n.id: i for i, n in enumerate(self.nodes)}
+        return tuple(PortLink(node, port, switch, ingress, outs[(node, port)])
+                     for (node, port), (switch, ingress) in sorted(
+                         ins.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
+                     if (node, port) in outs)
 
     def meter_taps(self) -> dict[tuple[str, int], tuple[str, int]]:
         """Power-meter taps: (meter id, meter channel) → (wss id, out-port) it watches."""

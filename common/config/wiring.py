@@ -1,12 +1,14 @@
 """The ``[[nodes]]`` and ``[[fibres]]`` of a testbed file: each node's transmitter and receive
 channel, the fibres between nodes, WSSs and meters, and the attachments they imply (one WSS
-per node, one port per receiver, one receive channel per WSS)."""
+per node, one port per receiver, one receive channel per WSS). Hosts' fixed ports and the
+circuit switches they hang on: `oddl.common.config.switch_wiring`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from oddl.common.config import switch_wiring
 from oddl.common.config.reader import REQUIRED, TableReader
 from oddl.common.config.schema import (
     DeviceConfig,
@@ -36,13 +38,17 @@ class WiringSections:
             key = self.read.entry_key("nodes", i, entry)
             values = self.read.table(entry, key, {
                 "id": (self.read.text(), REQUIRED), "host": (self.read.text(), "127.0.0.1"),
-                "transmitter": (self.read.text(), REQUIRED),
+                "transmitter": (self.read.text(), ""),
                 "rx_thz": (self.read.num(180.0, 200.0), None),
                 "rx_channel": (self.read.integer(1), None),
-                "data_port": (self.read.integer(0, 65535), 0)})
+                "data_port": (self.read.integer(0, 65535), 0),
+                "ports": (self.read.integer(0, 64), 0)})
             if any(n.id == values["id"] for n in out):
                 raise self.read.fail(f"{key}.id", f"duplicate node id {values['id']!r}",
                                      "give every node its own id")
+            if not values["transmitter"]:
+                out.append(self.switch_only_node(values, key))
+                continue
             tx = values["transmitter"]
             match = [d for d in devices if d.id == tx]
             if not match:
@@ -54,9 +60,12 @@ class WiringSections:
                 raise self.read.fail(f"{key}.transmitter", f"{tx!r} is a {match[0].kind}, not a "
                                      "tunable transmitter", "name an itla device")
             channel = self.rx_channel(values, key, grid)
-            out.append(NodeConfig(values["id"], values["host"], tx, channel, values["data_port"]))
+            out.append(NodeConfig(values["id"], values["host"], tx, channel, values["data_port"],
+                                  values["ports"]))
         used: dict[str, str] = {}
         for n in out:
+            if not n.transmitter:
+                continue
             if n.transmitter in used:
                 raise self.read.fail(f"nodes ({n.id}).transmitter",
                                      f"{n.transmitter!r} is already the "
@@ -64,6 +73,19 @@ class WiringSections:
                                      "give every node its own transmitter")
             used[n.transmitter] = n.id
         return tuple(out)
+
+    def switch_only_node(self, values: dict[str, Any], key: str) -> NodeConfig:
+        """A host with fixed ports on circuit switches only (no tunable transmitter)."""
+        if not values["ports"]:
+            raise self.read.fail(key, "has neither a transmitter nor ports",
+                                 'name its tunable transmitter (transmitter = "laser0", on a '
+                                 "WSS) or give its fixed ports on a circuit switch (ports = 4)")
+        if values["rx_thz"] is not None or values["rx_channel"] is not None:
+            raise self.read.fail(key, "has a receive channel but no transmitter",
+                                 "remove rx_thz/rx_channel (its ports' wavelengths are fixed) "
+                                 "or name its tunable transmitter")
+        return NodeConfig(values["id"], values["host"], "", 0, values["data_port"],
+                          values["ports"])
 
     def rx_channel(self, values: dict[str, Any], key: str, grid: GridConfig) -> int:
         """A node's receive channel, from exactly one of rx_thz or rx_channel."""
@@ -95,11 +117,17 @@ class WiringSections:
         if not isinstance(raw, str) or "." not in raw:
             raise self.read.fail(key, f"{raw!r} is not an endpoint",
                                  'write "node.tx", "node.rx", "wss.in", "wss.<port>" or "meter.<channel>"')
-        owner, _, port = raw.rpartition(".")
-        if any(n.id == owner for n in nodes):
-            if port not in ("tx", "rx"):
-                raise self.read.fail(key, f"node {owner!r} has no port {port!r}", "use .tx or .rx")
-            return Endpoint(owner, port)
+        owner, _, port = raw.partition(".")
+        node = next((n for n in nodes if n.id == owner), None)
+        if node is not None:
+            if port in ("tx", "rx"):
+                if not node.transmitter:
+                    raise self.read.fail(key, f"node {owner!r} has no tunable transmitter, so no "
+                                         f".{port}", f"use one of its ports ({owner}.p1.{port})")
+                return Endpoint(owner, port)
+            return switch_wiring.node_port_endpoint(self.read, key, node, port)
+        if "." in port and not any(d.id == owner for d in devices):
+            owner, _, port = raw.rpartition(".")
         dev = next((d for d in devices if d.id == owner), None)
         if dev is None and any(d.id == owner for d in optinc):
             raise self.read.fail(key, f"{owner!r} is an OptINC device; it hangs on the emulated "
@@ -110,6 +138,8 @@ class WiringSections:
         if dev.kind == "itla":
             raise self.read.fail(key, f"{owner!r} is a transmitter; fibres start at its node",
                                  f"write the node's .tx endpoint instead of {raw!r}")
+        if dev.kind == "ocs":
+            return switch_wiring.switch_endpoint(self.read, key, dev, port)
         if dev.kind == "wss":
             if port == "in" or (port.isdigit() and 1 <= int(port) <= dev.ports):
                 return Endpoint(owner, port)
@@ -131,6 +161,12 @@ class WiringSections:
             src = self.endpoint(values["from"], f"{key}.from", nodes, devices, optinc)
             dst = self.endpoint(values["to"], f"{key}.to", nodes, devices, optinc)
             kinds = {d.id: d.kind for d in devices}
+            if switch_wiring.touches_switch(src, dst, kinds):
+                problem = switch_wiring.switch_fibre_problem(src, dst, kinds, devices)
+                if problem is not None:
+                    raise self.read.fail(key, *problem)
+                out.append(FibreConfig(src, dst))
+                continue
             sk, dk = kinds.get(src.owner, "node"), kinds.get(dst.owner, "node")
             ok = ((sk == "node" and src.port == "tx" and dk == "wss" and dst.port == "in")
                   or (sk == "wss" and src.port != "in"
@@ -147,6 +183,7 @@ class WiringSections:
         tx_to: dict[str, str] = {}
         rx_from: dict[str, tuple[str, int]] = {}
         port_used: dict[tuple[str, int], str] = {}
+        switch_wiring.check_port_wiring(self.read, cfg)
         for i, f in enumerate(cfg.fibres):
             if f.src.port == "tx":
                 if f.src.owner in tx_to:
@@ -164,7 +201,8 @@ class WiringSections:
                                          "give every receiver its own WSS port")
                 port_used[where] = f.dst.owner
                 rx_from[f.dst.owner] = where
-        for n in cfg.nodes:
+        wss_nodes = [n for n in cfg.nodes if n.on_wss]
+        for n in wss_nodes:
             if n.id not in tx_to:
                 raise self.read.fail("fibres", f"node {n.id} has no fibre from its transmitter",
                                      f'add [[fibres]] from = "{n.id}.tx", to = "<wss>.in"')
@@ -176,7 +214,7 @@ class WiringSections:
                                      f"node {n.id} transmits into {tx_to[n.id]} but receives "
                                      f"from {rx_from[n.id][0]}", "attach both to the same WSS")
         by_wss: dict[tuple[str, int], str] = {}
-        for n in cfg.nodes:
+        for n in wss_nodes:
             key = (rx_from[n.id][0], n.rx_channel)
             if key in by_wss:
                 raise self.read.fail(f"nodes ({n.id}).rx_channel",

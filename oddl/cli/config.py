@@ -43,14 +43,14 @@ def cmd_config_example(args: argparse.Namespace) -> int:
 
 def cmd_config_new(args: argparse.Namespace) -> int:
     """Write a testbed file of ODDL's shape with any number of hosts."""
-    from oddl.launch.shapes import Shape, check_shape, oddl_wss
+    from oddl.launch.shapes import Shape, check_shape, oddl_wss, switched
 
-    shape = Shape(args.hosts, lab=args.lab)
+    shape = Shape(args.hosts, lab=args.lab, ports=args.ports, named=args.name)
     problem = check_shape(shape)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    sys.stdout.write(oddl_wss(shape))
+    sys.stdout.write(switched(shape) if shape.ports else oddl_wss(shape))
     return EXIT_OK
 
 
@@ -70,9 +70,15 @@ def register(sub: Any) -> None:
     new = cfg.add_parser("new", help="write a testbed file of ODDL's shape with N hosts (one "
                          "laser each, one 1xN WSS) to standard output",
                          description="oddl config new --hosts 16 > emulated-16node.toml; "
+                         "oddl config new --hosts 12 --ports 4 > topoopt-12node.toml; "
                          "oddl config new --hosts 8 --lab > testbed.toml (then edit it to the "
                          "bench and run oddl config check)")
     new.add_argument("--hosts", type=int, required=True, help="number of hosts, 2..48")
+    new.add_argument("--ports", type=int, default=0,
+                     help="fixed ports per host, all on one optical circuit switch (TopoOpt's "
+                     "shape); without it, ODDL's shape")
+    new.add_argument("--name", default="", help="the testbed's name (default: from the shape, "
+                     "e.g. emulated-8node)")
     new.add_argument("--lab", action="store_true",
                      help="serial and LAN resources, direct links, security (else emulated)")
     new.set_defaults(func=cmd_config_new)

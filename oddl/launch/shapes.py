@@ -1,12 +1,17 @@
 """Testbed files of a shape: `oddl config new` writes them, and the shipped files of more than
 four hosts are its output (tests/test_testbed_shapes.py keeps them equal).
 
-`oddl_wss(n)` is ODDL's shape at any size (the paper's testbed has four hosts): one tunable
+`oddl_wss(shape)` is ODDL's shape at any size (the paper's testbed has four hosts): one tunable
 transmitter (ITLA) and one fixed receiver per host, every transmitter into the common port of
 one 1×N WSS, out-port k to host k's receiver, a power-meter channel on every out-port. The
 emulated variant sizes what a 2-core machine carries (line rate shared among the hosts) and
 budgets the retune of every laser at once into ``command_ms``; the lab variant has serial
 resources, LAN addresses, direct links and the security section, to edit to the bench.
+
+`switched(shape)` is TopoOpt's shape (its prototype: 12 hosts with four 25 Gbit/s ports each,
+patched by a reconfigurable switch into the topology its search chose): every host port's
+fibres go to one N×N optical circuit switch (host k's port j: ingress ``ports·k + j``, egress
+``N + ports·k + j``), whose connections make the topology.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass
 
 MAX_WSS_HOSTS = 48
 """A host's receiver owns one channel of the 48-channel 100 GHz grid."""
+MAX_SWITCH_SIZE = 384
+"""The largest Polatis unit: 384×384."""
 
 
 @dataclass(frozen=True)
@@ -23,15 +30,26 @@ class Shape:
 
     hosts: int
     lab: bool = False
+    ports: int = 0
+    """Fixed ports per host on a circuit switch (0: ODDL's shape, one laser on a WSS)."""
+    named: str = ""
+    """The testbed's name ("": from the shape)."""
 
     @property
     def name(self) -> str:
-        """The testbed's name: ``emulated-8node``, ``lab-8node``."""
-        return f"{'lab' if self.lab else 'emulated'}-{self.hosts}node"
+        """The testbed's name: `named`, or ``emulated-8node``, ``lab-12node-4port``."""
+        ports = f"-{self.ports}port" if self.ports else ""
+        return self.named or f"{'lab' if self.lab else 'emulated'}-{self.hosts}node{ports}"
 
 
 def check_shape(shape: Shape) -> str:
     """Why this shape cannot be written ("" if it can)."""
+    if shape.ports:
+        if shape.hosts < 2 or shape.ports < 1 or shape.hosts * shape.ports > MAX_SWITCH_SIZE:
+            return (f"--hosts {shape.hosts} --ports {shape.ports}: a switched testbed has at "
+                    f"least 2 hosts of at least one port, at most {MAX_SWITCH_SIZE} ports in all "
+                    f"(one {MAX_SWITCH_SIZE}x{MAX_SWITCH_SIZE} switch)")
+        return ""
     if not 2 <= shape.hosts <= MAX_WSS_HOSTS:
         return (f"--hosts {shape.hosts}: an ODDL testbed with one WSS has 2 to "
                 f"{MAX_WSS_HOSTS} hosts (one receive channel each on the 48-channel grid)")
@@ -69,8 +87,9 @@ def oddl_wss(shape: Shape) -> str:
 def _header(shape: Shape) -> str:
     n = shape.hosts
     kind = "Lab" if shape.lab else "Emulated"
+    named = f" --name {shape.named}" if shape.named else ""
     channels = min(2 * n, MAX_WSS_HOSTS)
-    return f"""# {kind} ODDL testbed with {n} hosts, written by `oddl config new --hosts {n}{' --lab' if shape.lab else ''}`.
+    return f"""# {kind} ODDL testbed with {n} hosts, written by `oddl config new --hosts {n}{' --lab' if shape.lab else ''}{named}`.
 # Topology (TT-FR, as emulated-4node): each host has a tunable transmitter (ITLA) and a fixed
 # receiver that owns one channel; every transmitter enters the common port of one 1x{n} WSS,
 # whose out-port k feeds host k's receiver. Jobs on disjoint hosts run at once, isolated.
@@ -207,3 +226,56 @@ def _fibres(n: int) -> str:
     out += [f'[[fibres]]\nfrom = "wss0.{k + 1}"\n'
             f'to = "pm{k // METER_CHANNELS}.{k % METER_CHANNELS + 1}"\n' for k in range(n)]
     return "\n".join(out)
+
+
+def switched(shape: Shape) -> str:
+    """The testbed file of TopoOpt's shape: `shape.hosts` hosts of `shape.ports` fixed ports,
+    every port on one optical circuit switch, as TOML text."""
+    problem = check_shape(shape)
+    if problem or not shape.ports:
+        raise ValueError(problem or "a switched testbed needs ports per host")
+    n, d, lab = shape.hosts, shape.ports, shape.lab
+    size = n * d
+    named = f" --name {shape.named}" if shape.named else ""
+    head = f"""# {'Lab' if lab else 'Emulated'} testbed of TopoOpt's shape with {n} hosts of {d} ports, written by
+# `oddl config new --hosts {n} --ports {d}{' --lab' if lab else ''}{named}`. Every port's fibres go to one {size}x{size}
+# optical circuit switch (host k's port j: ingress {d}*k + j, egress {size} + {d}*k + j); the
+# switch's connections make the direct-connect topology a job's search chose.
+
+[testbed]
+name = "{shape.name}"
+description = "{n} hosts x {d} ports on one {size}x{size} optical circuit switch"
+{'' if lab else 'seed = 1' + chr(10)}"""
+    switch_resource = "TCPIP0::10.0.0.30::5025::SOCKET" if lab else "emulated"
+    parts = [head, _timing(n, lab), _switched_fabric(n, d, lab), _controller(lab)]
+    for k in range(n):
+        host = f"10.0.0.{11 + k}" if lab else "127.0.0.1"
+        port = "\ndata_port = 5600" if lab else ""
+        parts.append(f'[[nodes]]\nid = "n{k}"\nhost = "{host}"\nports = {d}{port}\n')
+    parts.append(f"""[[devices]]
+id = "ocs0"
+kind = "ocs"
+resource = "{switch_resource}"
+size = {size}
+switch_ms = 25.0          # per connection (a Polatis unit: 25-50 ms)
+timeout_s = 5.0
+""")
+    fibres = []
+    for k in range(n):
+        for j in range(1, d + 1):
+            ingress = d * k + j
+            fibres.append(f'[[fibres]]\nfrom = "n{k}.p{j}.tx"\nto = "ocs0.{ingress}"\n')
+            fibres.append(f'[[fibres]]\nfrom = "ocs0.{size + ingress}"\nto = "n{k}.p{j}.rx"\n')
+    return "\n".join(parts + fibres)
+
+
+def _switched_fabric(n: int, d: int, lab: bool) -> str:
+    if lab:
+        return """[fabric]
+line_rate_gbps = 25.0     # each port's rate (TopoOpt's prototype: 4 x 25 Gbit/s per host)
+link = "direct"
+"""
+    return f"""[fabric]
+line_rate_gbps = {emulated_line_rate_gbps(n * d // 2)}     # per port: what a 2-core machine carries for {n}x{d} ports
+link = "fabric"
+"""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from oddl.common.config import TestbedConfig, load_testbed
 from oddl.common.errors import ConfigError
+from oddl.controller.testbed_model import topology_from_config
 from oddl.launch.processes import ProcessGroup, oddl_command
 from oddl.launch.shipped import shipped_testbed
 
@@ -127,7 +128,9 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     every process records its timeline into that folder (docs/how-to/trace-a-run.md). The caller
     stops the group (also when this raises: what started is in it).
     """
-    total = 2 + len(load_testbed(config).nodes)  # a broken file fails here, before any start
+    cfg = load_testbed(config)  # a broken file fails here, before any start
+    topology_from_config(cfg)  # and one the controller cannot schedule
+    total = 2 + len(cfg.nodes)
     say = progress or (lambda step, steps, what: None)
     resolved = workdir / resolved_name
     say(1, total, "emulated devices and fabric")
