@@ -55,7 +55,7 @@ clean:
 	rm -rf $(VENV) build *.egg-info runs .pytest_cache .ruff_cache .hypothesis
 
 # coverage-guided fuzzing (atheris, Linux x86-64 wheels); not part of `make test`, which runs
-# a short smoke of the same targets (tests/test_fuzz_smoke.py)
+# a short smoke of the same targets (tests/e2e/test_fuzz_smoke.py)
 FUZZ_STAMP := $(VENV)/.installed-fuzz
 $(FUZZ_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,fuzz]'
@@ -72,14 +72,14 @@ soak: $(STAMP)
 
 # the lab rehearsal (docs/how-to/lab-bring-up.md): five hosts in network namespaces on this machine, the wheel
 # installed as a lab installs it, the units' command lines; needs root. `make test` runs it too
-# when the machine allows it (tests/test_lab_rehearsal.py) and says why it skips otherwise.
+# when the machine allows it (tests/e2e/test_lab_rehearsal.py) and says why it skips otherwise.
 LAB_ARGS ?=
 lab: $(TORCH_STAMP)
 	$(BIN)/python -m lab --json runs/lab.json $(LAB_ARGS)
 
 # PyTorch's own distributed suite (the wheel's distributed_test.py) on the oddl backend and on
 # gloo in the same run, on the emulated testbed (docs/how-to/torch-backend.md); `make test` runs its
-# fast subset (tests/test_torch_suite.py)
+# fast subset (tests/top/test_torch_suite.py)
 TORCH_SUITE_ARGS ?= --parallel
 torch-suite: $(TORCH_STAMP)
-	$(BIN)/python tests/torch_suite.py --json runs/torch-suite.json $(TORCH_SUITE_ARGS)
+	$(BIN)/python tests/workers/torch_suite.py --json runs/torch-suite.json $(TORCH_SUITE_ARGS)

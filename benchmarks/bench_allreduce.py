@@ -1,11 +1,14 @@
-"""All-reduce time on the emulated four-node testbed: optical (scheduled) vs ideal network.
+"""All-reduce time on an emulated testbed: optical (scheduled) vs ideal network vs the bound.
 
-Starts the same processes as `oddl demo`, then for each message size runs R all-reduces on
-the optical network and R on the ideal electrical network (same line rate) and reports
-medians and their ratio, plus the slot-gate error of the agents.
+Starts the same processes as `oddl demo` (on the four-node testbed, or `--config` another,
+e.g. the shipped emulated-8node), then for each message size runs R all-reduces on the optical
+network and R on the ideal electrical network (same line rate) and reports medians, their
+ratio, and each against the line-rate bound of any all-reduce, 2(N-1)/N x S / B per node
+(N nodes, S bytes, B the line rate), plus the slot-gate error of the agents.
 
-    python benchmarks/bench_allreduce.py [--sizes 4096,1048576,4194304] [--repeats 10]
-        [--collective ring,halving-doubling,wrht,totientperms,parameter-server] [--json]
+    python benchmarks/bench_allreduce.py [--config FILE] [--sizes 4096,1048576,4194304]
+        [--repeats 10] [--collective ring,halving-doubling,wrht,totientperms,parameter-server]
+        [--json]
 """
 
 from __future__ import annotations
@@ -66,13 +69,16 @@ def measure(tb: RunningTestbed, collectives: list[str], sizes: list[int], repeat
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
-    lines = [f"all-reduce on 4 emulated nodes, {summary['line_rate_gbps']:g} Gbit/s, "
-             f"median of {summary['repeats']}; ratio = optical / ideal electrical",
+    lines = [f"all-reduce on {summary['nodes']} emulated nodes, {summary['line_rate_gbps']:g} "
+             f"Gbit/s, median of {summary['repeats']}; ratio = optical / ideal electrical; "
+             "/bound = over 2(N-1)/N x S / B",
              f"{'collective':<18} {'bytes':>10} {'optical ms':>11} {'ideal ms':>9} {'ratio':>6} "
-             f"{'retunes':>8}"]
+             f"{'bound ms':>9} {'opt/bound':>9} {'ideal/bound':>11} {'retunes':>8}"]
     for r in summary["sizes"]:
         lines.append(f"{r['collective']:<18} {r['bytes']:>10} {r['optical_ms']:>11.2f} "
-                     f"{r['ideal_ms']:>9.2f} {r['ratio']:>6.2f} "
+                     f"{r['ideal_ms']:>9.2f} {r['ratio']:>6.2f} {r['bound_ms']:>9.2f} "
+                     f"{r['optical_ms'] / r['bound_ms']:>9.2f} "
+                     f"{r['ideal_ms'] / r['bound_ms']:>11.2f} "
                      f"{r['retunes_per_allreduce']:>8.1f}")
     ge = summary["gate_error_us"]
     lines.append(f"slot-gate error: p50 {ge['p50']:.1f} µs, p99 {ge['p99']:.1f} µs, "
@@ -97,15 +103,18 @@ def main(argv: list[str] | None = None) -> int:
             Path(tmp), Path(args.config), agent_timeout_s=None) as tb:
         times, retunes, gate = measure(tb, collectives, sizes, args.repeats)
     results = []
+    n, rate_bps = len(tb.cfg.nodes), tb.cfg.fabric.line_rate_gbps * 1e9
     for collective in collectives:
         for size in sizes:
             o = float(np.median(times[(collective, "optical", size)]))
             i = float(np.median(times[(collective, "ideal", size)]))
+            bound = 2 * (n - 1) / n * size * 8 / rate_bps
             results.append({"collective": collective, "bytes": size, "optical_ms": o * 1e3,
-                            "ideal_ms": i * 1e3, "ratio": o / i,
+                            "ideal_ms": i * 1e3, "ratio": o / i, "bound_ms": bound * 1e3,
                             "retunes_per_allreduce": retunes[(collective, size)]})
     g = percentiles(gate)
     summary = {"collectives": collectives, "line_rate_gbps": tb.cfg.fabric.line_rate_gbps,
+               "nodes": n, "testbed": tb.cfg.name,
                "repeats": args.repeats, "sizes": results,
                "gate_error_us": {"p50": g["p50"] * 1e6, "p99": g["p99"] * 1e6,
                                  "max": g["max"] * 1e6, "samples": len(gate)}}

@@ -4,7 +4,7 @@ Python runs a signal handler on the main thread between two bytecodes, possibly 
 thread holds a lock. A handler that calls ``threading.Event.set()`` while the main thread sits
 in ``Event.wait()`` of the same event can therefore block for ever on the event's own lock:
 the process then ignores every later SIGTERM (seen: emulator hosts that outlived their parent's
-death signal, `tests/test_procs.py`). The handler here only stores the signal number; the
+death signal, `tests/top/test_procs.py`). The handler here only stores the signal number; the
 waiting loop polls it between short sleeps.
 """
 

@@ -6,7 +6,7 @@ handler, a RecursionError, an emulator that raises instead of answering an error
 gRPC method that would answer UNKNOWN) is a crash. Targets hold their state (an emulator, a
 controller) for the whole run, as the real process would.
 
-Run by `fuzz/run.py` (coverage-guided, with atheris) and by `tests/test_fuzz_smoke.py`
+Run by `fuzz/run.py` (coverage-guided, with atheris) and by `tests/e2e/test_fuzz_smoke.py`
 (a few hundred random and mutated inputs each, inside `make test`).
 """
 

@@ -4,6 +4,8 @@ the lab CAs the security tests share."""
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,12 @@ def private_runtime(monkeypatch):
     base.rmdir()
 
 
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    """A private folder with a short path (a Unix socket's sun_path is short)."""
+    path = Path(tempfile.mkdtemp(prefix="oddl-bk-", dir="/tmp"))  # short: sun_path
+    path.chmod(0o700)
+    yield path
+    for p in sorted(path.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    path.rmdir()

@@ -2,7 +2,7 @@
 the interceptor that enforces it with the caller's client certificate.
 
 The table :data:`METHOD_RULES` names the RPCs of the ``oddl.v1.Controller`` service by their
-method names, so this ground floor needs no generated code; ``tests/test_security.py`` checks
+method names, so this ground floor needs no generated code; ``tests/common/test_security.py`` checks
 the table against the service descriptor of ``protos/oddl.proto``, and a server that has the
 descriptor may pass it to :class:`AuthorizationInterceptor` to check again at start.
 """
@@ -63,7 +63,7 @@ METHOD_RULES: Mapping[str, Rule] = MappingProxyType({
     "GetDeviceLog": READ_RPC,
 })
 """The one table of the Controller service: method name → :class:`Rule`. Every RPC of the
-service must have an entry (``tests/test_security.py`` checks it against the proto; an
+service must have an entry (``tests/common/test_security.py`` checks it against the proto; an
 :class:`AuthorizationInterceptor` checks the table it is given when it is built)."""
 
 AUXILIARY_RULES: Mapping[str, Rule] = MappingProxyType({

@@ -151,7 +151,7 @@ def build_train_summary(opts: TrainOptions, cfg: TestbedConfig, out: TrainOutcom
         "guard_time_ms": float(job_info.get("guard_time_s", 0.0)) * 1e3,
         "slot_gate_error": percentiles(gate_errors),
         "fabric": out.fabric,
-        # the backend path is not checked bucket by bucket (tests/test_torch_backend.py checks
+        # the backend path is not checked bucket by bucket (tests/top/test_torch_backend.py checks
         # every collective's exactness); None says so
         "all_results_exact": None if opts.backend == "oddl" else bool(opt) and not (
             opt or {}).get("mismatches") and not out.inexact_ranks,

@@ -1,5 +1,5 @@
 """Testbed files of a shape: `oddl config new` writes them, and the shipped files of more than
-four hosts are its output (tests/test_testbed_shapes.py keeps them equal).
+four hosts are its output (tests/top/test_testbed_shapes.py keeps them equal).
 
 `oddl_wss(shape)` is ODDL's shape at any size (the paper's testbed has four hosts): one tunable
 transmitter (ITLA) and one fixed receiver per host, every transmitter into the common port of

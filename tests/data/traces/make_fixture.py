@@ -1,4 +1,4 @@
-"""Writes the hand-built fixture run of tests/test_trace_tools.py (run from the repo root:
+"""Writes the hand-built fixture run of tests/top/test_trace_tools.py (run from the repo root:
 `python tests/data/traces/make_fixture.py`); the files it writes are checked in beside it.
 
 Two nodes, one halving-doubling all-reduce (job j1, seq 3) with two slots per node and one retune
