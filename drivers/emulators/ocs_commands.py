@@ -61,11 +61,11 @@ def split_parameters(text: str) -> list[str]:
     return parts
 
 
-def parse_ports(text: str) -> list[int]:
-    """A channel list ``(@1,2,5:7)`` (spaces allowed, ``(@)`` empty) or one bare port number;
-    -104 otherwise."""
+def parse_ports(text: str, *, bare: bool = False) -> list[int]:
+    """A channel list ``(@1,2,5:7)`` (spaces allowed, ``(@)`` empty), or with `bare` one port
+    number (``PORT? 2``); -104 otherwise."""
     body = text.strip()
-    if body.isdigit():
+    if bare and body.isdigit():
         return [int(body)]
     if not (body.startswith("(@") and body.endswith(")")):
         raise ScpiError(-104)
@@ -145,7 +145,7 @@ class OcsCommands:
     def connect_port(self, params: list[str]) -> str | None:
         if len(params) != 1 or not params[0]:
             raise ScpiError(-109 if not params or not params[0] else -108)
-        ports = self.switch.check_ports(parse_ports(params[0]))
+        ports = self.switch.check_ports(parse_ports(params[0], bare=True))
         if len(ports) != 1:
             raise ScpiError(-224)
         partner = self.switch.partner(ports[0])
