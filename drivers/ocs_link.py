@@ -161,9 +161,10 @@ class OcsLink:
         """Write `text` (one or more lines) and read `lines` answer lines. With `marker`, the
         last line is the error queue's: answer lines stop at the first line that reads as an
         error entry, so a refused query (no answer) comes back as just the status line."""
-        with self.port.held() as transport:
+        with self.port.held():
             if self._dirty:
                 self._resync()
+            transport = self.port.transport  # a new one after a reconnect
             try:
                 transport.write((text + "\n").encode("ascii"))
                 out: list[str] = []

@@ -50,7 +50,7 @@ from oddl.drivers.emulators.scpi import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ERROR_QUEUE_SIZE", "OcsEmulator", "OcsFaults", "Reply"]
+__all__ = ["ERROR_QUEUE_SIZE", "Answer", "OcsEmulator", "OcsFaults", "Reply"]
 
 ERROR_QUEUE_SIZE = 30
 MANUFACTURER = "Polatis"
