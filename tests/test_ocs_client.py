@@ -1,6 +1,6 @@
 """Lab clients of a Polatis switch against ``ocs_serve``, run as its own process.
 
-No published Polatis client could be kept here unchanged (tests/clients/README.md):
+No published Polatis client could be kept here unchanged (docs/reference/devices/ocs.md):
 wllzhk/Polatis_OST_Controller's ``OXC.py`` has no licence (and imports ``telnetlib``, gone
 from Python 3.13); hpn-bristol/devicecontrol-polatis is not on PyPI and no licence for it
 could be read. So:
