@@ -93,6 +93,12 @@ class OcsLink:
 
     def errors(self) -> list[ScpiErrorEntry]:
         """Drain the error queue (``:SYST:ERR?``); oldest first, empty when none."""
+        if not TRACE.on:
+            return self._drain_errors()
+        return traced(self.name, f"ocs {ERROR_NEXT} (drain)", self._drain_errors,
+                      lambda found: describe_errors(found) or "no error")
+
+    def _drain_errors(self) -> list[ScpiErrorEntry]:
         with self.port.lock:
             found: list[ScpiErrorEntry] = []
             for _ in range(MAX_ERRORS_DRAINED):
@@ -135,7 +141,7 @@ class OcsLink:
         first = self._error_line(status_line)
         if first.code == 0:
             return
-        errors = (first, *self.errors())
+        errors = (first, *self._drain_errors())
         raise OcsCommandError(f"{command!r} refused: {describe_errors(errors)}",
                               device=self.name, command=command, errors=errors)
 
@@ -149,7 +155,7 @@ class OcsLink:
     def _drain_stale_errors(self) -> None:
         if self._fresh:
             self._fresh = False
-            stale = self.errors()
+            stale = self._drain_errors()
             if stale:
                 logger.info("%s: errors left from before this session: %s", self.name,
                             describe_errors(stale))
