@@ -1,9 +1,13 @@
-"""The agents the controller knows: registration, heartbeats, liveness, per-node event streams.
+"""The agents the controller knows: sessions, heartbeats, liveness, per-node event queues.
 
 Each node's agent registers (getting a session), sends heartbeats and holds one schedule
 stream open (`WatchSchedule`); the controller pushes `ScheduleEvent`s to a node through its
-queue here. An agent silent for three heartbeat intervals is dead: the collectives it takes
-part in end at every other participant with the reason.
+queue here. An agent silent for three heartbeat intervals is dead (`sweep`).
+
+The registry knows nothing of jobs. What an agent's news means for its jobs (a registered or
+returning agent's peers learn its address, a new stream gets its jobs first, a lost agent ends
+its collectives) is its owner's part, `oddl.controller.core.ControllerCore`, which calls
+`register`, `heartbeat`, `open_stream` and `sweep` under its lock and acts on their answers.
 """
 
 from __future__ import annotations
@@ -13,13 +17,10 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from oddl.common.config import TestbedConfig
-from oddl.controller.jobs import JobManager, JobRecord
-from oddl.controller.wire_views import job_pb
 from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -45,18 +46,31 @@ class AgentRecord:
     """A schedule stream to this agent is open (without one it cannot take part)."""
 
 
-class AgentRegistry:
-    """The registered agents and their event queues; callers hold `lock` around changes that
-    must agree with the jobs (the same lock the servicer takes)."""
+@dataclass(frozen=True)
+class Heard:
+    """What a heartbeat told: whether its session is known (else the agent must register)
+    and whether it came from an agent declared dead (it is back)."""
 
-    def __init__(self, cfg: TestbedConfig, jobs: JobManager, lock: threading.RLock,
-                 errors: Counter[str], log_event: LogEvent):
+    known: bool
+    back: bool = False
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An agent newly declared dead, with the reason its peers are told."""
+
+    node_id: str
+    reason: str
+
+
+class AgentRegistry:
+    """The registered agents and their event queues (its own lock guards them)."""
+
+    def __init__(self, cfg: TestbedConfig, log_event: LogEvent):
         self.cfg = cfg
-        self.jobs = jobs
-        self.lock = lock
-        self.errors = errors
         self.agents: dict[str, AgentRecord] = {}
         self._log_event = log_event
+        self._lock = threading.Lock()
 
     def known_node(self, node_id: str) -> bool:
         """Whether the testbed has this node."""
@@ -66,13 +80,16 @@ class AgentRegistry:
         """Whether the agent sent a heartbeat within three intervals of `now` (monotonic)."""
         return now - rec.last_seen < 3 * self.cfg.controller.heartbeat_s
 
-    def assigned(self, job: JobRecord, node: str) -> pb.ScheduleEvent:
-        """The `JobAssigned` event telling `node` its rank and its peers' data addresses."""
-        peers = {n: self.agents[n].data_address for n in job.nodes
-                 if n in self.agents and self.agents[n].data_address}
-        return pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job),
-                                                        rank=job.nodes.index(node), peers=peers,
-                                                        next_seq=job.last_seq + 1))
+    def dead(self, node_id: str) -> bool:
+        """Whether `node_id`'s agent registered and was declared dead since."""
+        rec = self.agents.get(node_id)
+        return rec is not None and rec.dead
+
+    def data_addresses(self, nodes: tuple[str, ...]) -> dict[str, str]:
+        """The data addresses of the registered nodes of `nodes` that gave one."""
+        with self._lock:
+            return {n: self.agents[n].data_address for n in nodes
+                    if n in self.agents and self.agents[n].data_address}
 
     def push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent) -> None:
         """Queue `event` for every registered node of `nodes`."""
@@ -81,16 +98,10 @@ class AgentRegistry:
             if rec is not None:
                 rec.events.put(event)
 
-    def push_assigned(self, job: JobRecord, exclude: str = "") -> None:
-        """Tell each registered node of `job` (but `exclude`) its assignment."""
-        for n in job.nodes:
-            if n != exclude and n in self.agents:
-                self.agents[n].events.put(self.assigned(job, n))
-
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
         """A (re)registered agent's record, with a new session; its queue and stream carry
-        over, and the peers of its running jobs learn its (new) data address."""
-        with self.lock:
+        over."""
+        with self._lock:
             old = self.agents.get(request.node_id)
             rec = AgentRecord(request.node_id, uuid.uuid4().hex[:12], request.data_address,
                               request.local_api, time.monotonic())
@@ -99,44 +110,34 @@ class AgentRegistry:
                 rec.stream_generation = old.stream_generation
                 rec.streaming = old.streaming
             self.agents[request.node_id] = rec
-            for job in self.jobs.jobs.values():
-                if job.running and request.node_id in job.nodes:
-                    self.push_assigned(job, exclude=request.node_id)
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
         return rec
 
-    def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
-        """Record a heartbeat; False when the session is unknown (the agent must register)."""
-        with self.lock:
+    def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
+        """Record a heartbeat, and whether it brings back an agent declared dead."""
+        with self._lock:
             rec = self.agents.get(request.node_id)
             if rec is None or rec.session != request.session:
-                return False
+                return Heard(known=False)
             rec.last_seen = time.monotonic()
             rec.heartbeat = request
-            if rec.dead:
-                # back without restarting (a link or a stall that ended): its peers wait for
-                # it until its jobs are announced again
-                rec.dead = False
-                logger.info("agent %s answers again", rec.node_id)
-                self._log_event(rec.node_id, "agent back", True, "heartbeats resumed")
-                for job in self.jobs.jobs.values():
-                    if job.running and rec.node_id in job.nodes:
-                        self.push_assigned(job, exclude=rec.node_id)
-        return True
+            if not rec.dead:
+                return Heard(known=True)
+            # back without restarting (a link or a stall that ended)
+            rec.dead = False
+        logger.info("agent %s answers again", rec.node_id)
+        self._log_event(rec.node_id, "agent back", True, "heartbeats resumed")
+        return Heard(known=True, back=True)
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
         """Start a new schedule stream to a registered node (None: not registered): its
-        generation (a newer stream ends older ones), with its running jobs' assignments
-        queued first."""
-        with self.lock:
+        record and generation (a newer stream ends older ones)."""
+        with self._lock:
             rec = self.agents.get(node_id)
             if rec is None:
                 return None
             rec.stream_generation += 1
-            for job in self.jobs.jobs.values():
-                if job.running and node_id in job.nodes:
-                    rec.events.put(self.assigned(job, node_id))
             return rec, rec.stream_generation
 
     def stream(self, rec: AgentRecord, generation: int, active: Callable[[], bool],
@@ -158,36 +159,24 @@ class AgentRegistry:
             if current is not None and current.stream_generation == generation:
                 current.streaming = False
 
-    def monitor(self, stop: threading.Event) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until `stop`."""
-        interval = self.cfg.controller.heartbeat_s
-        while not stop.wait(interval / 2):
-            now = time.monotonic()
-            with self.lock:
-                dying = [rec for rec in self.agents.values()
-                         if not rec.dead and not self.alive(rec, now)]
-                for rec in dying:
-                    rec.dead = True
-                    self._lost(rec, now - rec.last_seen)
-
-    def _lost(self, rec: AgentRecord, silent_s: float) -> None:
-        """End the collectives a dead agent takes part in, at every other participant."""
-        reason = (f"node {rec.node_id} stopped answering (no heartbeat for {silent_s:.1f} s): "
-                  "its agent, its host or its link to the controller is down; its peers' new "
-                  "calls wait for it, and it rejoins by itself once its agent runs and reaches "
-                  "the controller again")
-        logger.warning("%s", reason)
-        self.errors["agent lost"] += 1
-        self._log_event(rec.node_id, "agent lost", False, reason)
-        for job in self.jobs.jobs.values():
-            if not job.running or rec.node_id not in job.nodes:
-                continue
-            others = tuple(n for n in job.nodes if n != rec.node_id)
-            for barrier in self.jobs.abandon_pending(job, reason):
-                self.push(others, pb.ScheduleEvent(go=pb.CollectiveGo(
-                    job_id=job.id, seq=barrier.seq, error=barrier.error)))
-            self.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
-                job_id=job.id, node_id=rec.node_id, reason=reason)))
+    def sweep(self, now: float) -> list[Lost]:
+        """Declare dead every agent silent for three heartbeat intervals at `now`
+        (monotonic) and not dead already; each with the reason its peers are told."""
+        with self._lock:
+            dying = [rec for rec in self.agents.values()
+                     if not rec.dead and not self.alive(rec, now)]
+            for rec in dying:
+                rec.dead = True
+        lost = []
+        for rec in dying:
+            reason = (f"node {rec.node_id} stopped answering (no heartbeat for "
+                      f"{now - rec.last_seen:.1f} s): its agent, its host or its link to the "
+                      "controller is down; its peers' new calls wait for it, and it rejoins by "
+                      "itself once its agent runs and reaches the controller again")
+            logger.warning("%s", reason)
+            self._log_event(rec.node_id, "agent lost", False, reason)
+            lost.append(Lost(rec.node_id, reason))
+        return lost
 
     def status(self, now: float) -> list[pb.AgentStatus]:
         """Every node's agent as `GetStatus` reports it (`now` monotonic)."""

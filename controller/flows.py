@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections.abc import Callable
 
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import OperationRefused
@@ -24,8 +24,7 @@ from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.devices import DeviceManager
 from oddl.controller.flow_book import FlowBook, FlowNumbersExhausted
-from oddl.controller.jobs import JobManager, JobRecord
-from oddl.controller.slot_executor import SlotExecutor
+from oddl.controller.scheduling import TimingModel, Topology
 from oddl.protos import oddl_pb2 as pb
 
 MAX_FLOW_BYTES = 1 << 36
@@ -33,35 +32,45 @@ MAX_FLOW_BYTES = 1 << 36
 RETUNE_TIMEOUT_S = 2.0
 
 
-class FlowDesk:
-    """Grants flows; owns the `FlowBook`."""
+def check_request(request: pb.RequestFlowRequest, job_id: str, nodes: tuple[str, ...]) -> None:
+    """OperationRefused for a flow request job `job_id` (of `nodes`) cannot carry."""
+    if request.dst not in nodes or request.dst == request.node_id:
+        raise OperationRefused(
+            f"a flow from {request.node_id} to {request.dst!r}: the receiver must be "
+            f"another node of job {job_id} ({', '.join(nodes)})")
+    if not 0 < request.message_bytes <= MAX_FLOW_BYTES:
+        raise OperationRefused(f"a flow of {request.message_bytes} B; send 1 B to "
+                               f"{MAX_FLOW_BYTES:,} B")
 
-    def __init__(self, cfg: TestbedConfig, jobs: JobManager, devices: DeviceManager,
-                 executor: SlotExecutor, lock: threading.RLock, errors: Counter[str]):
+
+class FlowDesk:
+    """Grants flows; owns the `FlowBook`. Its owner checks the request against the job
+    (`check_request`) and waits for the job's collective slots to end before asking."""
+
+    def __init__(self, cfg: TestbedConfig, topology: Topology, timing: TimingModel,
+                 devices: DeviceManager, count_error: Callable[[str], None]):
         self.cfg = cfg
-        self.jobs = jobs
+        self.topology = topology
+        self.timing = timing
         self.devices = devices
-        self.executor = executor
-        self.lock = lock
-        self.errors = errors
+        self.count_error = count_error
         self.book = FlowBook()
         self.granted = 0
         self.retunes = 0
         self._grants = threading.Lock()
 
-    def request(self, request: pb.RequestFlowRequest) -> pb.FlowGrant:
-        """The grant of a flow; OperationRefused naming what is wrong with the request, or
-        the device when the circuit could not be made (nothing was sent)."""
-        job = self._checked(request)
-        self.executor.join(job.id)  # the job's collective slots end before its lasers move
+    def grant(self, request: pb.RequestFlowRequest, job_id: str, network: str,
+              submitted_ns: int) -> pb.FlowGrant:
+        """The grant of a checked flow of job `job_id`; OperationRefused naming the device
+        when the circuit could not be made (nothing was sent)."""
         src, dst = request.node_id, request.dst
         tx = self.cfg.node(src).transmitter
-        channel = self.jobs.topology.node(dst).rx_channel
-        timing = self.jobs.timing
+        channel = self.topology.node(dst).rx_channel
+        timing = self.timing
         with self._grants:
             guard_s, retuned = 0.0, False
-            if job.network != "ideal" and self.devices.verified.channels.get(tx) != channel:
-                guard_s = self._retune(job, src, dst, tx, channel)
+            if network != "ideal" and self.devices.verified.channels.get(tx) != channel:
+                guard_s = self._retune(job_id, src, dst, tx, channel)
                 retuned = True
             # the sender is the only one to tell, and it waits for this reply: its window may
             # open now (a retune above is locked already); the book keeps it after the
@@ -69,14 +78,14 @@ class FlowDesk:
             earliest = time.time()
             try:
                 window = self.book.book(
-                    (job.id, src, dst, request.tag), tx, dst, earliest,
+                    (job_id, src, dst, request.tag), tx, dst, earliest,
                     timing.hold_s(request.message_bytes), timing.slot_margin_s + timing.skew_s,
-                    max(0.0, time.time() - job.submitted_ns / 1e9))
+                    max(0.0, time.time() - submitted_ns / 1e9))
             except FlowNumbersExhausted as exc:
-                raise OperationRefused(f"job {job.id}: {exc}") from None
+                raise OperationRefused(f"job {job_id}: {exc}") from None
             self.granted += 1
         if TRACE.on:
-            trace_hooks.control("flow grant", job.id, window.number, src=src, dst=dst,
+            trace_hooks.control("flow grant", job_id, window.number, src=src, dst=dst,
                                 tag=request.tag, bytes=request.message_bytes,
                                 channel=channel, retuned=retuned,
                                 t0_ns=round(window.t0_s * 1e9))
@@ -84,19 +93,7 @@ class FlowDesk:
                             hold_s=window.hold_s, channel=channel, retuned=retuned,
                             guard_s=guard_s)
 
-    def _checked(self, request: pb.RequestFlowRequest) -> JobRecord:
-        with self.lock:
-            job = self.jobs.running_with(request.job_id, request.node_id)
-            if request.dst not in job.nodes or request.dst == request.node_id:
-                raise OperationRefused(
-                    f"a flow from {request.node_id} to {request.dst!r}: the receiver must be "
-                    f"another node of job {job.id} ({', '.join(job.nodes)})")
-            if not 0 < request.message_bytes <= MAX_FLOW_BYTES:
-                raise OperationRefused(f"a flow of {request.message_bytes} B; send 1 B to "
-                                       f"{MAX_FLOW_BYTES:,} B")
-            return job
-
-    def _retune(self, job: JobRecord, src: str, dst: str, tx: str, channel: int) -> float:
+    def _retune(self, job_id: str, src: str, dst: str, tx: str, channel: int) -> float:
         """Tune `tx` to `channel` once its previous flow is off the air; the time it took."""
         free_at = self.book.transmitter_free_at(tx)
         if free_at > time.time():
@@ -106,11 +103,11 @@ class FlowDesk:
         if TRACE.on:
             TRACE.complete(trace_hooks.Track("controller", f"retunes {tx}"),
                            f"retune {tx} -> ch {channel}", "retune", start_ns, time.time_ns(),
-                           {"job": job.id, "flow": f"{src} -> {dst}", "transmitter": tx,
+                           {"job": job_id, "flow": f"{src} -> {dst}", "transmitter": tx,
                             "channel": channel, "ok": not errors, "errors": errors})
         if errors:
-            self.errors["flow retune failed"] += 1
-            raise OperationRefused(f"a flow from {src} to {dst} of job {job.id} needs {tx} on "
+            self.count_error("flow retune failed")
+            raise OperationRefused(f"a flow from {src} to {dst} of job {job_id} needs {tx} on "
                               f"channel {channel}; the retune failed ({'; '.join(errors)}), "
                               f"so nothing was sent: see `oddl devices log {tx}`")
         self.retunes += 1

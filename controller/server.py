@@ -136,7 +136,7 @@ class ControllerServer:
             if restored:
                 logger.warning("restored %s: they no longer held the verified configuration",
                                ", ".join(restored))
-                self.service.errors["device restored"] += 1
+                self.service.core.count_error("device restored")
 
     def _metric_state(self) -> Iterator[Any]:
         return _metric_state_of(self)
@@ -155,11 +155,11 @@ class ControllerServer:
 
 
 def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
-    svc, dm = server.service, server.devices
+    core, dm = server.service.core, server.devices
     yield counter("oddl_reconfigurations_total", "Transmitter retunes applied", dm.reconfigurations)
     yield counter("oddl_transactions_failed_total", "Reconfiguration transactions rolled back",
                   dm.transactions_failed)
-    jobs = list(svc.jobs.jobs.values())
+    jobs = list(core.jobs)
     yield counter("oddl_guard_time_seconds_total", "Guard time in executed schedules",
                   sum(j.guard_time_s for j in jobs))
     done = None
@@ -169,17 +169,17 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     if done is not None:
         yield done
     yield counter("oddl_collectives_failed_total", "Collectives that failed at some node",
-                  svc.collectives_failed)
+                  core.collectives_failed)
     kinds = None
-    for kind, n in sorted(svc.errors.items()):
+    for kind, n in sorted(core.errors.items()):
         kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
     if kinds is not None:
         yield kinds
-    yield counter("oddl_flows_total", "Point-to-point flows granted", svc.flows.granted)
+    yield counter("oddl_flows_total", "Point-to-point flows granted", core.flows.granted)
     yield counter("oddl_flow_retunes_total", "Transmitter retunes made for point-to-point flows",
-                  svc.flows.retunes)
+                  core.flows.retunes)
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
-                svc.registry.alive_count())
+                core.registry.alive_count())
 
 
 def is_loopback(address: str) -> bool:

@@ -1,18 +1,15 @@
-"""The Controller gRPC servicer: thin RPC methods over the controller's parts.
+"""The Controller gRPC servicer: a thin translator over the controller's core.
 
-The decisions live elsewhere: `JobManager` (admission, schedules, barriers), `DeviceManager`
-(verified transactions), `AgentRegistry` (agents, heartbeats, event streams),
-`CollectiveStarts` (go, standing starts) and `SlotExecutor` with its pure core
-`oddl.controller.scheduling.slot_grants` (retunes and grants at slot edges). Each method here
-translates one request into calls on them and a refusal into a gRPC status.
+Each method turns one request into one call on `ControllerCore` (jobs, barriers, agents'
+news, flows; `oddl.controller.core`), on its registry for a stream's events, or on the
+`DeviceManager` for the devices' own state, and a refusal (an `OddlError`) into a gRPC status.
+It holds no state of its own beyond the clock service's port.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import NoReturn, TypeVar
 
@@ -21,22 +18,15 @@ import grpc
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import OddlError, OperationRefused, SafetyLimitError
 from oddl.common.metrics import Metrics
-from oddl.controller.agent_registry import AgentRegistry
-from oddl.controller.collective_starts import CollectiveStarts
+from oddl.controller.core import ControllerCore
 from oddl.controller.device_types import Configuration, TransactionError
 from oddl.controller.devices import DeviceManager
-from oddl.controller.flows import FlowDesk
-from oddl.controller.jobs import JobManager, JobRecord
-from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
-from oddl.controller.testbed_model import timing_from_config, topology_from_config
 from oddl.controller.trace_switch import set_trace
 from oddl.controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
 from oddl.drivers.interfaces import Route
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -58,48 +48,29 @@ class ControllerService(pb_grpc.ControllerServicer):
                  metrics: Metrics | None = None, store: Store | None = None):
         self.cfg = cfg
         self.devices = devices
-        self.metrics = metrics
-        self.topology = topology_from_config(cfg)
+        self.core = ControllerCore(cfg, devices, metrics, store)
         self.clock_port = 0
         """The UDP clock service's port, told to agents at registration (0: none)."""
-        self.timing = timing_from_config(cfg)
-        self.jobs = JobManager(cfg, self.topology, self.timing, store)
-        self.errors: Counter[str] = Counter()
-        self._lock = threading.RLock()
-        self.registry = AgentRegistry(cfg, self.jobs, self._lock, self.errors, devices.log_event)
-        self.slots = SlotExecutor(devices, self._circuits_ready, self.errors, metrics,
-                                  line_rate_gbps=cfg.fabric.line_rate_gbps, testbed=cfg.path)
-        self.starts = CollectiveStarts(cfg, self.jobs, devices, self.registry, self.slots,
-                                       self._lock, self.errors)
-        self.flows = FlowDesk(cfg, self.jobs, devices, self.slots, self._lock, self.errors)
 
     @property
     def stopped(self) -> threading.Event:
         """Set when the service closes: streams, executors and monitors end."""
-        return self.slots.stop
-
-    @property
-    def collectives_failed(self) -> int:
-        """Collectives some node reported failed."""
-        return self.starts.collectives_failed
+        return self.core.slots.stop
 
     def close(self) -> None:
         """Stop the streams and executors."""
-        self.slots.close()
+        self.core.close()
 
     def retuning(self) -> bool:
         """Whether a collective's slots are being executed (retunes may be due any moment)."""
-        return self.slots.retuning()
+        return self.core.slots.retuning()
 
     def monitor(self) -> None:
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
-        self.registry.monitor(self.stopped)
-
-    def _circuits_ready(self, job: JobRecord, seq: int, slot: int, error: str) -> None:
-        self.starts.circuits_ready(job, seq, slot, error)
+        self.core.monitor(self.stopped)
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
-        self.errors[type(exc).__name__] += 1
+        self.core.count_error(type(exc).__name__)
         context.abort(status_code(exc), str(exc))
         raise AssertionError("context.abort returns only by raising")  # pragma: no cover
 
@@ -119,9 +90,9 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     # ---- agents -----------------------------------------------------------------------
     def RegisterAgent(self, request, context):  # noqa: N802 (gRPC names)
-        if not self.registry.known_node(request.node_id):
+        if not self.core.registry.known_node(request.node_id):
             self._unknown_node(context, request.node_id)
-        rec = self.registry.register(request)
+        rec = self.core.register(request)
         return pb.RegisterAgentReply(session=rec.session,
                                      heartbeat_interval_s=self.cfg.controller.heartbeat_s,
                                      topology=topology_pb(self.cfg),
@@ -131,7 +102,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                                      clock_port=self.clock_port)
 
     def Heartbeat(self, request, context):  # noqa: N802
-        known = self.registry.heartbeat(request)
+        known = self.core.heartbeat(request)
         return pb.HeartbeatReply(controller_time_ns=time.time_ns(), reregister=not known)
 
     def SyncClock(self, request, context):  # noqa: N802
@@ -140,73 +111,47 @@ class ControllerService(pb_grpc.ControllerServicer):
                                  controller_send_ns=time.time_ns())
 
     def WatchSchedule(self, request, context) -> Iterator[pb.ScheduleEvent]:  # noqa: N802
-        opened = self.registry.open_stream(request.node_id)
+        opened = self.core.open_stream(request.node_id)
         if opened is None:
-            if not self.registry.known_node(request.node_id):
+            if not self.core.registry.known_node(request.node_id):
                 self._unknown_node(context, request.node_id)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"{request.node_id} is not registered; call RegisterAgent first")
             return
-        yield from self.registry.stream(*opened, context.is_active, self.stopped)
+        yield from self.core.registry.stream(*opened, context.is_active, self.stopped)
 
     # ---- collectives ------------------------------------------------------------------
     def ReadyCollective(self, request, context):  # noqa: N802
-        self._refusing(context, lambda: self.starts.ready(request))
+        self._refusing(context, lambda: self.core.ready(request))
         return pb.ReadyCollectiveReply()
 
     def StartStanding(self, request, context):  # noqa: N802
-        self._refusing(context, lambda: self.starts.start_standing(request))
+        self._refusing(context, lambda: self.core.start_standing(request))
         return pb.StartStandingReply()
 
     def RequestFlow(self, request, context):  # noqa: N802
-        return self._refusing(context, lambda: self.flows.request(request))
+        return self._refusing(context, lambda: self.core.request_flow(request))
 
     def ConfirmDelivery(self, request, context):  # noqa: N802
-        self.slots.confirmations.add(request.job_id, request.seq, request.slot, request.src)
+        self.core.confirm(request)
         return pb.ConfirmDeliveryReply()
 
     def ReportCollective(self, request, context):  # noqa: N802
-        self.starts.report(request)
+        self.core.report(request)
         return pb.ReportCollectiveReply()
 
     # ---- jobs -------------------------------------------------------------------------
     def SubmitJob(self, request, context):  # noqa: N802
-        with self._lock:
-            try:
-                job, target = self.jobs.admit(request.name, list(request.nodes),
-                                              request.collective, request.network,
-                                              dict(request.params), time.time_ns())
-            except OddlError as exc:
-                self._refuse(context, exc)
-        try:
-            if target.channels or target.wss_tables:
-                self.devices.transact(target, reason=f"admit {job.id}")
-        except OddlError as exc:
-            with self._lock:
-                self.jobs.end(job.id, "failed", f"job-scale configuration failed: {exc}")
-            self._refuse(context, exc)
-        with self._lock:
-            self.registry.push_assigned(job)
-        logger.info("admitted %s (%s on %s, %s network)", job.id, job.collective,
-                    ",".join(job.nodes), job.network)
-        return job_pb(job)
+        return job_pb(self._refusing(context, lambda: self.core.submit(request)))
 
     def CancelJob(self, request, context):  # noqa: N802
-        with self._lock:
-            try:
-                job = self.jobs.end(request.job_id, "cancelled", "cancelled by the operator")
-            except OddlError as exc:
-                self._refuse(context, exc)
-            self.registry.push(job.nodes, pb.ScheduleEvent(ended=pb.JobEnded(
-                job_id=job.id, reason=job.reason)))
-            return job_pb(job)
+        return job_pb(self._refusing(context, lambda: self.core.cancel(request.job_id)))
 
     def ListJobs(self, request, context):  # noqa: N802
-        with self._lock:
-            return pb.ListJobsReply(jobs=[job_pb(j) for j in self.jobs.jobs.values()])
+        return pb.ListJobsReply(jobs=self.core.job_views())
 
     def GetSchedule(self, request, context):  # noqa: N802
-        return self._refusing(context, lambda: self.starts.schedule_pb(
+        return self._refusing(context, lambda: self.core.schedule_pb(
             request.job_id, request.message_bytes, request.itemsize, request.kind or "all_reduce",
             request.root))
 
@@ -215,12 +160,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         return topology_pb(self.cfg)
 
     def GetStatus(self, request, context):  # noqa: N802
-        with self._lock:
-            return pb.Status(testbed=self.cfg.name, controller_time_ns=time.time_ns(),
-                             agents=self.registry.status(time.monotonic()),
-                             jobs=[job_pb(j) for j in self.jobs.jobs.values()],
-                             reconfigurations=self.devices.reconfigurations,
-                             transactions_failed=self.devices.transactions_failed)
+        return self.core.status()
 
     def GetDeviceState(self, request, context):  # noqa: N802
         return device_states_pb(self.devices)
@@ -230,7 +170,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     # ---- operator changes -------------------------------------------------------------
     def SetTrace(self, request, context):  # noqa: N802
-        return self._refusing(context, lambda: set_trace(self.cfg, self.registry, request))
+        return self._refusing(context, lambda: set_trace(self.cfg, self.core.registry, request))
 
     def Reconfigure(self, request, context):  # noqa: N802
         kind = request.WhichOneof("change")

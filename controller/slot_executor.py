@@ -7,6 +7,11 @@ retunes through the `DeviceManager`, ``CircuitsReady`` pushes to the job's nodes
 a failure with its reason), guard-phase metrics. A late confirmation or a failed retune delays
 or fails this one collective with a reason; it never cuts a frame off, collides two senders,
 or sends light to the wrong node.
+
+It is given what it needs of a job as values (its id, a `running()` predicate) and tells its
+owner what it did through `SlotReports`: the grants and failures to push, the retunes made
+(the owner counts them into the job under its lock), the errors to count. It never touches a
+job's record.
 """
 
 from __future__ import annotations
@@ -14,15 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from oddl.common.errors import OddlError
 from oddl.common.metrics import Metrics
 from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.devices import DeviceManager
-from oddl.controller.jobs import JobRecord
 from oddl.controller.scheduling.slot_grants import (
     RETUNE_FAILED,
     GatedSlot,
@@ -37,8 +41,22 @@ from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-CircuitsReady = Callable[[JobRecord, int, int, str], None]
-"""Push ``CircuitsReady(job, seq, slot, error)`` to the job's nodes."""
+Running = Callable[[], bool]
+"""Whether the collective's job still runs (a job that ended fails its remaining slots)."""
+
+
+class SlotReports(Protocol):
+    """What the executor tells its owner, from the executor's threads."""
+
+    def circuits_ready(self, job_id: str, seq: int, slot: int, error: str) -> None:
+        """Push ``CircuitsReady`` for `slot` of collective `seq` to the job's nodes: a grant
+        (no `error`) or the reason the slot cannot go."""
+
+    def retuned(self, job_id: str, transmitters: int) -> None:
+        """`transmitters` transmitters of `job_id` were retuned (whether or not they lock)."""
+
+    def count_error(self, kind: str) -> None:
+        """Count one error of `kind` (``oddl_errors_total``)."""
 
 
 class Confirmations:
@@ -114,18 +132,17 @@ def sleep_until(t: float, stop: threading.Event, clock: Callable[[], float] = ti
 class SlotExecutor:
     """Runs the gated slots of each job's current collective on a thread of its own."""
 
-    def __init__(self, devices: DeviceManager, circuits_ready: CircuitsReady,
-                 errors: Counter[str], metrics: Metrics | None = None,
+    def __init__(self, devices: DeviceManager, reports: SlotReports,
+                 metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time, line_rate_gbps: float = 0.0,
                  testbed: str = ""):
         self.devices = devices
         self.line_rate_gbps = line_rate_gbps
         self.testbed = testbed
         self.metrics = metrics
-        self.errors = errors
         self.confirmations = Confirmations()
         self.stop = threading.Event()
-        self._circuits_ready = circuits_ready
+        self._reports = reports
         self._clock = clock
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
@@ -144,28 +161,28 @@ class SlotExecutor:
         """Whether a collective's slots are being executed (retunes may be due any moment)."""
         return any(t.is_alive() for t in list(self._threads.values()))
 
-    def launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> bool:
-        """Start executing collective `seq` of `job` (the schedule and `t0` of `go`), if any
-        of its slots changes circuits; whether it did."""
+    def launch(self, job_id: str, seq: int, go: pb.CollectiveGo, running: Running) -> bool:
+        """Start executing collective `seq` of `job_id` (the schedule and `t0` of `go`), if
+        any of its slots changes circuits; whether it did."""
         slots = gated_slots(go.schedule, go.t0_ns / 1e9)
         if not slots:
             return False
-        t = threading.Thread(target=self._execute, args=(job, seq, slots),
-                             name=f"slots-{job.id}", daemon=True)
+        t = threading.Thread(target=self._execute, args=(job_id, seq, slots, running),
+                             name=f"slots-{job_id}", daemon=True)
         with self._lock:
-            self._threads[job.id] = t
+            self._threads[job_id] = t
         t.start()
         return True
 
-    def _execute(self, job: JobRecord, seq: int, slots: list[GatedSlot]) -> None:
+    def _execute(self, job_id: str, seq: int, slots: list[GatedSlot], running: Running) -> None:
         core = SlotGrants(slots)
         try:
             while not self.stop.is_set():
-                version, arrived = self.confirmations.of(job.id, seq)
+                version, arrived = self.confirmations.of(job_id, seq)
                 for slot, src in arrived:
                     core.confirm(slot, src)
-                decision = core.decide(self._clock(), running=job.running)
-                if self._carry_out(job, seq, core, decision):
+                decision = core.decide(self._clock(), running=running())
+                if self._carry_out(job_id, seq, core, decision):
                     return
                 if decision.retune is not None or decision.wake_at is None:
                     continue  # a retune was carried out: decide again at once
@@ -176,49 +193,49 @@ class SlotExecutor:
                     self.confirmations.wait(
                         version, min(max(decision.wake_at - self._clock(), 0.0), 0.05))
         finally:
-            self.confirmations.forget(job.id, seq)
-            trace_hooks.forget(job.id, seq)
+            self.confirmations.forget(job_id, seq)
+            trace_hooks.forget(job_id, seq)
 
-    def _carry_out(self, job: JobRecord, seq: int, core: SlotGrants,
+    def _carry_out(self, job_id: str, seq: int, core: SlotGrants,
                    decision: SlotDecision) -> bool:
         """Push the grants, perform the retune, report the failure; True when finished."""
         for grant in decision.grants:
-            self._grant(job, seq, grant)
+            self._grant(job_id, seq, grant)
         if decision.retune is not None:
             started = time.time_ns()
-            errors = self._retune(job, decision.retune)
+            errors = self._retune(job_id, decision.retune)
             core.retuned(decision.retune.slot, errors)
             if TRACE.on:
-                trace_hooks.retuned(job.id, seq, decision.retune, started, errors)
+                trace_hooks.retuned(job_id, seq, decision.retune, started, errors)
         if decision.failure is not None:
-            self._fail(job, seq, decision.failure)
+            self._fail(job_id, seq, decision.failure)
         return decision.done
 
-    def _retune(self, job: JobRecord, order: RetuneOrder) -> list[str]:
+    def _retune(self, job_id: str, order: RetuneOrder) -> list[str]:
         try:
             errors = self.devices.retune(dict(order.channels), timeout=order.timeout_s)
         except OddlError as exc:
             errors = [str(exc)]
-        job.reconfigurations += len(order.channels)
+        self._reports.retuned(job_id, len(order.channels))
         return errors
 
-    def _grant(self, job: JobRecord, seq: int, grant: Grant) -> None:
+    def _grant(self, job_id: str, seq: int, grant: Grant) -> None:
         granted = self._clock()
         late = granted - grant.data_start_s
-        self._circuits_ready(job, seq, grant.slot, "")
+        self._reports.circuits_ready(job_id, seq, grant.slot, "")
         if TRACE.on:
-            trace_hooks.control("grant", job.id, seq, slot=grant.slot, late_us=late * 1e6)
+            trace_hooks.control("grant", job_id, seq, slot=grant.slot, late_us=late * 1e6)
         if self.metrics is not None:
             self.metrics.overrun.observe(max(late, 0.0))
             self.metrics.guard_phase.labels("confirmed").observe(
                 max(grant.confirmed_s - grant.edge_s, 0))
             self.metrics.guard_phase.labels("granted").observe(max(granted - grant.edge_s, 0))
         if late > 0:
-            logger.warning("job %s %s", job.id, late_grant_advice(
+            logger.warning("job %s %s", job_id, late_grant_advice(
                 grant, granted, self.line_rate_gbps, self.testbed))
 
-    def _fail(self, job: JobRecord, seq: int, failure: SlotFailure) -> None:
-        self.errors[failure.kind] += 1
-        self._circuits_ready(job, seq, failure.slot, failure.reason)
+    def _fail(self, job_id: str, seq: int, failure: SlotFailure) -> None:
+        self._reports.count_error(failure.kind)
+        self._reports.circuits_ready(job_id, seq, failure.slot, failure.reason)
         if failure.kind == RETUNE_FAILED:
-            logger.error("job %s slot %d: %s", job.id, failure.slot, failure.reason)
+            logger.error("job %s slot %d: %s", job_id, failure.slot, failure.reason)

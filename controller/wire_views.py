@@ -17,6 +17,12 @@ def job_pb(job: JobRecord) -> pb.Job:
                   submitted_ns=job.submitted_ns, params=job.params)
 
 
+def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.ScheduleEvent:
+    """The `JobAssigned` event telling `node` its rank and its peers' data addresses."""
+    return pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job), rank=job.nodes.index(node),
+                                                    peers=peers, next_seq=job.last_seq + 1))
+
+
 def topology_pb(cfg: TestbedConfig) -> pb.Topology:
     """The testbed's grid, nodes and devices."""
     return pb.Topology(

@@ -2,7 +2,7 @@
 
 The ground truth for the simulator is the emulated four-node testbed. For a testbed file this
 module builds the SAME schedule the controller builds (`topology_from_config`,
-`timing_from_config` and `schedule_plan`, as in `oddl.controller.jobs`), in steady state
+`timing_from_config` and `schedule_plan`, as in `oddl.controller.schedules`), in steady state
 (the transmitters start on the channels the previous collective left them on), and predicts
 the time a training process waits in ``AgentClient.allreduce``:
 

@@ -19,15 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from beds import Bench
-from helpers import EMULATED, wait_until
+from helpers import wait_until
 
 from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.client.every_rank import allreduce_all
-from oddl.common.config import parse_testbed
 from oddl.common.errors import CollectiveError, StepMismatch, StepPassed
 from oddl.common.pairing import passed_by, refusal, step_mismatch, step_passed
-from oddl.controller.jobs import JobManager
-from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.controller.barriers import BarrierBook
 from oddl.launch.testbed import agent_command
 
 NODES = ("n0", "n1", "n2", "n3")
@@ -50,21 +48,19 @@ def test_a_rank_behind_another_is_told_it_was_passed():
 
 
 def test_the_controllers_barrier_refuses_calls_of_different_steps():
-    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
-    jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    job, _ = jobs.admit("x", [], "ring", "optical", {}, 0)
+    barriers, job = BarrierBook(), "job-1"
     outcome = None
     for node, step in zip(NODES, (9, 9, 3, 9), strict=True):
-        outcome = jobs.ready(job.id, 1, node, [10], "<f4", step)
+        outcome = barriers.ready(job, len(NODES), 1, node, [10], "<f4", step)
     assert outcome is not None and "n2 at step 3" in outcome.error
     # each node learns the steps with the refusal: the one behind goes on, the others wait
     assert outcome.caller_steps == {"n0": 9, "n1": 9, "n2": 3, "n3": 9}
-    behind = refusal("n2", job.id, 1, outcome.caller_steps, outcome.error)
+    behind = refusal("n2", job, 1, outcome.caller_steps, outcome.error)
     assert isinstance(behind, StepPassed) and "n0 is already at step 9" in str(behind)
-    ahead = refusal("n0", job.id, 1, outcome.caller_steps, outcome.error)
+    ahead = refusal("n0", job, 1, outcome.caller_steps, outcome.error)
     assert type(ahead) is StepMismatch and str(ahead) == outcome.error
     for node in NODES:
-        outcome = jobs.ready(job.id, 2, node, [10], "<f4", 10)
+        outcome = barriers.ready(job, len(NODES), 2, node, [10], "<f4", 10)
     assert outcome is not None and not outcome.error and outcome.n_elems == 10
 
 
@@ -138,31 +134,24 @@ def test_an_agent_restart_never_pairs_different_training_steps(bench: Bench):
 def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     # a link that was down: the node never restarts, its heartbeats resume; its peers wait
     # for it until the controller announces the job again (oddl.agents.agent_jobs: down cleared)
-    from collections import Counter
+    from core_parts import events, register_all, unconnected_core
 
-    from oddl.controller.agent_registry import AgentRegistry
     from oddl.protos import oddl_pb2 as pb
 
-    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
-    jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    job, _ = jobs.admit("x", [], "ring", "optical", {}, 0)
-    events: list[tuple[str, str]] = []
-    registry = AgentRegistry(cfg, jobs, threading.RLock(), Counter(),
-                             lambda node, action, ok, detail: events.append((node, action)))
-    sessions = {n: registry.register(pb.RegisterAgentRequest(node_id=n)).session for n in NODES}
-    for n in NODES:
-        while not registry.agents[n].events.empty():
-            registry.agents[n].events.get()
-    registry.agents["n1"].dead = True
-    assert registry.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
-    assert ("n1", "agent back") in events and not registry.agents["n1"].dead
+    core = unconnected_core()
+    job, _ = core.admit("x", [], "ring", "optical", {}, 0)
+    sessions = register_all(core)
+    core.registry.agents["n1"].dead = True
+    assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert not core.registry.agents["n1"].dead
+    assert any(e.action == "agent back" and e.device == "n1" for e in core.devices.events)
     for n in ("n0", "n2", "n3"):
-        event = registry.agents[n].events.get_nowait()
+        (event,) = events(core, n)
         assert event.assigned.job.id == job.id
-    assert registry.agents["n1"].events.empty()
+    assert events(core, "n1") == []
     # a heartbeat of a live node announces nothing
-    assert registry.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
-    assert registry.agents["n0"].events.empty()
+    assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert events(core, "n0") == []
 
 def _behind_is_refused_then_pairs(trainers: dict[str, AgentClient],
                                   rng: np.random.Generator,

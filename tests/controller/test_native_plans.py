@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from core_parts import go_of, ready, register_all, unconnected_core
 from helpers import EMULATED
 from plan_checks import TIMING
 
@@ -20,7 +21,7 @@ from oddl.cli.plan import main as plan_main
 from oddl.common.collective_kinds import check_call, check_on_job, work_blocks
 from oddl.common.config import parse_testbed
 from oddl.common.errors import OperationRefused, PlanError, StepMismatch
-from oddl.controller.jobs import JobManager
+from oddl.controller.barriers import BarrierBook
 from oddl.controller.scheduling import (
     Topology,
     execute_plan,
@@ -149,22 +150,21 @@ def test_the_receive_offset_travels_and_old_plans_stay_byte_identical():
 
 
 def test_the_barrier_refuses_mismatched_calls_and_optinc_other_than_sum():
-    cfg = parse_testbed(EMULATED.read_text(), str(EMULATED))
-    jobs = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    job, _ = jobs.admit("x", [], "ring", "optical", {}, 0)
+    barriers, nodes = BarrierBook(), ("n0", "n1", "n2", "n3")
     calls = [("all_reduce", "sum", 0), ("all_reduce", "max", 0)] * 2
-    for node, call in zip(job.nodes, calls, strict=True):
-        outcome = jobs.ready(job.id, 1, node, [8], "<f4", 0, call)
+    for node, call in zip(nodes, calls, strict=True):
+        outcome = barriers.ready("job-1", 4, 1, node, [8], "<f4", 0, call)
     assert outcome is not None and "n0: all_reduce sum, n1: all_reduce max" in outcome.error
-    for node in job.nodes:
-        outcome = jobs.ready(job.id, 2, node, [8], "<f4", 0, ("broadcast", "sum", 2))
+    for node in nodes:
+        outcome = barriers.ready("job-1", 4, 2, node, [8], "<f4", 0, ("broadcast", "sum", 2))
     assert outcome is not None and not outcome.error
     assert (outcome.kind, outcome.root, outcome.n_elems) == ("broadcast", 2, 8)
-    optinc = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    ojob, _ = optinc.admit("o", [], "optinc", "optical", {}, 0)
+    core = unconnected_core()
+    ojob, _ = core.admit("o", [], "optinc", "optical", {}, 0)
+    register_all(core)
     for node in ojob.nodes:
-        outcome = optinc.ready(ojob.id, 1, node, [8], "<f4", 0, ("all_reduce", "max", 0))
-    assert outcome is not None and "averages the uploads in the network" in outcome.error
+        ready(core, ojob.id, 1, node, [8], "<f4", 0, ("all_reduce", "max", 0))
+    assert "averages the uploads in the network" in go_of(core, "n0").error
 
 
 def test_the_agent_refuses_what_the_job_cannot_serve():

@@ -9,7 +9,6 @@ from collections import Counter
 from typing import Any
 
 from oddl.common.errors import SafetyLimitError
-from oddl.controller.jobs import JobRecord
 from oddl.controller.slot_executor import Confirmations, SlotExecutor, gated_slots
 from oddl.protos import oddl_pb2 as pb
 
@@ -41,22 +40,36 @@ def _schedule() -> pb.Schedule:
     return s
 
 
-def _job() -> JobRecord:
-    return JobRecord("job-1", "t", ("n0", "n1", "n2"), "ring", "optical", {}, 0)
+class _Reports:
+    """What the executor reported: pushes, retunes per job, errors by kind."""
+
+    def __init__(self) -> None:
+        self.pushed: list[tuple[int, str]] = []
+        self.retunes: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def circuits_ready(self, job_id: str, seq: int, slot: int, error: str) -> None:
+        assert (job_id, seq) == ("job-1", 7)
+        self.pushed.append((slot, error))
+
+    def retuned(self, job_id: str, transmitters: int) -> None:
+        self.retunes[job_id] += transmitters
+
+    def count_error(self, kind: str) -> None:
+        self.errors[kind] += 1
 
 
 def _run(devices: Any, t0_s: float, confirm: bool) -> tuple[list[tuple[int, str]], Counter[str]]:
-    pushed: list[tuple[int, str]] = []
-    errors: Counter[str] = Counter()
-    executor = SlotExecutor(devices, lambda job, seq, slot, error: pushed.append((slot, error)),
-                            errors)
+    reports = _Reports()
+    executor = SlotExecutor(devices, reports)
     if confirm:
         executor.confirmations.add("job-1", 7, 0, "n0")
     go = pb.CollectiveGo(job_id="job-1", seq=7, t0_ns=round(t0_s * 1e9), schedule=_schedule())
-    assert executor.launch(_job(), 7, go)
+    assert executor.launch("job-1", 7, go, running=lambda: True)
     executor.join("job-1", timeout=10)
     assert not executor.retuning()
-    return pushed, errors
+    assert reports.retunes == Counter({"job-1": len(devices.calls)})  # one transmitter each
+    return reports.pushed, reports.errors
 
 
 def test_gated_slots_come_from_the_encoded_schedule():

@@ -14,7 +14,8 @@ from plan_checks import TIMING
 import oddl.controller.scheduling.topoopt  # noqa: F401  (registers "topoopt")
 from oddl.common.config import load_testbed
 from oddl.common.errors import OperationRefused, PlanError
-from oddl.controller.jobs import JobManager
+from oddl.controller.admission import Admission
+from oddl.controller.schedules import Schedules
 from oddl.controller.scheduling import (
     Topology,
     execute_plan,
@@ -75,14 +76,17 @@ def test_degree_two_plan_is_one_fixed_ring_and_never_retunes() -> None:
 
 def test_a_topoopt_job_is_configured_once_at_admission_and_keeps_it() -> None:
     cfg = load_testbed(EMULATED)
-    jm = JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-    job, target = jm.admit("train", [], "topoopt", "optical", {}, 0)
+    topology, timing = topology_from_config(cfg), timing_from_config(cfg)
+    admission, schedules = Admission(cfg, topology, timing), Schedules(cfg, topology, timing, 1.0)
+    job, target = admission.admit("train", [], "topoopt", "optical", {}, 0, job_id="job-1",
+                                  jobs=[])
     nodes = job.nodes
     assert len(target.channels) == len(nodes) and target.wss_tables
     held: dict[str, int | None] = {n.id: target.channels[n.transmitter] for n in cfg.nodes}
     for size in (1000, 250_000, 3):  # collectives of any size reuse the admission's circuits
-        sched = jm.schedule(job, size, 4, held)
+        sched = schedules.schedule(job, size, 4, held)
         assert sched.reconfigurations == 0
         held = dict(sched.final_channels)
     with pytest.raises(OperationRefused, match="use degree 2"):
-        jm.admit("big", [], "topoopt", "optical", {"degree": "4"}, 0)
+        admission.admit("big", [], "topoopt", "optical", {"degree": "4"}, 0, job_id="job-2",
+                        jobs=[job])

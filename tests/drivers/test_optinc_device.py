@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from core_parts import go_of, ready, register_all, unconnected_core
 from helpers import EMULATED, wait_until
 
 from oddl.agents.collective.context import CollectiveRun
@@ -25,9 +26,8 @@ from oddl.agents.links.zeromq import FabricLink
 from oddl.agents.slot_gate import SlotGate
 from oddl.common.config import load_testbed, parse_testbed
 from oddl.common.errors import CollectiveError, ConfigError, OperationRefused
-from oddl.controller.jobs import JobManager
 from oddl.controller.optinc_schedule import optinc_schedule
-from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.controller.testbed_model import timing_from_config
 from oddl.drivers.emulators.host import start_emulated_testbed
 from oddl.drivers.emulators.optinc import LEVELS_STEP, SCALE_STEP, OptincDevice, startup_phases
 from oddl.offline.optinc import model as om
@@ -200,29 +200,30 @@ def test_emulator_host_trains_missing_phases_fast_and_writes_them(tmp_path):
 # ---- the controller's part ---------------------------------------------------------------
 
 
-def _jobs(text: str) -> JobManager:
-    cfg = parse_testbed(text, str(EMULATED))
-    return JobManager(cfg, topology_from_config(cfg), timing_from_config(cfg))
-
-
 def test_admission_needs_a_device_with_as_many_inputs_as_nodes():
     text = EMULATED.read_text()
     without = text[:text.index("# OptINC:")] + text[text.index("[[fibres]]"):]
     with pytest.raises(OperationRefused, match="has no OptINC device.*kind = \"optinc\""):
-        _jobs(without).admit("x", [], "optinc", "optical", {}, 0)
-    jobs = _jobs(text)
+        unconnected_core(without).admit("x", [], "optinc", "optical", {}, 0)
+    core = unconnected_core(text)
     with pytest.raises(OperationRefused, match="has 4 inputs .* the job has 3 nodes"):
-        jobs.admit("x", ["n0", "n1", "n2"], "optinc", "optical", {}, 0)
+        core.admit("x", ["n0", "n1", "n2"], "optinc", "optical", {}, 0)
     with pytest.raises(OperationRefused, match="use network optical"):
-        jobs.admit("x", [], "optinc", "ideal", {}, 0)
-    job, target = jobs.admit("x", [], "optinc", "optical", {}, 0)
+        core.admit("x", [], "optinc", "ideal", {}, 0)
+    job, target = core.admit("x", [], "optinc", "optical", {}, 0)
     assert not target.channels and not target.wss_tables  # no circuit changes for the device
+    register_all(core)
     for n in NODES:
-        ints = jobs.ready(job.id, 1, n, [10], "<i4")
-    assert ints is not None and "floating-point" in ints.error
+        ready(core, job.id, 1, n, [10], "<i4")
+    assert all("floating-point" in go_of(core, n).error for n in NODES)
     for n in NODES:
-        big = jobs.ready(job.id, 2, n, [1 << 25], "<f4")
-    assert big is not None and "max_elements = 16,777,216" in big.error
+        ready(core, job.id, 2, n, [1 << 25], "<f4")
+    assert all("max_elements = 16,777,216" in go_of(core, n).error for n in NODES)
+    for n in NODES:  # a bucket the device takes: its two-slot schedule, no slot executor
+        ready(core, job.id, 3, n, [1000], "<f4")
+    go = go_of(core, "n0")
+    assert not go.error and len(go.schedule.slots) == 2 and not core.slots.retuning()
+    assert job.guard_time_s == go.schedule.guard_total_s
 
 
 def test_schedule_is_one_pass_upload_and_streaming_broadcast():

@@ -147,7 +147,7 @@ def test_schedule_plot_refuses_optinc_with_the_command_to_use(tmp_path, capsys):
 def test_optinc_is_a_registered_collective_whose_plan_sums_on_every_rank():
     import numpy as np
 
-    from oddl.controller.jobs import known_collectives
+    from oddl.controller.admission import known_collectives
     from oddl.controller.scheduling import COLLECTIVES, execute_plan, make_plan, validate_plan
 
     assert "optinc" in COLLECTIVES and known_collectives().count("optinc") == 1

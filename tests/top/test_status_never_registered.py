@@ -4,8 +4,6 @@ watch, null in --json (the controller sends -1 on the wire)."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -20,8 +18,7 @@ from oddl.protos import oddl_pb2 as pb
 
 def _status_of_a_controller_nobody_registered_with() -> dict[str, Any]:
     cfg = load_testbed(DEFAULT_TESTBED)
-    registry = AgentRegistry(cfg, None, threading.RLock(), Counter(),  # type: ignore[arg-type]
-                             lambda *a, **k: None)
+    registry = AgentRegistry(cfg, lambda *a, **k: None)
     wire = _as_dict(pb.Status(testbed=cfg.name, agents=registry.status(now=100.0)))
     assert {a["last_heartbeat_age_s"] for a in wire["agents"]} == {-1.0}   # as sent
     return registered_ages(wire)

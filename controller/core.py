@@ -1,0 +1,393 @@
+"""The controller's core: the one owner of the jobs, their barriers and schedules, and the lock.
+
+Every change to a job happens here, under one lock: admission and the end of a job, a node's
+ready and the barrier's go, standing starts, reports, the retunes the slot executor made, and
+what an agent's news means for its jobs. Data flows one way: the gRPC servicer
+(`oddl.controller.servicer`) turns a request into one call here, and the core asks its parts
+and acts on their answers:
+
+- `Admission` (pure): may the job run, and what must the devices hold for it;
+- `BarrierBook` (pure): the nodes' readies and what a complete barrier decides;
+- `Schedules` (pure): the schedules laid out for each job, kept per bucket;
+- `AgentRegistry`: sessions, liveness and each node's event queue, where the core pushes;
+- `SlotExecutor`: the slots that retune, on threads of their own, reporting back through
+  `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`);
+- `FlowDesk`: point-to-point flows;
+- the `DeviceManager` (verified transactions) and the `Store`, through which every change of a
+  job is written to SQLite (I/O, when the controller has a state file).
+
+The lock is never held while waiting for a slot executor's thread or a device transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from oddl.common.collective_kinds import ALL_REDUCE, optinc_refusal
+from oddl.common.config import OPTINC, TestbedConfig
+from oddl.common.errors import OddlError, OperationRefused
+from oddl.common.metrics import Metrics
+from oddl.common.tracing import TRACE
+from oddl.controller import trace_hooks
+from oddl.controller.admission import Admission, optinc_bucket_refusal
+from oddl.controller.agent_registry import AgentRecord, AgentRegistry
+from oddl.controller.barriers import Agreed, Barrier, BarrierBook, Refusal
+from oddl.controller.device_types import Configuration
+from oddl.controller.devices import DeviceManager
+from oddl.controller.flows import FlowDesk, check_request
+from oddl.controller.jobs import JobRecord, JobTable
+from oddl.controller.schedules import Schedules
+from oddl.controller.scheduling.slot_grants import standing_refusal
+from oddl.controller.slot_executor import SlotExecutor
+from oddl.controller.store import Store
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
+from oddl.controller.wire_views import assigned_pb, job_pb
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
+
+logger = logging.getLogger(__name__)
+
+
+class ControllerCore:
+    """Owns the jobs, their barriers and schedules, one lock and one error counter, and the
+    parts that act for them."""
+
+    def __init__(self, cfg: TestbedConfig, devices: DeviceManager,
+                 metrics: Metrics | None = None, store: Store | None = None):
+        self.cfg = cfg
+        self.devices = devices
+        self.store = store
+        self.lock = threading.RLock()
+        self.errors: Counter[str] = Counter()
+        self.collectives_failed = 0
+        topology, timing = topology_from_config(cfg), timing_from_config(cfg)
+        self.admission = Admission(cfg, topology, timing)
+        self.schedules = Schedules(cfg, topology, timing, receive_timeout(cfg))
+        self.barriers = BarrierBook()
+        self.registry = AgentRegistry(cfg, devices.log_event)
+        self.slots = SlotExecutor(devices, self, metrics, line_rate_gbps=cfg.fabric.line_rate_gbps,
+                                  testbed=cfg.path)
+        self.flows = FlowDesk(cfg, topology, timing, devices, self.count_error)
+        self.jobs = JobTable(store)
+        self._transmitters = {n.id: n.transmitter for n in cfg.nodes}
+        self._started: dict[str, int] = {}
+        """Per job, the last collective whose slots were launched (barrier or standing)."""
+
+    def close(self) -> None:
+        """Stop the slot executors (at their next wait); streams end with `slots.stop`."""
+        self.slots.close()
+
+    def count_error(self, kind: str) -> None:
+        """Count one error of `kind` (``oddl_errors_total``)."""
+        with self.lock:
+            self.errors[kind] += 1
+
+    # ---- jobs -----------------------------------------------------------------------------
+    def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
+              params: Mapping[str, str], now_ns: int) -> tuple[JobRecord, Configuration]:
+        """Check a job, record and store it; its job-scale configuration is returned, not
+        applied (`submit` applies it)."""
+        with self.lock:
+            job, target = self.admission.admit(name, nodes, collective, network, params, now_ns,
+                                               job_id=self.jobs.next_id(), jobs=self.jobs)
+            self.jobs.add(job)
+        return job, target
+
+    def submit(self, request: pb.SubmitJobRequest) -> JobRecord:
+        """Admit a job, apply its job-scale configuration (one verified transaction) and tell
+        its nodes; OddlError when refused, or when the configuration failed (the job failed)."""
+        job, target = self.admit(request.name, list(request.nodes), request.collective,
+                                 request.network, dict(request.params), time.time_ns())
+        try:
+            if target.channels or target.wss_tables:
+                self.devices.transact(target, reason=f"admit {job.id}")
+        except OddlError as exc:
+            with self.lock:
+                self._end(job.id, "failed", f"job-scale configuration failed: {exc}")
+            raise
+        with self.lock:
+            self._assign(job)
+        logger.info("admitted %s (%s on %s, %s network)", job.id, job.collective,
+                    ",".join(job.nodes), job.network)
+        return job
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """End a job at the operator's word and tell its nodes."""
+        with self.lock:
+            job = self._end(job_id, "cancelled", "cancelled by the operator")
+            self.registry.push(job.nodes, pb.ScheduleEvent(ended=pb.JobEnded(
+                job_id=job.id, reason=job.reason)))
+            return job
+
+    def _end(self, job_id: str, state: str, reason: str) -> JobRecord:
+        """Mark a job cancelled, failed or finished; its barriers and schedules go."""
+        job = self.jobs.get(job_id)
+        if job.running:
+            job.state, job.reason = state, reason
+            self.barriers.forget(job.id)
+            self.schedules.forget(job.id)
+            self.jobs.save(job)
+        return job
+
+    def job_views(self) -> list[pb.Job]:
+        """Every job as `ListJobs` carries it."""
+        with self.lock:
+            return [job_pb(j) for j in self.jobs]
+
+    def status(self) -> pb.Status:
+        """The agents, the jobs and the devices' counters (`GetStatus`)."""
+        with self.lock:
+            return pb.Status(testbed=self.cfg.name, controller_time_ns=time.time_ns(),
+                             agents=self.registry.status(time.monotonic()),
+                             jobs=[job_pb(j) for j in self.jobs],
+                             reconfigurations=self.devices.reconfigurations,
+                             transactions_failed=self.devices.transactions_failed)
+
+    # ---- agents' news -----------------------------------------------------------------------
+    def _assigned(self, job: JobRecord, node: str) -> pb.ScheduleEvent:
+        return assigned_pb(job, node, self.registry.data_addresses(job.nodes))
+
+    def _assign(self, job: JobRecord, exclude: str = "") -> None:
+        """Tell each registered node of `job` (but `exclude`) its assignment."""
+        for n in job.nodes:
+            if n != exclude and n in self.registry.agents:
+                self.registry.push((n,), self._assigned(job, n))
+
+    def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
+        """Register an agent (a new session); the peers of its running jobs learn its (new)
+        data address."""
+        with self.lock:
+            rec = self.registry.register(request)
+            for job in self.jobs.running_of(request.node_id):
+                self._assign(job, exclude=request.node_id)
+            return rec
+
+    def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
+        """Record a heartbeat; False when the session is unknown (the agent must register).
+        An agent back from the dead has its jobs announced again: its peers wait until then."""
+        with self.lock:
+            heard = self.registry.heartbeat(request)
+            if heard.back:
+                for job in self.jobs.running_of(request.node_id):
+                    self._assign(job, exclude=request.node_id)
+            return heard.known
+
+    def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
+        """Start a new schedule stream to a registered node (None: not registered), with its
+        running jobs' assignments queued first."""
+        with self.lock:
+            opened = self.registry.open_stream(node_id)
+            if opened is not None:
+                for job in self.jobs.running_of(node_id):
+                    self.registry.push((node_id,), self._assigned(job, node_id))
+            return opened
+
+    def monitor(self, stop: threading.Event) -> None:
+        """Detect dead agents (no heartbeat for three intervals) until `stop`."""
+        interval = self.cfg.controller.heartbeat_s
+        while not stop.wait(interval / 2):
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> None:
+        """Declare dead the agents silent at `now` (monotonic): the collectives each takes
+        part in end at every other participant, with the reason."""
+        with self.lock:
+            for lost in self.registry.sweep(now):
+                self.errors["agent lost"] += 1
+                for job in self.jobs.running_of(lost.node_id):
+                    others = tuple(n for n in job.nodes if n != lost.node_id)
+                    self._abandon(job, lost.reason, others)
+                    self.registry.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
+                        job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
+
+    def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
+        """Fail every barrier of `job` still waiting (a participant is dead), at `nodes`."""
+        for barrier in self.barriers.abandon(job.id, reason):
+            self.registry.push(nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
+                job_id=job.id, seq=barrier.seq, error=barrier.error)))
+
+    # ---- through the barrier ----------------------------------------------------------------
+    def ready(self, request: pb.ReadyCollectiveRequest) -> None:
+        """Record a node's ready; start the collective once every node is in. Raises
+        OddlError when the ready itself is refused (unknown job, node not in it, ...)."""
+        with self.lock:
+            job = self.jobs.entered_by(request.job_id, request.node_id)
+            barrier = self._enter(job, request)
+            if barrier is None:
+                down = [n for n in job.nodes if self.registry.dead(n)]
+                if down:  # rather than let the others wait for it
+                    self._abandon(job, f"node {down[0]} stopped answering (no heartbeat): its "
+                                  "agent, host or link is down; it rejoins by itself once its "
+                                  "agent reaches the controller again", job.nodes)
+                return
+        if barrier.error:
+            self._go_error(job, barrier.seq, barrier.error, barrier.caller_steps)
+        else:
+            self._go(job, barrier)
+
+    def _enter(self, job: JobRecord, request: pb.ReadyCollectiveRequest) -> Barrier | None:
+        """Enter a ready into the job's barrier; its outcome once every node is in."""
+        # (an abandoned collective was entered before it was abandoned: last_seq has it)
+        job.last_seq = max(job.last_seq, request.seq)
+        refuse: Refusal | None = None
+        if job.collective == OPTINC:
+            refuse = functools.partial(self._optinc_refusal, job)
+        return self.barriers.ready(job.id, len(job.nodes), request.seq, request.node_id,
+                                   request.shape, request.dtype, request.caller_step,
+                                   (request.kind or ALL_REDUCE, request.op or "sum",
+                                    request.root), refuse)
+
+    def _optinc_refusal(self, job: JobRecord, agreed: Agreed) -> str:
+        """Why the job's OptINC device cannot run what the nodes agreed on ("" if it can)."""
+        return optinc_refusal(agreed.call) or optinc_bucket_refusal(self.cfg, job, agreed.n_elems,
+                                                                    agreed.dtype)
+
+    def _go_error(self, job: JobRecord, seq: int, error: str,
+                  caller_steps: Mapping[str, int] | None = None) -> None:
+        self.registry.push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
+            job_id=job.id, seq=seq, error=error, caller_steps=caller_steps or {})))
+
+    def _t0_ns(self) -> int:
+        return time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
+
+    def _node_channels(self, job: JobRecord) -> dict[str, int | None]:
+        """Each node's transmitter channel as last verified (None: unknown)."""
+        verified = self.devices.verified.channels
+        return {n: verified.get(self._transmitters[n]) for n in job.nodes}
+
+    def _go(self, job: JobRecord, barrier: Barrier) -> None:
+        """Lay out (or reuse) the collective's schedule, launch its slots that retune (an
+        optinc collective's two slots retune nothing), tell every node to go."""
+        optinc = job.collective == OPTINC
+        if not optinc:
+            self.slots.join(job.id)
+        try:
+            wire = self.schedules.wire(job, barrier.n_elems, barrier.itemsize, barrier.kind,
+                                       barrier.root, self._node_channels(job))
+        except OddlError as exc:
+            self._go_error(job, barrier.seq, f"no schedule: {exc}")
+            return
+        go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=self._t0_ns(), schedule=wire)
+        if optinc:
+            with self.lock:
+                job.guard_time_s += wire.guard_total_s
+        else:
+            self._launch(job, barrier.seq, go)
+        self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
+        self.jobs.save(job)
+        if TRACE.on and not optinc:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")
+
+    def _launch(self, job: JobRecord, seq: int, go: pb.CollectiveGo) -> None:
+        """Hand the collective's slots that change circuits (if any) to the executor."""
+        if TRACE.on:
+            trace_hooks.remember(job.id, seq, go)
+        with self.lock:
+            self._started[job.id] = max(self._started.get(job.id, 0), seq)
+            self.slots.launch(job.id, seq, go, functools.partial(self.jobs.running, job.id))
+            job.guard_time_s += go.schedule.guard_total_s
+
+    # ---- standing collectives, reports, schedules -------------------------------------------
+    def start_standing(self, request: pb.StartStandingRequest) -> None:
+        """Execute a standing collective's slots if the controller would send the schedule
+        the agents hold (ADR 0010); otherwise fail it where they first wait (they return to
+        the barrier). Raises OperationRefused for a request that names no running job of its
+        node or an impossible bucket."""
+        job = self._standing_job(request)
+        if job is None:
+            return
+        self.slots.join(job.id)
+        go = pb.CollectiveGo(job_id=job.id, seq=request.seq, t0_ns=request.t0_ns)
+        ours: bytes | None = None
+        why = ""
+        try:
+            sched = self.schedules.schedule(job, request.message_bytes // request.itemsize,
+                                            request.itemsize, self._node_channels(job),
+                                            request.kind or ALL_REDUCE, request.root)
+            go.schedule.CopyFrom(encode_schedule(sched, job.id, self.schedules.receive_timeout_s))
+            ours = schedule_sha256(go.schedule)
+        except OddlError as exc:
+            why = str(exc)
+        refusal = standing_refusal(request.schedule_sha256, ours, why)
+        if refusal is not None:
+            logger.warning("job %s collective %d: %s", job.id, request.seq, refusal.reason)
+            self.count_error(refusal.kind)
+            self.circuits_ready(job.id, request.seq, refusal.slot, refusal.reason)
+            return
+        self._launch(job, request.seq, go)
+        self.jobs.save(job)
+        if TRACE.on:  # after the executor and the agents have what they need
+            trace_hooks.planned(job.id, request.seq, job.nodes, go, "standing start")
+
+    def _standing_job(self, request: pb.StartStandingRequest) -> JobRecord | None:
+        """The job of a standing start to execute, or None for a copy already seen."""
+        with self.lock:
+            job = self.jobs.running_with(request.job_id, request.node_id)
+            if request.itemsize not in (1, 2, 4, 8) or request.message_bytes == 0 \
+                    or request.message_bytes % request.itemsize:
+                raise OperationRefused(
+                    f"a standing start of {request.message_bytes} B in items of "
+                    f"{request.itemsize} B; send the bucket's bytes and its dtype's itemsize")
+            if request.seq <= self._started.get(job.id, 0):
+                return None  # another agent's copy, or a collective already under way
+            self._started[job.id] = request.seq
+            job.last_seq = max(job.last_seq, request.seq)
+            return job
+
+    def report(self, request: pb.ReportCollectiveRequest) -> None:
+        """Count a node's report of a collective (done once per collective, by rank 0)."""
+        with self.lock:
+            job = self.jobs.find(request.job_id)
+            if job is not None:  # collectives on a standing schedule pass no barrier here
+                job.last_seq = max(job.last_seq, request.seq)
+            if job is not None and request.ok and job.nodes and request.node_id == job.nodes[0]:
+                job.collectives_done += 1
+                self.jobs.save(job)
+            if not request.ok:
+                self.collectives_failed += 1
+                self.errors["collective failed"] += 1
+        if not request.ok:
+            logger.warning("collective %d of %s failed at %s: %s", request.seq, request.job_id,
+                           request.node_id, request.error)
+
+    def schedule_pb(self, job_id: str, message_bytes: int, itemsize: int,
+                    kind: str = ALL_REDUCE, root: int = 0) -> pb.Schedule:
+        """The schedule a job's collective `kind` of `message_bytes` would run on
+        (`GetSchedule`)."""
+        with self.lock:
+            job = self.jobs.get(job_id)
+            return self.schedules.encoded(job, message_bytes, itemsize, kind, root,
+                                          self._node_channels(job))
+
+    # ---- flows and the slot executor's reports ----------------------------------------------
+    def request_flow(self, request: pb.RequestFlowRequest) -> pb.FlowGrant:
+        """The grant of a point-to-point flow, after the job's collective slots end."""
+        with self.lock:
+            job = self.jobs.running_with(request.job_id, request.node_id)
+            check_request(request, job.id, job.nodes)
+            job_id, network, submitted_ns = job.id, job.network, job.submitted_ns
+        self.slots.join(job_id)  # the job's collective slots end before its lasers move
+        return self.flows.grant(request, job_id, network, submitted_ns)
+
+    def confirm(self, request: pb.ConfirmDeliveryRequest) -> None:
+        """A flow's arrival, confirmed by its receiver: a retune waiting for it may go."""
+        self.slots.confirmations.add(request.job_id, request.seq, request.slot, request.src)
+
+    def circuits_ready(self, job_id: str, seq: int, slot: int, error: str) -> None:
+        """Tell the job's nodes that `slot` of collective `seq` may (or, `error`, cannot) go."""
+        job = self.jobs.find(job_id)
+        if job is not None:
+            self.registry.push(job.nodes, pb.ScheduleEvent(circuits_ready=pb.CircuitsReady(
+                job_id=job_id, seq=seq, slot=slot, error=error)))
+
+    def retuned(self, job_id: str, transmitters: int) -> None:
+        """Count the slot executor's retunes into the job's reconfigurations."""
+        with self.lock:
+            job = self.jobs.find(job_id)
+            if job is not None:
+                job.reconfigurations += transmitters

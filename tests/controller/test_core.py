@@ -1,0 +1,196 @@
+"""The controller's core (`oddl.controller.core`) on its own: request messages in, events out.
+
+No gRPC and no agents: the core is driven with the requests the servicer would hand it, and
+what it pushes is read from the registered nodes' event queues. Below it, the real
+`DeviceManager` drives the emulated lasers and WSS, so a ring job's admission configures the
+devices and its collectives start on circuits already in place (no slot executor thread).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from core_parts import NODES, events, go_of, ready, register_all
+from helpers import EMULATED
+
+from oddl.common.config import load_testbed
+from oddl.common.errors import OperationRefused
+from oddl.controller.core import ControllerCore
+from oddl.controller.devices import DeviceManager
+from oddl.controller.jobs import JobRecord
+from oddl.controller.server import default_configuration
+from oddl.controller.store import Store
+from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import schedule_sha256
+
+
+@pytest.fixture(scope="module")
+def devices() -> Iterator[DeviceManager]:
+    tb = start_emulated_testbed(load_testbed(EMULATED))
+    for wss in tb.switches.values():
+        wss.settle_s = 0.005
+    dm = DeviceManager(tb.resolved)
+    dm.connect()
+    dm.initialise(default_configuration(tb.resolved))
+    yield dm
+    dm.close()
+    tb.close()
+
+
+@pytest.fixture
+def core(devices: DeviceManager) -> Iterator[ControllerCore]:
+    c = ControllerCore(devices.cfg, devices, store=Store(":memory:"))
+    register_all(c)
+    yield c
+    c.close()
+
+
+def _ring(core: ControllerCore) -> JobRecord:
+    job = core.submit(pb.SubmitJobRequest(name="t", collective="ring"))
+    for n in NODES:
+        (event,) = events(core, n)
+        assert event.assigned.job.id == job.id and event.assigned.rank == NODES.index(n)
+    return job
+
+
+def test_a_complete_barrier_pushes_one_go_to_every_node(core: ControllerCore):
+    job = _ring(core)
+    for n in NODES[:-1]:
+        ready(core, job.id, 1, n, [1000])
+    assert all(events(core, n) == [] for n in NODES)  # the barrier waits for n3
+    ready(core, job.id, 1, "n3", [1000])
+    gos = [go_of(core, n) for n in NODES]
+    assert all(g == gos[0] for g in gos)
+    go = gos[0]
+    assert (go.job_id, go.seq, go.error) == (job.id, 1, "")
+    assert go.schedule.n_elems == 1000 and go.t0_ns > 0
+    assert not core.slots.retuning()  # ring keeps the circuits admission made
+    assert job.last_seq == 1 and job.guard_time_s == go.schedule.guard_total_s
+    assert core.store is not None and core.store.jobs()[0]["last_seq"] == 1
+
+
+def test_mismatched_readies_are_refused_with_the_reason_at_every_node(core: ControllerCore):
+    job = _ring(core)
+    for n, step in zip(NODES, (9, 9, 3, 9), strict=True):
+        ready(core, job.id, 1, n, [1000], step=step)
+    for n in NODES:
+        go = go_of(core, n)
+        assert "collective 1 of job job-1 refused" in go.error and "n2 at step 3" in go.error
+        assert dict(go.caller_steps) == {"n0": 9, "n1": 9, "n2": 3, "n3": 9}
+    for n, shape in zip(NODES, ([10], [10], [10], [11]), strict=True):
+        ready(core, job.id, 2, n, shape)
+    assert "different arrays" in go_of(core, "n0").error
+    with pytest.raises(OperationRefused, match="node n9 is not part of job job-1"):
+        ready(core, job.id, 3, "n9", [10])
+
+
+def test_a_dead_node_abandons_the_waiting_barrier_once(core: ControllerCore):
+    job = _ring(core)
+    for n in NODES[:-1]:
+        ready(core, job.id, 1, n, [1000])
+    core.registry.agents["n3"].last_seen -= 100  # silent for 100 s
+    core.sweep(time.monotonic())
+    core.sweep(time.monotonic())  # already dead: nothing more
+    assert core.errors["agent lost"] == 1
+    for n in NODES[:-1]:
+        go, lost = events(core, n)
+        assert go.go.seq == 1 and "collective 1 of job job-1 abandoned: node n3" in go.go.error
+        assert lost.peer_lost.node_id == "n3"
+    assert events(core, "n3") == []  # the dead node is not told
+    assert core.barriers.waiting(job.id) == []
+    # n3's late ready for the abandoned collective is refused at once, at every node
+    ready(core, job.id, 1, "n3", [1000])
+    assert all("already abandoned" in go_of(core, n).error for n in NODES)
+    # a new collective with n3 still dead ends at its first ready, once
+    ready(core, job.id, 2, "n0", [1000])
+    for n in NODES:
+        go = go_of(core, n)
+        assert go.seq == 2 and "node n3 stopped answering (no heartbeat)" in go.error
+    ready(core, job.id, 2, "n1", [1000])
+    assert all("already abandoned" in go_of(core, n).error for n in NODES)
+
+
+def test_a_standing_start_runs_only_on_the_schedule_the_controller_would_send(
+        core: ControllerCore):
+    job = _ring(core)
+    ours = schedule_sha256(core.schedule_pb(job.id, 4000, 4))
+
+    def start(seq: int, node: str, digest: bytes) -> None:
+        core.start_standing(pb.StartStandingRequest(
+            node_id=node, job_id=job.id, seq=seq, t0_ns=time.time_ns(), message_bytes=4000,
+            itemsize=4, schedule_sha256=digest))
+
+    start(5, "n0", ours)
+    start(5, "n1", ours)  # another agent's copy
+    assert job.last_seq == 5 and not core.errors
+    assert all(events(core, n) == [] for n in NODES)
+    start(6, "n2", b"\0" * 32)
+    for n in NODES:
+        (event,) = events(core, n)
+        assert "standing start refused: the devices no longer match" in \
+            event.circuits_ready.error
+    assert core.errors == {"standing start refused": 1}
+    with pytest.raises(OperationRefused, match="in items of 3 B"):
+        core.start_standing(pb.StartStandingRequest(node_id="n0", job_id=job.id, seq=7,
+                                                    message_bytes=4000, itemsize=3))
+
+
+def test_retunes_are_counted_into_the_job_under_the_lock(core: ControllerCore):
+    job = _ring(core)
+    with core.lock:  # the executor's report waits for the lock
+        t = threading.Thread(target=core.retuned, args=(job.id, 2))
+        t.start()
+        t.join(0.2)
+        assert t.is_alive() and job.reconfigurations == 0
+    t.join(5)
+    assert job.reconfigurations == 2
+    core.retuned("job-99", 1)  # a job the core does not know: nothing to count
+
+
+def test_cancel_clears_the_barriers_and_tells_the_nodes(core: ControllerCore):
+    job = _ring(core)
+    ready(core, job.id, 1, "n0", [1000])
+    ready(core, job.id, 1, "n1", [1000])
+    assert core.barriers.waiting(job.id) == [1]
+    core.cancel(job.id)
+    assert core.barriers.waiting(job.id) == []
+    for n in NODES:
+        (event,) = events(core, n)
+        assert event.ended.job_id == job.id and event.ended.reason == "cancelled by the operator"
+    with pytest.raises(OperationRefused, match="job job-1 is cancelled"):
+        ready(core, job.id, 1, "n2", [1000])
+    assert core.store is not None and core.store.jobs()[0]["state"] == "cancelled"
+
+
+def test_a_restarted_core_reads_its_jobs_back_and_numbers_after_them(devices: DeviceManager):
+    store = Store(":memory:")
+    first = ControllerCore(devices.cfg, devices, store=store)
+    job, _ = first.admit("a", [], "ring", "ideal", {}, 0)
+    again = ControllerCore(devices.cfg, devices, store=store)
+    assert again.jobs.get(job.id).to_doc() == job.to_doc()
+    with pytest.raises(OperationRefused, match=f"already run job {job.id}"):
+        again.admit("b", [], "ring", "ideal", {}, 0)
+    again.cancel(job.id)
+    assert again.admit("b", [], "ring", "ideal", {}, 0)[0].id == "job-2"
+
+
+def test_an_agent_back_from_the_dead_is_announced_to_its_peers(core: ControllerCore):
+    job = _ring(core)
+    sessions = {n: core.registry.agents[n].session for n in NODES}
+    core.registry.agents["n1"].dead = True
+    assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert not core.registry.agents["n1"].dead
+    for n in ("n0", "n2", "n3"):
+        (event,) = events(core, n)
+        assert event.assigned.job.id == job.id
+    assert events(core, "n1") == []
+    assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
+    assert events(core, "n0") == []  # a live node's heartbeat announces nothing
+    assert not core.heartbeat(pb.HeartbeatRequest(node_id="n1", session="stale"))
+    # a new stream gets its running jobs' assignments first
+    opened = core.open_stream("n2")
+    assert opened is not None and events(core, "n2")[0].assigned.rank == 2
