@@ -40,4 +40,9 @@ def open_driver(dev: DeviceConfig, grid: GridConfig | None = None) -> Any:
 
         return PowerMeter(dev.resource, name=dev.id, channels=dev.channels,
                           timeout_s=max(dev.timeout_s, 1.0))
+    if dev.kind == "ocs":
+        from oddl.drivers.ocs import PolatisOcs
+
+        return PolatisOcs.open(dev.resource, name=dev.id, size=dev.size, timeout=dev.timeout_s,
+                               switch_s=dev.switch_ms / 1e3)
     raise SafetyLimitError(f"{dev.id}: unknown device kind {dev.kind!r}")

@@ -46,6 +46,9 @@ class EmulatedTestbed:
     cfg: TestbedConfig
     lasers: dict[str, Any] = field(default_factory=dict)
     switches: dict[str, Any] = field(default_factory=dict)
+    """The WSS emulators."""
+    circuit_switches: dict[str, Any] = field(default_factory=dict)
+    """The optical circuit switch emulators."""
     meters: dict[str, Any] = field(default_factory=dict)
     servers: dict[str, TcpEmulatorServer] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
@@ -97,7 +100,10 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
         for i, dev in enumerate(cfg.devices):
             if dev.emulated:
                 _start_device(tb, dev, cfg.seed * 1000 + i, host, ports.get(dev.id, 0))
-        missing = [n.transmitter for n in cfg.nodes if n.transmitter not in tb.lasers]
+        if not any(n.on_wss for n in cfg.nodes):
+            return tb  # hosts on circuit switches only: the devices, no fabric yet
+        missing = [n.transmitter for n in cfg.nodes
+                   if n.on_wss and n.transmitter not in tb.lasers]
         missing += [d.id for d in cfg.devices_of("wss") if d.id not in tb.switches]
         if missing:
             raise ConfigError(f"{cfg.path}: the emulated fabric needs every transmitter and WSS "
@@ -118,6 +124,8 @@ def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
     """Start the emulator of one emulated device and its TCP server (`port` 0: any)."""
     from oddl.drivers.emulators.itla import ItlaEmulator
     from oddl.drivers.emulators.itla_serve import itla_connection_handler
+    from oddl.drivers.emulators.ocs import OcsEmulator
+    from oddl.drivers.emulators.ocs_serve import ocs_connection_handler
     from oddl.drivers.emulators.powermeter import PowerMeterEmulator
     from oddl.drivers.emulators.powermeter_serve import powermeter_connection_handler
     from oddl.drivers.emulators.wss import WssEmulator
@@ -140,6 +148,10 @@ def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
             channels=plan.channels, first_channel=plan.first_channel,
             settle_s=timing.wss_settle_ms / 1e3, serial_number=serial, seed=seed)
         handler = wss_connection_handler(emu)
+    elif dev.kind == "ocs":
+        emu = tb.circuit_switches[dev.id] = OcsEmulator(
+            dev.size, switch_s=dev.switch_ms / 1e3, serial_number=serial, seed=seed)
+        handler = ocs_connection_handler(emu)
     else:
         emu = tb.meters[dev.id] = PowerMeterEmulator(
             channels=dev.channels, serial_number=serial,
@@ -147,7 +159,7 @@ def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
         handler = powermeter_connection_handler(emu)
     _inject(emu, dev.faults, dev.id)
     server = tb.servers[dev.id] = TcpEmulatorServer(handler, host, port, name=dev.id)
-    tb.resources[dev.id] = (server.url if dev.kind != "powermeter" else
+    tb.resources[dev.id] = (server.url if dev.kind not in ("powermeter", "ocs") else
                             f"TCPIP0::{server.address[0]}::{server.address[1]}::SOCKET")
 
 

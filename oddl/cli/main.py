@@ -29,6 +29,7 @@ from oddl.common.errors import (
 logger = logging.getLogger(__name__)
 
 EMULATORS = {"itla": "itla_serve", "wss": "wss_serve", "powermeter": "powermeter_serve",
+             "ocs": "ocs_serve",
              "testbed": "host"}
 """`oddl emulate NAME` → the module in oddl.drivers.emulators that serves it."""
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
             ("itla", "one OIF-ITLA tunable laser (TCP or --pty)"),
             ("wss", "one flexgrid WSS (ASCII serial protocol)"),
             ("powermeter", "one N7744A-style power meter (SCPI on a TCPIP SOCKET)"),
+            ("ocs", "one Polatis-style optical circuit switch (SCPI on a TCP socket)"),
             ("testbed", "every emulated device of a testbed file, and the optical fabric")):
         emu.add_parser(name, help=help_text, add_help=False)
     serve_cli.register(sub)

@@ -277,6 +277,31 @@ def probe_meter(dev: DeviceConfig) -> DeviceProbe:
     return probe
 
 
+def probe_circuit_switch(dev: DeviceConfig) -> DeviceProbe:
+    """Identify an optical circuit switch with *IDN? and check its size against ``size``."""
+    from oddl.drivers.ocs import PolatisOcs
+
+    base = DeviceProbe(dev.id, dev.kind, dev.resource, NO_ANSWER, "")
+    try:
+        with PolatisOcs.open(dev.resource, name=dev.id, timeout=dev.timeout_s) as switch:
+            identity = switch.identify()
+            size = switch.size
+    except DeviceError as exc:
+        base.status = CANNOT_OPEN if isinstance(exc, CannotOpen | NoConnection) else NO_ANSWER
+        base.message = str(exc)
+        return base
+    except OddlError as exc:  # a resource the switch's socket cannot be
+        base.status, base.message = CANNOT_OPEN, str(exc)
+        return base
+    probe = _check_identity(dev, identity, base)
+    if probe.status == OK and size != dev.size:
+        probe.status = MISMATCH
+        probe.message = (f"{identity.model} is a {size}x{size} switch, the testbed file says "
+                         f"size = {dev.size}; correct size (and the fibres) or point "
+                         f"{dev.id}'s resource at the other unit")
+    return probe
+
+
 def _check_identity(dev: DeviceConfig, identity: DeviceIdentity,
                     probe: DeviceProbe) -> DeviceProbe:
     probe.identity = _identity_dict(identity)
@@ -324,6 +349,8 @@ def probe_device(dev: DeviceConfig) -> DeviceProbe:
         return probe_serial(dev)
     if dev.kind == "powermeter":
         return probe_meter(dev)
+    if dev.kind == "ocs":
+        return probe_circuit_switch(dev)
     return DeviceProbe(dev.id, dev.kind, dev.resource, SKIPPED,
                        f"no probe for kind {dev.kind!r}")
 
