@@ -41,6 +41,20 @@ def shipped_testbed(name: str) -> Path:
     return resource
 
 
+def testbed_path(given: str) -> Path:
+    """The testbed file a ``--config`` names: a path, else the name of a shipped file
+    (``emulated-8node``); ConfigError naming both kinds when it is neither."""
+    path = Path(given)
+    if path.exists() or "/" in given:
+        return path
+    shipped = shipped_testbed(given)
+    if shipped.is_file():
+        return shipped
+    known = ", ".join(shipped_testbed_names()) or "none"
+    raise ConfigError(f"--config {given}: no such file, and no shipped testbed of that name "
+                      f"(shipped: {known}); give a path or a shipped name")
+
+
 def read_shipped_testbed(name: str) -> str:
     """The text of a shipped testbed file; an unknown name is refused with the known ones."""
     path = shipped_testbed(name)
