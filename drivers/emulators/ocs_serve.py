@@ -59,8 +59,7 @@ def ocs_connection_handler(emulator: OcsEmulator) -> Callable[[socket.socket], N
                 if reply.drop_connection:
                     return
                 for due, data in reply.answers:
-                    delay = due - emulator.clock()
-                    if delay > 0:
+                    while (delay := due - emulator.clock()) > 0:  # never early, however woken
                         time.sleep(delay)
                     if data is not None:
                         conn.sendall(data)

@@ -79,11 +79,11 @@ def test_adding_onto_a_port_in_use_is_refused_and_changes_nothing(ocs: PolatisOc
 
 def test_settings_wait_for_the_switching_time_beyond_the_reply_timeout(resource: str,
                                                                         emu: OcsEmulator) -> None:
-    emu.switch.switch_s = 0.04  # 16 connections: 0.64 s, longer than the 0.3 s reply timeout
-    with PolatisOcs.open(resource, name="ocs0", timeout=0.3, switch_s=0.3) as ocs:
+    emu.switch.switch_s = 0.1  # 16 connections: 1.6 s, longer than the 1 s reply timeout
+    with PolatisOcs.open(resource, name="ocs0", timeout=1.0, switch_s=0.3) as ocs:
         table = {i: 16 + i for i in range(1, 17)}
         assert ocs.apply_verified(table) == table
-        assert ocs.last_switch_s is not None and ocs.last_switch_s >= 16 * 0.04 * 0.9
+        assert ocs.last_switch_s is not None and ocs.last_switch_s >= 16 * 0.1 * 0.99
 
 
 # ----- the verified transaction --------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_power_of_many_ports_is_read_256_at_a_time() -> None:
 # ----- timeouts and restarts ---------------------------------------------------------------------
 
 def test_no_answer_is_a_timeout_and_the_link_recovers(resource: str, emu: OcsEmulator) -> None:
-    with PolatisOcs.open(resource, name="ocs0", timeout=0.3) as ocs:
+    with PolatisOcs.open(resource, name="ocs0", timeout=1.0) as ocs:
         ocs.connect({1: 17})
         emu.inject(no_answer_always=True)
         with pytest.raises(DeviceTimeout) as err:
