@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
                         ["--config", str(HERE.parent / "oddl" / "testbeds" / "emulated-8node.toml"),
                          "--sizes", "1000000,16000000,64000000", "--repeats", "5"],
                         ["--sizes", "1000000,16000000", "--repeats", "2"]),
+    "ocs": (["bench_ocs.py"], [], ["--repeats", "3"]),
     "demo": (["-m", "oddl", "demo"], ["--iterations", "20"], ["--iterations", "6"]),
     "optinc": (["bench_optinc.py"], [], []),
     "simulator": (["bench_simulator.py"], [], ["--repeats", "1"]),
