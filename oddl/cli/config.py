@@ -1,5 +1,5 @@
-"""`oddl config check | example | new`: testbed files, validated offline, shipped, or written
-for a shape (docs/reference/testbed-file.md)."""
+"""`oddl config check | show | example | new`: testbed files, validated and shown offline,
+shipped, or written for a shape (docs/reference/testbed-file.md)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,17 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"{args.file}: ok — testbed {cfg.name!r}: {len(cfg.nodes)} nodes "
               f"({', '.join(summary['nodes'])}), {len(summary['devices'])} devices, "
               f"{len(cfg.fibres)} fibres, {cfg.fabric.link} link")
+    return EXIT_OK
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """Show what a testbed file wires: hosts on WSSs, host ports on circuit switches, devices."""
+    from oddl.common.config import load_testbed
+    from oddl.launch.shipped import testbed_path
+    from oddl.operator.wiring import describe, format_wiring
+
+    view = describe(load_testbed(testbed_path(args.file)))
+    print(json.dumps(view) if args.json else format_wiring(view))
     return EXIT_OK
 
 
@@ -62,6 +73,11 @@ def register(sub: Any) -> None:
     check.add_argument("file")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=cmd_config_check)
+    show = cfg.add_parser("show", help="show what a testbed file wires (hosts, their WSS "
+                          "ports and circuit-switch ports, devices), offline")
+    show.add_argument("file", help="a testbed file, or the name of a shipped one")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_config_show)
     example = cfg.add_parser("example", help="print a testbed file shipped with oddl (no "
                              "name: list them), e.g. the template of /etc/oddl/testbed.toml",
                              description="oddl config example lab-4node > testbed.toml")

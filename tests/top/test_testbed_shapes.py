@@ -5,6 +5,7 @@ emulated eight-host testbed two jobs of four hosts run at once, isolated, each e
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -161,3 +162,15 @@ def test_a_shipped_name_is_a_config(tmp_path: Path) -> None:
     assert testbed_path(str(own)) == own  # a path stays a path, even before it exists
     with pytest.raises(ConfigError, match="no shipped testbed of that name .*emulated-8node"):
         testbed_path("emulated-9node")
+
+
+def test_config_show_draws_hosts_ports_and_the_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "topoopt-12node", "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["wss_hosts"] == [] and len(view["switch_ports"]) == 48
+    assert {"node": "n2", "port": 3, "switch": "ocs0", "ingress": 11, "egress": 59} \
+        in view["switch_ports"]
+    assert main(["config", "show", "emulated-8node"]) == 0
+    text = capsys.readouterr().out
+    assert "testbed emulated-8node: 8 hosts" in text
+    assert re.search(r"n7\s+127\.0\.0\.1\s+laser7\s+8\s+193\.8000\s+wss0\s+8", text)
