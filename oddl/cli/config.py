@@ -33,10 +33,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_config_show(args: argparse.Namespace) -> int:
     """Show what a testbed file wires: hosts on WSSs, host ports on circuit switches, devices."""
     from oddl.common.config import load_testbed
-    from oddl.launch.shipped import testbed_path
+    from oddl.launch.shipped import find_testbed
     from oddl.operator.wiring import describe, format_wiring
 
-    view = describe(load_testbed(testbed_path(args.file)))
+    view = describe(load_testbed(find_testbed(args.file)))
     print(json.dumps(view) if args.json else format_wiring(view))
     return EXIT_OK
 

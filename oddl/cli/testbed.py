@@ -19,7 +19,7 @@ from typing import Any
 from oddl.common.config import load_testbed
 from oddl.common.errors import ConfigError, OddlError
 from oddl.launch.processes import ProcessGroup
-from oddl.launch.shipped import testbed_path
+from oddl.launch.shipped import find_testbed
 from oddl.launch.testbed import DEFAULT_TESTBED, Launched, launch_emulated
 
 DEFAULT_RUN_DIR = Path("runs") / "testbed"
@@ -61,7 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state and any(_ours(p) for p in state["pids"].values()):
         raise ConfigError(f"a testbed already runs from {run_dir} (controller "
                           f"{state['controller']}); stop it with `oddl testbed down`")
-    config = testbed_path(args.config) if args.config else DEFAULT_TESTBED
+    config = find_testbed(args.config) if args.config else DEFAULT_TESTBED
     load_testbed(config)  # a broken file fails here, before the run folder is made
     run_dir.mkdir(parents=True, exist_ok=True)
     group = ProcessGroup(run_dir)

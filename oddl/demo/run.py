@@ -30,7 +30,7 @@ from oddl.common.config import OPTINC
 from oddl.common.errors import OddlError
 from oddl.demo.report import DemoOutcome, build_summary, device_delta, format_summary
 from oddl.demo.workload import integer_check, train
-from oddl.launch.shipped import testbed_path
+from oddl.launch.shipped import find_testbed
 from oddl.launch.testbed import DEFAULT_TESTBED, Progress, RunningTestbed, fabric_stats
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
 
 def run_demo(args: argparse.Namespace) -> int:
     """The `oddl demo` command."""
-    config = testbed_path(args.config) if args.config else DEFAULT_TESTBED
+    config = find_testbed(args.config) if args.config else DEFAULT_TESTBED
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     trace = Path(args.trace) if args.trace else None
     summary = run_testbed_demo(config, run_dir, args.iterations, args.params, args.collective,

@@ -38,7 +38,7 @@ from oddl.demo.train_report import (
 )
 from oddl.demo.train_supervisor import WORLD, run_workers
 from oddl.launch.processes import ManagedProcess
-from oddl.launch.shipped import testbed_path
+from oddl.launch.shipped import find_testbed
 from oddl.launch.testbed import DEFAULT_TESTBED, RunningTestbed, fabric_stats
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def run_train_demo(config: Path | None, run_dir: Path, epochs: int, collective: 
 def run_train(args: argparse.Namespace) -> int:
     """`oddl demo --train`: uses args.config, args.run_dir, args.epochs, args.collective,
     args.json; returns the exit code (0 ok, 1 failed)."""
-    config = testbed_path(args.config) if getattr(args, "config", None) else None
+    config = find_testbed(args.config) if getattr(args, "config", None) else None
     run_dir = (Path(args.run_dir) if getattr(args, "run_dir", None)
                else Path("runs") / time.strftime("train-%Y%m%d-%H%M%S"))
     summary = run_train_demo(config, run_dir, args.epochs, args.collective, args.json,

@@ -41,7 +41,7 @@ def shipped_testbed(name: str) -> Path:
     return resource
 
 
-def testbed_path(given: str) -> Path:
+def find_testbed(given: str) -> Path:
     """The testbed file a ``--config`` names: a path, else the name of a shipped file
     (``emulated-8node``); ConfigError naming both kinds when it is neither."""
     path = Path(given)

@@ -20,13 +20,28 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from oddl.common.config import DeviceConfig, GridConfig, TestbedConfig
 from oddl.common.errors import DeviceError, OddlError
 from oddl.drivers.interfaces import DeviceIdentity
-from oddl.drivers.link_errors import CannotOpen, NoConnection
+from oddl.drivers.link_errors import CannotOpen
+from oddl.operator.probe_scpi import probe_circuit_switch, probe_meter
+from oddl.operator.probe_verdicts import (
+    CANNOT_OPEN,
+    MISMATCH,
+    NO_ANSWER,
+    NOT_NAMED,
+    OK,
+    SKIPPED,
+    WRONG_BAUD,
+    WRONG_PORT,
+    DeviceProbe,
+    ProbeReport,
+    check_identity,
+    describe_identity,
+    identity_dict,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,52 +49,6 @@ ITLA_BAUDS = (9600, 19200, 38400, 57600, 115200)
 """Baud rates OIF-ITLA modules are set to (MSA: 9600 after reset; IOCap selects the others)."""
 WSS_BAUDS = (115200, 57600, 38400, 19200, 9600)
 VISA_SCAN_TIMEOUT_S = 15.0
-
-OK, MISMATCH, WRONG_PORT, WRONG_BAUD, NO_ANSWER, CANNOT_OPEN, SKIPPED, NOT_NAMED = (
-    "ok", "mismatch", "wrong port", "wrong baud", "no answer", "cannot open", "skipped",
-    "not named")
-
-
-@dataclass
-class DeviceProbe:
-    """The verdict on one device of the testbed file (or one attached, unlisted port)."""
-
-    device: str
-    kind: str
-    resource: str
-    status: str
-    message: str
-    identity: dict[str, Any] | None = None
-    found_kind: str = ""
-    found_baud: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """True when the device is there and is the one the testbed file names."""
-        return self.status in (OK, SKIPPED)
-
-
-@dataclass
-class ProbeReport:
-    """Everything `oddl devices probe` found."""
-
-    serial_ports: list[dict[str, str]] = field(default_factory=list)
-    visa_resources: list[str] = field(default_factory=list)
-    devices: list[DeviceProbe] = field(default_factory=list)
-    unlisted: list[DeviceProbe] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when every device of the testbed file answered as expected."""
-        return all(d.ok for d in self.devices)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the `--json` output)."""
-        return {"ok": self.ok, "serial_ports": self.serial_ports,
-                "visa_resources": self.visa_resources,
-                "devices": [asdict(d) for d in self.devices],
-                "unlisted": [asdict(d) for d in self.unlisted], "notes": self.notes}
 
 
 # ----- discovery ---------------------------------------------------------------------------
@@ -171,14 +140,6 @@ def identify_wss(resource: str, baud: int, timeout_s: float, name: str) -> Devic
         driver.close()
 
 
-def identify_meter(resource: str, timeout_s: float, name: str) -> DeviceIdentity:
-    """Ask a SCPI power meter for *IDN?."""
-    from oddl.drivers.powermeter import PowerMeter
-
-    with PowerMeter(resource, name=name, timeout_s=timeout_s, channels=8) as meter:
-        return meter.identify()
-
-
 Identifier = Callable[[str, int, float, str], DeviceIdentity]
 SERIAL_KINDS: dict[str, tuple[Identifier, tuple[int, ...]]] = {
     "itla": (identify_itla, ITLA_BAUDS),
@@ -186,22 +147,11 @@ SERIAL_KINDS: dict[str, tuple[Identifier, tuple[int, ...]]] = {
 }
 
 
-def _identity_dict(identity: DeviceIdentity) -> dict[str, Any]:
-    return {"kind": identity.kind, "manufacturer": identity.manufacturer,
-            "model": identity.model, "serial_number": identity.serial_number,
-            **dict(identity.extra)}
-
-
-def _describe(identity: DeviceIdentity) -> str:
-    return (f"{identity.manufacturer} {identity.model} serial {identity.serial_number}"
-            .strip())
-
-
 def _found(base: DeviceProbe, status: str, kind: str, baud: int, found: DeviceIdentity,
            message: str) -> DeviceProbe:
     """`base` as a verdict on a device that answered as `kind` at `baud`."""
     base.status, base.found_kind, base.found_baud = status, kind, baud
-    base.identity = _identity_dict(found)
+    base.identity = identity_dict(found)
     base.message = message
     return base
 
@@ -222,7 +172,7 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
     identity, error = _attempt(dev.kind, dev.resource, expected_baud, timeout, dev.id)
     base = DeviceProbe(dev.id, dev.kind, dev.resource, NO_ANSWER, "")
     if identity is not None:
-        return _check_identity(dev, identity, base)
+        return check_identity(dev, identity, base)
     if isinstance(error, CannotOpen):
         base.status, base.message = CANNOT_OPEN, str(error)
         return base
@@ -245,7 +195,7 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
             if found is not None:
                 return _found(base, WRONG_PORT, other, baud, found,
                               f"{dev.resource} answers as a {other.upper()} "
-                              f"({_describe(found)}), not the {dev.kind.upper()} the testbed "
+                              f"({describe_identity(found)}), not the {dev.kind.upper()} the testbed "
                               f"file names; point {dev.id}'s resource at the port the "
                               f"{dev.kind.upper()} is on")
     tried = "at any usual baud rate" if serial else f"at {expected_baud} baud"
@@ -253,67 +203,6 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
                     f"({error}); check that it is powered and cabled, and that no other "
                     "program holds the port")
     return base
-
-
-def probe_meter(dev: DeviceConfig) -> DeviceProbe:
-    """Identify a power meter entry with *IDN?."""
-    base = DeviceProbe(dev.id, dev.kind, dev.resource, NO_ANSWER, "")
-    try:
-        identity = identify_meter(dev.resource, max(dev.timeout_s, 1.0), dev.id)
-    except DeviceError as exc:
-        base.status = CANNOT_OPEN if isinstance(exc, CannotOpen | NoConnection) else NO_ANSWER
-        base.message = str(exc)
-        return base
-    probe = _check_identity(dev, identity, base)
-    model = identity.model.upper()
-    if probe.status == OK and not model.startswith("N774"):
-        probe.status = MISMATCH
-        probe.message = (f"{dev.resource} is a {_describe(identity)}, not an N7744A/N7745A "
-                         f"power meter; point {dev.id}'s resource at the meter")
-    elif probe.status == OK and dev.channels > (8 if model.startswith("N7745") else 4):
-        probe.status = MISMATCH
-        probe.message = (f"{identity.model} has {8 if model.startswith('N7745') else 4} "
-                         f"channels, the testbed file says channels = {dev.channels}")
-    return probe
-
-
-def probe_circuit_switch(dev: DeviceConfig) -> DeviceProbe:
-    """Identify an optical circuit switch with *IDN? and check its size against ``size``."""
-    from oddl.drivers.ocs import PolatisOcs
-
-    base = DeviceProbe(dev.id, dev.kind, dev.resource, NO_ANSWER, "")
-    try:
-        with PolatisOcs.open(dev.resource, name=dev.id, timeout=dev.timeout_s) as switch:
-            identity = switch.identify()
-            size = switch.size
-    except DeviceError as exc:
-        base.status = CANNOT_OPEN if isinstance(exc, CannotOpen | NoConnection) else NO_ANSWER
-        base.message = str(exc)
-        return base
-    except OddlError as exc:  # a resource the switch's socket cannot be
-        base.status, base.message = CANNOT_OPEN, str(exc)
-        return base
-    probe = _check_identity(dev, identity, base)
-    if probe.status == OK and size != dev.size:
-        probe.status = MISMATCH
-        probe.message = (f"{identity.model} is a {size}x{size} switch, the testbed file says "
-                         f"size = {dev.size}; correct size (and the fibres) or point "
-                         f"{dev.id}'s resource at the other unit")
-    return probe
-
-
-def _check_identity(dev: DeviceConfig, identity: DeviceIdentity,
-                    probe: DeviceProbe) -> DeviceProbe:
-    probe.identity = _identity_dict(identity)
-    probe.found_kind = dev.kind
-    if dev.serial and identity.serial_number != dev.serial:
-        probe.status = MISMATCH
-        probe.message = (f"serial number {identity.serial_number!r}, the testbed file says "
-                         f"serial = {dev.serial!r}: another unit is on {dev.resource}; swap "
-                         "the cables or correct the file")
-        return probe
-    probe.status, probe.message = OK, f"identified: {_describe(identity)}"
-    return probe
 
 
 def check_wss_grid(result: DeviceProbe, dev: DeviceConfig, grid: GridConfig) -> DeviceProbe:

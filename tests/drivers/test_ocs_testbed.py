@@ -14,7 +14,8 @@ from oddl.common.config import TestbedConfig, load_testbed
 from oddl.controller.device_drivers import open_driver
 from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
 from oddl.launch.shipped import shipped_testbed
-from oddl.operator.probe import MISMATCH, OK, probe
+from oddl.operator.probe import probe
+from oddl.operator.probe_verdicts import MISMATCH, OK
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ from oddl.drivers.emulators.tcpserve import TcpEmulatorServer
 from oddl.drivers.emulators.wss import WssEmulator
 from oddl.drivers.emulators.wss_serve import serve_pty as serve_wss_pty
 from oddl.drivers.emulators.wss_serve import wss_connection_handler
-from oddl.operator.probe import (
+from oddl.operator.probe import format_report, probe
+from oddl.operator.probe_verdicts import (
     CANNOT_OPEN,
     MISMATCH,
     NO_ANSWER,
@@ -37,8 +38,6 @@ from oddl.operator.probe import (
     SKIPPED,
     WRONG_BAUD,
     WRONG_PORT,
-    format_report,
-    probe,
 )
 
 TESTBED = Path(__file__).resolve().parents[2] / "deploy" / "testbeds" / "emulated-4node.toml"

@@ -19,7 +19,7 @@ from oddl.common.config import dump_testbed, load_testbed
 from oddl.common.errors import ConfigError, OperationRefused
 from oddl.controller.testbed_model import topology_from_config
 from oddl.launch.shapes import MAX_WSS_HOSTS, Shape, oddl_wss, switched
-from oddl.launch.shipped import read_shipped_testbed, shipped_testbed, testbed_path
+from oddl.launch.shipped import find_testbed, read_shipped_testbed, shipped_testbed
 from oddl.launch.testbed import RunningTestbed
 
 
@@ -157,11 +157,11 @@ def test_a_resolved_switched_file_reads_back_the_same(tmp_path: Path) -> None:
 
 
 def test_a_shipped_name_is_a_config(tmp_path: Path) -> None:
-    assert testbed_path("emulated-8node") == shipped_testbed("emulated-8node")
+    assert find_testbed("emulated-8node") == shipped_testbed("emulated-8node")
     own = tmp_path / "mine.toml"
-    assert testbed_path(str(own)) == own  # a path stays a path, even before it exists
+    assert find_testbed(str(own)) == own  # a path stays a path, even before it exists
     with pytest.raises(ConfigError, match="no shipped testbed of that name .*emulated-8node"):
-        testbed_path("emulated-9node")
+        find_testbed("emulated-9node")
 
 
 def test_config_show_draws_hosts_ports_and_the_switch(capsys: pytest.CaptureFixture[str]) -> None:
