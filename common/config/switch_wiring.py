@@ -42,8 +42,8 @@ def switch_endpoint(read: TableReader, key: str, dev: DeviceConfig, port: str) -
     return Endpoint(dev.id, port)
 
 
-def switch_fibre_problem(src: Endpoint, dst: Endpoint, kinds: dict[str, str],
-                         devices: tuple[DeviceConfig, ...]) -> tuple[str, str] | None:
+def switch_fibre_problem(src: Endpoint, dst: Endpoint, devices: tuple[DeviceConfig, ...]
+                         ) -> tuple[str, str] | None:
     """(problem, fix) of a fibre that touches a host port or a switch, or None when it is a
     legal one; raises nothing itself (the caller names the key)."""
     size = {d.id: d.size for d in devices if d.kind == OCS}

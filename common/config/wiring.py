@@ -162,7 +162,7 @@ class WiringSections:
             dst = self.endpoint(values["to"], f"{key}.to", nodes, devices, optinc)
             kinds = {d.id: d.kind for d in devices}
             if switch_wiring.touches_switch(src, dst, kinds):
-                problem = switch_wiring.switch_fibre_problem(src, dst, kinds, devices)
+                problem = switch_wiring.switch_fibre_problem(src, dst, devices)
                 if problem is not None:
                     raise self.read.fail(key, *problem)
                 out.append(FibreConfig(src, dst))
