@@ -7,6 +7,7 @@ Loading, validating and writing the file: :mod:`oddl.common.config`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -237,6 +238,10 @@ class FibreConfig:
     dst: Endpoint
 
 
+PORT_END = re.compile(r"^p(\d+)\.(tx|rx)$")
+"""A host port's end as a fibre names it after the node: ``p1.tx``, ``p4.rx``."""
+
+
 @dataclass(frozen=True)
 class PortLink:
     """A host port through a circuit switch: its tx enters `ingress`, its rx hangs on `egress`."""
@@ -305,10 +310,11 @@ class TestbedConfig:
         ins: dict[tuple[str, int], tuple[str, int]] = {}
         outs: dict[tuple[str, int], int] = {}
         for f in self.fibres:
-            if f.src.port.startswith("p") and f.src.port.endswith(".tx"):
-                ins[(f.src.owner, int(f.src.port[1:-3]))] = (f.dst.owner, int(f.dst.port))
-            elif f.dst.port.startswith("p") and f.dst.port.endswith(".rx"):
-                outs[(f.dst.owner, int(f.dst.port[1:-3]))] = int(f.src.port)
+            src, dst = PORT_END.match(f.src.port), PORT_END.match(f.dst.port)
+            if src is not None and src.group(2) == "tx":
+                ins[(f.src.owner, int(src.group(1)))] = (f.dst.owner, int(f.dst.port))
+            elif dst is not None and dst.group(2) == "rx":
+                outs[(f.dst.owner, int(dst.group(1)))] = int(f.src.port)
         order = {n.id: i for i, n in enumerate(self.nodes)}
         return tuple(PortLink(node, port, switch, ingress, outs[(node, port)])
                      for (node, port), (switch, ingress) in sorted(

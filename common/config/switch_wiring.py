@@ -9,13 +9,15 @@ spare). Errors name the key and the fix, like the rest of the file's checks.
 
 from __future__ import annotations
 
-import re
-
 from oddl.common.config.reader import TableReader
-from oddl.common.config.schema import OCS, DeviceConfig, Endpoint, NodeConfig, TestbedConfig
-
-PORT_END = re.compile(r"^p(\d+)\.(tx|rx)$")
-"""A host port's end as a fibre names it after the node: ``p1.tx``, ``p4.rx``."""
+from oddl.common.config.schema import (
+    OCS,
+    PORT_END,
+    DeviceConfig,
+    Endpoint,
+    NodeConfig,
+    TestbedConfig,
+)
 
 
 def node_port_endpoint(read: TableReader, key: str, node: NodeConfig, port: str) -> Endpoint:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oddl.common.config.devices import MAX_OCS_SIZE
+
 MAX_WSS_HOSTS = 48
 """A host's receiver owns one channel of the 48-channel 100 GHz grid."""
-MAX_SWITCH_SIZE = 384
-"""The largest Polatis unit: 384×384."""
+MAX_SWITCH_SIZE = MAX_OCS_SIZE
+"""The largest switch a testbed file takes (a 384×384 Polatis unit)."""
 
 
 @dataclass(frozen=True)

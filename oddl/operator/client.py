@@ -11,6 +11,7 @@ from google.protobuf.json_format import MessageToDict
 
 from oddl.common.errors import ControllerUnavailable, OperationRefused
 from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
+from oddl.operator.wiring import device_table, wss_host_table
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
@@ -181,20 +182,11 @@ def clock_time(time_ns: int | str) -> str:
 
 def format_topology(topo: dict[str, Any]) -> str:
     """Nodes, devices and the grid as text."""
-    lines = [f"testbed {topo['testbed']}: grid {topo['grid_first_thz']} THz + k x "
-             f"{topo['grid_spacing_ghz']} GHz, {topo['grid_channels']} channels", "",
-             f"{'node':<6} {'host':<15} {'transmitter':<12} {'rx ch':>5} {'rx THz':>9} "
-             f"{'wss':<6} {'port':>4}"]
     first, spacing = float(topo["grid_first_thz"]), float(topo["grid_spacing_ghz"])
-    for n in topo.get("nodes", []):
-        ch = int(n["rx_channel"])
-        lines.append(f"{n['id']:<6} {n['host']:<15} {n['transmitter']:<12} {ch:>5} "
-                     f"{first + (ch - 1) * spacing / 1000:>9.4f} {n['wss']:<6} "
-                     f"{int(n['out_port']):>4}")
-    lines += ["", f"{'device':<8} {'kind':<11} resource"]
-    for d in topo.get("devices", []):
-        lines.append(f"{d['id']:<8} {d['kind']:<11} {d['resource']}")
-    return "\n".join(lines)
+    return "\n".join([f"testbed {topo['testbed']}: grid {topo['grid_first_thz']} THz + k x "
+                      f"{topo['grid_spacing_ghz']} GHz, {topo['grid_channels']} channels", "",
+                      *wss_host_table(topo.get("nodes", []), first, spacing), "",
+                      *device_table(topo.get("devices", []))])
 
 
 def format_devices(state: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ def test_the_shipped_eight_host_files_are_what_config_new_writes(
 
 @pytest.mark.parametrize("hosts", [2, 3, 8, 16, 40, MAX_WSS_HOSTS])
 @pytest.mark.parametrize("lab", [False, True])
-def test_a_file_of_any_size_is_valid_and_wired_as_odd_l_wires_it(
+def test_a_file_of_any_size_is_valid_and_wired_as_oddl_wires_it(
         hosts: int, lab: bool, tmp_path: Path) -> None:
     path = tmp_path / "testbed.toml"
     path.write_text(oddl_wss(Shape(hosts, lab)))
