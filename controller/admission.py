@@ -19,6 +19,12 @@ import numpy as np
 
 from oddl.common.config import OPTINC, OptincDeviceConfig, TestbedConfig
 from oddl.common.errors import OddlError, OperationRefused
+from oddl.controller.circuits import (
+    PortCircuit,
+    circuit_connections,
+    plan_pairs,
+    port_circuits,
+)
 from oddl.controller.device_types import Configuration
 from oddl.controller.jobs import JobRecord
 from oddl.controller.scheduling import (
@@ -31,7 +37,9 @@ from oddl.controller.scheduling import (
 )
 from oddl.drivers.interfaces import Route
 
-NETWORKS = ("optical", "ideal")
+NETWORKS = ("optical", "ideal", "circuit")
+"""The TT-FR slots of ODDL's WSS fabric; an ideal electrical switch (the baseline); the
+standing light paths of an optical circuit switch, set at admission (`oddl.controller.circuits`)."""
 
 
 def known_collectives() -> list[str]:
@@ -49,9 +57,13 @@ class Admission:
 
     def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
               params: Mapping[str, str], now_ns: int, *, job_id: str,
-              jobs: Iterable[JobRecord]) -> tuple[JobRecord, Configuration]:
+              jobs: Iterable[JobRecord],
+              connections: Mapping[str, Mapping[int, int]] | None = None
+              ) -> tuple[JobRecord, Configuration]:
         """Check a job against the testbed and the other `jobs`; return its record, named
-        `job_id`, with its job-scale configuration (neither kept, stored nor applied)."""
+        `job_id`, with its job-scale configuration (neither kept, stored nor applied).
+        `connections`: the circuit switches' cross-connects now (a circuit job's change
+        disconnects what stands in its way)."""
         known = [n.id for n in self.cfg.nodes]
         nodes = tuple(nodes) or tuple(known)
         for n in nodes:
@@ -61,15 +73,17 @@ class Admission:
             raise OperationRefused("a node is listed twice; list each node once")
         if len(nodes) < 2:
             raise OperationRefused("a job needs at least two nodes")
-        network = network or "optical"
-        if network not in NETWORKS:
-            raise OperationRefused(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
+        network = self._network(nodes, network)
         collective = collective or "ring"
         if collective not in COLLECTIVES and collective != OPTINC:
             raise OperationRefused(f"unknown collective {collective!r}; this controller serves "
                                    f"{', '.join(known_collectives())}")
         first: Schedule | None = None
-        if collective == OPTINC:
+        circuits: tuple[PortCircuit, ...] = ()
+        if network == "circuit" or (network == "ideal" and not self._on_wss(nodes)):
+            params = circuit_params(self.cfg, nodes, collective, params)
+            circuits = self._circuits(nodes, collective, params) if network == "circuit" else ()
+        elif collective == OPTINC:
             self._check_optinc(nodes, network, params)
         else:
             self._check_capacity(collective, params, nodes)
@@ -88,6 +102,9 @@ class Admission:
         job = JobRecord(job_id, name or collective, nodes, collective, network,
                         dict(params), now_ns)
         target = Configuration()
+        if circuits:
+            target = Configuration(connections=circuit_connections(
+                self.cfg, nodes, circuits, connections or {}))
         if network == "optical" and first is not None:
             tables = {w: {ch: Route(port, 0.0) for ch, port in t.items()}
                       for w, t in first.wss_tables().items()}
@@ -97,6 +114,46 @@ class Admission:
                     channels[c.transmitter] = c.channel
             target = Configuration(channels, tables)
         return job, target
+
+    def _on_wss(self, nodes: Sequence[str]) -> bool:
+        """True when the nodes hang on a WSS (ODDL's fabric), False when their ports go to a
+        circuit switch; OperationRefused for a mix, which no network connects."""
+        on_wss = {n: self.cfg.node(n).on_wss for n in nodes}
+        if len(set(on_wss.values())) > 1:
+            raise OperationRefused(
+                f"host(s) {', '.join(n for n, w in on_wss.items() if w)} hang on a WSS and "
+                f"{', '.join(n for n, w in on_wss.items() if not w)} on a circuit switch; no "
+                "light path joins the two, so pick nodes of one kind for a job")
+        return all(on_wss.values())
+
+    def _network(self, nodes: Sequence[str], network: str) -> str:
+        """The job's network: as named, or by default the one its hosts' optics make."""
+        on_wss = self._on_wss(nodes)
+        network = network or ("optical" if on_wss else "circuit")
+        if network not in NETWORKS:
+            raise OperationRefused(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
+        if network == "optical" and not on_wss:
+            raise OperationRefused(
+                "network optical is ODDL's slotted WSS fabric, but these hosts' ports go to a "
+                "circuit switch; use network circuit (light paths set at admission) or ideal")
+        if network == "circuit" and on_wss:
+            raise OperationRefused(
+                "network circuit needs hosts whose ports go to an optical circuit switch; "
+                "these hang on a WSS: use network optical (or ideal)")
+        return network
+
+    def _circuits(self, nodes: Sequence[str], collective: str, params: Mapping[str, str]
+                  ) -> tuple[PortCircuit, ...]:
+        """The light paths a circuit job needs (its plan's pairs on the hosts' ports)."""
+        if collective == OPTINC:
+            raise OperationRefused("optinc runs on the OptINC device of ODDL's WSS fabric; on a "
+                                   "circuit switch use topoopt or ring")
+        try:
+            plan = make_plan(collective, len(nodes), len(nodes) * 8, **plan_params(params))
+        except OddlError as exc:
+            raise OperationRefused(f"the testbed cannot carry {collective} on {len(nodes)} "
+                                   f"nodes: {exc}") from exc
+        return port_circuits(self.cfg, nodes, plan_pairs(plan, nodes))
 
     def _check_capacity(self, collective: str, params: Mapping[str, str],
                         nodes: Sequence[str]) -> None:
@@ -179,10 +236,27 @@ def optinc_bucket_refusal(cfg: TestbedConfig, job: JobRecord, n_elems: int,
     return ""
 
 
+def circuit_params(cfg: TestbedConfig, nodes: Sequence[str], collective: str,
+                   params: Mapping[str, str]) -> dict[str, str]:
+    """A job's parameters on circuit-switch hosts: topoopt defaults to TopoOpt's rings on
+    every port, each both ways (degree = the fewest ports of a host: TopoOpt's degree counts
+    duplex interfaces, and a ring with its reverse runs on two of them)."""
+    out = dict(params)
+    if collective == "topoopt":
+        ports = min(cfg.node(n).ports for n in nodes)
+        out.setdefault("degree", str(ports))
+        out.setdefault("both_directions", "true")
+    return out
+
+
 def plan_params(params: Mapping[str, str]) -> dict[str, object]:
-    """A job's parameters as the plans take them: whole numbers, then decimals, else text."""
+    """A job's parameters as the plans take them: whole numbers, then decimals, true/false,
+    else text."""
     out: dict[str, object] = {}
     for k, v in params.items():
+        if v.lower() in ("true", "false"):
+            out[k] = v.lower() == "true"
+            continue
         try:
             out[k] = int(v)
         except ValueError:

@@ -94,7 +94,8 @@ class ControllerCore:
         applied (`submit` applies it)."""
         with self.lock:
             job, target = self.admission.admit(name, nodes, collective, network, params, now_ns,
-                                               job_id=self.jobs.next_id(), jobs=self.jobs)
+                                               job_id=self.jobs.next_id(), jobs=self.jobs,
+                                               connections=self.devices.verified.connections)
             self.jobs.add(job)
         return job, target
 
@@ -104,7 +105,7 @@ class ControllerCore:
         job, target = self.admit(request.name, list(request.nodes), request.collective,
                                  request.network, dict(request.params), time.time_ns())
         try:
-            if target.channels or target.wss_tables:
+            if target.channels or target.wss_tables or target.connections:
                 self.devices.transact(target, reason=f"admit {job.id}")
         except OddlError as exc:
             with self.lock:
@@ -370,6 +371,12 @@ class ControllerCore:
         with self.lock:
             job = self.jobs.running_with(request.job_id, request.node_id)
             check_request(request, job.id, job.nodes)
+            if self.schedules.on_circuits(job):
+                raise OperationRefused(
+                    f"job {job.id} runs on circuit-switch hosts, where point-to-point flows "
+                    "have no windows to grant (they are ODDL's WSS fabric's): move the data "
+                    "with a collective of the job (broadcast, all_gather), whose paths "
+                    "admission set up")
             job_id, network, submitted_ns = job.id, job.network, job.submitted_ns
         self.slots.join(job_id)  # the job's collective slots end before its lasers move
         return self.flows.grant(request, job_id, network, submitted_ns)

@@ -19,9 +19,11 @@ from oddl.common.config import OPTINC, TestbedConfig
 from oddl.common.errors import OperationRefused
 from oddl.controller.admission import optinc_device, plan_params
 from oddl.controller.barriers import MAX_ELEMENTS
+from oddl.controller.circuit_schedule import CircuitSchedule, circuit_schedule
+from oddl.controller.circuits import plan_pairs
 from oddl.controller.jobs import JobRecord
 from oddl.controller.optinc_schedule import OptincSchedule, optinc_schedule
-from oddl.controller.scheduling import Schedule, TimingModel, Topology, schedule_plan
+from oddl.controller.scheduling import Schedule, TimingModel, Topology, make_plan, schedule_plan
 from oddl.controller.scheduling.native import native_plan
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_optinc_schedule, encode_schedule
@@ -41,9 +43,11 @@ class Schedules:
         self.timing = timing
         self.receive_timeout_s = receive_timeout_s
         """What the encoded schedules tell the agents to wait for a slot's data."""
-        self._kept: dict[str, dict[Key, Schedule | OptincSchedule]] = {}
+        self._kept: dict[str, dict[Key, Schedule | OptincSchedule | CircuitSchedule]] = {}
+        self._paths: dict[str, frozenset[tuple[str, str]]] = {}
 
-    def _keep(self, job_id: str, key: Key, sched: Schedule | OptincSchedule) -> None:
+    def _keep(self, job_id: str, key: Key,
+              sched: Schedule | OptincSchedule | CircuitSchedule) -> None:
         kept = self._kept.setdefault(job_id, {})
         if len(kept) > KEPT_PER_JOB:
             kept.clear()
@@ -65,6 +69,31 @@ class Schedules:
         self._keep(job.id, key, sched)
         return sched
 
+    def circuit_schedule(self, job: JobRecord, n_elems: int, itemsize: int,
+                         kind: str = ALL_REDUCE, root: int = 0) -> CircuitSchedule:
+        """A collective of a job on standing light paths (network circuit), or of an ideal
+        job on hosts no WSS serves: its plan, refused where it needs a path the job lacks."""
+        key = (n_elems, itemsize, (), kind, root)
+        cached = self._kept.get(job.id, {}).get(key)
+        if isinstance(cached, CircuitSchedule):
+            return cached
+        params = plan_params(job.params)
+        plan = native_plan(job.collective, kind, len(job.nodes), n_elems, root, **params)
+        paths: frozenset[tuple[str, str]] | None = None
+        if job.network == "circuit":
+            paths = self._paths.get(job.id)
+            if paths is None:
+                admitted = make_plan(job.collective, len(job.nodes), len(job.nodes) * 8, **params)
+                paths = self._paths[job.id] = frozenset(plan_pairs(admitted, job.nodes))
+        sched = circuit_schedule(plan, job.nodes, self.topology, itemsize,
+                                 self.timing.line_rate_bps, paths)
+        self._keep(job.id, key, sched)
+        return sched
+
+    def on_circuits(self, job: JobRecord) -> bool:
+        """True for a job whose collectives run on standing paths, not TT-FR slots."""
+        return job.network == "circuit" or not all(self.cfg.node(n).on_wss for n in job.nodes)
+
     def optinc_schedule(self, job: JobRecord, n_elems: int, itemsize: int) -> OptincSchedule:
         """The two-slot schedule of an optinc job for `n_elems` elements (kept)."""
         key = (n_elems, itemsize, (), ALL_REDUCE, 0)
@@ -84,6 +113,9 @@ class Schedules:
         if job.collective == OPTINC:
             return encode_optinc_schedule(self.optinc_schedule(job, n_elems, itemsize), job.id,
                                           self.receive_timeout_s)
+        if self.on_circuits(job):
+            return encode_schedule(self.circuit_schedule(job, n_elems, itemsize, kind, root),
+                                   job.id, self.receive_timeout_s)
         sched = self.schedule(job, n_elems, itemsize, channels, kind, root)
         return encode_schedule(sched, job.id, self.receive_timeout_s)
 
@@ -111,3 +143,4 @@ class Schedules:
     def forget(self, job_id: str) -> None:
         """Drop the schedules of a job that ended."""
         self._kept.pop(job_id, None)
+        self._paths.pop(job_id, None)

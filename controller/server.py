@@ -196,10 +196,11 @@ def is_loopback(address: str) -> bool:
 def default_configuration(cfg: TestbedConfig) -> Configuration:
     """TT-FR at rest: every receive channel routed to its node's port; lasers on their own channel."""
     tables: dict[str, dict[int, Route]] = {}
-    for n in cfg.nodes:
+    on_wss = [n for n in cfg.nodes if n.on_wss]
+    for n in on_wss:
         att = cfg.attachment(n.id)
         tables.setdefault(att.wss, {})[n.rx_channel] = Route(att.out_port, 0.0)
-    return Configuration({n.transmitter: n.rx_channel for n in cfg.nodes}, tables)
+    return Configuration({n.transmitter: n.rx_channel for n in on_wss}, tables)
 
 
 def _check_plaintext(cfg: TestbedConfig, where: str, insecure: bool) -> None:

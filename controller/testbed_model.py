@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from oddl.common.config import TestbedConfig
-from oddl.common.errors import ConfigError
 from oddl.controller.scheduling import Grid, NodeSpec, TimingModel, Topology, WssSpec
 
 
 def topology_from_config(cfg: TestbedConfig) -> Topology:
-    """The scheduler's view of a testbed file; ConfigError for hosts it cannot schedule."""
-    switched = [n.id for n in cfg.nodes if not n.on_wss]
-    if switched:
-        raise ConfigError(
-            f"{cfg.path}: host(s) {', '.join(switched)} have only circuit-switch ports; this "
-            "controller schedules jobs on hosts with a tunable transmitter on a WSS, so it "
-            "cannot run this testbed yet (`oddl config check` validates it); give the hosts "
-            "a transmitter on a WSS to run jobs")
+    """The TT-FR scheduler's view of a testbed file: its hosts on a WSS (hosts whose ports go
+    to a circuit switch run on standing light paths, `oddl.controller.circuits`)."""
     grid = Grid(cfg.grid.first_thz, cfg.grid.spacing_ghz, cfg.grid.channels)
     nodes = tuple(NodeSpec(n.id, n.transmitter, n.rx_channel, cfg.attachment(n.id).wss,
-                           cfg.attachment(n.id).out_port) for n in cfg.nodes)
+                           cfg.attachment(n.id).out_port) for n in cfg.nodes if n.on_wss)
     wss = tuple(WssSpec(d.id, d.ports) for d in cfg.devices_of("wss"))
     return Topology(grid=grid, nodes=nodes, wss=wss)
 

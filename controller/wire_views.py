@@ -30,7 +30,8 @@ def topology_pb(cfg: TestbedConfig) -> pb.Topology:
         grid_spacing_ghz=cfg.grid.spacing_ghz, grid_channels=cfg.grid.channels,
         nodes=[pb.Node(id=n.id, host=n.host, transmitter=n.transmitter,
                        rx_channel=n.rx_channel, wss=cfg.attachment(n.id).wss,
-                       out_port=cfg.attachment(n.id).out_port) for n in cfg.nodes],
+                       out_port=cfg.attachment(n.id).out_port) if n.on_wss
+               else pb.Node(id=n.id, host=n.host) for n in cfg.nodes],
         devices=[*(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.devices),
                  *(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.optinc)])
 

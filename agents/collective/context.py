@@ -106,6 +106,12 @@ class CollectiveRun:
         return self.network == "optical"
 
     @property
+    def on_light(self) -> bool:
+        """True when chunks go where the emulated light goes: the optical network's slots,
+        or a circuit job's standing light paths (ungated: the data paces the run)."""
+        return self.network in ("optical", "circuit")
+
+    @property
     def me(self) -> str:
         """This node's id."""
         return self.nodes[self.rank]

@@ -93,7 +93,7 @@ def _send_all(ctx: RunContext, plan: ChunkPlan, progress: _Progress) -> None:
         ctx.link.send_chunk(run.job_id, dst, ChunkHead(run.seq, op.step, op.offset,
                                                        op.n * item, node_tag(dst)),
                             buf[op.offset:op.offset + op.n].data.cast("B"),
-                            run.receive_timeout_s, ctx.stop, run.gated)
+                            run.receive_timeout_s, ctx.stop, run.on_light)
         progress.bump("sent")
 
 

@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--config", default=None, help="testbed file (default: the emulated "
                       "four-node testbed)")
     demo.add_argument("--iterations", type=int, default=20)
-    demo.add_argument("--collective", default="ring")
+    demo.add_argument("--collective", default=None,
+                      help="the all-reduce the demo trains with (default: ring; topoopt on a "
+                      "testbed whose hosts' ports go to a circuit switch)")
     demo.add_argument("--params", type=int, default=1_000_000,
                       help="model parameters (gradient elements)")
     demo.add_argument("--run-dir", default=None, help="where logs go (default runs/<time>)")

@@ -56,7 +56,17 @@ def build_summary(out: DemoOutcome, collective: str) -> dict[str, Any]:
         return optinc_summary(out)
     cfg, jobs, problems = out.cfg, out.jobs, out.all_problems()
     opt, ideal = out.runs["optical"].summary(), out.runs["ideal"].summary()
-    return {
+    extra: dict[str, Any] = {}
+    if "ring_one_port" in out.runs:  # a circuit switch: the same hosts on one port each
+        ring = extra["ring_one_port"] = out.runs["ring_one_port"].summary()
+        extra["ratio_over_ring_one_port"] = (
+            opt["iteration_ms_median"] / ring["iteration_ms_median"]
+            if ring["iteration_ms_median"] else None)
+        extra["allreduce_ratio_over_ring_one_port"] = (
+            opt["allreduce_ms_median"] / ring["allreduce_ms_median"]
+            if ring["allreduce_ms_median"] else None)
+        extra["ports_per_host"] = min(n.ports for n in cfg.nodes)
+    return {**extra,
         "testbed": cfg.name, "collective": collective, "nodes": len(cfg.nodes),
         "gradient_elements": model_shape(out.n_params)[1] * 74,
         "line_rate_gbps": cfg.fabric.line_rate_gbps,
@@ -157,6 +167,8 @@ def format_summary(s: dict[str, Any]) -> str:
     """The demo's summary for people."""
     if s.get("collective") == OPTINC:
         return format_optinc_summary(s)
+    if "ring_one_port" in s:
+        return format_circuit_summary(s)
     o, i = s["optical"], s["ideal"]
     lines = [
         "",
@@ -179,6 +191,43 @@ def format_summary(s: dict[str, Any]) -> str:
         f"every all-reduce equal to the exact reduction: {'yes' if s['all_results_exact'] else 'NO'}",
     ]
     return "\n".join(lines + closing_lines(s))
+
+
+def format_circuit_summary(s: dict[str, Any]) -> str:
+    """The summary on a circuit switch: the collective on every port, a ring on one port,
+    and the ideal network with each host's bandwidth that of all its ports."""
+    o, r, i = s["optical"], s["ring_one_port"], s["ideal"]
+    d = s["ports_per_host"]
+    head = f"{s['collective']} ({d} ports)"
+    lines = [
+        "",
+        f"oddl demo — {s['testbed']}: {s['collective']} all-reduce of "
+        f"{s['gradient_elements']:,} float32 gradients on {s['nodes']} hosts of {d} ports at "
+        f"{s['line_rate_gbps']:g} Gbit/s per port, through an optical circuit switch",
+        "",
+        f"{'':24}{head:>22}{'ring on one port':>20}{f'ideal ({d} x rate)':>20}",
+        f"{'iteration time (median)':24}{o['iteration_ms_median']:>19.1f} ms"
+        f"{r['iteration_ms_median']:>17.1f} ms{i['iteration_ms_median']:>17.1f} ms",
+        f"{'all-reduce (median)':24}{o['allreduce_ms_median']:>19.1f} ms"
+        f"{r['allreduce_ms_median']:>17.1f} ms{i['allreduce_ms_median']:>17.1f} ms",
+        f"{'final loss':24}{o['final_loss'] or 0:>22.4f}{r['final_loss'] or 0:>20.4f}"
+        f"{i['final_loss'] or 0:>20.4f}",
+        f"{'final accuracy':24}{o['final_accuracy']:>22.3f}{r['final_accuracy']:>20.3f}"
+        f"{i['final_accuracy']:>20.3f}",
+        "",
+        _ratio_line(f"iteration-time ratio {s['collective']}/ideal", s["ratio_optical_over_ideal"]),
+        _ratio_line(f"iteration-time ratio {s['collective']}/one-port ring",
+                    s["ratio_over_ring_one_port"]),
+        _ratio_line(f"all-reduce ratio {s['collective']}/one-port ring",
+                    s["allreduce_ratio_over_ring_one_port"]),
+        fabric_line(s["fabric"]),
+        f"every all-reduce equal to the exact reduction: {'yes' if s['all_results_exact'] else 'NO'}",
+    ]
+    return "\n".join(lines + closing_lines(s))
+
+
+def _ratio_line(what: str, ratio: float | None) -> str:
+    return f"{what}: {ratio:.3f}" if ratio else f"{what}: n/a"
 
 
 def gate_line(g: dict[str, Any]) -> str:

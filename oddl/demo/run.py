@@ -7,6 +7,11 @@ circuits and then over an ideal electrical network (ungated full mesh, same line
 prints a summary. Every all-reduce result is checked against the exact reduction; the demo
 exits 1 if any differs. Everything it started is stopped, also on Ctrl-C and on failure.
 
+On a testbed whose hosts' ports go to an optical circuit switch (``topoopt-12node``) the
+collective is TopoOpt's (``topoopt``: its rings on every port, the switch set at admission) on
+the circuit network, then a plain ring on one port of the same switch, then the ideal
+electrical network with each host's bandwidth that of all its ports.
+
 With ``--collective optinc`` the two runs are ring all-reduce and optinc (both on the optical
 network): optinc's results are checked against the exact *quantised* reduction
 (`oddl.agents.collective.optinc.optinc_expected`), which they equal except where the OptINC device's
@@ -26,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from oddl.agents.collective.optinc import optinc_expected
-from oddl.common.config import OPTINC
+from oddl.common.config import OPTINC, TestbedConfig
 from oddl.common.errors import OddlError
 from oddl.demo.report import DemoOutcome, build_summary, device_delta, format_summary
 from oddl.demo.workload import integer_check, train
@@ -47,11 +52,20 @@ def demo_progress(say: Callable[[str], None], config: Path, run_dir: Path) -> Pr
     return progress
 
 
-def _legs(collective: str) -> list[tuple[str, str, str]]:
-    """(run name, collective, network): optinc is compared with ring, the others with ideal."""
+def _legs(collective: str, circuit_switched: bool) -> list[tuple[str, str, str]]:
+    """(run name, collective, network): optinc is compared with ring, the others with ideal;
+    on a circuit switch, also with a ring on one port."""
     if collective == OPTINC:
         return [("ring", "ring", "optical"), (OPTINC, OPTINC, "optical")]
+    if circuit_switched:
+        return [("optical", collective, "circuit"), ("ring_one_port", "ring", "circuit"),
+                ("ideal", collective, "ideal")]
     return [("optical", collective, "optical"), ("ideal", collective, "ideal")]
+
+
+def default_collective(cfg: TestbedConfig) -> str:
+    """ring on ODDL's WSS fabric; TopoOpt's rings where the hosts' ports go to a switch."""
+    return "ring" if all(n.on_wss for n in cfg.nodes) else "topoopt"
 
 
 def _optinc_stats(tb: RunningTestbed, device_id: str) -> dict[str, Any]:
@@ -91,7 +105,7 @@ def _run_leg(tb: RunningTestbed, out: DemoOutcome, leg: tuple[str, str, str],
 
 
 def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int,
-                     collective: str, progress: bool = True,
+                     collective: str | None, progress: bool = True,
                      trace: Path | None = None) -> dict[str, Any]:
     """Start everything, run both trainings, stop everything; return the summary. With
     `trace`, every process records its timeline into that folder (docs/how-to/trace-a-run.md)."""
@@ -105,7 +119,9 @@ def run_testbed_demo(config: Path, run_dir: Path, iterations: int, n_params: int
                          state=run_dir / "controller.sqlite",
                          progress=demo_progress(say, config, run_dir), trace=trace) as tb:
         out = DemoOutcome(tb.cfg, n_params, run_dir)
-        for leg in _legs(collective):
+        collective = collective or default_collective(tb.cfg)
+        circuit_switched = not all(n.on_wss for n in tb.cfg.nodes)
+        for leg in _legs(collective, circuit_switched):
             _run_leg(tb, out, leg, iterations, say)
         out.status = tb.operator.status()
         out.agent_status = [c.status() for c in tb.clients]

@@ -1,0 +1,64 @@
+"""A collective on standing light paths: the plan's steps, no slots.
+
+A circuit job's light paths are set once, at admission (`oddl.controller.circuits`), and do
+not change while it runs, so its collectives need no slots, no retunes and no hand-offs:
+every send goes as soon as its data is ready, on the host port whose light reaches the
+receiver, and the data paces the run. Its schedule is the plan alone; the makespan it reports
+is the wire time of each step's busiest port at the line rate, summed over the steps.
+
+A call whose plan needs a pair of hosts the job's light paths do not join (an all-to-all on a
+ring's topology) is refused here, before any byte moves: forwarding through hosts is not
+part of this schedule.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from oddl.common.errors import OperationRefused
+from oddl.controller.circuits import plan_pairs
+from oddl.controller.scheduling import Plan, Topology
+
+
+@dataclass(frozen=True)
+class CircuitSchedule:
+    """A plan on standing light paths (see the module docstring); encodes like a schedule."""
+
+    plan: Plan
+    topology: Topology
+    itemsize: int
+    makespan_s: float
+    slots: tuple[()] = ()
+    start_s: float = 0.0
+    reconfigurations: int = 0
+    guard_total_s: float = 0.0
+    efficiency: float = 1.0
+
+
+def circuit_schedule(plan: Plan, nodes: Sequence[str], topology: Topology, itemsize: int,
+                     line_rate_bps: float, paths: Collection[tuple[str, str]] | None
+                     ) -> CircuitSchedule:
+    """The plan on the job's light paths `paths` (None: any pair, the ideal network);
+    OperationRefused when the plan sends between hosts no path joins."""
+    if paths is not None:
+        missing = [p for p in plan_pairs(plan, nodes) if p not in paths]
+        if missing:
+            shown = ", ".join(f"{s} → {d}" for s, d in missing[:4])
+            raise OperationRefused(
+                f"{plan.collective} needs light paths this job's topology does not have "
+                f"({shown}{' …' if len(missing) > 4 else ''}); hosts do not forward a "
+                "collective's data, so run this call on a job whose collective connects these "
+                "hosts (or on the ideal network)")
+    makespan = 0.0
+    for step in plan.steps:
+        per_pair: Counter[tuple[int, int]] = Counter()
+        for s, d, n in zip(step.src.tolist(), step.dst.tolist(), step.length.tolist(),
+                           strict=True):
+            per_pair[(s, d)] += n * itemsize
+        if per_pair and line_rate_bps > 0:
+            makespan += 8.0 * max(per_pair.values()) / line_rate_bps
+    return CircuitSchedule(plan, topology, itemsize, makespan)
