@@ -40,6 +40,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
                          "--sizes", "1000000,16000000,64000000", "--repeats", "5"],
                         ["--sizes", "1000000,16000000", "--repeats", "2"]),
     "ocs": (["bench_ocs.py"], [], ["--repeats", "3"]),
+    "circuit-12node": (["bench_circuit.py"], ["--sizes", "1048576,16777216,67108864"],
+                       ["--sizes", "1048576,16777216", "--repeats", "2"]),
     "demo": (["-m", "oddl", "demo"], ["--iterations", "20"], ["--iterations", "6"]),
     "optinc": (["bench_optinc.py"], [], []),
     "simulator": (["bench_simulator.py"], [], ["--repeats", "1"]),
