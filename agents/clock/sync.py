@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 0.05
 """How long one UDP probe waits for its reply."""
 
+CONFIRM_SAMPLES = 16
+"""Samples taken again before a bound over budget is warned about: the first burst after an
+agent starts, or one taken while the host is busy, rides slow round trips that the next
+burst does not."""
+
 
 def budget_warning(node: str, est: ClockEstimate, skew_us: float, testbed: str) -> str | None:
     """The warning when the estimate's error bound exceeds the budget, else None (pure)."""
@@ -37,8 +42,10 @@ def budget_warning(node: str, est: ClockEstimate, skew_us: float, testbed: str) 
                 f"rest on an unknown offset, against [timing] clock_skew_us = {skew_us:g} µs "
                 f"in {testbed}; check that the controller is reachable (UDP and gRPC)")
     need = math.ceil(est.error_bound_s * 1e6)
-    return (f"{node}: the clock offset to the controller is known only to ±{need} µs (best "
-            f"round trip {est.rtt_s * 1e6:.0f} µs, {est.age_s:.1f} s ago), more than "
+    drift_us = est.error_bound_s * 1e6 - est.rtt_s * 1e6 / 2
+    return (f"{node}: the clock offset to the controller is known only to ±{need} µs (half "
+            f"the best round trip, {est.rtt_s * 1e6:.0f} µs, plus {drift_us:.0f} µs the "
+            f"clocks may have drifted apart in the {est.age_s:.1f} s since that sample), more than "
             f"[timing] clock_skew_us = {skew_us:g} µs that every guard allows for in "
             f"{testbed}: slots may overlap. Run chrony or PTP on every host and keep the "
             "control network between this host and the controller quiet (docs/explanation/clocks.md), "
@@ -151,8 +158,12 @@ class ClockSync:
             return self.filter.estimate(wallclock.now_ns())
 
     def check_budget(self) -> None:
-        """Warn (once per excursion) when the error bound exceeds `clock_skew_us`."""
+        """Warn (once per excursion) when the error bound exceeds `clock_skew_us` after a
+        second, longer burst measured it again."""
         message = budget_warning(self.node_id, self.estimate(), self.skew_us, self.testbed)
+        if message is not None and self.estimate().known and not self.excursion.active:
+            self.burst(CONFIRM_SAMPLES)
+            message = budget_warning(self.node_id, self.estimate(), self.skew_us, self.testbed)
         if self.excursion.check(message is not None, time.monotonic()):
             logger.warning("%s", message)
 
