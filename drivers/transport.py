@@ -17,6 +17,7 @@ from typing import Protocol
 import serial
 
 from oddl.common.errors import DeviceError, DeviceTimeout
+from oddl.common.file_access import current_user, is_permission_error, permission_advice
 from oddl.drivers.link_errors import CannotOpen
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,17 @@ class OwnedTransport:
                 logger.debug("%s: link closed", self.name)
 
 
+def open_failure(url: str, exc: BaseException) -> str:
+    """Why a serial port did not open, and the fix: its permissions when errno says so."""
+    if is_permission_error(exc):
+        advice = permission_advice(url, current_user()) if url.startswith("/") else ""
+        return (f"cannot open {url!r}: permission denied ({exc}); "
+                + (advice or f"the user running this ({current_user()}) may not open it: "
+                   "check its owner, group and mode (ls -lL) and the user's groups"))
+    return (f"cannot open {url!r} ({exc}); check the resource in the testbed file and "
+            "that the device (or its emulator) is running")
+
+
 class SerialTransport:
     """A pyserial link (any `serial_for_url` URL) with frame logging and typed timeouts."""
 
@@ -85,11 +97,7 @@ class SerialTransport:
         try:
             self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise CannotOpen(
-                f"cannot open {url!r} ({exc}); check the resource in the testbed file and "
-                "that the device (or its emulator) is running",
-                device=self.name,
-            ) from exc
+            raise CannotOpen(open_failure(url, exc), device=self.name) from exc
 
     def write(self, data: bytes) -> None:
         """Send all of `data` (logged at DEBUG); DeviceError when the port fails."""

@@ -18,6 +18,7 @@ from zmq.utils import monitor as zmq_monitor
 
 from oddl.agents.local_api import wire as localapi
 from oddl.common.errors import CollectiveError
+from oddl.common.file_access import socket_advice
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ class AgentSocket:
         while not self.connected:
             left = deadline - time.monotonic()
             if left <= 0:
+                advice = (socket_advice(self.address.removeprefix("ipc://"))
+                          if self.address.startswith("ipc://") else "")
+                if advice:
+                    raise CollectiveError(f"cannot reach the agent at {self.address}: {advice}")
                 raise CollectiveError(f"no agent is listening at {self.address} (it stopped, "
                                       "or has not started yet); start it with `oddl agent "
                                       "serve` or check the address")

@@ -16,6 +16,9 @@ from oddl.cli.config_lookup import LOOKUP_HELP, testbed_file
 from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from oddl.common.errors import ConfigError
 
+SERVICE_USER = "oddl"
+"""The user the shipped units run the services as (deploy/systemd)."""
+
 
 def register(devices_sub: Any) -> argparse.ArgumentParser:
     """Add `probe` under `oddl devices`."""
@@ -28,6 +31,9 @@ def register(devices_sub: Any) -> argparse.ArgumentParser:
                    help="print the report as JSON")
     p.add_argument("--no-scan", action="store_true",
                    help="only probe the devices of the file; do not list or try other ports")
+    p.add_argument("--service-user", default=None, metavar="USER",
+                   help="check that USER (the user the controller's service runs as) may open "
+                   "every serial port, whoever probes (default: oddl, when that user exists)")
     p.set_defaults(func=cmd_probe)
     return p
 
@@ -35,6 +41,7 @@ def register(devices_sub: Any) -> argparse.ArgumentParser:
 def cmd_probe(args: argparse.Namespace) -> int:
     """Probe the bench; print the report; 0 when every device is as the file says."""
     from oddl.common.config import load_testbed
+    from oddl.common.file_access import user_groups
     from oddl.operator.probe import format_report, probe
 
     path = testbed_file(args)
@@ -47,8 +54,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not logging.getLogger().isEnabledFor(logging.INFO):
         # a probe expects silent ports and wrong protocols; the report says what they mean
         drivers_log.setLevel(logging.ERROR)
+    user = args.service_user
+    if user is None:
+        user = SERVICE_USER if user_groups(SERVICE_USER) is not None else ""
+    elif user_groups(user) is None:
+        raise ConfigError(f"--service-user {user}: no such user on this host; name the user "
+                          "the controller's service runs as (User= in its unit)")
     try:
-        report = probe(cfg, scan=not args.no_scan)
+        report = probe(cfg, scan=not args.no_scan, service_user=user)
     finally:
         drivers_log.setLevel(saved)
     if getattr(args, "json", False):

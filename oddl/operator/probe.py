@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from oddl.common.config import DeviceConfig, GridConfig, TestbedConfig
 from oddl.common.errors import DeviceError, OddlError
+from oddl.common.file_access import permission_advice
 from oddl.drivers.interfaces import DeviceIdentity
 from oddl.drivers.link_errors import CannotOpen
 from oddl.operator.probe_scpi import probe_circuit_switch, probe_meter
@@ -33,6 +34,7 @@ from oddl.operator.probe_verdicts import (
     NO_ANSWER,
     NOT_NAMED,
     OK,
+    SERVICE_CANNOT_OPEN,
     SKIPPED,
     WRONG_BAUD,
     WRONG_PORT,
@@ -205,6 +207,19 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
     return base
 
 
+def check_service_access(result: DeviceProbe, dev: DeviceConfig, user: str) -> DeviceProbe:
+    """A serial port the service user may not open fails, with its owner, group, mode and
+    the fix, even when the probe (run as root) could open it."""
+    if not user or not dev.resource.startswith("/") or result.status == CANNOT_OPEN:
+        return result
+    advice = permission_advice(dev.resource, user)
+    if advice:
+        result.status = SERVICE_CANNOT_OPEN
+        result.message = (f"{result.message}; but the controller's service will not open "
+                          f"it: {advice}").lstrip("; ")
+    return result
+
+
 def check_wss_grid(result: DeviceProbe, dev: DeviceConfig, grid: GridConfig) -> DeviceProbe:
     """An identified WSS on a fixed grid other than the one its channels are numbered by (the
     file's ``module_plan``, else the testbed's grid) is a mismatch: the controller's channel
@@ -258,16 +273,19 @@ def _same_port(a: str, b: str) -> bool:
 
 
 def probe(cfg: TestbedConfig, *, scan: bool = True,
-          ports: Iterable[dict[str, str]] | None = None) -> ProbeReport:
+          ports: Iterable[dict[str, str]] | None = None,
+          service_user: str = "") -> ProbeReport:
     """Check every device of `cfg` against what answers on its resource; with `scan`, also
     list the serial ports and VISA resources present and report those the file does not
-    name (listed only: no byte goes to a resource the file does not name)."""
+    name (listed only: no byte goes to a resource the file does not name). With
+    `service_user`, a serial port that user may not open fails its device, whoever probes."""
     report = ProbeReport()
     if scan:
         report.serial_ports = list(ports) if ports is not None else list_serial_ports()
         report.visa_resources, note = list_visa_resources()
         report.notes.append(note)
-    report.devices = [check_wss_grid(probe_device(dev), dev, cfg.grid) for dev in cfg.devices]
+    report.devices = [check_service_access(check_wss_grid(probe_device(dev), dev, cfg.grid),
+                                           dev, service_user) for dev in cfg.devices]
     if scan:
         claimed = [d.resource for d in cfg.devices]
         for port in report.serial_ports:

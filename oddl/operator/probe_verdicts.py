@@ -12,6 +12,8 @@ from oddl.drivers.interfaces import DeviceIdentity
 OK, MISMATCH, WRONG_PORT, WRONG_BAUD, NO_ANSWER, CANNOT_OPEN, SKIPPED, NOT_NAMED = (
     "ok", "mismatch", "wrong port", "wrong baud", "no answer", "cannot open", "skipped",
     "not named")
+SERVICE_CANNOT_OPEN = "service cannot open"
+"""The device answered the probe (run as root), but the service user may not open its port."""
 
 
 @dataclass
