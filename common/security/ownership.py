@@ -188,6 +188,13 @@ def unreadable_key_message(path: Path, reason: str, *, private: bool = True) -> 
     if not private:
         return (f"{path}: cannot read ({reason}): it is {describe_owner(st)} and this process "
                 f"runs as {me}; it holds nothing secret: sudo chmod 644 {path} ({DOCS})")
+    if path.name.startswith("operator-"):  # tls/operator-NAME.key, curve/operator-NAME.key_secret
+        name = path.name.removeprefix("operator-").split(".", 1)[0]
+        return (f"{path}: cannot read ({reason}): it is {describe_owner(st)}, operator {name}'s "
+                f"key, and this process runs as {me}. Operators get their own copy, never the "
+                f"services' keys: ask the lab's admin to run `sudo oddl certs hand-out --certs "
+                f"{path.parent.parent} --operator {name} --to {user}`, then use --certs with "
+                f"the folder it names ({DOCS})")
     return (f"{path}: cannot read ({reason}): it is {describe_owner(st)} and this process runs "
             f"as {me}; give the service user its key (sudo chown {user}: {path} && sudo chmod "
             f"600 {path}), or issue the keys with `sudo oddl certs init ... --owner {user}` / "

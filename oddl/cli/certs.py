@@ -25,6 +25,7 @@ from typing import Any
 
 from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from oddl.cli.shared import run_command_tree
+from oddl.common.errors import SecurityError
 from oddl.common.security.files import DEFAULT_CURVE_SERVERS, MANIFEST
 from oddl.common.security.lab_ca import init_lab_ca
 from oddl.common.security.ownership import service_keys
@@ -97,7 +98,23 @@ def _register_chown(csub: Any) -> None:
     own.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
     own.add_argument("--owner", required=True, metavar="USER[:GROUP]",
                      help="the user the services run as (User= in deploy/systemd/), e.g. oddl")
+    own.add_argument("--login-user-too", action="store_true",
+                     help="hand the service keys to a login user all the same (a service run "
+                     "under a person's account); without it such an owner is refused")
     own.set_defaults(func=cmd_chown)
+    out = csub.add_parser(
+        "hand-out", help="give one operator (a login user) their own key and certificate",
+        description="Copy operator NAME's TLS certificate and key, CURVE pair, the CA "
+        "certificate and a manifest naming only that operator into DEST (default "
+        "~USER/.config/oddl/certs), all owned by USER, keys 0600. Nothing of the services' "
+        "goes there. The operator then runs `oddl status --certs DEST` (or sets ODDL_CERTS).")
+    out.add_argument("--certs", required=True, metavar="DIR", help="the `certs init` folder")
+    out.add_argument("--operator", required=True, metavar="NAME", help="the operator's name "
+                     "in the folder (certs init --operators)")
+    out.add_argument("--to", required=True, metavar="USER", help="the operator's login user")
+    out.add_argument("--dest", metavar="DEST", help="the folder to write (default "
+                     "~USER/.config/oddl/certs)")
+    out.set_defaults(func=cmd_hand_out)
 
 
 def _owner_option(parser: argparse.ArgumentParser) -> None:
@@ -126,9 +143,17 @@ def _root_note(args: argparse.Namespace, root: str) -> None:
 def cmd_chown(args: argparse.Namespace) -> int:
     """Give the service keys present here to the service user."""
     from oddl.common.security.files import SecurityFiles
+    from oddl.common.security.handout import is_login_user
     from oddl.common.security.ownership import check_reachable, hand_over, service_keys
 
     owner = _resolved_owner(args)
+    if is_login_user(owner.user) and not args.login_user_too:
+        raise SecurityError(
+            f"--owner {owner.user}: that is a login user, and `certs chown` gives away the "
+            "services' keys (the controller's, every agent's, the CURVE servers'). Give them "
+            "to the user the services run as (User= in deploy/systemd/, normally oddl). For an "
+            f"operator's own key: sudo oddl certs hand-out --certs {args.certs} --operator "
+            f"NAME --to {owner.user}")
     files = SecurityFiles.load(args.certs)
     check_reachable(files.root, owner)
     changed = hand_over(files.root, service_keys(files.manifest), owner)
@@ -138,6 +163,25 @@ def cmd_chown(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     for path in changed:
         print(f"  0600  {owner}  {path}")
+    return EXIT_OK
+
+
+def cmd_hand_out(args: argparse.Namespace) -> int:
+    """Write one operator's own folder for their login user."""
+    from pathlib import Path
+
+    from oddl.common.security.files import SecurityFiles
+    from oddl.common.security.handout import default_destination, hand_out
+    from oddl.common.security.ownership import resolve_owner
+
+    owner = resolve_owner(args.to)
+    files = SecurityFiles.load(args.certs)
+    dest = Path(args.dest) if args.dest else default_destination(owner.user)
+    written = hand_out(files.root, files.manifest, args.operator, owner, dest)
+    for path in written:
+        print(f"  {path.stat().st_mode & 0o777:04o}  {owner}  {path}")
+    print(f"{owner.user} runs the operator commands with: --certs {dest} (or ODDL_CERTS={dest});"
+          f" the operator is {args.operator}")
     return EXIT_OK
 
 

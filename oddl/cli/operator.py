@@ -58,6 +58,13 @@ def connect(args: argparse.Namespace) -> Any:
 
         security = load_testbed(path).security
         certs, operator = certs or security.certs, security.operator
+    if certs:
+        from oddl.common.security.files import SecurityFiles
+
+        # a folder `certs hand-out` wrote names one operator: its own
+        named = SecurityFiles.load(certs).operators
+        if operator not in named and len(named) == 1:
+            operator = named[0]
     return OperatorClient(controller_address(args), certs=certs, operator=operator)
 
 
