@@ -1,4 +1,4 @@
-"""docs/how-to/lab-bring-up.md, steps 4 and 5 of "The same path": the services from their units under the service user, and
+"""docs/how-to/lab-bring-up.md, steps 5 to 7 of "The procedure": the services from their units under the service user, and
 `oddl status` showing every agent alive with its clock offset (one host's clock shifted
 through the agent's own clock seam, ODDL_CLOCK_SHIFT_US)."""
 

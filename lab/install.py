@@ -15,11 +15,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from lab.procedure import INSTALL, MAKE_VENV, shown
 from lab.shell import LabError, run
 
 CACHE_ROOT = Path("/var/tmp/oddl-lab-venv")
 KEEP_VENVS = 3          # the newest venvs kept (about 1.4 GB each with torch)
-SYSTEM_PYTHON = "/usr/bin/python3"  # the lab's python3, readable by the service user
 
 
 def build_wheel(source: Path, out_dir: Path) -> Path:
@@ -63,8 +63,8 @@ def venv_for(wheel: Path, log: Path) -> tuple[Path, bool]:
             "set -e",
             f"mount -t overlay overlay -o lowerdir=/opt,upperdir={tmp}/u,workdir={tmp}/w /opt",
             "mkdir -p /opt/oddl", f"mount --bind {root} /opt/oddl",
-            f"{SYSTEM_PYTHON} -m venv /opt/oddl/.venv",
-            f"/opt/oddl/.venv/bin/pip install -q '{staged}[torch]'",
+            shown(MAKE_VENV),
+            f"{shown(INSTALL)} -q '{staged}[torch]'",
         ])
         (Path(tmp) / "u").mkdir()
         (Path(tmp) / "w").mkdir()

@@ -1,4 +1,4 @@
-"""docs/how-to/lab-bring-up.md, step 5 of "The same path" and its torchrun step: jobs, training processes on every host calling
+"""docs/how-to/lab-bring-up.md, steps 7 and 8 of "The procedure": jobs, training processes on every host calling
 `AgentClient("ipc:///run/oddl/agent-nN.sock").allreduce(...)`, DDP on the `oddl` backend."""
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.procedure import torchrun
 from lab.report import CheckFailed
 from lab.rig import Rig
 from lab.services import last_lines
 from lab.shell import wait_until
 from lab.steps import TESTBED, ok_or_fail
-
-DDP_PORT = 29500
 
 
 def submit(rig: Rig, collective: str) -> str:
@@ -144,13 +143,12 @@ def ddp(rig: Rig, job: str) -> str:
     procs = []
     for rank, host in enumerate(rig.plan.training_hosts):
         assert host.node is not None
+        launcher = torchrun(len(rig.plan.nodes), rank, master)  # the page's command
         procs.append(rig.worker(
             host, "ddp_train.py", ["--out", str(out / f"ddp-{host.name}.json")],
-            f"ddp-{host.name}.log", argv0="/opt/oddl/.venv/bin/torchrun",
+            f"ddp-{host.name}.log", argv0=launcher[0],
             env={"ODDL_LOCAL_API": api(host.node), "ODDL_JOB": job},
-            launcher_args=["--nnodes", str(len(rig.plan.nodes)), "--nproc-per-node", "1",
-                           "--node-rank", str(rank), "--master-addr", master,
-                           "--master-port", str(DDP_PORT)]))
+            launcher_args=launcher[1:-1]))
     wait_all(procs, 300)
     bad = [h.name for h, p in zip(rig.plan.training_hosts, procs, strict=True) if p.returncode]
     if bad:

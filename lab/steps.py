@@ -1,7 +1,6 @@
 """The lab steps of docs/how-to/lab-bring-up.md, run on the rig as a new lab would run them, each checked exactly.
 
-"The same path, with what each step sets": install (lab/install.py), the testbed file edited
-as step 2 says, `oddl config check`, `oddl devices probe`, certificates as docs/explanation/security.md
+"The procedure": install (lab/install.py), the testbed file edited as step 3 says, `oddl config check`, `oddl devices probe`, certificates as docs/explanation/security.md
 says, the services from their units, `oddl status`, jobs, training processes on every host.
 """
 
@@ -14,6 +13,7 @@ from typing import Any
 
 from lab import users
 from lab.devices import start_emulators
+from lab.procedure import CERTS_INIT_FLAGS
 from lab.report import CheckFailed, Report
 from lab.rig import REPO, Rig
 from lab.rig_plan import Host
@@ -83,7 +83,7 @@ def certificates(rig: Rig, report: Report) -> None:
 
     def init() -> str:
         owner = "--owner" in rig.oddl(ctl, "certs", "init", "--help").stdout
-        args = ["--owner", users.SERVICE_USER] if owner else []
+        args = CERTS_INIT_FLAGS if owner else []
         done = rig.oddl(ctl, "certs", "init", "--out", CERTS, "--nodes",
                         ",".join(rig.plan.nodes), "--hosts", ctl.address, *args)
         ok_or_fail(done, "oddl certs init")

@@ -1,7 +1,6 @@
-"""Editing a copy of `lab-4node.toml` as docs/how-to/lab-bring-up.md ("The same path,
-with what each step sets") says: device resources, a WSS's `module_plan`, host addresses and data ports,
-`[controller] address`
-(pure text edits, so the rest of the file and its comments stay as shipped).
+"""Editing a copy of `lab-4node.toml` as docs/how-to/lab-bring-up.md ("The procedure", step 3)
+says: device resources, a WSS's `module_plan`, host addresses and data ports, `[controller]
+address` (pure text edits, so the rest of the file and its comments stay as shipped).
 """
 
 from __future__ import annotations

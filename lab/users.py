@@ -6,9 +6,10 @@ from __future__ import annotations
 import grp
 import pwd
 
+from lab.procedure import SERVICE_USER, SERVICE_USER_ADD
 from lab.shell import run
 
-SERVICE_USER = "oddl"
+__all__ = ["SERVICE_USER", "TRAINING_USER", "ensure_users", "remove_made"]
 TRAINING_USER = "oddl-trainer"
 
 
@@ -32,8 +33,7 @@ def ensure_users() -> list[str]:
     """Make what is absent; the list of what was made ("user:NAME" / "group:NAME")."""
     made = []
     if not _exists(SERVICE_USER):
-        run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-             "/var/lib/oddl", "--shell", "/usr/sbin/nologin", SERVICE_USER])
+        run(SERVICE_USER_ADD)
         made += [f"user:{SERVICE_USER}", f"group:{SERVICE_USER}"]
     elif not _group_exists(SERVICE_USER):
         run(["groupadd", "--system", SERVICE_USER])

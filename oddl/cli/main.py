@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 EMULATORS = {"itla": "itla_serve", "wss": "wss_serve", "powermeter": "powermeter_serve",
              "ocs": "ocs_serve",
-             "testbed": "host"}
+             "testbed": "host", "bench": "bench_serve"}
 """`oddl emulate NAME` → the module in oddl.drivers.emulators that serves it."""
 
 
@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("wss", "one flexgrid WSS (ASCII serial protocol)"),
             ("powermeter", "one N7744A-style power meter (SCPI on a TCPIP SOCKET)"),
             ("ocs", "one Polatis-style optical circuit switch (SCPI on a TCP socket)"),
-            ("testbed", "every emulated device of a testbed file, and the optical fabric")):
+            ("testbed", "every emulated device of a testbed file, and the optical fabric"),
+            ("bench", "every device of a lab's testbed file, served at the resources it "
+             "names (before the devices arrive)")):
         emu.add_parser(name, help=help_text, add_help=False)
     serve_cli.register(sub)
     demo_cli.register(sub)
