@@ -17,7 +17,7 @@ from lab.rig import Rig
 from lab.rig_plan import Host
 from lab.services import last_lines, start_unit, wait_ready
 from lab.shell import LabError, wait_until
-from lab.steps import CERTS, CLOCK_SHIFT_NODE, CLOCK_SHIFT_US, TESTBED, UNITS
+from lab.steps import CERTS, CLOCK_SHIFT_NODE, CLOCK_SHIFT_US, TESTBED, UNITS, ok_or_fail
 from lab.units import load_unit
 
 
@@ -86,6 +86,33 @@ def status(rig: Rig) -> dict[str, Any]:
         raise CheckFailed(f"oddl status exited {done.returncode}: "
                           f"{last_lines(done.stderr + done.stdout, 3)}")
     return dict(json.loads(done.stdout))
+
+
+OPERATOR_CERTS = "/tmp/operator-certs"
+
+
+def operator_handout(rig: Rig) -> str:
+    """docs/explanation/security.md, "Each operator's own key": the training user, refused the
+    lab's folder (and told to ask for hand-out), runs `oddl status` with the folder
+    `certs hand-out` gave it."""
+    ctl, user = rig.plan.controller, users.TRAINING_USER
+    if "hand-out" not in rig.oddl(ctl, "certs", "--help").stdout:
+        raise CheckFailed("the installed oddl has no `certs hand-out`")
+    refused = rig.oddl(ctl, "status", "--config", TESTBED, "--json", user=user)
+    said = " ".join((refused.stderr + refused.stdout).split())
+    if refused.returncode == 0 or "oddl certs hand-out" not in said:
+        raise CheckFailed(f"as {user} with the lab's folder, oddl status exited "
+                          f"{refused.returncode} without naming certs hand-out: "
+                          f"{last_lines(refused.stderr + refused.stdout, 3)}")
+    ok_or_fail(rig.oddl(ctl, "certs", "hand-out", "--certs", CERTS, "--operator", "operator",
+                        "--to", user, "--dest", OPERATOR_CERTS), "oddl certs hand-out")
+    done = rig.oddl(ctl, "status", "--config", TESTBED, "--certs", OPERATOR_CERTS, "--json",
+                    user=user)
+    if done.returncode != 0:
+        raise CheckFailed(f"as {user} with its own folder, oddl status exited "
+                          f"{done.returncode}: {last_lines(done.stderr + done.stdout, 3)}")
+    agents = json.loads(done.stdout).get("agents", [])
+    return f"{user}: refused the lab's key (told to ask for hand-out), then {len(agents)} agents"
 
 
 def agents_alive(rig: Rig, timeout_s: float = 0.0) -> str:

@@ -74,6 +74,8 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
     if not bringup.services(rig, report):
         return
     report.check("ctl: oddl status: every agent alive", lambda: bringup.agents_alive(rig))
+    report.check("operator: a login user runs oddl status with its own key (certs hand-out)",
+                 lambda: bringup.operator_handout(rig))
     report.check(f"clock: {steps.CLOCK_SHIFT_NODE} shifted {steps.CLOCK_SHIFT_US} µs found "
                  "within its bound", lambda: bringup.clock_shift(rig))
     for collective in ("ring", "halving-doubling"):
