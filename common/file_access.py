@@ -61,18 +61,22 @@ def user_groups(user: str) -> set[str] | None:
     return groups
 
 
-def can_open(access: Access, user: str, *, write: bool = True) -> bool | None:
-    """Whether `user` may open the file for reading (and writing) by its permission bits
-    (root always may); None when the user is unknown."""
-    return _may(access, user, stat.S_IRUSR | (stat.S_IWUSR if write else 0))
+def can_open(access: Access, user: str, *, write: bool = True,
+             also_groups: frozenset[str] = frozenset()) -> bool | None:
+    """Whether `user` (with `also_groups` besides its own, as a unit's ``Group=`` gives it)
+    may open the file for reading (and writing) by its permission bits (root always may);
+    None when the user is unknown."""
+    return _may(access, user, stat.S_IRUSR | (stat.S_IWUSR if write else 0), also_groups)
 
 
-def _may(access: Access, user: str, owner_bits: int) -> bool | None:
+def _may(access: Access, user: str, owner_bits: int,
+         also_groups: frozenset[str] = frozenset()) -> bool | None:
     """Whether `user` has `owner_bits` (given as the owner's: S_IRUSR, S_IWUSR, S_IXUSR) on
     the file through its owner, group or other bits; None when the user is unknown."""
     groups = user_groups(user)
     if groups is None:
         return None
+    groups |= also_groups
     if user == "root":
         return True
     if user == access.owner:
@@ -84,21 +88,26 @@ def _may(access: Access, user: str, owner_bits: int) -> bool | None:
     return access.mode & bits == bits
 
 
-def permission_advice(path: str, user: str, *, write: bool = True) -> str:
-    """Why `user` cannot open `path` and the fix, or "" when it can (or nothing is known)."""
+def permission_advice(path: str, user: str, *, write: bool = True,
+                      also_groups: frozenset[str] = frozenset()) -> str:
+    """Why `user` (with `also_groups`, as its unit runs it) cannot open `path` and the fix,
+    or "" when it can (or nothing is known)."""
     access = access_of(path)
     if access is None:
         return ""
-    allowed = can_open(access, user, write=write)
+    allowed = can_open(access, user, write=write, also_groups=also_groups)
     if allowed is None or allowed:
         return ""
+    who = user
+    if also_groups:
+        who = f"{user} (with group {', '.join(sorted(also_groups))}, as its unit runs it)"
     want = "read and write" if write else "read"
     group_bits = stat.S_IRGRP | (stat.S_IWGRP if write else 0)
     if access.mode & group_bits == group_bits and access.group != "root":
-        return (f"user {user} may not {want} {access.describe()}: it is not in group "
+        return (f"user {who} may not {want} {access.describe()}: it is not in group "
                 f"{access.group}; add it (sudo usermod -aG {access.group} {user}) and restart "
                 "its service or log in again")
-    return (f"user {user} may not {want} {access.describe()}; give its group {want} access "
+    return (f"user {who} may not {want} {access.describe()}; give its group {want} access "
             "(a udev rule for a device port, e.g. GROUP=\"dialout\", MODE=\"0660\") and add "
             f"{user} to that group")
 

@@ -16,8 +16,9 @@ from oddl.cli.config_lookup import LOOKUP_HELP, testbed_file
 from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from oddl.common.errors import ConfigError
 
-SERVICE_USER = "oddl"
-"""The user the shipped units run the services as (deploy/systemd)."""
+SERVICE_USER, SERVICE_GROUP = "oddl", "dialout"
+"""The User= and Group= the shipped controller unit runs it as (deploy/systemd; a house test
+keeps them equal)."""
 
 
 def register(devices_sub: Any) -> argparse.ArgumentParser:
@@ -34,6 +35,9 @@ def register(devices_sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--service-user", default=None, metavar="USER",
                    help="check that USER (the user the controller's service runs as) may open "
                    "every serial port, whoever probes (default: oddl, when that user exists)")
+    p.add_argument("--service-group", default=SERVICE_GROUP, metavar="GROUP",
+                   help="the group the controller's unit runs it with (Group=; default "
+                   "%(default)s), counted as the service user's")
     p.set_defaults(func=cmd_probe)
     return p
 
@@ -61,7 +65,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise ConfigError(f"--service-user {user}: no such user on this host; name the user "
                           "the controller's service runs as (User= in its unit)")
     try:
-        report = probe(cfg, scan=not args.no_scan, service_user=user)
+        report = probe(cfg, scan=not args.no_scan, service_user=user,
+                       service_group=args.service_group if user else "")
     finally:
         drivers_log.setLevel(saved)
     if getattr(args, "json", False):

@@ -207,12 +207,15 @@ def probe_serial(dev: DeviceConfig) -> DeviceProbe:
     return base
 
 
-def check_service_access(result: DeviceProbe, dev: DeviceConfig, user: str) -> DeviceProbe:
-    """A serial port the service user may not open fails, with its owner, group, mode and
-    the fix, even when the probe (run as root) could open it."""
+def check_service_access(result: DeviceProbe, dev: DeviceConfig, user: str,
+                         group: str = "") -> DeviceProbe:
+    """A serial port the service user (with the `group` its unit gives it) may not open
+    fails, with its owner, group, mode and the fix, even when the probe (run as root) could
+    open it."""
     if not user or not dev.resource.startswith("/") or result.status == CANNOT_OPEN:
         return result
-    advice = permission_advice(dev.resource, user)
+    advice = permission_advice(dev.resource, user,
+                               also_groups=frozenset({group}) if group else frozenset())
     if advice:
         result.status = SERVICE_CANNOT_OPEN
         result.message = (f"{result.message}; but the controller's service will not open "
@@ -274,18 +277,20 @@ def _same_port(a: str, b: str) -> bool:
 
 def probe(cfg: TestbedConfig, *, scan: bool = True,
           ports: Iterable[dict[str, str]] | None = None,
-          service_user: str = "") -> ProbeReport:
+          service_user: str = "", service_group: str = "") -> ProbeReport:
     """Check every device of `cfg` against what answers on its resource; with `scan`, also
     list the serial ports and VISA resources present and report those the file does not
     name (listed only: no byte goes to a resource the file does not name). With
-    `service_user`, a serial port that user may not open fails its device, whoever probes."""
+    `service_user` (and the `service_group` its unit gives it), a serial port that user may
+    not open fails its device, whoever probes."""
     report = ProbeReport()
     if scan:
         report.serial_ports = list(ports) if ports is not None else list_serial_ports()
         report.visa_resources, note = list_visa_resources()
         report.notes.append(note)
     report.devices = [check_service_access(check_wss_grid(probe_device(dev), dev, cfg.grid),
-                                           dev, service_user) for dev in cfg.devices]
+                                           dev, service_user, service_group)
+                      for dev in cfg.devices]
     if scan:
         claimed = [d.resource for d in cfg.devices]
         for port in report.serial_ports:

@@ -115,3 +115,20 @@ def test_the_client_names_the_socket_folder_it_may_not_enter(
             sock.ensure_connected()
     finally:
         sock.close()
+
+
+@needs_root
+def test_the_group_a_unit_gives_the_service_counts(tmp_path: Path) -> None:
+    port = _port(tmp_path, 0o660, "dialout")
+    assert permission_advice(str(port), "nobody", also_groups=frozenset({"dialout"})) == ""
+    advice = permission_advice(str(port), "nobody", also_groups=frozenset({"tty"}))
+    assert "user nobody (with group tty, as its unit runs it) may not" in advice
+    assert "sudo usermod -aG dialout nobody" in advice
+
+
+def test_the_probes_service_user_and_group_are_the_units() -> None:
+    from oddl.cli.probe import SERVICE_GROUP, SERVICE_USER
+
+    unit = (Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+            / "oddl-controller.service").read_text(encoding="utf-8").splitlines()
+    assert f"User={SERVICE_USER}" in unit and f"Group={SERVICE_GROUP}" in unit
