@@ -24,121 +24,27 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import zmq
 
-from oddl.common import lighttable
-from oddl.common.config import TestbedConfig
-from oddl.drivers.interfaces import Route
+from oddl.drivers.emulators.optical_model import (
+    INSERTION_LOSS_DB,
+    LightPath,
+    LightRouter,
+    LightSource,
+    OpticalModel,
+)
 
 logger = logging.getLogger(__name__)
 
-INSERTION_LOSS_DB = 6.0
-"""Loss from a transmitter through the combiner and WSS to a receiver (excluding attenuation)."""
-
-
-class LightSource(Protocol):
-    """What the fabric reads from an emulated transmitter."""
-
-    def optical_output(self, now: float | None = None) -> Any:
-        """(frequency_thz, power_dbm) of the light now, or None when dark."""
-
-
-class LightRouter(Protocol):
-    """What the fabric reads from an emulated WSS."""
-
-    def route(self, frequency_thz: float, now: float | None = None) -> Route | None:
-        """Out-port and attenuation for light at this frequency, or None (blocked/settling)."""
-
-
-@dataclass(frozen=True)
-class LightPath:
-    """Where a transmitter's light ends up right now."""
-
-    dst: str | None
-    reason: str
-    frequency_thz: float = 0.0
-    power_dbm: float = -math.inf
-    code: int = 0
-    """Why there is no path, as a `oddl.common.lighttable` code (0 when there is one)."""
-
-
-class OpticalModel:
-    """Computes light paths and received powers from the emulated device states (no I/O)."""
-
-    def __init__(self, cfg: TestbedConfig, lasers: Mapping[str, LightSource],
-                 switches: Mapping[str, LightRouter]):
-        self.cfg = cfg
-        self.lasers = lasers
-        self.switches = switches
-        self._rx_by_port = {(cfg.attachment(n.id).wss, cfg.attachment(n.id).out_port): n
-                            for n in cfg.nodes}
-        self._node_by_id = {n.id: n for n in cfg.nodes}
-        self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
-
-    def path(self, src: str, now: float | None = None) -> LightPath:
-        """The receiver node (if any) that `src`'s transmitter reaches now, with the reason."""
-        node = self._node_by_id.get(src)
-        if node is None:
-            return LightPath(None, f"unknown node {src}", code=lighttable.UNKNOWN)
-        out = self.lasers[node.transmitter].optical_output(now)
-        if out is None:
-            return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)",
-                             code=lighttable.DARK)
-        wss_id = self.cfg.attachment(src).wss
-        route = self.switches[wss_id].route(out.frequency_thz, now)
-        if route is None or route.blocked:
-            return LightPath(None, f"{wss_id} blocks {out.frequency_thz:.4f} THz (or is settling)",
-                             out.frequency_thz, code=lighttable.BLOCKED)
-        rx = self._rx_by_port.get((wss_id, route.port))
-        if rx is None:
-            return LightPath(None, f"{wss_id} port {route.port} has no receiver",
-                             out.frequency_thz, code=lighttable.NO_RECEIVER)
-        rx_f = self.cfg.grid.frequency_thz(rx.rx_channel)
-        if abs(rx_f - out.frequency_thz) * 1000.0 > self.cfg.grid.spacing_ghz / 2:
-            return LightPath(None, f"{rx.id} receiver filter ({rx_f:.4f} THz) rejects "
-                             f"{out.frequency_thz:.4f} THz", out.frequency_thz,
-                             code=lighttable.FILTERED)
-        power = out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db
-        return LightPath(rx.id, "ok", out.frequency_thz, power)
-
-    def path_code(self, src: str, now: float) -> int:
-        """The light table's answer for `src` at `now`: the receiver's node index, or the
-        negative code of why the light reaches none."""
-        path = self.path(src, now)
-        if path.dst is None:
-            return path.code
-        return self._index[path.dst]
-
-    def transitions(self, now: float) -> list[float]:
-        """Future instants at which some device's light changes by itself."""
-        times: list[float] = []
-        for device in (*self.lasers.values(), *self.switches.values()):
-            times += getattr(device, "transitions", lambda _t: [])(now)
-        return times
-
-    def power_at_port(self, wss_id: str, port: int, now: float | None = None) -> float | None:
-        """Total optical power (dBm) leaving a WSS out-port now, or None when dark."""
-        total_mw = 0.0
-        for node in self.cfg.nodes:
-            if self.cfg.attachment(node.id).wss != wss_id:
-                continue
-            out = self.lasers[node.transmitter].optical_output(now)
-            if out is None:
-                continue
-            route = self.switches[wss_id].route(out.frequency_thz, now)
-            if route is None or route.blocked or route.port != port:
-                continue
-            total_mw += 10 ** ((out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db) / 10)
-        return 10 * math.log10(total_mw) if total_mw > 0 else None
-
+__all__ = ["INSERTION_LOSS_DB", "Fabric", "FabricStats", "LightPath", "LightRouter",
+           "LightSource", "OpticalModel"]
 
 @dataclass(order=True)
 class _InFlight:

@@ -37,7 +37,10 @@ def test_the_emulator_host_serves_the_switch_on_a_scpi_socket(bed: EmulatedTestb
     (ocs,) = bed.resolved.devices
     assert ocs.kind == "ocs" and ocs.resource.startswith("TCPIP0::127.0.0.1::")
     assert ocs.resource.endswith("::SOCKET")
-    assert bed.fabric is None  # no light path on switched hosts yet: the devices only
+    # the light of every host port goes through the switch: a light table row per port
+    assert bed.fabric is not None and bed.light is not None and bed.light.nodes == 48
+    assert bed.resolved.fabric.address == bed.fabric.address
+    assert bed.resolved.fabric.light_table == str(bed.light.path)
 
 
 def test_probe_identifies_the_switch_and_checks_its_size(bed: EmulatedTestbed) -> None:
