@@ -18,7 +18,7 @@ from oddl.agents.links.streams import StreamLink
 from oddl.agents.links.zeromq import DirectLink, FabricLink
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import ConfigError, OddlError
-from oddl.common.lighttable import LightTable
+from oddl.common.lighttable import LightTable, rows_of
 from oddl.common.security.revoked import read_revoked
 
 DataLink = StreamLink | DirectLink | FabricLink
@@ -106,7 +106,25 @@ def open_links(cfg: TestbedConfig, node_id: str, bind: str, security: Any) -> Da
     phy = light_phy(cfg, node_id) if security is None else None
     if phy is not None:
         return DataLinks(StreamLink(node_id, bind, phy=phy), fabric)
+    refuse_relay_through_circuit_switches(cfg, node_id, security is not None)
     return DataLinks(fabric, fabric)
+
+
+def refuse_relay_through_circuit_switches(cfg: TestbedConfig, node_id: str,
+                                          secure: bool) -> None:
+    """The fabric process relays frames on the light of tunable transmitters only: a host
+    whose ports are on a circuit switch sends on the agents' streams over the light table."""
+    ported = [n.id for n in cfg.nodes if n.ports]
+    if not ported:
+        return
+    why = ("secure mode ([security] certs) relays frames through the fabric process"
+           if secure else f'[fabric] transport = "{cfg.fabric.transport}" relays frames '
+           "through the fabric process")
+    raise ConfigError(f"{node_id}: {why}, which does not carry the light of host ports on "
+                      f"circuit switches ({', '.join(ported[:4])}"
+                      f"{' ...' if len(ported) > 4 else ''} have ports); set [fabric] "
+                      'transport = "streams" without [security] certs and start the agents '
+                      "with the emulator host's resolved file (it names the light table)")
 
 
 def stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth | None:
@@ -132,5 +150,9 @@ def light_phy(cfg: TestbedConfig, node_id: str) -> LightPhy | None:
                         f"{cfg.fabric.light_table} ({exc}); run the agents on the emulator "
                         "host's machine with its resolved testbed file, or set [fabric] "
                         'transport = "relay" for agents elsewhere') from exc
-    return LightPhy(table, [n.id for n in cfg.nodes], node_id,
-                    cfg.fabric.line_rate_gbps * 1e9)
+    try:
+        return LightPhy(table, [n.id for n in cfg.nodes], node_id,
+                        cfg.fabric.line_rate_gbps * 1e9, rows=rows_of(cfg))
+    except ValueError as exc:
+        table.close()
+        raise OddlError(str(exc)) from exc
