@@ -102,11 +102,12 @@ def open_links(cfg: TestbedConfig, node_id: str, bind: str, security: Any) -> Da
                         "testbed with `oddl emulate testbed` and use its resolved file")
     curve = None if security is None else (security.curve_keys(node_id),
                                            security.curve_public("fabric"))
-    fabric = FabricLink(node_id, cfg.fabric.address, curve=curve)
     phy = light_phy(cfg, node_id) if security is None else None
+    if phy is None:
+        refuse_relay_through_circuit_switches(cfg, node_id, security is not None)
+    fabric = FabricLink(node_id, cfg.fabric.address, curve=curve)
     if phy is not None:
         return DataLinks(StreamLink(node_id, bind, phy=phy), fabric)
-    refuse_relay_through_circuit_switches(cfg, node_id, security is not None)
     return DataLinks(fabric, fabric)
 
 
