@@ -265,7 +265,8 @@ def _meter_source(tb: EmulatedTestbed, meter_id: str) -> Callable[[int], float |
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `oddl emulate testbed`."""
-    parser.add_argument("--config", required=True, help="testbed file (TOML)")
+    parser.add_argument("--config", required=True, help="testbed file (TOML), or a shipped "
+                        "testbed's name (emulated-4node, topoopt-12node)")
     parser.add_argument("--resolved", help="write the resolved testbed file here "
                         "(default: print it only)")
     parser.add_argument("--host", default="127.0.0.1", help="address the emulators bind")
