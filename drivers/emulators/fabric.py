@@ -221,6 +221,10 @@ class Fabric:
             self._lose(src, f"no OptINC device {dst!r} on this fabric (devices: "
                        f"{', '.join(self.devices) or 'none'})", len(payload))
             return
+        if not node.on_wss:
+            self._lose(src, f"{src} has no tunable transmitter to reach OptINC device {dst} "
+                       "(its ports are on circuit switches)", len(payload))
+            return
         if self.model.lasers[node.transmitter].optical_output(now) is None:
             self._lose(src, f"{node.transmitter} dark (off, tuning or reset)", len(payload))
             return

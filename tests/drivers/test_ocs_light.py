@@ -151,3 +151,33 @@ def test_a_connection_rewrites_the_table_with_the_instant_it_completes(
     emu.handle_line(":OXC:SWIT:CONN:SUB (@5)")
     assert emu.connections == {}
     assert bed.light.timeline(4)[-1][1] == lighttable.NOT_CONNECTED
+
+
+def test_the_trace_shows_a_ports_light_and_its_switching(cfg: TestbedConfig,
+                                                         tmp_path: Path) -> None:
+    import json
+
+    from oddl.common.tracing import TRACE
+    from oddl.drivers.emulators.light_trace import LightTrace
+
+    clock = FakeClock()
+    model, emu = _model(cfg, clock)
+    rows = [r.label for r in model.rows]
+    trace = LightTrace(cfg, lambda row, t: model.row_path(row, t).power_dbm, rows)
+    TRACE.start(tmp_path, "emulators")
+    try:
+        trace.update("n0.p1", [(clock(), model.path_code("n0.p1", clock()))], clock())
+        emu.handle_line(":OXC:SWIT:CONN:ADD (@1),(@10)")
+        t = clock()
+        trace.update("n0.p1", [(t, model.path_code("n0.p1", t)),
+                               (t + SWITCH_S, model.path_code("n0.p1", t + SWITCH_S))], t)
+        trace.flush()
+    finally:
+        path = TRACE.stop()
+    assert path is not None
+    events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    light = [e for e in events if e.get("cat") == "light"]
+    assert {e["name"] for e in light} >= {"n0.p1 -> n1.p2", "settle"}
+    (begin,) = [e for e in light if e["name"] == "n0.p1 -> n1.p2" and e.get("ph") == "b"]
+    assert begin["args"]["receiver"] == "n1.p2" and begin["args"]["channel"] == 0
+    assert begin["args"]["power_dbm"] == pytest.approx(-emu.loss_db)
