@@ -102,30 +102,11 @@ def open_links(cfg: TestbedConfig, node_id: str, bind: str, security: Any) -> Da
                         "testbed with `oddl emulate testbed` and use its resolved file")
     curve = None if security is None else (security.curve_keys(node_id),
                                            security.curve_public("fabric"))
-    phy = light_phy(cfg, node_id) if security is None else None
-    if phy is None:
-        refuse_relay_through_circuit_switches(cfg, node_id, security is not None)
     fabric = FabricLink(node_id, cfg.fabric.address, curve=curve)
+    phy = light_phy(cfg, node_id) if security is None else None
     if phy is not None:
         return DataLinks(StreamLink(node_id, bind, phy=phy), fabric)
     return DataLinks(fabric, fabric)
-
-
-def refuse_relay_through_circuit_switches(cfg: TestbedConfig, node_id: str,
-                                          secure: bool) -> None:
-    """The fabric process relays frames on the light of tunable transmitters only: a host
-    whose ports are on a circuit switch sends on the agents' streams over the light table."""
-    ported = [n.id for n in cfg.nodes if n.ports]
-    if not ported:
-        return
-    why = ("secure mode ([security] certs) relays frames through the fabric process"
-           if secure else f'[fabric] transport = "{cfg.fabric.transport}" relays frames '
-           "through the fabric process")
-    raise ConfigError(f"{node_id}: {why}, which does not carry the light of host ports on "
-                      f"circuit switches ({', '.join(ported[:4])}"
-                      f"{' ...' if len(ported) > 4 else ''} have ports); set [fabric] "
-                      'transport = "streams" without [security] certs and start the agents '
-                      "with the emulator host's resolved file (it names the light table)")
 
 
 def stream_auth(cfg: TestbedConfig, node_id: str, security: Any) -> StreamAuth | None:

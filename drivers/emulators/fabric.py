@@ -4,7 +4,9 @@ Agents hand frames to the fabric over ZeroMQ (a DEALER per node, identity = node
 frame on the optical network the fabric looks at the emulated devices *at that moment*: the
 sender's laser (output on, locked, frequency), the WSS its fibre enters (the active
 channel → out-port table, not settling), the fibre from that out-port, and the receiver's
-channel filter. The frame is delivered to the node the light reaches, after its serialisation
+channel filter. A host whose ports are on a circuit switch sends a frame on the port whose
+light reaches the node named in the header (each port paced on its own, lost when no port
+reaches it). The frame is delivered to the node the light reaches, after its serialisation
 time at the line rate; it is lost when there is no light path, when the path changes while the
 frame is on the wire, or when two transmitters' light overlaps at one receiver. Frames on the
 ideal network ("ideal": a non-blocking electrical switch) are delivered to the node named in
@@ -57,6 +59,10 @@ class _InFlight:
     frames: list[Any] = field(compare=False)
     optical: bool = field(compare=False)
     lost: str = field(default="", compare=False)
+    tx: str = field(default="", compare=False)
+    """The transmitter it left on: the node (its laser) or one of its ports (``n0.p2``)."""
+    rx: str = field(default="", compare=False)
+    """The receiver it reaches: the node, or one of its ports."""
 
 
 @dataclass
@@ -185,30 +191,53 @@ class Fabric:
         now = self.clock()
         nbytes = len(payload) + len(header)
         ser = 8.0 * nbytes / self.rate
-        start = max(now, self._tx_free.get(src, 0.0))
+        tx, path = self._light_of(src, dst_named, now) if optical else (src, None)
+        if not tx:  # no port of `src` reaches dst_named: nothing goes on any fibre
+            self._lose(src, path.reason if path else "no light", len(payload))
+            return
+        start = max(now, self._tx_free.get(tx, 0.0))
         end = start + ser
-        self._tx_free[src] = end
-        if optical:
-            path = self.model.path(src, now)
+        self._tx_free[tx] = end
+        if path is not None:
             if path.dst is None:
                 self._lose(src, path.reason, len(payload))
                 return
-            dst = path.dst
+            dst, rx = path.dst, path.dst if not path.port else f"{path.dst}.p{path.port}"
         else:
             if dst_named not in self.model._node_by_id:
                 self._lose(src, f"unknown destination {dst_named}", len(payload))
                 return
-            dst = dst_named
-        deliver = max(end, self._rx_free.get(dst, 0.0) + ser)
-        self._rx_free[dst] = deliver
+            dst = rx = dst_named
+        deliver = max(end, self._rx_free.get(rx, 0.0) + ser)
+        self._rx_free[rx] = deliver
         self._order += 1
-        item = _InFlight(deliver, self._order, src, dst, start, end, [header, payload], optical)
+        item = _InFlight(deliver, self._order, src, dst, start, end, [header, payload], optical,
+                         tx=tx, rx=rx)
         if optical:
-            for other in self._on_rx.get(dst, []):
-                if other.src != src and other.start < end and start < other.end:
-                    other.lost = item.lost = f"collision at {dst} ({other.src} and {src})"
-            self._on_rx.setdefault(dst, []).append(item)
+            for other in self._on_rx.get(rx, []):
+                if other.tx != tx and other.start < end and start < other.end:
+                    other.lost = item.lost = f"collision at {rx} ({other.tx} and {tx})"
+            self._on_rx.setdefault(rx, []).append(item)
         heapq.heappush(self._heap, item)
+
+    def _light_of(self, src: str, dst: str, now: float) -> tuple[str, LightPath]:
+        """The transmitter a frame for `dst` leaves on and where its light goes: `src`'s
+        laser wherever its light goes, or the port of `src` whose light reaches `dst` (free
+        soonest, the first on a tie); ("", why) when no port does."""
+        node = self.model._node_by_id.get(src)
+        if node is None or node.on_wss or not node.ports:
+            return src, self.model.path(src, now)
+        best: tuple[str, LightPath] | None = None
+        seen = []
+        for port in range(1, node.ports + 1):
+            label, path = f"{src}.p{port}", self.model.port_path(src, port, now)
+            seen.append(f"p{port}→{path.dst}" if path.dst else f"p{port} dark: {path.reason}")
+            if path.dst == dst and (best is None or self._tx_free.get(label, 0.0)
+                                    < self._tx_free.get(best[0], 0.0)):
+                best = (label, path)
+        if best is not None:
+            return best
+        return "", LightPath(None, f"no port's light reaches {dst} ({', '.join(seen)})")
 
     def _accept_device(self, src: str, dst: str, header: dict[str, Any], header_raw: bytes,
                        payload: zmq.Frame) -> None:
@@ -254,13 +283,15 @@ class Fabric:
         while self._heap and self._heap[0].deliver_at <= now:
             item = heapq.heappop(self._heap)
             if item.optical:
-                on_rx = self._on_rx.get(item.dst, [])
+                on_rx = self._on_rx.get(item.rx, [])
                 if item in on_rx:
                     on_rx.remove(item)
                 if not item.lost:
-                    path = self.model.path(item.src, now)
-                    if path.dst != item.dst:
-                        item.lost = f"circuit {item.src}->{item.dst} changed during the frame ({path.reason})"
+                    path = self.model.row_path(item.tx, now)
+                    reached = path.dst if not path.port else f"{path.dst}.p{path.port}"
+                    if reached != item.rx:
+                        item.lost = (f"circuit {item.tx}->{item.rx} changed during the frame "
+                                     f"({path.reason})")
             if item.lost:
                 self._lose(item.src, item.lost, len(item.frames[1]))
                 continue

@@ -95,9 +95,9 @@ class OpticalModel:
         if node is None:
             return LightPath(None, f"unknown node {src}", code=lighttable.UNKNOWN)
         if not node.on_wss:
-            return LightPath(None, f"{src} has no tunable transmitter: the light of its ports "
-                             "on circuit switches goes on the agents' streams only (set "
-                             '[fabric] transport = "streams")', code=lighttable.UNKNOWN)
+            return LightPath(None, f"{src} has no tunable transmitter (its ports on circuit "
+                             "switches have a light path each: port_path)",
+                             code=lighttable.UNKNOWN)
         out = self.lasers[node.transmitter].optical_output(now)
         if out is None:
             return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)",

@@ -3,10 +3,11 @@ to end: the real emulator host on a testbed of 3 hosts x 2 ports (as `oddl confi
 3 --ports 2` writes it), the agents' links as an agent opens them, and the switch's connections
 made by the real OCS driver on the emulator's SCPI socket. A chunk arrives exactly when a port
 of its sender is connected to its receiver, over that port, and is lost, with the reason, when
-none is."""
+none is; the same through the fabric process (`transport = "relay"`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -18,9 +19,10 @@ from oddl.agents.links.choice import DataLinks, open_links
 from oddl.agents.links.light_phy import LightPhy
 from oddl.agents.links.stream_wire import ChunkHead, node_tag
 from oddl.agents.links.streams import StreamLink
+from oddl.agents.links.zeromq import FabricLink
 from oddl.common import lighttable
 from oddl.common.config import TestbedConfig, load_testbed
-from oddl.common.errors import CollectiveError, ConfigError
+from oddl.common.errors import CollectiveError
 from oddl.common.lighttable import LightTable, rows_of
 from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
 from oddl.drivers.ocs import PolatisOcs
@@ -179,13 +181,33 @@ def test_a_connection_broken_under_a_chunk_loses_it(
             link.close()
 
 
-def test_the_relay_refuses_a_testbed_of_host_ports(bed: EmulatedTestbed) -> None:
-    import dataclasses
-
+def test_the_relay_carries_frames_over_the_connected_port(
+        bed: EmulatedTestbed, switch: PolatisOcs) -> None:
+    """`transport = "relay"`: the fabric process picks the port the same way."""
     cfg = bed.resolved
     relay = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, transport="relay"))
-    with pytest.raises(ConfigError, match='set \\[fabric\\] transport = "streams"'):
-        open_links(relay, "n0", "127.0.0.1:0", None)
+    opened = {n: open_links(relay, n, "127.0.0.1:0", None) for n in NODES}
+    try:
+        assert all(isinstance(link.link, FabricLink) for link in opened.values())
+        connect(bed, switch, {("n0", 2): ("n1", 1)})
+        send_relay(opened["n0"], "n1", 1, b"r" * 3000)
+        frame = opened["n1"].link.inbox.take(("j", 1, 0, "n0"), time.time() + 10)
+        assert frame is not None and bytes(frame.payload) == b"r" * 3000
+        send_relay(opened["n0"], "n2", 1, b"s" * 10)
+        assert opened["n2"].link.inbox.take(("j", 1, 0, "n0"), time.time() + 0.5) is None
+        assert bed.fabric is not None
+        reason = ("no port's light reaches n2 (p1 dark: ocs0 ingress 1 is not connected, "
+                  "p2→n1)")
+        assert bed.fabric.stats.lost == {reason: 1}
+    finally:
+        for link in opened.values():
+            link.close()
+
+
+def send_relay(link: DataLinks, dst: str, seq: int, payload: bytes) -> None:
+    assert isinstance(link.link, FabricLink)
+    link.link.send_chunk("j", dst, ChunkHead(seq, 0, 0, len(payload), node_tag(dst)),
+                         memoryview(payload), 10.0, None, optical=True)
 
 
 def test_the_emulator_host_lights_nothing_before_a_connection(bed: EmulatedTestbed) -> None:

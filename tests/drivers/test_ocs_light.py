@@ -109,10 +109,10 @@ def test_the_switch_calls_on_change_when_the_light_changes_only(cfg: TestbedConf
     assert changes == [1, 1]
 
 
-def test_the_relay_path_names_the_streams_for_a_host_without_a_laser(cfg: TestbedConfig) -> None:
+def test_a_host_without_a_laser_has_light_on_its_ports_only(cfg: TestbedConfig) -> None:
     model, _ = _model(cfg, FakeClock())
     path = model.path("n0")
-    assert path.dst is None and 'transport = "streams"' in path.reason
+    assert path.dst is None and "n0 has no tunable transmitter" in path.reason
 
 
 # ---- the emulator host's light table ------------------------------------------------------
@@ -181,3 +181,32 @@ def test_the_trace_shows_a_ports_light_and_its_switching(cfg: TestbedConfig,
     (begin,) = [e for e in light if e["name"] == "n0.p1 -> n1.p2" and e.get("ph") == "b"]
     assert begin["args"]["receiver"] == "n1.p2" and begin["args"]["channel"] == 0
     assert begin["args"]["power_dbm"] == pytest.approx(-emu.loss_db)
+
+
+def test_the_relay_paces_each_port_on_its_own(cfg: TestbedConfig) -> None:
+    """Two frames from n0, on p1 and p2 at once, both arrive one serialisation time later."""
+    from helpers import wait_until
+
+    from oddl.agents.links.zeromq import FabricLink
+    from oddl.drivers.emulators.fabric import Fabric
+
+    clock = FakeClock()
+    model, emu = _model(cfg, clock)
+    emu.handle_line(":OXC:SWIT:CONN:ADD (@1,2),(@9,11)")  # n0.p1 -> n1.p1, n0.p2 -> n2.p1
+    clock.advance(1.0)
+    fabric = Fabric(model, 1e9, clock=clock)
+    links = {n: FabricLink(n, fabric.address) for n in ("n0", "n1", "n2")}
+    try:
+        for dst in ("n1", "n2"):
+            links["n0"].send({"job": "j", "seq": 1, "step": 0, "src": "n0", "dst": dst,
+                              "net": "optical"}, b"a" * 125_000)  # 1 ms at 1 Gbit/s each
+        wait_until(lambda: fabric.in_flight == 2, 10, "both frames on the wire")
+        clock.advance(0.00105)  # one frame's time: serial on one transmitter, one would wait
+        wait_until(lambda: fabric.stats.delivered == 2, 10, "both frames delivered")
+        assert fabric.in_flight == 0 and not fabric.stats.lost
+        for dst in ("n1", "n2"):
+            assert links[dst].inbox.take(("j", 1, 0, "n0"), time.time() + 5) is not None
+    finally:
+        for link in links.values():
+            link.close()
+        fabric.close()
