@@ -109,6 +109,7 @@ class OcsEmulator:
         self._status = StatusRegisters()
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
+        self._notifying = threading.local()
         self.on_change: Callable[[], None] | None = None
         """Called (outside the lock) after a command or call changed where light goes: the
         emulator host's light table (`oddl.common.lighttable.LightPublisher.update`)."""
@@ -144,14 +145,17 @@ class OcsEmulator:
                     if (t := self.switch.settled_at(i)) > now and math.isfinite(t)]
 
     def _notify_after(self, fn: Callable[[], _T]) -> _T:
-        """Run `fn` (which takes the lock) and call `on_change` if the light changed."""
-        if self.on_change is None:
+        """Run `fn` (which takes the lock) and call `on_change` if the light changed; once,
+        outside the lock, for the outermost call (`process` runs `handle_line`)."""
+        if self.on_change is None or getattr(self._notifying, "on", False):
             return fn()
         with self._lock:
             before = self.switch.light_state()
+        self._notifying.on = True
         try:
             return fn()
         finally:
+            self._notifying.on = False
             with self._lock:
                 changed = self.switch.light_state() != before
             if changed and self.on_change is not None:
@@ -220,7 +224,7 @@ class OcsEmulator:
                 return Reply(drop_connection=True)
             if faults.drop_answer(self._rng):
                 return Reply()
-            answers = self._handle_line(raw.decode("ascii", errors="replace"))
+            answers = self.handle_line(raw.decode("ascii", errors="replace"))
             out: list[Answer] = []
             for due, data in answers:
                 if data is not None and faults.garble_answer(self._rng):
