@@ -49,10 +49,10 @@ def table(tmp_path: Path) -> Iterator[LightTable]:
 
 
 def connect(table: LightTable, clock: FakeClock, src: tuple[str, int],
-            dst: tuple[str, int] | None, since: float | None = None) -> None:
-    """`src`'s port light reaches `dst`'s port from `since` (None: not connected)."""
+            dst: tuple[str, int] | None) -> None:
+    """From now, `src`'s port light reaches `dst`'s port (None: not connected)."""
     code = row(*dst) if dst is not None else lighttable.NOT_CONNECTED
-    table.write(row(*src), [(clock() if since is None else since, code)], clock())
+    table.write(row(*src), [(clock(), code)], clock())
 
 
 def phy(table: LightTable, node: str, clock: FakeClock) -> LightPhy:
@@ -137,7 +137,6 @@ def test_receiving_ports_are_paced_each_on_its_own(table: LightTable) -> None:
     clock = FakeClock()
     connect(table, clock, ("n1", 1), ("n0", 1))
     connect(table, clock, ("n2", 1), ("n0", 2))
-    connect(table, clock, ("n3", 1), ("n0", 1), since=clock() + 10.0)
     receiver = phy(table, "n0", clock)
     start = clock()
     a = phy(table, "n1", clock).transmit("n1", "n0", CHUNK, None)
@@ -145,11 +144,13 @@ def test_receiving_ports_are_paced_each_on_its_own(table: LightTable) -> None:
     assert receiver.receive("n1", head_of(a, "n0"), start, None) == ""
     assert receiver.receive("n2", head_of(b, "n0"), start, None) == ""
     assert clock() - start == pytest.approx(1.0)  # two ports received at once
-    # a chunk on a port already busy until then waits its turn there
-    clock.t = start
-    receiver._rx_free[row("n0", 1)] = start + 1.0
-    c = phy(table, "n1", clock).transmit("n1", "n0", CHUNK, None)
+    # two chunks into one port (the ideal network's, p1) at once: the second waits its turn
+    start = clock()
+    c = phy(table, "n1", clock).transmit("n1", "n0", CHUNK, None, on_light=False)
+    d = phy(table, "n2", clock).transmit("n2", "n0", CHUNK, None, on_light=False)
+    assert c.rx == d.rx == row("n0", 1) and c.t_start == d.t_start == start
     assert receiver.receive("n1", head_of(c, "n0"), start, None) == ""
+    assert receiver.receive("n2", head_of(d, "n0"), start, None) == ""
     assert clock() - start == pytest.approx(2.0)
 
 
