@@ -57,7 +57,7 @@ DARK, BLOCKED, NO_RECEIVER, FILTERED, UNKNOWN, GONE = -1, -2, -3, -4, -5, -6
 NOT_CONNECTED, SWITCHING, PORT_DOWN = -7, -8, -9
 REASONS = {DARK: "the transmitter is dark (off, tuning or reset)",
            BLOCKED: "the WSS blocks the channel (or is settling)",
-           NO_RECEIVER: "the switch port has no receiver",
+           NO_RECEIVER: "the switch port the light leaves on has no receiver's fibre",
            FILTERED: "the receiver's channel filter rejects the light",
            UNKNOWN: "unknown transmitter",
            GONE: "the emulated devices are gone (the emulator host is not running)",
@@ -98,6 +98,8 @@ class Row:
 
     def why(self, code: int) -> str:
         """Why this transmitter's light reaches no receiver, naming the switch port."""
+        if self.port and not self.switch:
+            return f"{self.label}.tx has no fibre to a circuit switch"
         if self.switch and code == NOT_CONNECTED:
             return f"{self.switch} ingress {self.ingress} is not connected"
         if self.switch and code == SWITCHING:

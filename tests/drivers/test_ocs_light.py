@@ -46,6 +46,9 @@ def test_a_row_per_host_port_naming_its_switch_ingress(cfg: TestbedConfig) -> No
     assert [r.label for r in rows] == ["n0.p1", "n0.p2", "n1.p1", "n1.p2", "n2.p1", "n2.p2"]
     assert rows[3] == Row("n1", 2, "ocs0", 4)
     assert rows[3].why(lighttable.NOT_CONNECTED) == "ocs0 ingress 4 is not connected"
+    assert rows[3].why(lighttable.SWITCHING) == "ocs0 is switching ingress 4"
+    spare = Row("n1", 3)  # a port wired to no switch
+    assert spare.why(lighttable.NO_RECEIVER) == "n1.p3.tx has no fibre to a circuit switch"
 
 
 def test_a_port_reaches_the_port_its_connection_leads_to(cfg: TestbedConfig) -> None:
