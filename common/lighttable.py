@@ -57,7 +57,7 @@ DARK, BLOCKED, NO_RECEIVER, FILTERED, UNKNOWN, GONE = -1, -2, -3, -4, -5, -6
 NOT_CONNECTED, SWITCHING, PORT_DOWN = -7, -8, -9
 REASONS = {DARK: "the transmitter is dark (off, tuning or reset)",
            BLOCKED: "the WSS blocks the channel (or is settling)",
-           NO_RECEIVER: "the switch port the light leaves on has no receiver's fibre",
+           NO_RECEIVER: "the WSS port has no receiver",
            FILTERED: "the receiver's channel filter rejects the light",
            UNKNOWN: "unknown transmitter",
            GONE: "the emulated devices are gone (the emulator host is not running)",
@@ -104,6 +104,9 @@ class Row:
             return f"{self.switch} ingress {self.ingress} is not connected"
         if self.switch and code == SWITCHING:
             return f"{self.switch} is switching ingress {self.ingress}"
+        if self.switch and code == NO_RECEIVER:
+            return (f"the {self.switch} egress that ingress {self.ingress} is connected to has "
+                    "no host port's rx")
         if self.switch and code == PORT_DOWN:
             return f"{self.switch}: a port of ingress {self.ingress}'s connection is down"
         return REASONS.get(code, f"no light path (code {code})")
