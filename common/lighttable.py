@@ -1,26 +1,32 @@
 """The light table: where each emulated transmitter's light goes, as a timeline, in shared memory.
 
-The emulator host owns the emulated lasers and WSS. Whenever one of them handles a command it
-recomputes, for every node's transmitter, the receiver its light reaches now and at each
-future instant the devices already know of (a laser locks at the end of its tuning time, a WSS
-settles after RSW), and writes that timeline here. The agents' emulated physical layer
+The emulator host owns the emulated lasers, WSS and circuit switches. Whenever one of them
+handles a command it recomputes, for every transmitter, the receiver its light reaches now and
+at each future instant the devices already know of (a laser locks at the end of its tuning
+time, a WSS settles after RSW, a circuit switch completes a connection after its switching
+time), and writes that timeline here. The agents' emulated physical layer
 (`oddl.agents.links.light_phy`) reads it: a sender sends a chunk where the light goes when the
 chunk starts, and the receiver keeps it only if the path held until the chunk's last bit.
 The bytes move between the agents at kernel speed; the decision of where they may go is the
 emulated devices'.
 
+The table has one row per transmitter (`rows_of`): a host's tunable transmitter on a WSS, or
+each of its fixed ports on a circuit switch (``n0.p1`` .. ``n0.p4``). On a testbed of WSS hosts
+row i is node i.
+
 Layout (little-endian, one file in the shared-memory folder, fixed size):
-- header: magic b"ODDLLT02", u32 nodes, u32 history, u32 writer pid, u32 padding, f64 the
+- header: magic b"ODDLLT02", u32 rows, u32 history, u32 writer pid, u32 padding, f64 the
   writer's heartbeat (time.monotonic, renewed every `HEARTBEAT_S`);
-- per node: u64 version (a seqlock: odd while being written), u64 count (entries ever
+- per row: u64 version (a seqlock: odd while being written), u64 count (entries ever
   written), then `history` entries of (i64 epoch, i64 dst, f64 since);
-- per node: a row of counters the node's receiver writes (delivered chunks and bytes, lost
-  chunks and bytes, late chunks, worst lateness in s) for the fabric's statistics.
+- per row: counters the receivers write (delivered chunks and bytes, lost chunks and bytes,
+  late chunks, worst lateness in s) for the fabric's statistics.
 
 An entry says: from `since` (time.monotonic, shared by the processes of one machine) the
-light goes to node index `dst`, or nowhere (dst < 0, with the reason in `REASONS`). Entries
-only change the answer: consecutive entries never name the same dst. A write may withdraw
-entries still in the future (a new command changed the plan) but never one in the past.
+light goes to the receiver of row `dst` (the same node and port), or nowhere (dst < 0, with
+the reason in `REASONS`). Entries only change the answer: consecutive entries never name the
+same dst. A write may withdraw entries still in the future (a new command changed the plan)
+but never one in the past.
 """
 
 from __future__ import annotations
@@ -32,23 +38,32 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oddl.common.tracing import TRACE
+
+if TYPE_CHECKING:
+    from oddl.common.config import TestbedConfig
 
 logger = logging.getLogger(__name__)
 
 MAGIC = b"ODDLLT02"
 HISTORY = 64
 DARK, BLOCKED, NO_RECEIVER, FILTERED, UNKNOWN, GONE = -1, -2, -3, -4, -5, -6
+NOT_CONNECTED, SWITCHING, PORT_DOWN = -7, -8, -9
 REASONS = {DARK: "the transmitter is dark (off, tuning or reset)",
            BLOCKED: "the WSS blocks the channel (or is settling)",
            NO_RECEIVER: "the WSS port has no receiver",
            FILTERED: "the receiver's channel filter rejects the light",
            UNKNOWN: "unknown transmitter",
-           GONE: "the emulated devices are gone (the emulator host is not running)"}
+           GONE: "the emulated devices are gone (the emulator host is not running)",
+           NOT_CONNECTED: "the circuit switch has no connection for the port",
+           SWITCHING: "the circuit switch is making the port's connection",
+           PORT_DOWN: "the circuit switch's port is disabled or failed"}
 COUNTERS = ("delivered", "delivered_bytes", "lost", "lost_bytes", "late", "worst_late_s")
 _HEAD = 32
 HEARTBEAT_S = 0.2
@@ -64,6 +79,51 @@ def _node_bytes(history: int) -> int:
 def table_size(nodes: int, history: int = HISTORY) -> int:
     """Bytes of a table for `nodes` nodes."""
     return _HEAD + nodes * (_node_bytes(history) + 8 * len(COUNTERS))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One transmitter of the table: a node's tunable transmitter on a WSS (`port` 0) or its
+    fixed port p`port` on a circuit switch, whose tx fibre enters `switch` at `ingress`."""
+
+    node: str
+    port: int = 0
+    switch: str = ""
+    ingress: int = 0
+
+    @property
+    def label(self) -> str:
+        """``n0`` for a WSS transmitter, ``n0.p1`` for a port."""
+        return self.node if self.port == 0 else f"{self.node}.p{self.port}"
+
+    def why(self, code: int) -> str:
+        """Why this transmitter's light reaches no receiver, naming the switch port."""
+        if self.port and not self.switch:
+            return f"{self.label}.tx has no fibre to a circuit switch"
+        if self.switch and code == NOT_CONNECTED:
+            return f"{self.switch} ingress {self.ingress} is not connected"
+        if self.switch and code == SWITCHING:
+            return f"{self.switch} is switching ingress {self.ingress}"
+        if self.switch and code == NO_RECEIVER:
+            return (f"the {self.switch} egress that ingress {self.ingress} is connected to has "
+                    "no host port's rx")
+        if self.switch and code == PORT_DOWN:
+            return f"{self.switch}: a port of ingress {self.ingress}'s connection is down"
+        return REASONS.get(code, f"no light path (code {code})")
+
+
+def rows_of(cfg: TestbedConfig) -> tuple[Row, ...]:
+    """The table's rows for a testbed, in node order: a node's WSS transmitter (if it has
+    one), then each of its ports p1..pN. On a testbed of WSS hosts row i is node i."""
+    wired = {(pl.node, pl.port): pl for pl in cfg.port_links()}
+    rows: list[Row] = []
+    for node in cfg.nodes:
+        if node.on_wss:
+            rows.append(Row(node.id))
+        for port in range(1, node.ports + 1):
+            pl = wired.get((node.id, port))
+            rows.append(Row(node.id, port, pl.switch if pl else "", pl.ingress if pl else 0))
+    return tuple(rows)
 
 
 class LightTable:

@@ -354,7 +354,7 @@ def all_targets() -> dict[str, Target]:
         Target("local-api", _local_api, allowed=(OperationRefused,),
                seeds=[b'{"dtype": "<f4", "shape": [4, 2], "timeout_s": 5}',
                       b'{"dtype": "<i8", "shape": [3], "shm": "/dev/shm/x", "job": "job-1"}']),
-        Target("chunk-head", _chunk_head, seeds=[b"ODC1" + bytes(48)]),
+        Target("chunk-head", _chunk_head, seeds=[b"ODC2" + bytes(52), b"ODC1" + bytes(52)]),
     ]
     fab = {}
 

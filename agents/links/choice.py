@@ -18,7 +18,7 @@ from oddl.agents.links.streams import StreamLink
 from oddl.agents.links.zeromq import DirectLink, FabricLink
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import ConfigError, OddlError
-from oddl.common.lighttable import LightTable
+from oddl.common.lighttable import LightTable, rows_of
 from oddl.common.security.revoked import read_revoked
 
 DataLink = StreamLink | DirectLink | FabricLink
@@ -132,5 +132,9 @@ def light_phy(cfg: TestbedConfig, node_id: str) -> LightPhy | None:
                         f"{cfg.fabric.light_table} ({exc}); run the agents on the emulator "
                         "host's machine with its resolved testbed file, or set [fabric] "
                         'transport = "relay" for agents elsewhere') from exc
-    return LightPhy(table, [n.id for n in cfg.nodes], node_id,
-                    cfg.fabric.line_rate_gbps * 1e9)
+    try:
+        return LightPhy(table, [n.id for n in cfg.nodes], node_id,
+                        cfg.fabric.line_rate_gbps * 1e9, rows=rows_of(cfg))
+    except ValueError as exc:
+        table.close()
+        raise OddlError(str(exc)) from exc

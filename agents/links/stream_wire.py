@@ -1,7 +1,7 @@
 """The wire form of the chunk streams and the socket moves they are made of.
 
-Each chunk goes on the wire as a fixed binary header (`ChunkHead`, 52 bytes) followed by its
-payload. A stream starts with a hello: b"ODS1", u16 length, JSON {"job", "src"} (never
+Each chunk goes on the wire as a fixed binary header (`ChunkHead`, 56 bytes, magic b"ODC2")
+followed by its payload. A stream starts with a hello: b"ODS1", u16 length, JSON {"job", "src"} (never
 pickle). `Phy` is what the streams ask of an emulated physical layer (`oddl.agents.links.light_phy`).
 """
 
@@ -31,8 +31,12 @@ DONE_STEP = 0xFFFFFFF1
 """The step number of a node's outcome message for a collective (`oddl.agents.collective.outcome`): after
 its ready message and every data step."""
 HELLO = b"ODS1"
-MAGIC = b"ODC1"
-_HEAD = struct.Struct("<4sIIQQIIdd")
+MAGIC = b"ODC2"
+"""Version 2 of the chunk header: version 1 (b"ODC1", 52 bytes) had no transmitter rows."""
+_OLD_MAGICS = {b"ODC1": 1}
+_HEAD = struct.Struct("<4sIIQQIIddHH")
+NO_ROW = 0xFFFF
+"""A row field of a chunk that was not on the emulated light (direct links)."""
 
 
 def node_tag(node: str) -> int:
@@ -43,7 +47,9 @@ def node_tag(node: str) -> int:
 @dataclass(frozen=True)
 class ChunkHead:
     """One chunk's header: where its payload goes in the receiver's bucket, and its time on
-    the emulated wire (zeros on direct links)."""
+    the emulated wire (zeros on direct links): the light table's transmitter row it left on
+    (`tx`, a host port of its own on a circuit switch), the receiver row its light reached
+    (`rx`), and the epoch of the light table entry it was sent on."""
 
     seq: int
     step: int
@@ -53,19 +59,27 @@ class ChunkHead:
     epoch: int = 0
     t_start: float = 0.0
     t_end: float = 0.0
+    tx: int = NO_ROW
+    rx: int = NO_ROW
 
     def pack(self) -> bytes:
-        """The 52-byte wire form."""
+        """The 56-byte wire form."""
         return _HEAD.pack(MAGIC, self.seq, self.step, self.offset, self.nbytes, self.dst_tag,
-                          self.epoch, self.t_start, self.t_end)
+                          self.epoch, self.t_start, self.t_end, self.tx, self.rx)
 
     @staticmethod
     def unpack(raw: bytes | bytearray | memoryview) -> ChunkHead:
         """Parse a header; ValueError names what is wrong."""
-        magic, seq, step, offset, nbytes, tag, epoch, t0, t1 = _HEAD.unpack(raw)
+        if len(raw) != _HEAD.size:
+            raise ValueError(f"a chunk header of {len(raw)} B (it has {_HEAD.size})")
+        magic, seq, step, offset, nbytes, tag, epoch, t0, t1, tx, rx = _HEAD.unpack(raw)
         if magic != MAGIC:
+            old = _OLD_MAGICS.get(bytes(magic))
+            if old is not None:
+                raise ValueError(f"a chunk header of version {old} ({magic!r}) from an older "
+                                 "oddl; run the same oddl version on every host")
             raise ValueError(f"bad chunk magic {magic!r}")
-        return ChunkHead(seq, step, offset, nbytes, tag, epoch, t0, t1)
+        return ChunkHead(seq, step, offset, nbytes, tag, epoch, t0, t1, tx, rx)
 
 
 HEAD_BYTES = _HEAD.size
@@ -97,14 +111,38 @@ class PeerGaveUp(CollectiveError):
     """A peer announced that a collective failed at its end (`oddl.agents.collective.outcome`)."""
 
 
+@dataclass(frozen=True)
+class Sent:
+    """Where a chunk went on the emulated wire (`Phy.transmit`)."""
+
+    to: str | None
+    """The node the light reached (on the ideal network: the named one), None when none."""
+    reason: str
+    """Why the chunk reached no node ("" when it did)."""
+    epoch: int
+    """The light table entry it left on (`light_phy.IDEAL_EPOCH` on the ideal network)."""
+    t_start: float
+    t_end: float
+    """Its serialisation on the transmitter (time.monotonic)."""
+    tx: int = NO_ROW
+    """The light table row of the transmitter (a host's port) it left on."""
+    rx: int = NO_ROW
+    """The light table row of the receiver (a host's port) its light reached."""
+
+    def stamp(self, head: ChunkHead) -> ChunkHead:
+        """`head` with this transmission's time, epoch and rows."""
+        return ChunkHead(head.seq, head.step, head.offset, head.nbytes, head.dst_tag,
+                         self.epoch, self.t_start, self.t_end, self.tx, self.rx)
+
+
 class Phy(Protocol):
     """The emulated physical layer: where light goes, and when a chunk is on the wire."""
 
-    def transmit(self, src: str, dst: str | None, nbytes: int,
-                 cancel: Cancel | None) -> tuple[str | None, str, int, float, float]:
-        """Wait until the transmitter is free, then return (node the light reaches or None,
-        reason when none, path epoch, serialisation start, serialisation end); `dst` given
-        means the ideal electrical network, which delivers to it."""
+    def transmit(self, src: str, dst: str, nbytes: int, cancel: Cancel | None,
+                 on_light: bool = True) -> Sent:
+        """Wait until the transmitter is free, then send: `on_light`, where the light goes
+        (on a host with ports, through the port whose light reaches `dst`); else on the ideal
+        electrical network, which delivers to `dst`."""
 
     def receive(self, src: str, head: ChunkHead, arrived: float,
                 cancel: Cancel | None) -> str:

@@ -231,21 +231,20 @@ class StreamLink:
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
                    deadline_s: float, cancel: Cancel | None = None,
                    optical: bool = False) -> None:
-        """Send one chunk to `dst` (with emulated optics on the optical network: where the
-        light goes); blocks while the receiver is not reading, for at most `deadline_s`
-        without progress."""
+        """Send one chunk to `dst` (with emulated optics and `optical`: on the light, where
+        it goes; a host with ports on a circuit switch sends on the port whose light reaches
+        `dst`); blocks while the receiver is not reading, for at most `deadline_s` without
+        progress."""
         to = dst
         if self.phy is not None:
-            light, reason, epoch, t0, t1 = self.phy.transmit(self.node_id, dst if not optical
-                                                             else None, len(payload), cancel)
-            head = ChunkHead(head.seq, head.step, head.offset, head.nbytes, head.dst_tag,
-                             epoch, t0, t1)
-            if light is None:
-                self.phy.lost(self.node_id, reason, len(payload))
+            sent = self.phy.transmit(self.node_id, dst, len(payload), cancel, on_light=optical)
+            head = sent.stamp(head)
+            if sent.to is None:
+                self.phy.lost(self.node_id, sent.reason, len(payload))
                 return
-            if light != dst:  # the receiver drops it as misrouted; say so where it left too
-                self.phy.misdirected(dst, light, len(payload))
-            to = light
+            if sent.to != dst:  # the receiver drops it as misrouted; say so where it left too
+                self.phy.misdirected(dst, sent.to, len(payload))
+            to = sent.to
         raw = head.pack()
         for attempt in (1, 2):
             sock = self._connect(job, to)
@@ -356,7 +355,8 @@ class StreamLink:
         why = f" (last loss on the emulated wire: {lost})" if lost else ""
         return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in time"
                 f"{why}; the emulated light path does not reach this node (check the "
-                "transmitter channel and the WSS route, `oddl status`) or the peer failed")
+                "transmitter channel and the WSS route, or the circuit switch's connections, "
+                "`oddl status`) or the peer failed")
 
     def forget_job(self, job: str) -> None:
         """Close the streams of a job that ended (its flows' too, `oddl.agents.point_to_point`)."""

@@ -4,7 +4,9 @@ Agents hand frames to the fabric over ZeroMQ (a DEALER per node, identity = node
 frame on the optical network the fabric looks at the emulated devices *at that moment*: the
 sender's laser (output on, locked, frequency), the WSS its fibre enters (the active
 channel → out-port table, not settling), the fibre from that out-port, and the receiver's
-channel filter. The frame is delivered to the node the light reaches, after its serialisation
+channel filter. A host whose ports are on a circuit switch sends a frame on the port whose
+light reaches the node named in the header (each port paced on its own, lost when no port
+reaches it). The frame is delivered to the node the light reaches, after its serialisation
 time at the line rate; it is lost when there is no light path, when the path changes while the
 frame is on the wire, or when two transmitters' light overlaps at one receiver. Frames on the
 ideal network ("ideal": a non-blocking electrical switch) are delivered to the node named in
@@ -24,121 +26,27 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import zmq
 
-from oddl.common import lighttable
-from oddl.common.config import TestbedConfig
-from oddl.drivers.interfaces import Route
+from oddl.drivers.emulators.optical_model import (
+    INSERTION_LOSS_DB,
+    LightPath,
+    LightRouter,
+    LightSource,
+    OpticalModel,
+)
 
 logger = logging.getLogger(__name__)
 
-INSERTION_LOSS_DB = 6.0
-"""Loss from a transmitter through the combiner and WSS to a receiver (excluding attenuation)."""
-
-
-class LightSource(Protocol):
-    """What the fabric reads from an emulated transmitter."""
-
-    def optical_output(self, now: float | None = None) -> Any:
-        """(frequency_thz, power_dbm) of the light now, or None when dark."""
-
-
-class LightRouter(Protocol):
-    """What the fabric reads from an emulated WSS."""
-
-    def route(self, frequency_thz: float, now: float | None = None) -> Route | None:
-        """Out-port and attenuation for light at this frequency, or None (blocked/settling)."""
-
-
-@dataclass(frozen=True)
-class LightPath:
-    """Where a transmitter's light ends up right now."""
-
-    dst: str | None
-    reason: str
-    frequency_thz: float = 0.0
-    power_dbm: float = -math.inf
-    code: int = 0
-    """Why there is no path, as a `oddl.common.lighttable` code (0 when there is one)."""
-
-
-class OpticalModel:
-    """Computes light paths and received powers from the emulated device states (no I/O)."""
-
-    def __init__(self, cfg: TestbedConfig, lasers: Mapping[str, LightSource],
-                 switches: Mapping[str, LightRouter]):
-        self.cfg = cfg
-        self.lasers = lasers
-        self.switches = switches
-        self._rx_by_port = {(cfg.attachment(n.id).wss, cfg.attachment(n.id).out_port): n
-                            for n in cfg.nodes}
-        self._node_by_id = {n.id: n for n in cfg.nodes}
-        self._index = {n.id: i for i, n in enumerate(cfg.nodes)}
-
-    def path(self, src: str, now: float | None = None) -> LightPath:
-        """The receiver node (if any) that `src`'s transmitter reaches now, with the reason."""
-        node = self._node_by_id.get(src)
-        if node is None:
-            return LightPath(None, f"unknown node {src}", code=lighttable.UNKNOWN)
-        out = self.lasers[node.transmitter].optical_output(now)
-        if out is None:
-            return LightPath(None, f"{node.transmitter} dark (off, tuning or reset)",
-                             code=lighttable.DARK)
-        wss_id = self.cfg.attachment(src).wss
-        route = self.switches[wss_id].route(out.frequency_thz, now)
-        if route is None or route.blocked:
-            return LightPath(None, f"{wss_id} blocks {out.frequency_thz:.4f} THz (or is settling)",
-                             out.frequency_thz, code=lighttable.BLOCKED)
-        rx = self._rx_by_port.get((wss_id, route.port))
-        if rx is None:
-            return LightPath(None, f"{wss_id} port {route.port} has no receiver",
-                             out.frequency_thz, code=lighttable.NO_RECEIVER)
-        rx_f = self.cfg.grid.frequency_thz(rx.rx_channel)
-        if abs(rx_f - out.frequency_thz) * 1000.0 > self.cfg.grid.spacing_ghz / 2:
-            return LightPath(None, f"{rx.id} receiver filter ({rx_f:.4f} THz) rejects "
-                             f"{out.frequency_thz:.4f} THz", out.frequency_thz,
-                             code=lighttable.FILTERED)
-        power = out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db
-        return LightPath(rx.id, "ok", out.frequency_thz, power)
-
-    def path_code(self, src: str, now: float) -> int:
-        """The light table's answer for `src` at `now`: the receiver's node index, or the
-        negative code of why the light reaches none."""
-        path = self.path(src, now)
-        if path.dst is None:
-            return path.code
-        return self._index[path.dst]
-
-    def transitions(self, now: float) -> list[float]:
-        """Future instants at which some device's light changes by itself."""
-        times: list[float] = []
-        for device in (*self.lasers.values(), *self.switches.values()):
-            times += getattr(device, "transitions", lambda _t: [])(now)
-        return times
-
-    def power_at_port(self, wss_id: str, port: int, now: float | None = None) -> float | None:
-        """Total optical power (dBm) leaving a WSS out-port now, or None when dark."""
-        total_mw = 0.0
-        for node in self.cfg.nodes:
-            if self.cfg.attachment(node.id).wss != wss_id:
-                continue
-            out = self.lasers[node.transmitter].optical_output(now)
-            if out is None:
-                continue
-            route = self.switches[wss_id].route(out.frequency_thz, now)
-            if route is None or route.blocked or route.port != port:
-                continue
-            total_mw += 10 ** ((out.power_dbm - INSERTION_LOSS_DB - route.attenuation_db) / 10)
-        return 10 * math.log10(total_mw) if total_mw > 0 else None
-
+__all__ = ["INSERTION_LOSS_DB", "Fabric", "FabricStats", "LightPath", "LightRouter",
+           "LightSource", "OpticalModel"]
 
 @dataclass(order=True)
 class _InFlight:
@@ -151,6 +59,10 @@ class _InFlight:
     frames: list[Any] = field(compare=False)
     optical: bool = field(compare=False)
     lost: str = field(default="", compare=False)
+    tx: str = field(default="", compare=False)
+    """The transmitter it left on: the node (its laser) or one of its ports (``n0.p2``)."""
+    rx: str = field(default="", compare=False)
+    """The receiver it reaches: the node, or one of its ports."""
 
 
 @dataclass
@@ -279,30 +191,53 @@ class Fabric:
         now = self.clock()
         nbytes = len(payload) + len(header)
         ser = 8.0 * nbytes / self.rate
-        start = max(now, self._tx_free.get(src, 0.0))
+        tx, path = self._light_of(src, dst_named, now) if optical else (src, None)
+        if not tx:  # no port of `src` reaches dst_named: nothing goes on any fibre
+            self._lose(src, path.reason if path else "no light", len(payload))
+            return
+        start = max(now, self._tx_free.get(tx, 0.0))
         end = start + ser
-        self._tx_free[src] = end
-        if optical:
-            path = self.model.path(src, now)
+        self._tx_free[tx] = end
+        if path is not None:
             if path.dst is None:
                 self._lose(src, path.reason, len(payload))
                 return
-            dst = path.dst
+            dst, rx = path.dst, path.dst if not path.port else f"{path.dst}.p{path.port}"
         else:
             if dst_named not in self.model._node_by_id:
                 self._lose(src, f"unknown destination {dst_named}", len(payload))
                 return
-            dst = dst_named
-        deliver = max(end, self._rx_free.get(dst, 0.0) + ser)
-        self._rx_free[dst] = deliver
+            dst = rx = dst_named
+        deliver = max(end, self._rx_free.get(rx, 0.0) + ser)
+        self._rx_free[rx] = deliver
         self._order += 1
-        item = _InFlight(deliver, self._order, src, dst, start, end, [header, payload], optical)
+        item = _InFlight(deliver, self._order, src, dst, start, end, [header, payload], optical,
+                         tx=tx, rx=rx)
         if optical:
-            for other in self._on_rx.get(dst, []):
-                if other.src != src and other.start < end and start < other.end:
-                    other.lost = item.lost = f"collision at {dst} ({other.src} and {src})"
-            self._on_rx.setdefault(dst, []).append(item)
+            for other in self._on_rx.get(rx, []):
+                if other.tx != tx and other.start < end and start < other.end:
+                    other.lost = item.lost = f"collision at {rx} ({other.tx} and {tx})"
+            self._on_rx.setdefault(rx, []).append(item)
         heapq.heappush(self._heap, item)
+
+    def _light_of(self, src: str, dst: str, now: float) -> tuple[str, LightPath]:
+        """The transmitter a frame for `dst` leaves on and where its light goes: `src`'s
+        laser wherever its light goes, or the port of `src` whose light reaches `dst` (free
+        soonest, the first on a tie); ("", why) when no port does."""
+        node = self.model._node_by_id.get(src)
+        if node is None or node.on_wss or not node.ports:
+            return src, self.model.path(src, now)
+        best: tuple[str, LightPath] | None = None
+        seen = []
+        for port in range(1, node.ports + 1):
+            label, path = f"{src}.p{port}", self.model.port_path(src, port, now)
+            seen.append(f"p{port}→{path.dst}" if path.dst else f"p{port} dark: {path.reason}")
+            if path.dst == dst and (best is None or self._tx_free.get(label, 0.0)
+                                    < self._tx_free.get(best[0], 0.0)):
+                best = (label, path)
+        if best is not None:
+            return best
+        return "", LightPath(None, f"no port's light reaches {dst} ({', '.join(seen)})")
 
     def _accept_device(self, src: str, dst: str, header: dict[str, Any], header_raw: bytes,
                        payload: zmq.Frame) -> None:
@@ -314,6 +249,10 @@ class Fabric:
         if device is None or node is None or not isinstance(header, dict):
             self._lose(src, f"no OptINC device {dst!r} on this fabric (devices: "
                        f"{', '.join(self.devices) or 'none'})", len(payload))
+            return
+        if not node.on_wss:
+            self._lose(src, f"{src} has no tunable transmitter to reach OptINC device {dst} "
+                       "(its ports are on circuit switches)", len(payload))
             return
         if self.model.lasers[node.transmitter].optical_output(now) is None:
             self._lose(src, f"{node.transmitter} dark (off, tuning or reset)", len(payload))
@@ -344,13 +283,15 @@ class Fabric:
         while self._heap and self._heap[0].deliver_at <= now:
             item = heapq.heappop(self._heap)
             if item.optical:
-                on_rx = self._on_rx.get(item.dst, [])
+                on_rx = self._on_rx.get(item.rx, [])
                 if item in on_rx:
                     on_rx.remove(item)
                 if not item.lost:
-                    path = self.model.path(item.src, now)
-                    if path.dst != item.dst:
-                        item.lost = f"circuit {item.src}->{item.dst} changed during the frame ({path.reason})"
+                    path = self.model.row_path(item.tx, now)
+                    reached = path.dst if not path.port else f"{path.dst}.p{path.port}"
+                    if reached != item.rx:
+                        item.lost = (f"circuit {item.tx}->{item.rx} changed during the frame "
+                                     f"({path.reason})")
             if item.lost:
                 self._lose(item.src, item.lost, len(item.frames[1]))
                 continue

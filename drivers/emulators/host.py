@@ -77,7 +77,8 @@ class EmulatedTestbed:
         for server in self.servers.values():
             server.close()
         if self.light is not None:
-            for device in (*self.lasers.values(), *self.switches.values()):
+            for device in (*self.lasers.values(), *self.switches.values(),
+                           *self.circuit_switches.values()):
                 device.on_change = None
             self.light.close()
 
@@ -100,17 +101,19 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
         for i, dev in enumerate(cfg.devices):
             if dev.emulated:
                 _start_device(tb, dev, cfg.seed * 1000 + i, host, ports.get(dev.id, 0))
-        if not any(n.on_wss for n in cfg.nodes):
-            return tb  # hosts on circuit switches only: the devices, no fabric yet
+        if not any(n.on_wss or n.ports for n in cfg.nodes):
+            return tb  # no host transmits on the optical core: the devices only
         missing = [n.transmitter for n in cfg.nodes
                    if n.on_wss and n.transmitter not in tb.lasers]
         missing += [d.id for d in cfg.devices_of("wss") if d.id not in tb.switches]
+        missing += sorted({pl.switch for pl in cfg.port_links()
+                           if pl.switch not in tb.circuit_switches})
         if missing:
-            raise ConfigError(f"{cfg.path}: the emulated fabric needs every transmitter and WSS "
-                              f"emulated, but {', '.join(missing)} are not; set "
-                              'resource = "emulated" for them (or run a lab testbed without '
-                              "the emulator host)")
-        tb.model = OpticalModel(cfg, tb.lasers, tb.switches)
+            raise ConfigError(f"{cfg.path}: the emulated fabric needs every transmitter, WSS "
+                              f"and circuit switch the hosts use emulated, but "
+                              f"{', '.join(missing)} are not; set resource = \"emulated\" for "
+                              "them (or run a lab testbed without the emulator host)")
+        tb.model = OpticalModel(cfg, tb.lasers, tb.switches, tb.circuit_switches)
         if cfg.fabric.link == "fabric":
             _start_fabric(tb, phases_dir, fabric_listen, reuse)
     except BaseException:
@@ -187,13 +190,13 @@ def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
     """Publish where the light goes for the agents' streams; kept current by the emulators."""
     model = tb.model
     assert model is not None
-    tb.light = LightTable.create(len(tb.cfg.nodes), path=path or None)
-    publisher = LightPublisher(tb.light, [n.id for n in tb.cfg.nodes], model.path_code,
-                               model.transitions)
-    light_trace = LightTrace(tb.cfg, lambda node, t: model.path(node, t).power_dbm)
+    rows = [r.label for r in model.rows]
+    tb.light = LightTable.create(len(rows), path=path or None)
+    publisher = LightPublisher(tb.light, rows, model.path_code, model.transitions)
+    light_trace = LightTrace(tb.cfg, lambda row, t: model.row_path(row, t).power_dbm, rows)
     publisher.on_update = light_trace.update
     TRACE.flushers.append(light_trace.flush)
-    for device in (*tb.lasers.values(), *tb.switches.values()):
+    for device in (*tb.lasers.values(), *tb.switches.values(), *tb.circuit_switches.values()):
         device.on_change = publisher.update
     publisher.update()
     table = tb.light
@@ -203,7 +206,8 @@ def _start_light_table(tb: EmulatedTestbed, path: str | None = None) -> None:
             table.beat()
 
     threading.Thread(target=heartbeat, name="light-heartbeat", daemon=True).start()
-    logger.info("light table %s for %d nodes", tb.light.path, len(tb.cfg.nodes))
+    logger.info("light table %s for %d transmitters of %d nodes", tb.light.path, len(rows),
+                len(tb.cfg.nodes))
 
 
 def _start_optinc(tb: EmulatedTestbed, phases_dir: str | Path | None) -> None:
@@ -261,7 +265,8 @@ def _meter_source(tb: EmulatedTestbed, meter_id: str) -> Callable[[int], float |
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `oddl emulate testbed`."""
-    parser.add_argument("--config", required=True, help="testbed file (TOML)")
+    parser.add_argument("--config", required=True, help="testbed file (TOML), or a shipped "
+                        "testbed's name (emulated-4node, topoopt-12node)")
     parser.add_argument("--resolved", help="write the resolved testbed file here "
                         "(default: print it only)")
     parser.add_argument("--host", default="127.0.0.1", help="address the emulators bind")

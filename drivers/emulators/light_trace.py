@@ -1,8 +1,9 @@
 """The emulated light on the trace (docs/reference/trace-format.md, categories ``light`` and ``power``).
 
-The emulator host's `LightPublisher` hands every node's new light timeline here while the
-process records. Per transmitter, each stretch of time its light reaches a receiver becomes an
-async event ``n0 -> n1 (ch 12)``; a dark or blocked stretch before it (a laser tuning, a WSS
+The emulator host's `LightPublisher` hands every transmitter's new light timeline here while
+the process records (a host's ports on circuit switches are transmitters of their own,
+``n0.p1``, and their events carry no channel). Per transmitter, each stretch of time its
+light reaches a receiver becomes an async event ``n0 -> n1 (ch 12)``; a dark or blocked stretch before it (a laser tuning, a WSS
 settling) becomes a ``settle`` complete event on the same track, and its length the light
 event's ``settle_us``. The received power is a counter per receiver, sampled at each change
 (`DARK_DBM` while no light arrives). Entries still in the future may be withdrawn by the next
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from oddl.common import lighttable
@@ -37,9 +38,13 @@ class _Light:
 class LightTrace:
     """Turns light timelines into trace events (see the module docstring)."""
 
-    def __init__(self, cfg: TestbedConfig, power_of: Callable[[str, float], float]):
+    def __init__(self, cfg: TestbedConfig, power_of: Callable[[str, float], float],
+                 rows: Sequence[str] | None = None):
+        """`rows`: the light table's transmitters by label (`oddl.common.lighttable.Row`;
+        default: one per node), `power_of(row, t)` the power its light arrives with."""
         self.cfg = cfg
-        self.nodes = [n.id for n in cfg.nodes]
+        self.nodes = list(rows) if rows is not None else [n.id for n in cfg.nodes]
+        self._channels = {n.id: n.rx_channel for n in cfg.nodes if n.on_wss}
         self._power_of = power_of
         self._now: dict[str, _Light] = {n: _Light() for n in self.nodes}
         self._pending: dict[str, list[tuple[float, int]]] = {n: [] for n in self.nodes}
@@ -90,13 +95,13 @@ class LightTrace:
             self._now[node] = _Light(dst, at if light.dst >= 0 else light.since_ns or at)
             return
         receiver = self.nodes[dst]
-        channel = self.cfg.node(receiver).rx_channel
+        channel = self._channels.get(receiver, 0)  # 0: a port on a circuit switch
         if settle_ns:
             TRACE.complete(track, "settle", "light", light.since_ns, at, {
                 "src": node, "receiver": receiver, "channel": channel,
                 "settle_us": settle_ns / 1e3, "why": lighttable.REASONS.get(light.dst, "")})
         self._count += 1
-        name = f"{node} -> {receiver} (ch {channel})"
+        name = f"{node} -> {receiver} (ch {channel})" if channel else f"{node} -> {receiver}"
         ident = f"light/{node}/{self._count}"
         power = self._power_of(node, t)
         TRACE.begin(track, name, "light", ident, at, {

@@ -20,14 +20,16 @@ Run stand-alone with ``python -m oddl.drivers.emulators.ocs_serve --size 16``.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
+from oddl.common import lighttable
 from oddl.drivers.emulators.faults import LinkFaults
 from oddl.drivers.emulators.ocs_commands import OcsCommands, split_parameters
 from oddl.drivers.emulators.ocs_model import (
@@ -56,6 +58,8 @@ ERROR_QUEUE_SIZE = 30
 MANUFACTURER = "Polatis"
 FIRMWARE = "0.0.0-emu"
 TERMINATOR = b"\r\n"
+
+_T = TypeVar("_T")
 
 Answer = tuple[float, bytes | None]
 """(when it is due on the clock, the bytes to send or None: only wait until then)."""
@@ -105,6 +109,57 @@ class OcsEmulator:
         self._status = StatusRegisters()
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
+        self._notifying = threading.local()
+        self.on_change: Callable[[], None] | None = None
+        """Called (outside the lock) after a command or call changed where light goes: the
+        emulator host's light table (`oddl.common.lighttable.LightPublisher.update`)."""
+
+    # ----- the light through the switch (the emulated data plane reads it) ------------------
+
+    @property
+    def loss_db(self) -> float:
+        """Insertion loss of one connection."""
+        return self.switch.loss_db
+
+    def light_route(self, ingress: int, t: float) -> tuple[int | None, int, str]:
+        """Where light entering `ingress` leaves at time `t`: (egress, 0, "") or (None, the
+        light table's code, why) while the port has no connection, its connection is being
+        made, or a port of it is disabled or failed."""
+        with self._lock:
+            sw = self.switch
+            egress = sw.connections.get(ingress)
+            if egress is None:
+                return None, lighttable.NOT_CONNECTED, f"ingress {ingress} is not connected"
+            down = sorted({ingress, egress} & (sw.disabled | sw.failed))
+            if down:
+                what = "failed" if down[0] in sw.failed else "disabled"
+                return None, lighttable.PORT_DOWN, f"port {down[0]} is {what}"
+            if t < sw.settled_at(ingress):
+                return None, lighttable.SWITCHING, f"is switching ingress {ingress}"
+            return egress, 0, ""
+
+    def transitions(self, now: float) -> list[float]:
+        """Future instants at which a connection being made completes."""
+        with self._lock:
+            return [t for i in self.switch.connections
+                    if (t := self.switch.settled_at(i)) > now and math.isfinite(t)]
+
+    def _notify_after(self, fn: Callable[[], _T]) -> _T:
+        """Run `fn` (which takes the lock) and call `on_change` if the light changed; once,
+        outside the lock, for the outermost call (`process` runs `handle_line`)."""
+        if self.on_change is None or getattr(self._notifying, "on", False):
+            return fn()
+        with self._lock:
+            before = self.switch.light_state()
+        self._notifying.on = True
+        try:
+            return fn()
+        finally:
+            self._notifying.on = False
+            with self._lock:
+                changed = self.switch.light_state() != before
+            if changed and self.on_change is not None:
+                self.on_change()
 
     # ----- helpers for tests and the command line -------------------------------------------
 
@@ -125,11 +180,15 @@ class OcsEmulator:
                 self.switch.input_dbm[port] = dbm
 
     def fail_port(self, port: int, failed: bool = True) -> None:
-        """Make `port` fail (it refuses connections with -240, reads F) or repair it."""
-        with self._lock:
-            if port not in self.switch.ports:
-                raise ValueError(f"port {port}: this switch has ports 1..{2 * self.switch.size}")
-            (self.switch.failed.add if failed else self.switch.failed.discard)(port)
+        """Make `port` fail (it refuses connections with -240, reads F, passes no light) or
+        repair it."""
+        def change() -> None:
+            with self._lock:
+                if port not in self.switch.ports:
+                    raise ValueError(f"port {port}: this switch has ports "
+                                     f"1..{2 * self.switch.size}")
+                (self.switch.failed.add if failed else self.switch.failed.discard)(port)
+        self._notify_after(change)
 
     def inject(self, **changes: object) -> None:
         """Set fault fields by name (ConfigError for unknown names or bad values)."""
@@ -153,6 +212,9 @@ class OcsEmulator:
 
     def process(self, raw: bytes) -> Reply:
         """Handle one received line (no terminator) with the faults applied."""
+        return self._notify_after(lambda: self._process(raw))
+
+    def _process(self, raw: bytes) -> Reply:
         with self._lock:
             faults = self.faults
             if faults.reset_next:
@@ -179,6 +241,9 @@ class OcsEmulator:
     def handle_line(self, line: str) -> list[Answer]:
         """Execute one program message (units split by ';'); its answers, each a CR-LF line
         with the time it is due. Errors go to the error queue."""
+        return self._notify_after(lambda: self._handle_line(line))
+
+    def _handle_line(self, line: str) -> list[Answer]:
         with self._lock:
             self.lines_handled += 1
             path: list[tuple[str, int | None]] = []

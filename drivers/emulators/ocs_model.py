@@ -165,6 +165,18 @@ class SwitchModel:
         """Whether the connection of `ingress` is still being made."""
         return self.clock() < self._settled_at.get(ingress, -math.inf)
 
+    def settled_at(self, ingress: int) -> float:
+        """When the connection of `ingress` is (or was) complete; -inf for one loaded from
+        the state file, inf when there is none."""
+        if ingress not in self.connections:
+            return math.inf
+        return self._settled_at.get(ingress, -math.inf)
+
+    def light_state(self) -> tuple[object, ...]:
+        """What the light through the switch depends on (compared around a command)."""
+        return (dict(self.connections), dict(self._settled_at), frozenset(self.disabled),
+                frozenset(self.failed))
+
     # ----- ports' state and light ---------------------------------------------------------
 
     def set_enabled(self, ports: Iterable[int], enabled: bool) -> None:

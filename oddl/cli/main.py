@@ -137,10 +137,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_arguments(sp)
         args = sp.parse_args(argv[2:])
         _setup_logging(verbose + args.verbose, json_logs)
+        if argv[1] == "testbed":  # a shipped testbed's name, as `oddl demo --config` takes
+            return _guard(lambda: run(_shipped_config(args)))
         return _guard(lambda: run(args))
     args = parser.parse_args(argv)
     _setup_logging(verbose + args.verbose, json_logs)
     return _guard(lambda: args.func(args))
+
+
+def _shipped_config(args: argparse.Namespace) -> argparse.Namespace:
+    """`--config` as a path: a file, or the name of a shipped testbed (``topoopt-12node``)."""
+    from oddl.launch.shipped import find_testbed
+
+    args.config = str(find_testbed(args.config))
+    return args
 
 
 def _guard(fn: Callable[[], int]) -> int:

@@ -1,16 +1,22 @@
 """The circuit switch as a device of a testbed file: the emulator host serves TopoOpt's 48x48
-switch, `oddl devices probe` identifies it and checks its size, and the controller's driver
-for it (`open_driver`) applies a topology of four rings, one per host port, as one verified
-transaction that reads back exactly."""
+switch and the light of every host port through it (also as `oddl emulate testbed --config
+topoopt-12node`), `oddl devices probe` identifies it and checks its size, and the controller's
+driver for it (`open_driver`) applies a topology of four rings, one per host port, as one
+verified transaction that reads back exactly."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from helpers import serving, stop_with_sigterm
 
 from oddl.common.config import TestbedConfig, load_testbed
+from oddl.common.lighttable import LightTable
 from oddl.controller.device_drivers import open_driver
 from oddl.drivers.emulators.host import EmulatedTestbed, start_emulated_testbed
 from oddl.launch.shipped import shipped_testbed
@@ -37,7 +43,10 @@ def test_the_emulator_host_serves_the_switch_on_a_scpi_socket(bed: EmulatedTestb
     (ocs,) = bed.resolved.devices
     assert ocs.kind == "ocs" and ocs.resource.startswith("TCPIP0::127.0.0.1::")
     assert ocs.resource.endswith("::SOCKET")
-    assert bed.fabric is None  # no light path on switched hosts yet: the devices only
+    # the light of every host port goes through the switch: a light table row per port
+    assert bed.fabric is not None and bed.light is not None and bed.light.nodes == 48
+    assert bed.resolved.fabric.address == bed.fabric.address
+    assert bed.resolved.fabric.light_table == str(bed.light.path)
 
 
 def test_probe_identifies_the_switch_and_checks_its_size(bed: EmulatedTestbed) -> None:
@@ -65,3 +74,20 @@ def test_a_topology_of_four_rings_is_applied_and_read_back(bed: EmulatedTestbed)
         assert {i: emulated.partner(i) for i in table} == table  # the unit itself holds them
     finally:
         switch.close()
+
+
+def test_oddl_emulate_testbed_serves_the_port_light_of_a_shipped_name(tmp_path: Path) -> None:
+    resolved = tmp_path / "resolved.toml"
+    argv = [sys.executable, "-m", "oddl", "emulate", "testbed", "--config", "topoopt-12node",
+            "--resolved", str(resolved)]
+    with serving(argv, 60, "oddl emulate testbed") as (proc, line):
+        ready = json.loads(line)
+        assert ready["ready"] and ready["fabric"].startswith("tcp://127.0.0.1:")
+        cfg = load_testbed(resolved)
+        assert cfg.fabric.address == ready["fabric"]
+        table = LightTable.open(cfg.fabric.light_table)
+        try:
+            assert table.nodes == 48 and table.writer == proc.pid
+        finally:
+            table.close()
+        assert stop_with_sigterm(proc) == 0
