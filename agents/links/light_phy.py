@@ -8,7 +8,9 @@ when the light reaches none. Receiving: the chunk is held until its serialisatio
 when chunks from several senders share this receiver on the ideal network, until the
 receiver's port is free), then kept only if the light path it was sent on held until its last
 bit and no other transmitter's chunk overlapped it here (a collision: the later-checked chunk
-is lost). On the ideal network the chunk goes to the named node at the same line rate.
+is lost). On the ideal network the chunk goes to the named node at the same line rate — for a
+host with several ports, at that many times the line rate: an electrical port with the
+bandwidth of all its optical ones.
 
 A host with several ports on a circuit switch has a transmitter per port (a light table row
 each, `oddl.common.lighttable.rows_of`), each paced on its own, so its ports carry chunks at
@@ -96,8 +98,8 @@ class LightPhy:
         the light of this node's one transmitter wherever it goes, or, for a node with ports,
         on the port whose light reaches `dst` now (the one free soonest, the first on a tie);
         lost when none does. Off the light: the ideal network, to `dst`."""
-        if not on_light:
-            t0, t1 = self._pace(self.mine[0], nbytes, cancel)
+        if not on_light:  # an electrical port as fast as all this node's optical ones
+            t0, t1 = self._pace(self.mine[0], nbytes, cancel, ports=len(self.mine))
             rx = self._rows_of.get(dst, [NO_ROW])[0]
             return Sent(dst, "", IDEAL_EPOCH, t0, t1, self.mine[0], rx)
         if len(self.mine) == 1 and self.rows[self.mine[0]].port == 0:
@@ -114,9 +116,11 @@ class LightPhy:
             return Sent(None, self.rows[row].why(to), epoch, t0, t1, row)
         return Sent(self.rows[to].node, "", epoch, t0, t1, row, to)
 
-    def _pace(self, row: int, nbytes: int, cancel: Cancel | None) -> tuple[float, float]:
-        """Book transmitter `row` for a chunk; wait until it starts: (start, end)."""
-        ser = 8.0 * (nbytes + HEAD_BYTES) / self.rate
+    def _pace(self, row: int, nbytes: int, cancel: Cancel | None,
+              ports: int = 1) -> tuple[float, float]:
+        """Book transmitter `row` for a chunk at `ports` times the line rate; wait until it
+        starts: (start, end)."""
+        ser = 8.0 * (nbytes + HEAD_BYTES) / (self.rate * ports)
         with self._lock:
             t0 = max(self.clock(), self._tx_free[row])
             t1 = self._tx_free[row] = t0 + ser

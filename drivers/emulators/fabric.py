@@ -192,6 +192,9 @@ class Fabric:
         nbytes = len(payload) + len(header)
         ser = 8.0 * nbytes / self.rate
         tx, path = self._light_of(src, dst_named, now) if optical else (src, None)
+        node = self.model._node_by_id.get(src)
+        if not optical and node is not None and not node.on_wss and node.ports > 1:
+            ser /= node.ports  # the ideal network: one port as fast as the host's optical ones
         if not tx:  # no port of `src` reaches dst_named: nothing goes on any fibre
             self._lose(src, path.reason if path else "no light", len(payload))
             return

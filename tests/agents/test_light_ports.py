@@ -144,14 +144,16 @@ def test_receiving_ports_are_paced_each_on_its_own(table: LightTable) -> None:
     assert receiver.receive("n1", head_of(a, "n0"), start, None) == ""
     assert receiver.receive("n2", head_of(b, "n0"), start, None) == ""
     assert clock() - start == pytest.approx(1.0)  # two ports received at once
-    # two chunks into one port (the ideal network's, p1) at once: the second waits its turn
+    # two chunks into one port (the ideal network's, p1, as fast as a host's ports together)
+    # at once: the second waits its turn
+    ports = sum(1 for r in ROWS if r.node == "n1")
     start = clock()
     c = phy(table, "n1", clock).transmit("n1", "n0", CHUNK, None, on_light=False)
     d = phy(table, "n2", clock).transmit("n2", "n0", CHUNK, None, on_light=False)
     assert c.rx == d.rx == row("n0", 1) and c.t_start == d.t_start == start
     assert receiver.receive("n1", head_of(c, "n0"), start, None) == ""
     assert receiver.receive("n2", head_of(d, "n0"), start, None) == ""
-    assert clock() - start == pytest.approx(2.0)
+    assert clock() - start == pytest.approx(2.0 / ports)
 
 
 def test_a_chunk_naming_another_nodes_transmitter_is_refused(table: LightTable) -> None:
@@ -171,6 +173,10 @@ def test_the_ideal_network_ignores_the_light_on_a_ported_host(table: LightTable)
     assert (sent.to, sent.epoch, sent.tx, sent.rx) == ("n3", IDEAL_EPOCH, row("n0", 1),
                                                        row("n3", 1))
     assert phy(table, "n3", clock).receive("n0", head_of(sent, "n3"), clock(), None) == ""
+    one_port = 8.0 * (CHUNK + HEAD_BYTES) / RATE
+    ports = sum(1 for r in ROWS if r.node == "n0")
+    assert ports > 1
+    assert sent.t_end - sent.t_start == pytest.approx(one_port / ports)  # all its ports' rate
 
 
 def test_a_wss_host_still_sends_where_its_one_light_goes(tmp_path: Path) -> None:
