@@ -12,26 +12,49 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from oddl.common.config import TestbedConfig
 from oddl.controller.device_switches import set_ports
 from oddl.controller.device_types import Configuration
 from oddl.drivers.interfaces import TransceiverState
 
-if TYPE_CHECKING:
-    from oddl.controller.devices import DeviceManager
-
-__all__ = ["adopt_switches", "reconcile"]
+__all__ = ["ReconciledDevices", "adopt_switches", "reconcile"]
 
 
-def reconcile(dm: DeviceManager, stored: Configuration, stamps: Mapping[str, int]
+class ReconciledDevices(Protocol):
+    """What `reconcile` reads and sets: the device manager (``oddl.controller.devices``)."""
+
+    cfg: TestbedConfig
+    drivers: dict[str, Any]
+    verified: Configuration
+    verified_ns: dict[str, int]
+
+    def check_limits(self, target: Configuration, change: Configuration | None = None
+                     ) -> None: ...
+
+    def read_all(self, target: Configuration) -> dict[str, Any]: ...
+
+    def verify(self, target: Configuration, readings: dict[str, Any] | None = None
+               ) -> None: ...
+
+    def persist(self, config: Configuration, devices: list[str], now: int) -> None: ...
+
+    def timed(self, device: str, op: str, fn: Any) -> Any: ...
+
+    def bring_up(self, tx: str, channel: int) -> None: ...
+
+    def log_event(self, device: str, action: str, ok: bool, detail: str = "") -> None: ...
+
+
+def reconcile(dm: ReconciledDevices, stored: Configuration, stamps: Mapping[str, int]
               ) -> dict[str, list[str]]:
     """Adopt or restore every device of `stored` (and the switches it does not name); the
     caller holds `dm.lock`. Returns {"adopted": [...], "restored": [...]} device ids."""
     stored = Configuration(stored.channels, stored.wss_tables,
                            {**adopt_switches(dm, stored), **stored.connections})
     dm.check_limits(stored)
-    readings = dm._read_all(stored)
+    readings = dm.read_all(stored)
     adopted, restored = [], []
     for tx, ch in stored.channels.items():
         st: TransceiverState = readings[tx]
@@ -53,24 +76,24 @@ def reconcile(dm: DeviceManager, stored: Configuration, stamps: Mapping[str, int
             adopted.append(switch)
         else:  # the whole table: the stored one is all the controller had made
             steps, _ = set_ports(switch, dm.drivers[switch], conns,
-                                 set(conns) | set(readings[switch]), dm._timed)
+                                 set(conns) | set(readings[switch]), dm.timed)
             dm.log_event(switch, "restore", True, steps.describe())
             restored.append(switch)
-    dm._verify(stored)
+    dm.verify(stored)
     dm.verified = stored
     now = time.time_ns()
     for dev in adopted:
         dm.verified_ns[dev] = stamps.get(dev, now)
     for dev in restored:
         dm.verified_ns[dev] = now
-    dm._persist(stored, restored, now)
+    dm.persist(stored, restored, now)
     dm.log_event("*", "reconcile after restart", True,
                  f"adopted {', '.join(adopted) or 'nothing'}; "
                  f"restored {', '.join(restored) or 'nothing'}")
     return {"adopted": adopted, "restored": restored}
 
 
-def adopt_switches(dm: DeviceManager, known: Configuration) -> dict[str, dict[int, int]]:
+def adopt_switches(dm: ReconciledDevices, known: Configuration) -> dict[str, dict[int, int]]:
     """The tables of the circuit switches `known` does not name, as they read: a switch
     keeps its connections without the controller, so they are adopted, never cleared."""
     tables = {}

@@ -1,4 +1,5 @@
-"""The optical circuit switches in the device transaction (docs/decisions/0028).
+"""The optical circuit switches in the device transaction
+(docs/decisions/0028-ocs-in-the-device-transaction.md).
 
 A switch's part of a `Configuration` is its whole connection table, {ingress: egress}. A change
 names some ingress ports (egress 0: disconnect); a transaction touches only those ports: it
@@ -24,7 +25,7 @@ __all__ = ["SwitchSteps", "check_connections", "describe_ports", "named_ports", 
            "switch_power", "table_problems"]
 
 Timed = Callable[[str, str, Callable[[], Any]], Any]
-"""The device manager's `_timed(device, op, call)`: the command's time to the metrics."""
+"""The device manager's `timed(device, op, call)`: the command's time to the metrics."""
 
 
 def named_ports(change_connections: Mapping[str, Mapping[int, int]]) -> dict[str, list[int]]:

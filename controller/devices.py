@@ -128,7 +128,7 @@ class DeviceManager:
         with self.lock:
             return reconcile(self, stored, stamps)
 
-    def _persist(self, config: Configuration, devices: list[str], now: int) -> None:
+    def persist(self, config: Configuration, devices: list[str], now: int) -> None:
         if self.store is None:
             return
         for dev in devices:
@@ -161,7 +161,7 @@ class DeviceManager:
         with self.lock:
             target = change.merged_over(self.verified)
             self.check_limits(target, change)
-            return self._timed("*", "transaction", lambda: traced(  # the trace's device rows
+            return self.timed("*", "transaction", lambda: traced(  # the trace's device rows
                 "transaction", f"transaction {reason or 'reconfigure'}",
                 lambda: self._transact(change, target, reason, timeout), lambda _: "verified"))
 
@@ -170,7 +170,7 @@ class DeviceManager:
         before, ports = self.verified, named_ports(change.connections)
         try:
             readings = self._apply(target, before, timeout, ports)
-            self._verify(target, readings)
+            self.verify(target, readings)
         except OddlError as exc:
             self.transactions_failed += 1
             report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
@@ -182,7 +182,7 @@ class DeviceManager:
         devices = [*target.channels, *target.wss_tables, *target.connections]
         for dev in devices:
             self.verified_ns[dev] = now
-        self._persist(target, devices, now)
+        self.persist(target, devices, now)
         self.log_event("*", f"transaction {reason}", True, describe_change(before, target))
         return target
 
@@ -215,7 +215,7 @@ class DeviceManager:
             raise DeviceError("; ".join(errors))
         return readings
 
-    def _timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
+    def timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
         try:
             return fn()
@@ -226,13 +226,13 @@ class DeviceManager:
     def _apply_wss(self, wss_id: str, changed: bool, timeout: float) -> dict[int, Route]:
         drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
         if changed:
-            self._timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
+            self.timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
             self.log_event(wss_id, "apply", True)
-        return self._timed(wss_id, "read", drv.read_active)
+        return self.timed(wss_id, "read", drv.read_active)
 
     def _switch(self, switch: str, table: Mapping[int, int], ports: list[int]
                 ) -> dict[int, int]:
-        steps, after = set_ports(switch, self.drivers[switch], table, ports, self._timed)
+        steps, after = set_ports(switch, self.drivers[switch], table, ports, self.timed)
         if steps:
             self.log_event(switch, "switch", True, steps.describe())
         return after
@@ -241,17 +241,17 @@ class DeviceManager:
                        ) -> TransceiverState:
         if changed:
             self._tune(tx, channel, timeout)
-        return self._timed(tx, "read", self.drivers[tx].state)
+        return self.timed(tx, "read", self.drivers[tx].state)
 
     def _tune(self, tx: str, channel: int, timeout: float) -> float:
         drv: TunableTransceiver = self.drivers[tx]
-        t_lock = self._timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
+        t_lock = self.timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
         self.reconfigurations += 1
         self.log_event(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
         return t_lock
 
-    def _read_all(self, target: Configuration) -> dict[str, Any]:
+    def read_all(self, target: Configuration) -> dict[str, Any]:
         reads = {dev: self._pool.submit(self.drivers[dev].read_active)
                  for dev in target.wss_tables}
         reads.update({tx: self._pool.submit(self.drivers[tx].state) for tx in target.channels})
@@ -259,9 +259,9 @@ class DeviceManager:
                       for s in target.connections})
         return {dev: f.result() for dev, f in reads.items()}
 
-    def _verify(self, target: Configuration, readings: dict[str, Any] | None = None) -> None:
+    def verify(self, target: Configuration, readings: dict[str, Any] | None = None) -> None:
         """Compare read-backs with the target; raise DeviceError listing every mismatch."""
-        readings = readings if readings is not None else self._read_all(target)
+        readings = readings if readings is not None else self.read_all(target)
         problems = []
         for wss_id, table in target.wss_tables.items():
             active = readings[wss_id]
@@ -286,7 +286,7 @@ class DeviceManager:
         for switch, named in ports.items():
             try:  # only the ports the change named: the others were never sent a command
                 steps, _ = set_ports(switch, self.drivers[switch],
-                                     before.connections.get(switch, {}), named, self._timed)
+                                     before.connections.get(switch, {}), named, self.timed)
                 report.append(f"{switch}: set ingress {', '.join(map(str, named))} back to the "
                               f"last verified connections ({steps.describe()})")
             except OddlError as exc:
@@ -318,7 +318,7 @@ class DeviceManager:
                     report.append(f"{tx}: COULD NOT RESTORE channel {ch} ({exc2}); check the "
                                   "device")
         try:
-            self._verify(before)
+            self.verify(before)
             report.append("read-back after roll-back matches the last verified configuration")
         except OddlError as exc:
             report.append(f"read-back after roll-back: {exc}")
@@ -349,7 +349,7 @@ class DeviceManager:
                 now = time.time_ns()
                 for tx in channels:
                     self.verified_ns[tx] = now
-                self._persist(self.verified, list(channels), now)
+                self.persist(self.verified, list(channels), now)
         return errors
     # ---- reading ----------------------------------------------------------------------
     def read_states(self) -> dict[str, dict[str, Any]]:

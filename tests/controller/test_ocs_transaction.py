@@ -236,3 +236,16 @@ def test_a_restarted_controller_adopts_the_switch_or_restores_it(tmp_path) -> No
             server.stop()
     finally:
         tb.close()
+
+
+def test_the_watch_restores_a_switch_that_lost_its_verified_table(mixed) -> None:
+    tb, dm, _ = mixed
+    emulator = tb.circuit_switches["ocs0"]
+    dm.transact(Configuration(connections={"ocs0": {1: 17, 2: 18}}))
+    assert dm.check() == []  # it holds the verified table: nothing is sent
+    with PolatisOcs.open(tb.resolved.device("ocs0").resource, size=16) as by_hand:
+        by_hand.disconnect([2])
+        by_hand.connect({5: 21})
+    assert dm.check() == ["ocs0"]
+    assert emulator.connections == {1: 17, 2: 18}
+    assert [e.action for e in dm.events if e.device == "ocs0"][-1] == "restore"
