@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleRenderable, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
@@ -128,7 +128,7 @@ def frame(client: OperatorClient) -> Group:
     head = Text(f"oddl watch — testbed {status.get('testbed')} at {client.address} — "
                 f"{time.strftime('%H:%M:%S')} — {int(status.get('reconfigurations', 0))} retunes, "
                 f"{int(status.get('transactions_failed', 0))} failed transactions", style="bold")
-    parts = [head, _agents(status), _jobs(status)]
+    parts: list[ConsoleRenderable] = [head, _agents(status), _jobs(status)]
     if any(n.get("transmitter") for n in topology.get("nodes", [])):
         parts.append(_circuits(topology, devices))
     if any(d["kind"] == "ocs" for d in devices.get("devices", [])):
