@@ -8,6 +8,7 @@ controller restart the switch's connections are adopted (or restored) from the s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from switch_beds import mixed_testbed
 
 from oddl.common.config import load_testbed
 from oddl.common.errors import SafetyLimitError
+from oddl.common.tracing import TRACE
 from oddl.controller.device_types import Configuration, TransactionError
 from oddl.controller.devices import DeviceManager
 from oddl.controller.server import ControllerServer, default_configuration
@@ -249,3 +251,25 @@ def test_the_watch_restores_a_switch_that_lost_its_verified_table(mixed) -> None
     assert dm.check() == ["ocs0"]
     assert emulator.connections == {1: 17, 2: 18}
     assert [e.action for e in dm.events if e.device == "ocs0"][-1] == "restore"
+
+
+def test_the_trace_and_the_metrics_show_the_switch_commands_and_the_transaction(
+        mixed, tmp_path) -> None:
+    tb, dm, commands = mixed
+    commands.clear()
+    TRACE.start(tmp_path, "controller")
+    try:
+        dm.transact(Configuration(connections={"ocs0": {1: 17}}), reason="traced")
+    finally:
+        written = TRACE.stop()
+    assert written is not None
+    events = [e for e in json.loads(written.read_text())["traceEvents"]
+              if e.get("cat") == "device" and e.get("ph") == "X"]
+    ocs = [e["args"]["command"] for e in events if e["args"]["device"] == "ocs0"]
+    assert any("CONN" in c.upper() and "ADD" in c.upper() for c in ocs), ocs
+    assert any("STAT" in c.upper() for c in ocs), ocs
+    (transaction,) = [e for e in events if e["args"]["device"] == "transaction"]
+    assert transaction["name"] == "transaction traced" and transaction["args"]["ok"]
+    # every device of the target is read back (in parallel); the switch's steps in order
+    assert [c for c in commands if c[0] in ("ocs0", "*")] == [
+        ("ocs0", "read"), ("ocs0", "connect"), ("ocs0", "read"), ("*", "transaction")]
