@@ -108,7 +108,9 @@ class DeviceManager:
             self.bring_up(dev.id, target.channels.get(dev.id, 1))
         for dev in self.cfg.devices_of("wss"):
             self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
-        self.verified = Configuration(connections=adopt_switches(self, target))
+        v = self.verified  # switches neither known nor asked for keep what they hold
+        self.verified = Configuration(v.channels, v.wss_tables, {
+            **adopt_switches(self, target.merged_over(v)), **v.connections})
         self.transact(target, reason="initialise")
 
     def bring_up(self, tx: str, channel: int) -> None:
@@ -129,6 +131,7 @@ class DeviceManager:
             return reconcile(self, stored, stamps)
 
     def persist(self, config: Configuration, devices: list[str], now: int) -> None:
+        """Store the verified setting of each of `devices` (no store: nothing)."""
         if self.store is None:
             return
         for dev in devices:
@@ -216,6 +219,7 @@ class DeviceManager:
         return readings
 
     def timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
+        """`fn()`, its time reported to `on_command` (the metrics) as `device`'s `op`."""
         t0 = time.perf_counter()
         try:
             return fn()
@@ -252,6 +256,7 @@ class DeviceManager:
         return t_lock
 
     def read_all(self, target: Configuration) -> dict[str, Any]:
+        """Read every device of `target` back, in parallel."""
         reads = {dev: self._pool.submit(self.drivers[dev].read_active)
                  for dev in target.wss_tables}
         reads.update({tx: self._pool.submit(self.drivers[tx].state) for tx in target.channels})
