@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from oddl.common.config import DeviceConfig, TestbedConfig
 from oddl.common.errors import SafetyLimitError
+from oddl.controller.device_switches import check_connections
 from oddl.controller.device_types import Configuration
 from oddl.drivers.interfaces import BLOCKED_DB, BLOCKED_PORT
 
 __all__ = ["check_limits"]
 
 
-def check_limits(cfg: TestbedConfig, target: Configuration) -> None:
-    """Raise SafetyLimitError naming the setting and the limit; nothing is sent."""
+def check_limits(cfg: TestbedConfig, target: Configuration,
+                 change: Configuration | None = None) -> None:
+    """Raise SafetyLimitError naming the setting and the limit; nothing is sent. The switch
+    ports of `change` (what `target` was merged from) are checked as well as `target`'s."""
+    if change is not None:
+        check_connections(cfg, change.connections)
+    check_connections(cfg, target.connections)
     grid = cfg.grid
     for tx, ch in target.channels.items():
         dev = _device(cfg, tx, "itla")

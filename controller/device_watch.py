@@ -1,6 +1,6 @@
 """Watching the devices: restore one that no longer holds the verified configuration.
 
-``DeviceWatch(devices).check()`` reads every transmitter and switch back, reopens a driver
+``DeviceWatch(devices).check()`` reads every transmitter, WSS and circuit switch back, reopens a driver
 whose link broke, and re-applies the verified configuration to a device that lost it (power
 cycle, reset); power meters hold no configuration of ours, so only their link is checked.
 ``oddl.controller.devices.DeviceManager`` owns one watch and is the ``WatchedDevices`` it watches.
@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import DeviceError, OddlError
 from oddl.controller.device_drivers import open_driver
+from oddl.controller.device_switches import set_ports
 from oddl.controller.device_types import Configuration
 from oddl.drivers.interfaces import TransceiverState
 
@@ -58,7 +60,8 @@ class DeviceWatch:
             return []
         try:
             restored = []
-            for dev_id in [*devices.verified.channels, *devices.verified.wss_tables]:
+            verified = devices.verified
+            for dev_id in [*verified.channels, *verified.wss_tables, *verified.connections]:
                 if self._restore_if_lost(dev_id):
                     restored.append(dev_id)
             for dev in devices.cfg.devices_of("powermeter"):
@@ -95,6 +98,10 @@ class DeviceWatch:
                 return False
             if dev_id in devices.verified.channels:
                 devices.bring_up(dev_id, devices.verified.channels[dev_id])
+            elif dev_id in devices.verified.connections:  # the whole verified table
+                table = devices.verified.connections[dev_id]
+                drv = devices.drivers[dev_id]
+                set_ports(dev_id, drv, table, {*table, *drv.connections()}, _untimed)
             else:
                 drv = devices.drivers[dev_id]
                 drv.stage(dict(devices.verified.wss_tables[dev_id]))
@@ -145,6 +152,15 @@ class DeviceWatch:
             st: TransceiverState = devices.drivers[dev_id].state()
             return (st.channel == devices.verified.channels[dev_id] and st.locked
                     and st.output_enabled)
+        if dev_id in devices.verified.connections:
+            return bool(devices.drivers[dev_id].connections()
+                        == dict(devices.verified.connections[dev_id]))
         active = devices.drivers[dev_id].read_active()
         return all(active.get(ch) == route
                    for ch, route in devices.verified.wss_tables[dev_id].items())
+
+
+def _untimed(device: str, op: str, call: Callable[[], Any]) -> Any:
+    """A restore's commands are not the transactions' round trips: no metric."""
+    del device, op
+    return call()

@@ -1,8 +1,9 @@
 """The device manager: applies configurations to the real drivers as verified transactions.
 
-A configuration is the channel of every transmitter and the channel table of every WSS. A
-transaction checks it against the safety limits of the testbed file before anything is sent,
-stages every WSS table, applies the WSS tables and tunes the transmitters, reads every device
+A configuration is the channel of every transmitter, the channel table of every WSS and the
+connection table of every optical circuit switch. A transaction checks it against the safety
+limits of the testbed file before anything is sent, stages every WSS table, applies the WSS
+tables, sets the switch ports the change names and tunes the transmitters, reads every device
 back and compares. On any failure or timeout it restores the last verified configuration,
 reads back again and raises `TransactionError` saying exactly what happened; nothing is left
 half-applied without the operator being told.
@@ -13,7 +14,8 @@ in a slot are tuned in parallel, each within its guard time, and the lock is che
 Its values (``Configuration``, ``TransactionError``, ``DeviceEvent``) are
 ``oddl.controller.device_types``, the safety limits ``oddl.controller.device_limits``, opening drivers from the testbed file
 ``oddl.controller.device_drivers``, and watching the devices (restoring one that lost the verified
-configuration) ``oddl.controller.device_watch``.
+configuration) ``oddl.controller.device_watch``, the circuit switches' steps
+``oddl.controller.device_switches``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from oddl.common.config import TestbedConfig
 from oddl.common.errors import DeviceError, OddlError
 from oddl.controller.device_drivers import open_driver
 from oddl.controller.device_limits import check_limits
+from oddl.controller.device_reconcile import adopt_switches, reconcile
+from oddl.controller.device_switches import named_ports, set_ports, switch_power, table_problems
 from oddl.controller.device_types import (
     Configuration,
     DeviceEvent,
@@ -38,6 +42,7 @@ from oddl.controller.device_types import (
 )
 from oddl.controller.device_watch import DeviceWatch
 from oddl.controller.store import Store
+from oddl.drivers.command_trace import traced
 from oddl.drivers.interfaces import (
     Route,
     TransceiverState,
@@ -103,6 +108,9 @@ class DeviceManager:
             self.bring_up(dev.id, target.channels.get(dev.id, 1))
         for dev in self.cfg.devices_of("wss"):
             self.log_event(dev.id, "identify", True, str(self.drivers[dev.id].identify()))
+        v = self.verified  # switches neither known nor asked for keep what they hold
+        self.verified = Configuration(v.channels, v.wss_tables, {
+            **adopt_switches(self, target.merged_over(v)), **v.connections})
         self.transact(target, reason="initialise")
 
     def bring_up(self, tx: str, channel: int) -> None:
@@ -117,43 +125,13 @@ class DeviceManager:
 
     def reconcile(self, stored: Configuration, stamps: Mapping[str, int]) -> dict[str, list[str]]:
         """After a controller restart: read every device back and adopt what still matches the
-        stored verified configuration without sending anything; bring back only the rest.
-
-        Returns {"adopted": [...], "restored": [...]} device ids.
-        """
+        stored verified configuration without sending anything; bring back only the rest
+        (`oddl.controller.device_reconcile`). Returns {"adopted": [...], "restored": [...]}."""
         with self.lock:
-            self.check_limits(stored)
-            readings = self._read_all(stored)
-            adopted, restored = [], []
-            for tx, ch in stored.channels.items():
-                st: TransceiverState = readings[tx]
-                if st.channel == ch and st.locked and st.output_enabled:
-                    adopted.append(tx)
-                else:
-                    self.bring_up(tx, ch)
-                    restored.append(tx)
-            for wss_id, table in stored.wss_tables.items():
-                active = readings[wss_id]
-                if all(active.get(ch) == route for ch, route in table.items()):
-                    adopted.append(wss_id)
-                else:
-                    self.drivers[wss_id].stage(dict(table))
-                    self.drivers[wss_id].apply()
-                    restored.append(wss_id)
-            self._verify(stored)
-            self.verified = stored
-            now = time.time_ns()
-            for dev in adopted:
-                self.verified_ns[dev] = stamps.get(dev, now)
-            for dev in restored:
-                self.verified_ns[dev] = now
-            self._persist(stored, restored, now)
-            self.log_event("*", "reconcile after restart", True,
-                      f"adopted {', '.join(adopted) or 'nothing'}; "
-                      f"restored {', '.join(restored) or 'nothing'}")
-            return {"adopted": adopted, "restored": restored}
+            return reconcile(self, stored, stamps)
 
-    def _persist(self, config: Configuration, devices: list[str], now: int) -> None:
+    def persist(self, config: Configuration, devices: list[str], now: int) -> None:
+        """Store the verified setting of each of `devices` (no store: nothing)."""
         if self.store is None:
             return
         for dev in devices:
@@ -161,6 +139,8 @@ class DeviceManager:
                 self.store.save_channel(dev, config.channels[dev], now)
             elif dev in config.wss_tables:
                 self.store.save_table(dev, dict(config.wss_tables[dev]), now)
+            elif dev in config.connections:
+                self.store.save_connections(dev, dict(config.connections[dev]), now)
 
     def close(self) -> None:
         """Release every driver (optical state is left as it is) and the worker pool."""
@@ -171,9 +151,11 @@ class DeviceManager:
                 logger.exception("closing a driver failed")
         self._pool.shutdown(wait=False)
     # ---- validation -------------------------------------------------------------------
-    def check_limits(self, target: Configuration) -> None:
-        """Raise SafetyLimitError naming the setting and the limit; nothing is sent."""
-        check_limits(self.cfg, target)
+    def check_limits(self, target: Configuration, change: Configuration | None = None) -> None:
+        """Raise SafetyLimitError naming the setting and the limit; nothing is sent. `change`
+        (what `target` was merged from) has its switch ports checked too: a disconnect of a
+        port that does not exist leaves no trace in `target`."""
+        check_limits(self.cfg, target, change)
 
     # ---- transactions -----------------------------------------------------------------
     def transact(self, change: Configuration, *, reason: str = "", timeout: float = 10.0
@@ -181,29 +163,37 @@ class DeviceManager:
         """Apply `change` over the verified configuration as one transaction; return the result."""
         with self.lock:
             target = change.merged_over(self.verified)
-            self.check_limits(target)
-            before = self.verified
-            try:
-                readings = self._apply(target, before, timeout)
-                self._verify(target, readings)
-            except OddlError as exc:
-                self.transactions_failed += 1
-                report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
-                report += self._roll_back(before, timeout)
-                self.log_event("*", f"transaction {reason}", False, "; ".join(report))
-                raise TransactionError("reconfiguration failed and was rolled back", report) from exc
-            self.verified = target
-            now = time.time_ns()
-            for dev in list(target.channels) + list(target.wss_tables):
-                self.verified_ns[dev] = now
-            self._persist(target, list(target.channels) + list(target.wss_tables), now)
-            self.log_event("*", f"transaction {reason}", True, describe_change(before, target))
-            return target
+            self.check_limits(target, change)
+            return self.timed("*", "transaction", lambda: traced(  # the trace's device rows
+                "transaction", f"transaction {reason or 'reconfigure'}",
+                lambda: self._transact(change, target, reason, timeout), lambda _: "verified"))
 
-    def _apply(self, target: Configuration, before: Configuration, timeout: float
-               ) -> dict[str, Any]:
-        """Stage every changed WSS, then apply and tune everything in parallel; each task
-        reads its device back as soon as it is done (lasers lock while the WSS settles)."""
+    def _transact(self, change: Configuration, target: Configuration, reason: str,
+                  timeout: float) -> Configuration:
+        before, ports = self.verified, named_ports(change.connections)
+        try:
+            readings = self._apply(target, before, timeout, ports)
+            self.verify(target, readings)
+        except OddlError as exc:
+            self.transactions_failed += 1
+            report = [f"failed while applying ({reason or 'reconfigure'}): {exc}"]
+            report += self._roll_back(before, timeout, ports)
+            self.log_event("*", f"transaction {reason}", False, "; ".join(report))
+            raise TransactionError("reconfiguration failed and was rolled back", report) from exc
+        self.verified = target
+        now = time.time_ns()
+        devices = [*target.channels, *target.wss_tables, *target.connections]
+        for dev in devices:
+            self.verified_ns[dev] = now
+        self.persist(target, devices, now)
+        self.log_event("*", f"transaction {reason}", True, describe_change(before, target))
+        return target
+
+    def _apply(self, target: Configuration, before: Configuration, timeout: float,
+               ports: Mapping[str, list[int]]) -> dict[str, Any]:
+        """Stage every changed WSS, then apply, switch and tune everything in parallel; each
+        task reads its device back as soon as it is done (lasers lock while the WSS settles).
+        A switch is sent commands for the ingress `ports` the change names only."""
         tables = {w: t for w, t in target.wss_tables.items()
                   if dict(t) != dict(before.wss_tables.get(w, {}))}
         for wss_id, table in tables.items():
@@ -215,6 +205,8 @@ class DeviceManager:
         futures.update({tx: self._pool.submit(self._tune_and_read, tx, ch,
                                               before.channels.get(tx) != ch, timeout)
                         for tx, ch in target.channels.items()})
+        futures.update({s: self._pool.submit(self._switch, s, table, ports.get(s, []))
+                        for s, table in target.connections.items()})
         readings: dict[str, Any] = {}
         errors = []
         for dev, f in futures.items():
@@ -226,7 +218,8 @@ class DeviceManager:
             raise DeviceError("; ".join(errors))
         return readings
 
-    def _timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
+    def timed(self, device: str, op: str, fn: Callable[[], Any]) -> Any:
+        """`fn()`, its time reported to `on_command` (the metrics) as `device`'s `op`."""
         t0 = time.perf_counter()
         try:
             return fn()
@@ -237,33 +230,43 @@ class DeviceManager:
     def _apply_wss(self, wss_id: str, changed: bool, timeout: float) -> dict[int, Route]:
         drv: WavelengthSelectiveSwitch = self.drivers[wss_id]
         if changed:
-            self._timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
+            self.timed(wss_id, "apply", lambda: drv.apply(timeout=timeout))
             self.log_event(wss_id, "apply", True)
-        return self._timed(wss_id, "read", drv.read_active)
+        return self.timed(wss_id, "read", drv.read_active)
+
+    def _switch(self, switch: str, table: Mapping[int, int], ports: list[int]
+                ) -> dict[int, int]:
+        steps, after = set_ports(switch, self.drivers[switch], table, ports, self.timed)
+        if steps:
+            self.log_event(switch, "switch", True, steps.describe())
+        return after
 
     def _tune_and_read(self, tx: str, channel: int, changed: bool, timeout: float
                        ) -> TransceiverState:
         if changed:
             self._tune(tx, channel, timeout)
-        return self._timed(tx, "read", self.drivers[tx].state)
+        return self.timed(tx, "read", self.drivers[tx].state)
 
     def _tune(self, tx: str, channel: int, timeout: float) -> float:
         drv: TunableTransceiver = self.drivers[tx]
-        t_lock = self._timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
+        t_lock = self.timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
         self.reconfigurations += 1
         self.log_event(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
         return t_lock
 
-    def _read_all(self, target: Configuration) -> dict[str, Any]:
+    def read_all(self, target: Configuration) -> dict[str, Any]:
+        """Read every device of `target` back, in parallel."""
         reads = {dev: self._pool.submit(self.drivers[dev].read_active)
                  for dev in target.wss_tables}
         reads.update({tx: self._pool.submit(self.drivers[tx].state) for tx in target.channels})
+        reads.update({s: self._pool.submit(self.drivers[s].connections)
+                      for s in target.connections})
         return {dev: f.result() for dev, f in reads.items()}
 
-    def _verify(self, target: Configuration, readings: dict[str, Any] | None = None) -> None:
+    def verify(self, target: Configuration, readings: dict[str, Any] | None = None) -> None:
         """Compare read-backs with the target; raise DeviceError listing every mismatch."""
-        readings = readings if readings is not None else self._read_all(target)
+        readings = readings if readings is not None else self.read_all(target)
         problems = []
         for wss_id, table in target.wss_tables.items():
             active = readings[wss_id]
@@ -277,11 +280,24 @@ class DeviceManager:
             if st.channel != ch or not st.locked or not st.output_enabled:
                 problems.append(f"{tx}: wanted channel {ch} locked and on, reads channel "
                                 f"{st.channel} locked={st.locked} on={st.output_enabled}")
+        for switch, conns in target.connections.items():
+            problems += table_problems(switch, conns, readings[switch])
         if problems:
             raise DeviceError("read-back does not match: " + "; ".join(problems))
 
-    def _roll_back(self, before: Configuration, timeout: float) -> list[str]:
+    def _roll_back(self, before: Configuration, timeout: float,
+                   ports: Mapping[str, list[int]]) -> list[str]:
         report = []
+        for switch, named in ports.items():
+            try:  # only the ports the change named: the others were never sent a command
+                steps, _ = set_ports(switch, self.drivers[switch],
+                                     before.connections.get(switch, {}), named, self.timed)
+                report.append(f"{switch}: set ingress {', '.join(map(str, named))} back to the "
+                              f"last verified connections ({steps.describe()})")
+            except OddlError as exc:
+                report.append(f"{switch}: COULD NOT RESTORE ingress "
+                              f"{', '.join(map(str, named))} ({exc}); read its table "
+                              "(oddl devices) and repair it by hand")
         for wss_id, table in before.wss_tables.items():
             try:
                 self.drivers[wss_id].stage(dict(table))
@@ -307,7 +323,7 @@ class DeviceManager:
                     report.append(f"{tx}: COULD NOT RESTORE channel {ch} ({exc2}); check the "
                                   "device")
         try:
-            self._verify(before)
+            self.verify(before)
             report.append("read-back after roll-back matches the last verified configuration")
         except OddlError as exc:
             report.append(f"read-back after roll-back: {exc}")
@@ -338,7 +354,7 @@ class DeviceManager:
                 now = time.time_ns()
                 for tx in channels:
                     self.verified_ns[tx] = now
-                self._persist(self.verified, list(channels), now)
+                self.persist(self.verified, list(channels), now)
         return errors
     # ---- reading ----------------------------------------------------------------------
     def read_states(self) -> dict[str, dict[str, Any]]:
@@ -352,6 +368,9 @@ class DeviceManager:
                     entry["state"] = drv.state()
                 elif dev.kind == "wss" and drv is not None:
                     entry["routes"] = drv.read_active()
+                elif dev.kind == "ocs" and drv is not None:
+                    entry["connections"] = table = drv.connections()
+                    entry["power"] = switch_power(drv, table)
                 elif dev.kind == "powermeter" and drv is not None:
                     entry["meter"] = {ch: drv.read_power_dbm(ch)
                                       for ch in range(1, dev.channels + 1)}

@@ -114,9 +114,10 @@ class ControllerServer:
         """Connect the devices; adopt or restore the stored configuration, else the default."""
         self.devices.connect()
         channels, tables, stamps = self.store.verified() if self.store else ({}, {}, {})
-        if self.store is not None and (channels or tables):
+        switches = self.store.connections() if self.store else {}
+        if self.store is not None and (channels or tables or switches):
             self.devices.load_events()
-            result = self.devices.reconcile(Configuration(channels, tables), stamps)
+            result = self.devices.reconcile(Configuration(channels, tables, switches), stamps)
             logger.info("resumed from %s: adopted %s, restored %s", self.store.path,
                         result["adopted"], result["restored"])
         else:
@@ -196,7 +197,7 @@ def is_loopback(address: str) -> bool:
 def default_configuration(cfg: TestbedConfig) -> Configuration:
     """TT-FR at rest: every receive channel routed to its node's port; lasers on their own channel."""
     tables: dict[str, dict[int, Route]] = {}
-    on_wss = [n for n in cfg.nodes if n.on_wss]
+    on_wss = [n for n in cfg.nodes if n.on_wss]  # hosts on circuit switches only: no laser
     for n in on_wss:
         att = cfg.attachment(n.id)
         tables.setdefault(att.wss, {})[n.rx_channel] = Route(att.out_port, 0.0)

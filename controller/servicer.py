@@ -19,6 +19,7 @@ from oddl.common.config import TestbedConfig
 from oddl.common.errors import OddlError, OperationRefused, SafetyLimitError
 from oddl.common.metrics import Metrics
 from oddl.controller.core import ControllerCore
+from oddl.controller.device_switches import check_connections, describe_ports
 from oddl.controller.device_types import Configuration, TransactionError
 from oddl.controller.devices import DeviceManager
 from oddl.controller.store import Store
@@ -177,21 +178,45 @@ class ControllerService(pb_grpc.ControllerServicer):
         if kind == "set_channel":
             change = Configuration(channels={request.set_channel.transmitter:
                                              request.set_channel.channel})
-            what = f"{request.set_channel.transmitter}: channel → {request.set_channel.channel}"
+            what = [f"{request.set_channel.transmitter}: channel → {request.set_channel.channel}"]
         elif kind == "set_route":
             r = request.set_route
             change = Configuration(wss_tables={r.wss: {r.channel: Route(r.port, r.attenuation_db)}})
-            what = f"{r.wss}: channel {r.channel} → port {r.port} at {r.attenuation_db} dB"
+            what = [f"{r.wss}: channel {r.channel} → port {r.port} at {r.attenuation_db} dB"]
+        elif kind == "set_connections":
+            change, what = self._refusing(context, lambda: self._connections_change(
+                request.set_connections))
         else:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "give set_channel or set_route (see `oddl reconfigure --help`)")
+                          "give set_channel, set_route or set_connections (see `oddl "
+                          "reconfigure --help`)")
         try:
             target = change.merged_over(self.devices.verified)
-            self.devices.check_limits(target)
+            self.devices.check_limits(target, change)
             if request.dry_run:
-                return pb.ReconfigureReply(applied=False, changes=[what],
+                return pb.ReconfigureReply(applied=False, changes=what,
                                            message="dry run: limits checked, nothing sent")
             self.devices.transact(change, reason="operator")
         except OddlError as exc:
             self._refuse(context, exc)
-        return pb.ReconfigureReply(applied=True, changes=[what], message="applied and verified")
+        return pb.ReconfigureReply(applied=True, changes=what, message="applied and verified")
+
+    def _connections_change(self, sc: pb.SetConnections) -> tuple[Configuration, list[str]]:
+        """The change of a `SetConnections` and a line per port for people; SafetyLimitError
+        when it names nothing or a port both ways."""
+        both = sorted(set(sc.connect) & set(sc.disconnect))
+        if both:
+            raise SafetyLimitError(f"{sc.ocs}: ingress {', '.join(map(str, both))} is both "
+                                   "connected and disconnected; name each port once")
+        ports = {**{int(i): int(e) for i, e in sc.connect.items()},
+                 **{int(i): 0 for i in sc.disconnect}}
+        if not ports:
+            raise SafetyLimitError(f"{sc.ocs or 'the switch'}: nothing to change; give "
+                                   "--connect IN:OUT,... and/or --disconnect IN,...")
+        if any(e == 0 for e in sc.connect.values()):
+            raise SafetyLimitError(f"{sc.ocs}: egress 0 is not a port; use --disconnect IN "
+                                   "to leave an ingress port unconnected")
+        check_connections(self.cfg, {sc.ocs: ports})
+        before = self.devices.verified.connections.get(sc.ocs, {})
+        return (Configuration(connections={sc.ocs: ports}),
+                describe_ports(self.cfg, sc.ocs, ports, before))

@@ -74,6 +74,11 @@ class Store:
         doc = {"table": {str(ch): [r.port, r.attenuation_db] for ch, r in table.items()}}
         self._save_verified(wss, doc, verified_ns)
 
+    def save_connections(self, switch: str, table: dict[int, int], verified_ns: int) -> None:
+        """Record a circuit switch's verified connection table {ingress: egress}."""
+        doc = {"connections": {str(i): e for i, e in sorted(table.items())}}
+        self._save_verified(switch, doc, verified_ns)
+
     def _save_verified(self, device: str, doc: dict[str, Any], verified_ns: int) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO verified (device, doc, verified_ns) "
@@ -90,11 +95,25 @@ class Store:
             doc = json.loads(raw)
             if "channel" in doc:
                 channels[device] = int(doc["channel"])
+            elif "connections" in doc:
+                pass  # a circuit switch's: `connections()`
             else:
                 tables[device] = {int(ch): Route(int(p), float(a))
                                   for ch, (p, a) in doc["table"].items()}
             stamps[device] = int(ns)
         return channels, tables, stamps
+
+    def connections(self) -> dict[str, dict[int, int]]:
+        """The circuit switches' verified connection tables last stored ({ingress: egress});
+        their times are in `verified()`'s stamps."""
+        with self._lock:
+            rows = self._db.execute("SELECT device, doc FROM verified").fetchall()
+        tables: dict[str, dict[int, int]] = {}
+        for device, raw in rows:
+            doc = json.loads(raw)
+            if "connections" in doc:
+                tables[device] = {int(i): int(e) for i, e in doc["connections"].items()}
+        return tables
 
     # ---- events and counters ------------------------------------------------------------
     def add_event(self, time_ns: int, device: str, action: str, ok: bool, detail: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oddl.common.config import TestbedConfig
+from oddl.common.config import NodeConfig, TestbedConfig
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
 from oddl.protos import oddl_pb2 as pb
@@ -28,16 +28,24 @@ def topology_pb(cfg: TestbedConfig) -> pb.Topology:
     return pb.Topology(
         testbed=cfg.name, grid_first_thz=cfg.grid.first_thz,
         grid_spacing_ghz=cfg.grid.spacing_ghz, grid_channels=cfg.grid.channels,
-        nodes=[pb.Node(id=n.id, host=n.host, transmitter=n.transmitter,
-                       rx_channel=n.rx_channel, wss=cfg.attachment(n.id).wss,
-                       out_port=cfg.attachment(n.id).out_port) if n.on_wss
-               else pb.Node(id=n.id, host=n.host) for n in cfg.nodes],
+        nodes=[_node_pb(cfg, n) for n in cfg.nodes],
         devices=[*(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.devices),
-                 *(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.optinc)])
+                 *(pb.Device(id=d.id, kind=d.kind, resource=d.resource) for d in cfg.optinc)],
+        port_links=[pb.PortLink(node=pl.node, port=pl.port, switch=pl.switch,
+                                ingress=pl.ingress, egress=pl.egress)
+                    for pl in cfg.port_links()])
+
+
+def _node_pb(cfg: TestbedConfig, n: NodeConfig) -> pb.Node:
+    """A node; one without a transmitter (its ports on circuit switches) has no WSS."""
+    att = cfg.attachment(n.id) if n.on_wss else None
+    return pb.Node(id=n.id, host=n.host, transmitter=n.transmitter, rx_channel=n.rx_channel,
+                   wss=att.wss if att else "", out_port=att.out_port if att else 0)
 
 
 def device_states_pb(devices: DeviceManager) -> pb.DeviceStateList:
-    """What every device reads back now (state, routes, meter), or why it cannot."""
+    """What every device reads back now (state, routes, meter, connections), or why it
+    cannot."""
     out = pb.DeviceStateList()
     for dev_id, entry in devices.read_states().items():
         ds = out.devices.add(id=dev_id, kind=entry["kind"], reachable=entry["reachable"],
@@ -51,6 +59,12 @@ def device_states_pb(devices: DeviceManager) -> pb.DeviceStateList:
         for ch, dbm in sorted(entry.get("meter", {}).items()):
             ds.meter.add(channel=ch, power_dbm=dbm if dbm is not None else 0.0,
                          light=dbm is not None)
+        power = entry.get("power", {})
+        for ingress, egress in sorted(entry.get("connections", {}).items()):
+            ds.connections.add(ingress=ingress, egress=egress,
+                               power=ingress in power and egress in power,
+                               ingress_dbm=power.get(ingress, 0.0),
+                               egress_dbm=power.get(egress, 0.0))
     return out
 
 

@@ -521,20 +521,36 @@ class GetTopologyRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Topology(_message.Message):
-    __slots__ = ("testbed", "nodes", "devices", "grid_first_thz", "grid_spacing_ghz", "grid_channels")
+    __slots__ = ("testbed", "nodes", "devices", "grid_first_thz", "grid_spacing_ghz", "grid_channels", "port_links")
     TESTBED_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     GRID_FIRST_THZ_FIELD_NUMBER: _ClassVar[int]
     GRID_SPACING_GHZ_FIELD_NUMBER: _ClassVar[int]
     GRID_CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    PORT_LINKS_FIELD_NUMBER: _ClassVar[int]
     testbed: str
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     grid_first_thz: float
     grid_spacing_ghz: float
     grid_channels: int
-    def __init__(self, testbed: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., grid_first_thz: _Optional[float] = ..., grid_spacing_ghz: _Optional[float] = ..., grid_channels: _Optional[int] = ...) -> None: ...
+    port_links: _containers.RepeatedCompositeFieldContainer[PortLink]
+    def __init__(self, testbed: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., grid_first_thz: _Optional[float] = ..., grid_spacing_ghz: _Optional[float] = ..., grid_channels: _Optional[int] = ..., port_links: _Optional[_Iterable[_Union[PortLink, _Mapping]]] = ...) -> None: ...
+
+class PortLink(_message.Message):
+    __slots__ = ("node", "port", "switch", "ingress", "egress")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    INGRESS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    port: int
+    switch: str
+    ingress: int
+    egress: int
+    def __init__(self, node: _Optional[str] = ..., port: _Optional[int] = ..., switch: _Optional[str] = ..., ingress: _Optional[int] = ..., egress: _Optional[int] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("id", "host", "transmitter", "rx_channel", "wss", "out_port")
@@ -621,7 +637,7 @@ class DeviceStateList(_message.Message):
     def __init__(self, devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ...) -> None: ...
 
 class DeviceState(_message.Message):
-    __slots__ = ("id", "kind", "reachable", "error", "channel", "frequency_thz", "power_dbm", "output_enabled", "locked", "routes", "verified_ns", "meter")
+    __slots__ = ("id", "kind", "reachable", "error", "channel", "frequency_thz", "power_dbm", "output_enabled", "locked", "routes", "verified_ns", "meter", "connections")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
@@ -634,6 +650,7 @@ class DeviceState(_message.Message):
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     VERIFIED_NS_FIELD_NUMBER: _ClassVar[int]
     METER_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: str
     reachable: bool
@@ -646,7 +663,22 @@ class DeviceState(_message.Message):
     routes: _containers.RepeatedCompositeFieldContainer[WssRoute]
     verified_ns: int
     meter: _containers.RepeatedCompositeFieldContainer[MeterReading]
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., channel: _Optional[int] = ..., frequency_thz: _Optional[float] = ..., power_dbm: _Optional[float] = ..., output_enabled: _Optional[bool] = ..., locked: _Optional[bool] = ..., routes: _Optional[_Iterable[_Union[WssRoute, _Mapping]]] = ..., verified_ns: _Optional[int] = ..., meter: _Optional[_Iterable[_Union[MeterReading, _Mapping]]] = ...) -> None: ...
+    connections: _containers.RepeatedCompositeFieldContainer[OcsConnection]
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., channel: _Optional[int] = ..., frequency_thz: _Optional[float] = ..., power_dbm: _Optional[float] = ..., output_enabled: _Optional[bool] = ..., locked: _Optional[bool] = ..., routes: _Optional[_Iterable[_Union[WssRoute, _Mapping]]] = ..., verified_ns: _Optional[int] = ..., meter: _Optional[_Iterable[_Union[MeterReading, _Mapping]]] = ..., connections: _Optional[_Iterable[_Union[OcsConnection, _Mapping]]] = ...) -> None: ...
+
+class OcsConnection(_message.Message):
+    __slots__ = ("ingress", "egress", "power", "ingress_dbm", "egress_dbm")
+    INGRESS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
+    INGRESS_DBM_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_DBM_FIELD_NUMBER: _ClassVar[int]
+    ingress: int
+    egress: int
+    power: bool
+    ingress_dbm: float
+    egress_dbm: float
+    def __init__(self, ingress: _Optional[int] = ..., egress: _Optional[int] = ..., power: _Optional[bool] = ..., ingress_dbm: _Optional[float] = ..., egress_dbm: _Optional[float] = ...) -> None: ...
 
 class MeterReading(_message.Message):
     __slots__ = ("channel", "power_dbm", "light")
@@ -697,14 +729,16 @@ class DeviceLogEntry(_message.Message):
     def __init__(self, time_ns: _Optional[int] = ..., device: _Optional[str] = ..., action: _Optional[str] = ..., ok: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReconfigureRequest(_message.Message):
-    __slots__ = ("set_channel", "set_route", "dry_run")
+    __slots__ = ("set_channel", "set_route", "set_connections", "dry_run")
     SET_CHANNEL_FIELD_NUMBER: _ClassVar[int]
     SET_ROUTE_FIELD_NUMBER: _ClassVar[int]
+    SET_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     set_channel: SetChannel
     set_route: SetRoute
+    set_connections: SetConnections
     dry_run: bool
-    def __init__(self, set_channel: _Optional[_Union[SetChannel, _Mapping]] = ..., set_route: _Optional[_Union[SetRoute, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    def __init__(self, set_channel: _Optional[_Union[SetChannel, _Mapping]] = ..., set_route: _Optional[_Union[SetRoute, _Mapping]] = ..., set_connections: _Optional[_Union[SetConnections, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class SetChannel(_message.Message):
     __slots__ = ("transmitter", "channel")
@@ -725,6 +759,23 @@ class SetRoute(_message.Message):
     port: int
     attenuation_db: float
     def __init__(self, wss: _Optional[str] = ..., channel: _Optional[int] = ..., port: _Optional[int] = ..., attenuation_db: _Optional[float] = ...) -> None: ...
+
+class SetConnections(_message.Message):
+    __slots__ = ("ocs", "connect", "disconnect")
+    class ConnectEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    OCS_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    ocs: str
+    connect: _containers.ScalarMap[int, int]
+    disconnect: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ocs: _Optional[str] = ..., connect: _Optional[_Mapping[int, int]] = ..., disconnect: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReconfigureReply(_message.Message):
     __slots__ = ("applied", "changes", "message")

@@ -140,18 +140,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_reconfigure(args: argparse.Namespace) -> int:
-    """Set a transceiver's channel or a WSS route by hand (dry run, then confirm)."""
+    """Set a transceiver's channel, a WSS route or circuit-switch connections by hand (dry
+    run, then confirm)."""
+    try:
+        change = _change_of(args)
+    except ValueError as exc:
+        print(f"oddl reconfigure: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     client = connect(args)
-    if args.transmitter:
-        change: dict[str, Any] = {"set_channel": {"transmitter": args.transmitter,
-                                                  "channel": args.channel}}
-    else:
-        if args.port is None:
-            print("oddl reconfigure --wss needs --port: the out-port for the channel, or 99 to "
-                  "block it", file=sys.stderr)
-            return EXIT_USAGE
-        change = {"set_route": {"wss": args.wss, "channel": args.channel, "port": args.port,
-                                "attenuation_db": args.attenuation}}
     preview = client.reconfigure(change, dry_run=True)
     if args.dry_run:
         print(json.dumps(preview) if args.json else "\n".join(["dry run:", *preview["changes"]]))
@@ -168,6 +164,55 @@ def cmd_reconfigure(args: argparse.Namespace) -> int:
     result = client.reconfigure(change, dry_run=False)
     print(json.dumps(result) if args.json else f"{result['message']}: {'; '.join(result['changes'])}")
     return EXIT_OK
+
+
+def _change_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ReconfigureRequest change the options ask for; ValueError saying what is missing."""
+    if args.ocs:
+        if args.connect is None and args.disconnect is None:
+            raise ValueError("--ocs needs --connect IN:OUT[,IN:OUT...] and/or --disconnect "
+                             "IN[,IN...] (ingress ports 1..N, egress ports N+1..2N)")
+        return {"set_connections": {"ocs": args.ocs, "connect": parse_pairs(args.connect or ""),
+                                    "disconnect": parse_ports(args.disconnect or "")}}
+    if args.connect is not None or args.disconnect is not None:
+        raise ValueError("--connect and --disconnect set a circuit switch: give --ocs SWITCH")
+    if args.channel is None:
+        raise ValueError(f"--{'transmitter' if args.transmitter else 'wss'} needs --channel")
+    if args.transmitter:
+        return {"set_channel": {"transmitter": args.transmitter, "channel": args.channel}}
+    if args.port is None:
+        raise ValueError("--wss needs --port: the out-port for the channel, or 99 to block it")
+    return {"set_route": {"wss": args.wss, "channel": args.channel, "port": args.port,
+                          "attenuation_db": args.attenuation}}
+
+
+def parse_ports(text: str) -> list[int]:
+    """'3,4' → [3, 4]; ValueError naming the bad item."""
+    ports = []
+    for item in (t.strip() for t in text.split(",")):
+        if item:
+            if not item.isdigit():
+                raise ValueError(f"--disconnect: {item!r} is not a port number (give "
+                                 "ingress ports as IN[,IN...], e.g. 3,4)")
+            ports.append(int(item))
+    return ports
+
+
+def parse_pairs(text: str) -> dict[int, int]:
+    """'1:53,2:54' → {1: 53, 2: 54}; ValueError naming the bad item."""
+    pairs: dict[int, int] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        ingress, sep, egress = item.partition(":")
+        if not (sep and ingress.strip().isdigit() and egress.strip().isdigit()):
+            raise ValueError(f"--connect: {item!r} is not IN:OUT (give ingress:egress port "
+                             "pairs, e.g. 1:53,2:54)")
+        if int(ingress) in pairs:
+            raise ValueError(f"--connect: ingress {int(ingress)} is given twice; name each "
+                             "ingress port once")
+        pairs[int(ingress)] = int(egress)
+    return pairs
 
 
 # ---- parser -------------------------------------------------------------------------------
@@ -248,11 +293,19 @@ def _register_jobs(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_reconfigure(sub: argparse._SubParsersAction) -> None:
-    rc = with_controller(sub.add_parser("reconfigure", help="set a channel or a WSS route"))
+    rc = with_controller(sub.add_parser("reconfigure", help="set a channel, a WSS route or "
+                                        "circuit-switch connections"))
     what = rc.add_mutually_exclusive_group(required=True)
     what.add_argument("--transmitter", help="transmitter device id (with --channel)")
     what.add_argument("--wss", help="WSS device id (with --channel --port [--attenuation])")
-    rc.add_argument("--channel", type=int, required=True)
+    what.add_argument("--ocs", help="circuit switch device id (with --connect and/or "
+                      "--disconnect); its other ports keep their connections")
+    rc.add_argument("--channel", type=int, default=None)
+    rc.add_argument("--connect", default=None, metavar="IN:OUT[,IN:OUT...]",
+                    help="connect ingress ports to egress ports (ingress 1..N, egress "
+                    "N+1..2N of an NxN switch)")
+    rc.add_argument("--disconnect", default=None, metavar="IN[,IN...]",
+                    help="leave these ingress ports unconnected")
     rc.add_argument("--port", type=int, default=None,
                     help="the WSS out-port for the channel (99 blocks it)")
     rc.add_argument("--attenuation", type=float, default=0.0)

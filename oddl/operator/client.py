@@ -183,9 +183,15 @@ def clock_time(time_ns: int | str) -> str:
 def format_topology(topo: dict[str, Any]) -> str:
     """Nodes, devices and the grid as text."""
     first, spacing = float(topo["grid_first_thz"]), float(topo["grid_spacing_ghz"])
+    on_wss = [n for n in topo.get("nodes", []) if n.get("transmitter")]
+    links = topo.get("port_links", [])
+    switch_ports = [f"{'node':<6} {'port':<5} {'switch':<8} {'ingress':>7} {'egress':>7}",
+                    *(f"{p['node']:<6} {'p' + str(p['port']):<5} {p['switch']:<8} "
+                      f"{int(p['ingress']):>7} {int(p['egress']):>7}" for p in links), ""]
     return "\n".join([f"testbed {topo['testbed']}: grid {topo['grid_first_thz']} THz + k x "
                       f"{topo['grid_spacing_ghz']} GHz, {topo['grid_channels']} channels", "",
-                      *wss_host_table(topo.get("nodes", []), first, spacing), "",
+                      *([*wss_host_table(on_wss, first, spacing), ""] if on_wss else []),
+                      *(switch_ports if links else []),
                       *device_table(topo.get("devices", []))])
 
 
@@ -206,6 +212,8 @@ def format_devices(state: dict[str, Any]) -> str:
             desc = " ".join(f"{int(r['channel'])}→{int(r['port'])}"
                             + (f"({float(r['attenuation_db']):.1f}dB)"
                                if float(r["attenuation_db"]) else "") for r in routes) or "all blocked"
+        elif d["kind"] == "ocs":
+            desc = connections_text(d.get("connections", []))
         else:
             desc = " ".join(f"{int(m['channel'])}:"
                             + (f"{float(m['power_dbm']):.1f}dBm" if m["light"] else "dark")
@@ -214,6 +222,27 @@ def format_devices(state: dict[str, Any]) -> str:
         lines.append(f"{d['id']:<8} {d['kind']:<11} {'yes' if d['reachable'] else 'NO':<4} "
                      f"{desc}{verified}")
     return "\n".join(lines)
+
+
+def connections_text(connections: list[dict[str, Any]],
+                     hosts: dict[tuple[str, int], str] | None = None, switch: str = "") -> str:
+    """A switch's table compactly: '1→53 2→54' (or 'no connections'); with `hosts`
+    ({(switch, port): 'n0.p1'}), each pair names the host ports: '1→53 (n0.p1→n1.p1)'."""
+    parts = []
+    for c in connections:
+        i, e = int(c["ingress"]), int(c["egress"])
+        src, dst = (hosts or {}).get((switch, i)), (hosts or {}).get((switch, e))
+        parts.append(f"{i}→{e}" + (f" ({src or '?'}→{dst or '?'})" if src or dst else ""))
+    return " ".join(parts) or "no connections"
+
+
+def host_ports(topology: dict[str, Any]) -> dict[tuple[str, int], str]:
+    """{(switch, ingress or egress port): 'node.pN'} from the topology's port links."""
+    out: dict[tuple[str, int], str] = {}
+    for pl in topology.get("port_links", []):
+        name = f"{pl['node']}.p{int(pl['port'])}"
+        out[(pl["switch"], int(pl["ingress"]))] = out[(pl["switch"], int(pl["egress"]))] = name
+    return out
 
 
 def format_device_log(entries: list[dict[str, Any]]) -> str:

@@ -9,14 +9,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleRenderable, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from oddl.common.errors import ControllerUnavailable
-from oddl.operator.client import OperatorClient, clock_bound_text, clock_time, heartbeat_age
+from oddl.operator.client import (
+    OperatorClient,
+    clock_bound_text,
+    clock_time,
+    connections_text,
+    heartbeat_age,
+    host_ports,
+)
 
 
 def _agents(status: dict[str, Any]) -> Table:
@@ -55,7 +62,7 @@ def _circuits(topology: dict[str, Any], devices: dict[str, Any]) -> Table:
     by_id = {d["id"]: d for d in devices.get("devices", [])}
     nodes = topology.get("nodes", [])
     port_node = {(n["wss"], int(n["out_port"])): n["id"] for n in nodes}
-    for n in nodes:
+    for n in (n for n in nodes if n.get("transmitter")):  # hosts with a tunable laser
         d = by_id.get(n["transmitter"], {})
         if not d.get("reachable"):
             t.add_row(n["transmitter"], n["id"], "?", "", "", Text("unreachable", style="red"),
@@ -69,6 +76,23 @@ def _circuits(topology: dict[str, Any], devices: dict[str, Any]) -> Table:
         lock = Text("locked", style="green") if d["locked"] else Text("no lock", style="red")
         t.add_row(n["transmitter"], n["id"], str(ch), f"{float(d['frequency_thz']):.4f}",
                   f"{float(d['power_dbm']):.1f}", lock, str(port or "blocked"), dst)
+    return t
+
+
+def _switches(topology: dict[str, Any], devices: dict[str, Any]) -> Table:
+    """Each circuit switch's connections as read back, naming the host port on each side."""
+    t = Table(title="circuit switches (from device read-back)", expand=True)
+    t.add_column("switch")
+    t.add_column("connections", overflow="fold")
+    hosts = host_ports(topology)
+    for d in devices.get("devices", []):
+        if d["kind"] != "ocs":
+            continue
+        if not d["reachable"]:
+            t.add_row(d["id"], Text(f"unreachable: {d.get('error', '')}", style="red"))
+            continue
+        conns = d.get("connections", [])
+        t.add_row(f"{d['id']} ({len(conns)})", connections_text(conns, hosts, d["id"]))
     return t
 
 
@@ -104,8 +128,14 @@ def frame(client: OperatorClient) -> Group:
     head = Text(f"oddl watch — testbed {status.get('testbed')} at {client.address} — "
                 f"{time.strftime('%H:%M:%S')} — {int(status.get('reconfigurations', 0))} retunes, "
                 f"{int(status.get('transactions_failed', 0))} failed transactions", style="bold")
-    return Group(head, _agents(status), _jobs(status), _circuits(topology, devices),
-                 _meters(devices), _log(log))
+    parts: list[ConsoleRenderable] = [head, _agents(status), _jobs(status)]
+    if any(n.get("transmitter") for n in topology.get("nodes", [])):
+        parts.append(_circuits(topology, devices))
+    if any(d["kind"] == "ocs" for d in devices.get("devices", [])):
+        parts.append(_switches(topology, devices))
+    if any(d["kind"] == "powermeter" for d in devices.get("devices", [])):
+        parts.append(_meters(devices))
+    return Group(*parts, _log(log))
 
 
 def watch(client: OperatorClient, interval: float = 1.0, once: bool = False,
