@@ -6,9 +6,10 @@ every send goes as soon as its data is ready, on the host port whose light reach
 receiver, and the data paces the run. Its schedule is the plan alone; the makespan it reports
 is the wire time of each step's busiest port at the line rate, summed over the steps.
 
-A call whose plan needs a pair of hosts the job's light paths do not join (an all-to-all on a
-ring's topology) is refused here, before any byte moves: forwarding through hosts is not
-part of this schedule.
+A call whose plan needs a pair of hosts the job's light paths do not join (an all-to-all on
+TopoOpt's rings, model-parallel traffic) is forwarded: the hosts on a shortest route relay
+the segment hop by hop (`oddl.controller.scheduling.forwarding`), keeping it in scratch past
+the caller's elements. Only a pair no route joins is refused, before any byte moves.
 
 Pure: no I/O, no clock.
 """
@@ -19,9 +20,9 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from oddl.common.errors import OperationRefused
-from oddl.controller.circuits import plan_pairs
+from oddl.common.errors import OperationRefused, PlanError
 from oddl.controller.scheduling import Plan, Topology
+from oddl.controller.scheduling.forwarding import forwarded
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,13 @@ def circuit_schedule(plan: Plan, nodes: Sequence[str], topology: Topology, items
     """The plan on the job's light paths `paths` (None: any pair, the ideal network);
     OperationRefused when the plan sends between hosts no path joins."""
     if paths is not None:
-        missing = [p for p in plan_pairs(plan, nodes) if p not in paths]
-        if missing:
-            shown = ", ".join(f"{s} → {d}" for s, d in missing[:4])
-            raise OperationRefused(
-                f"{plan.collective} needs light paths this job's topology does not have "
-                f"({shown}{' …' if len(missing) > 4 else ''}); hosts do not forward a "
-                "collective's data, so run this call on a job whose collective connects these "
-                "hosts (or on the ideal network)")
+        index = {node: i for i, node in enumerate(nodes)}
+        links = {(index[a], index[b]) for a, b in paths}
+        try:
+            plan = forwarded(plan, links)
+        except PlanError as exc:
+            raise OperationRefused(f"{plan.collective} cannot run on this job's light paths: "
+                                   f"{exc}") from None
     makespan = 0.0
     for step in plan.steps:
         per_pair: Counter[tuple[int, int]] = Counter()

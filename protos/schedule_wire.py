@@ -198,6 +198,9 @@ class DecodedSchedule:
     steps: tuple[StepSpec, ...]
     slots: tuple[SlotSpec, ...]
     receive_timeout_s: float
+    n_elems: int = 0
+    """The work buffer the steps use: more than the caller's elements when hosts forward
+    (the relays' scratch, `oddl.controller.scheduling.forwarding`)."""
 
     @property
     def device(self) -> str:
@@ -214,7 +217,8 @@ def decode_schedule(schedule: pb.Schedule) -> DecodedSchedule:
                            tuple((c.src, c.dst) for c in s.circuits), s.changes_circuits,
                            tuple((h.slot, h.src, h.dst) for h in s.handoffs))
                   for s in schedule.slots)
-    return DecodedSchedule(schedule.collective, steps, slots, schedule.receive_timeout_s)
+    return DecodedSchedule(schedule.collective, steps, slots, schedule.receive_timeout_s,
+                           schedule.n_elems)
 
 
 def granted_slots(slots: Iterable[SlotSpec]) -> frozenset[int]:

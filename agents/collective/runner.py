@@ -334,7 +334,8 @@ class CollectiveRunner:
         peers = [n for n in job.nodes if n != self.node_id]
         self._begin(job)
         try:
-            out = self._execute(run, array, decoded.collective, decoded.device)
+            out = self._execute_with_scratch(run, array, decoded.collective, decoded.device,
+                                             decoded.n_elems)
             # every rank ends it alike (`oddl.agents.collective.outcome`): the result goes back only where
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
@@ -357,6 +358,20 @@ class CollectiveRunner:
             self.links.forget(job.id, seq)
             self.ctl.forget_circuits(job.id, seq)
             self._report(job, seq, ok, error, run.stats)
+
+    def _execute_with_scratch(self, run: CollectiveRun, array: np.ndarray, collective: str,
+                              device: str, n_elems: int) -> np.ndarray:
+        """`_execute`, on a work buffer of `n_elems` when the schedule uses more elements than
+        the caller's (hosts forward: the relays' scratch follows them); the caller's elements
+        come back as they would from the direct plan."""
+        if n_elems <= array.size:
+            return self._execute(run, array, collective, device)
+        work = np.zeros(n_elems, dtype=array.dtype)
+        work[:array.size] = array.reshape(-1)
+        out = self._execute(run, work, collective, device)[:array.size].reshape(array.shape)
+        if array.flags.writeable:
+            array[...] = out
+        return out
 
     def _execute(self, run: CollectiveRun, array: np.ndarray, collective: str, device: str
                  ) -> np.ndarray:

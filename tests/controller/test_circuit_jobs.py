@@ -12,7 +12,7 @@ import pytest
 from oddl.common.config import TestbedConfig, load_testbed, parse_testbed
 from oddl.common.errors import OperationRefused
 from oddl.controller.admission import Admission
-from oddl.controller.circuits import assign_ports
+from oddl.controller.circuits import assign_ports, plan_pairs
 from oddl.controller.schedules import Schedules
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
 from oddl.launch.shapes import Shape, switched
@@ -107,7 +107,14 @@ def test_receive_ports_pair_with_transmit_ports_where_both_ways_run() -> None:
     assert ("a", 2, "c", 1) in duplex and ("c", 1, "a", 2) in duplex
 
 
-def test_schedules_carry_the_plan_and_refuse_a_pair_without_a_path(
+def _paths(cfg: TestbedConfig, nodes: tuple[str, ...]) -> set[tuple[str, str]]:
+    from oddl.controller.scheduling import make_plan
+
+    plan = make_plan("topoopt", len(nodes), len(nodes) * 8, degree=4, both_directions=True)
+    return set(plan_pairs(plan, nodes))
+
+
+def test_schedules_carry_the_plan_and_forward_what_the_links_lack(
         twelve: TestbedConfig) -> None:
     admission, schedules = _admission(twelve)
     job, _ = admission.admit("train", [], "topoopt", "", {}, 0, job_id="job-1", jobs=[])
@@ -116,6 +123,15 @@ def test_schedules_carry_the_plan_and_refuse_a_pair_without_a_path(
     assert decoded.collective == "topoopt" and not decoded.slots and decoded.steps
     assert wire.reconfigurations == 0 and wire.makespan_s > 0
     assert decode_schedule(schedules.encoded(job, 4 * 1200, 4, "broadcast", 0, {})).steps
-    with pytest.raises(OperationRefused, match="needs light paths this job's topology does "
-                       "not have .*hosts do not forward"):
-        schedules.encoded(job, 4 * 1200, 4, "all_to_all", 0, {})
+    # an all-to-all needs pairs the rings lack: forwarded, with the relays' scratch past the
+    # caller's 1200 elements, every hop on a light path of the job
+    forwarded = schedules.encoded(job, 4 * 1200, 4, "all_to_all", 0, {})
+    assert forwarded.n_elems > 1200
+    index = {n: i for i, n in enumerate(job.nodes)}
+    rings = {(index[s], index[d]) for s, d in _paths(twelve, job.nodes)}
+    for step in decode_schedule(forwarded).steps:
+        assert set(zip(step.src, step.dst, strict=True)) <= rings
+    ring = admission.admit("ring", ["n0", "n1", "n2"], "ring", "circuit", {}, 0,
+                           job_id="job-2", jobs=[])[0]
+    # on three hosts a one-way ring reaches everyone, so even a broadcast from n1 goes round
+    assert decode_schedule(schedules.encoded(ring, 4 * 300, 4, "broadcast", 1, {})).steps
