@@ -22,8 +22,8 @@ from oddl.common.errors import OddlError, OperationRefused
 from oddl.controller.circuits import (
     PortCircuit,
     circuit_connections,
-    plan_pairs,
     port_circuits,
+    topology_pairs,
 )
 from oddl.controller.device_types import Configuration
 from oddl.controller.jobs import JobRecord
@@ -149,11 +149,11 @@ class Admission:
             raise OperationRefused("optinc runs on the OptINC device of ODDL's WSS fabric; on a "
                                    "circuit switch use topoopt or ring")
         try:
-            plan = make_plan(collective, len(nodes), len(nodes) * 8, **plan_params(params))
+            pairs = topology_pairs(collective, nodes, plan_params(params))
         except OddlError as exc:
             raise OperationRefused(f"the testbed cannot carry {collective} on {len(nodes)} "
                                    f"nodes: {exc}") from exc
-        return port_circuits(self.cfg, nodes, plan_pairs(plan, nodes))
+        return port_circuits(self.cfg, nodes, pairs)
 
     def _check_capacity(self, collective: str, params: Mapping[str, str],
                         nodes: Sequence[str]) -> None:

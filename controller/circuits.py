@@ -59,6 +59,24 @@ def plan_pairs(plan: Plan, nodes: Sequence[str]) -> list[tuple[str, str]]:
     return [(nodes[s], nodes[d]) for s, d in pairs]
 
 
+def topology_pairs(collective: str, nodes: Sequence[str],
+                   params: Mapping[str, object]) -> list[tuple[str, str]]:
+    """The (sender, receiver) pairs a circuit job's topology joins: its all-reduce plan's,
+    and for topoopt the matchings' duplex `links` of the topology `oddl topoopt` chose.
+    PlanError when the collective cannot be planned with these parameters."""
+    from oddl.controller.scheduling import make_plan
+    from oddl.controller.scheduling.topoopt import NAME as TOPOOPT
+    from oddl.controller.scheduling.topoopt import matching_pairs
+
+    pairs = plan_pairs(make_plan(collective, len(nodes), len(nodes) * 8, **params), nodes)
+    if collective == TOPOOPT:
+        have = set(pairs)
+        pairs += [(nodes[a], nodes[b]) for a, b in sorted(matching_pairs(len(nodes),
+                                                                         params.get("links")))
+                  if (nodes[a], nodes[b]) not in have]
+    return pairs
+
+
 def assign_ports(nodes: Sequence[str], pairs: Sequence[tuple[str, str]],
                  ports: Mapping[str, int]) -> list[tuple[str, int, str, int]]:
     """(src, src port, dst, dst port) for every pair (see the module docstring);

@@ -20,10 +20,10 @@ from oddl.common.errors import OperationRefused
 from oddl.controller.admission import optinc_device, plan_params
 from oddl.controller.barriers import MAX_ELEMENTS
 from oddl.controller.circuit_schedule import CircuitSchedule, circuit_schedule
-from oddl.controller.circuits import plan_pairs
+from oddl.controller.circuits import topology_pairs
 from oddl.controller.jobs import JobRecord
 from oddl.controller.optinc_schedule import OptincSchedule, optinc_schedule
-from oddl.controller.scheduling import Schedule, TimingModel, Topology, make_plan, schedule_plan
+from oddl.controller.scheduling import Schedule, TimingModel, Topology, schedule_plan
 from oddl.controller.scheduling.native import native_plan
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_optinc_schedule, encode_schedule
@@ -83,8 +83,8 @@ class Schedules:
         if job.network == "circuit":
             paths = self._paths.get(job.id)
             if paths is None:
-                admitted = make_plan(job.collective, len(job.nodes), len(job.nodes) * 8, **params)
-                paths = self._paths[job.id] = frozenset(plan_pairs(admitted, job.nodes))
+                paths = self._paths[job.id] = frozenset(
+                    topology_pairs(job.collective, job.nodes, params))
         sched = circuit_schedule(plan, job.nodes, self.topology, itemsize,
                                  self.timing.line_rate_bps, paths)
         self._keep(job.id, key, sched)

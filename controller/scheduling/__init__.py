@@ -3,7 +3,7 @@
 No I/O, no clocks, no threads: time is a value passed in. The controller, the agents and the
 1024-node simulator all use this same code.
 
-    plan = make_plan("ring", n_ranks=4, n_elems=1_000_000)
+    plan = make_plan("ring", 4, 1_000_000)
     sched = schedule_plan(plan, topo.node_ids, topo, timing, itemsize=4)
     sched.check_contention_free()
 """

@@ -33,7 +33,7 @@ def register_collective(name: str) -> Callable[[CollectiveBuilder], CollectiveBu
     return add
 
 
-def make_plan(name: str, n_ranks: int, n_elems: int, **params: object) -> Plan:
+def make_plan(name: str, n_ranks: int, n_elems: int, /, **params: object) -> Plan:
     """Build the plan of the collective registered as `name`."""
     fn = COLLECTIVES.get(name)
     if fn is None:

@@ -212,9 +212,15 @@ def totientperms_allreduce(
     if not isinstance(distinct, bool):
         raise PlanError(f"distinct must be True or False; got {distinct!r}")
     check_degree(n, degree, distinct)
-    jumps = ring_jumps(n, degree, both_directions, distinct)
+    return rings_allreduce(n, n_elems, ring_jumps(n, degree, both_directions, distinct),
+                           "totientperms")
+
+
+def rings_allreduce(n: int, n_elems: int, jumps: tuple[int, ...], name: str) -> Plan:
+    """One ring all-reduce per jump p (ring 0, p, 2p, … mod n, p coprime to n), each on its
+    own part of the buffer, all rings in the same merged steps; the plan is called `name`."""
     if n == 1 or n_elems == 0:
-        return Plan("totientperms", n, n_elems, ())
+        return Plan(name, n, n_elems, ())
     rings = len(jumps)
     part = (np.arange(rings + 1, dtype=np.int64) * n_elems) // rings
     frac = (np.arange(n + 1, dtype=np.int64) * np.diff(part)[:, None]) // n  # (rings, n+1)
@@ -240,7 +246,7 @@ def totientperms_allreduce(
                 steps.append(Step(src, dst, o, m, op, phase))
             else:
                 append_nonempty(steps, src, dst, o, m, op, phase)
-    return Plan("totientperms", n, n_elems, tuple(steps))
+    return Plan(name, n, n_elems, tuple(steps))
 
 
 def _whole(x: object, name: str) -> int:

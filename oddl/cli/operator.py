@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from oddl.cli.config_lookup import LOOKUP_HELP, testbed_file
@@ -126,8 +128,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
     client = connect(args)
     if args.jobs_cmd == "submit":
+        try:
+            params = job_params(args.param, args.topology)
+        except ValueError as exc:
+            print(f"oddl jobs submit: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         job = client.submit(args.name, args.nodes.split(",") if args.nodes else [],
-                            args.collective, args.network)
+                            args.collective, args.network or "", params)
         print(json.dumps(job) if args.json else f"submitted {job['id']} ({job['collective']} on "
               f"{','.join(job['nodes'])}, {job['network']})")
     elif args.jobs_cmd == "cancel":
@@ -137,6 +144,42 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         jobs = client.jobs()
         print(json.dumps(jobs, indent=2) if args.json else format_jobs(jobs))
     return EXIT_OK
+
+
+def job_params(pairs: list[str], topology: str | None) -> dict[str, str]:
+    """`--param K=V` and `--topology FILE` as a job's parameters; ValueError naming the fix."""
+    params: dict[str, str] = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--param {item!r}: give KEY=VALUE, e.g. --param degree=4")
+        params[key.strip()] = value.strip()
+    if topology:
+        params.update(topoopt_params(topology))
+    return params
+
+
+def topoopt_params(path: str) -> dict[str, str]:
+    """The rings and matchings of the topology `oddl topoopt --json` wrote, as job
+    parameters (jumps=…, links=…)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--topology {path}: cannot read it ({exc}); write it with "
+                         "`oddl topoopt --model M --nodes N --json > FILE`") from None
+    topo = (doc.get("topoopt") or {}).get("topology") if isinstance(doc, dict) else None
+    topo = topo or (doc.get("topology") if isinstance(doc, dict) else None)
+    if not isinstance(topo, dict) or "jumps" not in topo:
+        raise ValueError(f"--topology {path}: no topology with jumps in it; give the JSON "
+                         "`oddl topoopt --json` prints")
+    n = int(topo.get("nodes", 0))
+    rings = topo.get("ring_jumps", {}).get("1") or [p for p in topo["jumps"]
+                                                     if math.gcd(int(p), n) == 1]
+    links = [f"{a}-{b}" for matching in topo.get("matchings", []) for a, b in matching]
+    params = {"jumps": ",".join(str(p) for p in rings)}
+    if links:
+        params["links"] = ",".join(links)
+    return params
 
 
 def cmd_reconfigure(args: argparse.Namespace) -> int:
@@ -286,7 +329,15 @@ def _register_jobs(sub: argparse._SubParsersAction) -> None:
     js.add_argument("--collective", default="ring",
                     help="ring, halving-doubling, wrht, totientperms, parameter-server, topoopt, "
                     "optinc")
-    js.add_argument("--network", default="optical", choices=("optical", "ideal"))
+    js.add_argument("--network", default=None, choices=("optical", "ideal", "circuit"),
+                    help="optical (ODDL's slots on a WSS), circuit (light paths a circuit "
+                    "switch holds for the job), ideal (the electrical baseline); default: the "
+                    "one the hosts' optics make")
+    js.add_argument("--param", action="append", default=[], metavar="K=V",
+                    help="a collective parameter, e.g. degree=4 or wavelengths=2 (repeat)")
+    js.add_argument("--topology", metavar="FILE",
+                    help="with --collective topoopt: the JSON `oddl topoopt --json` wrote; "
+                    "the job's rings are its ring jumps and its matchings become light paths")
     jc = sub_with_controller(jsub, "cancel")
     jc.add_argument("job_id")
     jobs.set_defaults(func=cmd_jobs)

@@ -5,7 +5,9 @@ a call that needs a path the job lacks."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +137,49 @@ def test_schedules_carry_the_plan_and_forward_what_the_links_lack(
                            job_id="job-2", jobs=[])[0]
     # on three hosts a one-way ring reaches everyone, so even a broadcast from n1 goes round
     assert decode_schedule(schedules.encoded(ring, 4 * 300, 4, "broadcast", 1, {})).steps
+
+
+def test_a_topology_oddl_topoopt_chose_becomes_rings_and_light_paths(
+        twelve: TestbedConfig, tmp_path: Path) -> None:
+    from oddl.cli.operator import job_params
+
+    chosen = tmp_path / "dlrm.json"
+    chosen.write_text(json.dumps({"topoopt": {"topology": {
+        "nodes": 12, "jumps": [1, 11], "ring_jumps": {"1": [1, 11]},
+        "matchings": [[[i, i + 6] for i in range(6)]]}}}))
+    params = job_params([], str(chosen))
+    assert params["jumps"] == "1,11" and params["links"].startswith("0-6,1-7")
+    admission, schedules = _admission(twelve)
+    job, target = admission.admit("dlrm", [], "topoopt", "", params, 0, job_id="job-1",
+                                  jobs=[])
+    (table,) = target.connections.values()
+    lit = {i: e for i, e in table.items() if e}
+    assert len(lit) == 36  # two ring ports and one matching port on each of 12 hosts
+    rx = {(p.switch, p.egress): p.node for p in twelve.port_links()}
+    tx = {(p.switch, p.ingress): p.node for p in twelve.port_links()}
+    index = {n.id: i for i, n in enumerate(twelve.nodes)}
+    jumps = sorted({(index[rx[("ocs0", e)]] - index[tx[("ocs0", i)]]) % 12
+                    for i, e in lit.items()})
+    assert jumps == [1, 6, 11]
+    # the all-to-all rides the rings and the matching, forwarded where it must
+    steps = decode_schedule(schedules.encoded(job, 4 * 2400, 4, "all_to_all", 0, {})).steps
+    pairs = {(s, d) for step in steps for s, d in zip(step.src, step.dst, strict=True)}
+    assert {(0, 6), (6, 0)} <= pairs and all((d - s) % 12 in (1, 6, 11) for s, d in pairs)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"jumps": "1,4"}, r"each ring jump must be in 1..11, coprime to 12 .*bad: \[4\]"),
+    ({"jumps": "one"}, "give whole numbers"),
+    ({"jumps": "1", "links": "0-12"}, "'0-12' is not a pair of two ranks 0..11"),
+])
+def test_bad_topology_parameters_are_refused_by_name(
+        twelve: TestbedConfig, params: dict[str, str], message: str) -> None:
+    with pytest.raises(OperationRefused, match=message):
+        _admission(twelve)[0].admit("x", [], "topoopt", "", params, 0, job_id="job-1",
+                                    jobs=[])
+
+
+def test_a_parameter_no_collective_takes_is_refused_not_crashed(twelve: TestbedConfig) -> None:
+    with pytest.raises(OperationRefused, match=r"does not take parameters \['name'\]"):
+        _admission(twelve)[0].admit("x", [], "ring", "", {"name": "x"}, 0, job_id="job-1",
+                                    jobs=[])

@@ -6,6 +6,7 @@ and a plain ring then lights one port per host on the same switch."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,5 +75,28 @@ def test_a_plain_ring_then_lights_one_port_per_host(twelve: RunningTestbed) -> N
         table = _table(twelve)
         assert sorted(table) == [4 * k + 1 for k in range(12)]  # each host's port 1 only
         _exact(twelve, (7, 100_003), seed=13)
+    finally:
+        twelve.operator.cancel(job["id"])
+
+
+def test_the_topology_oddl_topoopt_chose_runs_with_its_matching(
+        twelve: RunningTestbed, tmp_path: Path) -> None:
+    from oddl.cli.operator import job_params
+
+    chosen = tmp_path / "chosen.json"  # two rings and a matching: i <-> i+6
+    chosen.write_text(json.dumps({"topoopt": {"topology": {
+        "nodes": 12, "jumps": [1, 11], "ring_jumps": {"1": [1, 11]},
+        "matchings": [[[i, i + 6] for i in range(6)]]}}}))
+    job = twelve.operator.submit("chosen", [], "topoopt", "", job_params([], str(chosen)))
+    try:
+        assert len(_table(twelve)) == 36  # three ports a host
+        _exact(twelve, (11, 200_000), seed=14)
+        blocks = [np.arange(12 * 2, dtype=np.int64).reshape(12, 2) + 100 * r
+                  for r in range(12)]
+        _wall, outs = collective_all(
+            twelve.clients, lambda c, r: c.all_to_all(blocks[r], job=job["id"]))
+        for r, out in enumerate(outs):
+            assert isinstance(out, np.ndarray), f"rank {r}: {out!r}"
+            assert np.array_equal(out, np.stack([blocks[s][r] for s in range(12)]))
     finally:
         twelve.operator.cancel(job["id"])
