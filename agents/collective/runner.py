@@ -24,8 +24,7 @@ from oddl.agents.agent_jobs import AgentJob, JobTable
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
-from oddl.agents.collective.optinc import run_optinc
-from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.collective.execute import Execution, execute
 from oddl.agents.collective.standing import Ready, agree, exchange
 from oddl.agents.controller_link import ControllerLink
 from oddl.agents.links.choice import DataLinks
@@ -334,8 +333,8 @@ class CollectiveRunner:
         peers = [n for n in job.nodes if n != self.node_id]
         self._begin(job)
         try:
-            out = self._execute_with_scratch(run, array, decoded.collective, decoded.device,
-                                             decoded.n_elems)
+            out = self._execute(run, array, decoded.collective, decoded.device,
+                                decoded.n_elems)
             # every rank ends it alike (`oddl.agents.collective.outcome`): the result goes back only where
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
@@ -359,43 +358,11 @@ class CollectiveRunner:
             self.ctl.forget_circuits(job.id, seq)
             self._report(job, seq, ok, error, run.stats)
 
-    def _execute_with_scratch(self, run: CollectiveRun, array: np.ndarray, collective: str,
-                              device: str, n_elems: int) -> np.ndarray:
-        """`_execute`, on a work buffer of `n_elems` when the schedule uses more elements than
-        the caller's (hosts forward: the relays' scratch follows them); the caller's elements
-        come back as they would from the direct plan."""
-        if n_elems <= array.size:
-            return self._execute(run, array, collective, device)
-        work = np.zeros(n_elems, dtype=array.dtype)
-        work[:array.size] = array.reshape(-1)
-        out = self._execute(run, work, collective, device)[:array.size].reshape(array.shape)
-        if array.flags.writeable:
-            array[...] = out
-        return out
-
-    def _execute(self, run: CollectiveRun, array: np.ndarray, collective: str, device: str
-                 ) -> np.ndarray:
-        if run.receive_timeout_s <= 0:
-            raise CollectiveError(f"{self.node_id}: the schedule of collective {run.seq} carries "
-                                  "no receive timeout: the controller runs an older oddl than "
-                                  "this agent; run the same version on both")
-        if collective != OPTINC:
-            return run_collective(run, array, self.links.link, self.gate, cancel=self._cancel,
-                                  handoffs=self, inplace=array.flags.writeable,
-                                  sender=self.sender)
-        dev = self.cfg.optinc_device(device or None)
-        if dev is None:
-            raise CollectiveError(f"{self.node_id}: the schedule uploads to OptINC device "
-                                  f"{device!r}, which this agent's testbed file does not have; "
-                                  "start the agent with the emulator host's resolved file")
-        if self.links.device_link is None:
-            raise CollectiveError(f"{self.node_id}: optinc needs the emulated fabric "
-                                  "(link = \"fabric\"); this testbed has direct links")
-        out = run_optinc(run, array, self.links.device_link, self.gate, dev.id, dev.bits,
-                         cancel=self._cancel)
-        if array.flags.writeable:
-            array[...] = out
-        return out
+    def _execute(self, run: CollectiveRun, array: np.ndarray, collective: str, device: str,
+                 n_elems: int) -> np.ndarray:
+        return execute(run, array, Execution(self.cfg, self.node_id, self.links, self.gate,
+                                             self._cancel, self, self.sender),
+                       collective, device, n_elems)
 
     def _report(self, job: AgentJob, seq: int, ok: bool, error: str,
                 stats: dict[str, float]) -> None:
