@@ -1,11 +1,10 @@
-"""The controller host's devices: the ITLA and WSS emulators on pseudo-terminals linked at
-the `/dev/serial/by-id/...` names of the lab file (group dialout, as udev makes USB-serial
-adapters), and the power meter emulator as a VISA resource on the controller's address."""
+"""The controller host's devices, as docs/how-to/bench-before-devices.md brings them up: `oddl
+emulate bench` on the lab file serves the ITLA and WSS emulators on pseudo-terminals linked at
+its `/dev/serial/by-id/...` names (group dialout, as udev makes USB-serial adapters) and the
+power meter on its `TCPIP0::<controller>::5025::SOCKET` resource."""
 
 from __future__ import annotations
 
-import grp
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +13,6 @@ from lab.hosts import Hosts
 from lab.rig_plan import Host
 from lab.shell import LabError, spawn, wait_until
 
-SERIAL_DEVICES = {  # device id -> the emulator command and the by-id name in lab-4node.toml
-    "laser0": (["itla", "--pty", "--serial", "EMU-ITLA-0"], "usb-FTDI_ITLA_0-if00-port0"),
-    "laser1": (["itla", "--pty", "--serial", "EMU-ITLA-1"], "usb-FTDI_ITLA_1-if00-port0"),
-    "laser2": (["itla", "--pty", "--serial", "EMU-ITLA-2"], "usb-FTDI_ITLA_2-if00-port0"),
-    "laser3": (["itla", "--pty", "--serial", "EMU-ITLA-3"], "usb-FTDI_ITLA_3-if00-port0"),
-    "wss0": (["wss", "--pty", "--ports", "4"], "usb-Finisar_WSS-if00-port0"),
-}
 ODDL = "/opt/oddl/.venv/bin/oddl"
 
 
@@ -42,26 +34,34 @@ def _first_line(log: Path, proc: subprocess.Popen[bytes], what: str) -> str:
     return wait_until(f"{what}: its first line", line, 60)
 
 
-def start_emulators(hosts: Hosts, ctl: Host, log_dir: Path) -> Emulators:
-    """Every emulator of the lab file on the controller host, as root (they are the hardware)."""
-    dialout = grp.getgrnam("dialout").gr_gid
-    procs, resources = [], {}
-    by_id = hosts.root(ctl) / "dev/serial/by-id"
-    for device, (args, name) in SERIAL_DEVICES.items():
-        log = log_dir / f"ctl-emulate-{device}.log"
-        proc = spawn(hosts.enter(ctl) + [ODDL, "emulate", *args], log)
-        procs.append(proc)
-        pty = _first_line(log, proc, f"emulator of {device}")
-        node = hosts.root(ctl) / pty.lstrip("/")
-        os.chown(node, 0, dialout)
-        node.chmod(0o660)
-        link = by_id / name
-        link.unlink(missing_ok=True)
-        link.symlink_to(pty)
-        resources[device] = f"/dev/serial/by-id/{name}"
-    log = log_dir / "ctl-emulate-pm0.log"
-    proc = spawn(hosts.enter(ctl) + [ODDL, "emulate", "powermeter", "--listen",
-                                     f"{ctl.address}:0", "--channels", "4"], log)
-    procs.append(proc)
-    resources["pm0"] = _first_line(log, proc, "power meter emulator")
-    return Emulators(procs, resources)
+METER_PORT = 5025  # the N7744A's SCPI socket, as the template names it
+
+
+def bench_resources(ctl: Host) -> dict[str, str]:
+    """The resources the lab file keeps or gets: the template's serial paths, the meter on
+    the controller host's address."""
+    return {"pm0": f"TCPIP0::{ctl.address}::{METER_PORT}::SOCKET"}
+
+
+def start_bench(hosts: Hosts, ctl: Host, log_dir: Path, testbed: str) -> Emulators:
+    """`oddl emulate bench --config TESTBED` on the controller host, as root (it is the
+    hardware); ready when it says so."""
+    log = log_dir / "ctl-emulate-bench.log"
+    proc = spawn(hosts.enter(ctl) + [ODDL, "emulate", "bench", "--config", testbed], log)
+
+    def ready() -> str | None:
+        if proc.poll() is not None:
+            raise LabError(f"oddl emulate bench exited {proc.returncode}: "
+                           f"{log.read_text(errors='replace')[-600:]}")
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return next((line for line in text.splitlines() if line.startswith("ready:")), None)
+
+    wait_until("oddl emulate bench: ready", ready, 60)
+    served = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("ready:"):
+            break
+        device, _, where = line.partition(" ")
+        if where.strip():  # "laser0     /dev/serial/by-id/... -> /dev/pts/3", "pm0  host:5025"
+            served[device] = where.strip()
+    return Emulators([proc], served)

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from lab import users
-from lab.devices import start_emulators
+from lab.devices import bench_resources, start_bench
 from lab.procedure import CERTS_INIT_FLAGS
 from lab.report import CheckFailed, Report
 from lab.rig import REPO, Rig
@@ -38,14 +38,14 @@ def ok_or_fail(done: Any, what: str) -> str:
 
 
 def write_testbed_files(rig: Rig) -> str:
-    """Step 2: the shipped lab file with this rig's resources, hosts and controller, at
-    /etc/oddl/testbed.toml on every host."""
-    assert rig.emulators is not None
+    """Step 3: the shipped lab file with this rig's meter address, hosts and controller, at
+    /etc/oddl/testbed.toml on every host (the serial paths stay the template's)."""
     plan = rig.plan
     text = (REPO / "deploy" / "testbeds" / "lab-4node.toml").read_text(encoding="utf-8")
+    resources = bench_resources(plan.controller)
     edited = edit_lab_file(text, hosts={h.node: h.address for h in plan.training_hosts
                                         if h.node},
-                           data_ports={}, resources=rig.emulators.resources,
+                           data_ports={}, resources=resources,
                            controller_address=f"{plan.controller.address}:50051",
                            module_plans={"wss0": WSS_DATASHEET_PLAN})
     for host in plan.hosts:
@@ -53,19 +53,20 @@ def write_testbed_files(rig: Rig) -> str:
         path.write_text(edited, encoding="utf-8")
         path.chmod(0o644)
     (plan.run_dir / "testbed.toml").write_text(edited, encoding="utf-8")
-    return f"{len(plan.hosts)} hosts; resources {sorted(rig.emulators.resources.values())[0]}…"
+    return f"{len(plan.hosts)} hosts; meter at {resources['pm0']}"
 
 
 def devices_and_files(rig: Rig, report: Report) -> None:
     ctl = rig.plan.controller
 
     def emulators() -> str:
-        rig.emulators = start_emulators(rig.h, ctl, rig.logs)
+        rig.emulators = start_bench(rig.h, ctl, rig.logs, TESTBED)
         return ", ".join(f"{d}={r}" for d, r in sorted(rig.emulators.resources.items()))
 
-    if report.check("devices: ITLA and WSS on /dev/serial/by-id, meter on VISA", emulators):
-        report.check("testbed file: lab-4node.toml edited as the lab steps' step 2 says",
-                     lambda: write_testbed_files(rig))
+    if report.check("testbed file: lab-4node.toml edited as the procedure's step 3 says",
+                    lambda: write_testbed_files(rig)):
+        report.check("devices: oddl emulate bench serves the lab file's devices at its "
+                     "resources", emulators)
 
 
 def node_cert_files(node: str) -> list[str]:
