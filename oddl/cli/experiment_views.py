@@ -1,0 +1,159 @@
+"""`oddl experiment list|show|compare|export|plot`: the index read back (oddl.experiment)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from oddl.common.errors import ConfigError
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from oddl.experiment import index
+
+    path = Path(args.index) if args.index else Path(args.runs) / index.INDEX_NAME
+    if not path.is_file():
+        raise ConfigError(f"{path}: no index there; run an experiment first (`oddl experiment "
+                          "run FILE`) or pass --runs/--index")
+    return index.connect(path)
+
+
+def _runs(conn: Any, refs: list[str]) -> list[str]:
+    from oddl.experiment import index
+
+    all_runs = index.runs(conn)
+    return [index.resolve_run(all_runs, r) for r in (refs or ["latest"])]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Every run of the index (of one experiment with --name)."""
+    from oddl.experiment import index
+    from oddl.experiment.summary import table
+
+    rows = index.runs(_open(args), args.name)
+    for r in rows:
+        commit = (r["git_commit"] or "?")[:10] + ("+dirty" if r["git_dirty"] else "")
+        r["points"] = f"{r['points_ok']}/{r['points_total']}" + (
+            f" ({r['points_failed']} failed)" if r["points_failed"] else "")
+        r["commit"] = commit
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(table(rows, ["run_id", "kind", "status", "points", "started", "commit"])
+              if rows else "no runs")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """One run: where it is, what made it, a row a point (repeats folded)."""
+    from oddl.experiment import index
+    from oddl.experiment.summary import MAIN_METRIC, fold, table, varied_factors
+
+    conn = _open(args)
+    (run_id,) = _runs(conn, [args.run])
+    run = next(r for r in index.runs(conn) if r["run_id"] == run_id)
+    rows = index.points(conn, [run_id])
+    folded = fold(rows)
+    if args.json:
+        print(json.dumps({"run": run, "points": folded}, indent=2))
+        return 0
+    m = MAIN_METRIC[run["kind"]]
+    print(f"run {run_id} ({run['kind']}, {run['status']}): {run['folder']}\n"
+          f"command: {run['command']}\ncommit: {run['git_commit']}"
+          f"{' (dirty: git.diff in the folder)' if run['git_dirty'] else ''}; "
+          f"testbed {run['testbed']}\n")
+    extra = ["bound_ms"] if m == "time_ms" else ["allreduce_ms", "final_accuracy"]
+    cols = ["point", *(varied_factors(rows) or ["collective", "network"]), "n", "failed", m,
+            f"{m}_std", *extra, "error"]
+    print(table(folded, cols))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two runs' points matched on their factors, the metric's ratio."""
+    from oddl.experiment import index
+    from oddl.experiment.summary import MAIN_METRIC, compare, fold, table, varied_factors
+
+    conn = _open(args)
+    a, b = _runs(conn, [args.a, args.b])
+    kind = next(r["kind"] for r in index.runs(conn) if r["run_id"] == a)
+    metric = args.metric or MAIN_METRIC[kind]
+    rows_a, rows_b = index.points(conn, [a]), index.points(conn, [b])
+    pairs = compare(fold(rows_a), fold(rows_b), metric)
+    if args.json:
+        print(json.dumps({"a": a, "b": b, "metric": metric, "points": pairs}, indent=2))
+        return 0
+    print(f"{metric}: a = {a}, b = {b}")
+    print(table(pairs, [*(varied_factors(rows_a + rows_b) or ["collective"]), "a", "b",
+                        "b_over_a"]))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """The points of some runs (default: all) as CSV or Parquet."""
+    from oddl.experiment import index
+    from oddl.experiment.export import write_table
+
+    conn = _open(args)
+    ids = _runs(conn, args.runs_) if args.runs_ else [r["run_id"] for r in index.runs(conn)]
+    rows = index.points(conn, ids)
+    if args.folded:
+        from oddl.experiment.summary import fold
+
+        rows = fold(rows)
+    path = write_table(rows, Path(args.out), args.format)
+    print(f"{len(rows)} rows of {len(ids)} run(s) → {path}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """The standard figures of some runs."""
+    from oddl.experiment import index
+    from oddl.experiment.plot import draw
+
+    conn = _open(args)
+    ids = _runs(conn, args.runs_)
+    runs = [r for r in index.runs(conn) if r["run_id"] in ids]
+    written = draw(runs, index.points(conn, ids), Path(args.out), args.figure, args.factor)
+    for path in written:
+        print(path)
+    return 0
+
+
+def register(exp: argparse._SubParsersAction,
+             common: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the sub-commands that read the index."""
+    ls = exp.add_parser("list", help="the runs in the index")
+    ls.add_argument("--name", default=None, help="only this experiment's runs")
+    show = exp.add_parser("show", help="one run, a row a point (repeats folded)")
+    show.add_argument("run", nargs="?", default="latest",
+                      help="a run id, a unique prefix, an experiment's name or latest")
+    cmp_ = exp.add_parser("compare", help="two runs' points side by side")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    cmp_.add_argument("--metric", default=None, help="default: time_ms (allreduce), "
+                      "iteration_ms (train)")
+    export = exp.add_parser("export", help="points as CSV (or Parquet with the experiments "
+                            "extra)")
+    export.add_argument("runs_", nargs="*", metavar="RUN", help="default: every run")
+    export.add_argument("--out", required=True, help="FILE.csv or FILE.parquet")
+    export.add_argument("--format", choices=["csv", "parquet"], default=None,
+                        help="default: from the file's suffix")
+    export.add_argument("--folded", action="store_true", help="a row a point (repeats "
+                        "folded into median, mean, std, min, max)")
+    plot = exp.add_parser("plot", help="the standard figures (needs matplotlib)")
+    plot.add_argument("runs_", nargs="*", metavar="RUN", help="default: the latest run")
+    plot.add_argument("--out", default="runs/experiments/figures", help="the figures' folder")
+    plot.add_argument("--figure", choices=["auto", "sizes", "networks", "sweep"],
+                      default="auto")
+    plot.add_argument("--factor", default=None, help="the swept factor of --figure sweep "
+                      "(default: the first varied testbed knob)")
+    for p, fn in ((ls, cmd_list), (show, cmd_show), (cmp_, cmd_compare), (export, cmd_export),
+                  (plot, cmd_plot)):
+        common(p)
+        if p is not export and p is not plot:
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(func=fn)
