@@ -5,35 +5,37 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from oddl.common.errors import ConfigError
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace, refs: list[str] | None, name: str | None = None
+          ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """(every run of the index, the ids `refs` name — [] the latest, None every run —, their
+    points); the index is closed again."""
     from oddl.experiment import index
 
     path = Path(args.index) if args.index else Path(args.runs) / index.INDEX_NAME
     if not path.is_file():
         raise ConfigError(f"{path}: no index there; run an experiment first (`oddl experiment "
                           "run FILE`) or pass --runs/--index")
-    return index.connect(path)
-
-
-def _runs(conn: Any, refs: list[str]) -> list[str]:
-    from oddl.experiment import index
-
-    all_runs = index.runs(conn)
-    return [index.resolve_run(all_runs, r) for r in (refs or ["latest"])]
+    with closing(index.connect(path)) as conn:
+        all_runs = index.runs(conn, name)
+        if refs is None:
+            ids = [str(r["run_id"]) for r in all_runs]
+        else:
+            ids = [index.resolve_run(all_runs, r) for r in (refs or ["latest"])]
+        return all_runs, ids, index.points(conn, ids) if ids else []
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Every run of the index (of one experiment with --name)."""
-    from oddl.experiment import index
     from oddl.experiment.summary import table
 
-    rows = index.runs(_open(args), args.name)
+    rows, _ids, _points = _load(args, None, args.name)
     for r in rows:
         commit = (r["git_commit"] or "?")[:10] + ("+dirty" if r["git_dirty"] else "")
         r["points"] = f"{r['points_ok']}/{r['points_total']}" + (
@@ -49,13 +51,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """One run: where it is, what made it, a row a point (repeats folded)."""
-    from oddl.experiment import index
     from oddl.experiment.summary import MAIN_METRIC, fold, table, varied_factors
 
-    conn = _open(args)
-    (run_id,) = _runs(conn, [args.run])
-    run = next(r for r in index.runs(conn) if r["run_id"] == run_id)
-    rows = index.points(conn, [run_id])
+    all_runs, (run_id,), rows = _load(args, [args.run])
+    run = next(r for r in all_runs if r["run_id"] == run_id)
     folded = fold(rows)
     if args.json:
         print(json.dumps({"run": run, "points": folded}, indent=2))
@@ -74,14 +73,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Two runs' points matched on their factors, the metric's ratio."""
-    from oddl.experiment import index
     from oddl.experiment.summary import MAIN_METRIC, compare, fold, table, varied_factors
 
-    conn = _open(args)
-    a, b = _runs(conn, [args.a, args.b])
-    kind = next(r["kind"] for r in index.runs(conn) if r["run_id"] == a)
+    all_runs, (a, b), rows = _load(args, [args.a, args.b])
+    kind = next(r["kind"] for r in all_runs if r["run_id"] == a)
     metric = args.metric or MAIN_METRIC[kind]
-    rows_a, rows_b = index.points(conn, [a]), index.points(conn, [b])
+    rows_a = [r for r in rows if r["run_id"] == a]
+    rows_b = [r for r in rows if r["run_id"] == b]
     pairs = compare(fold(rows_a), fold(rows_b), metric)
     if args.json:
         print(json.dumps({"a": a, "b": b, "metric": metric, "points": pairs}, indent=2))
@@ -94,12 +92,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """The points of some runs (default: all) as CSV or Parquet."""
-    from oddl.experiment import index
     from oddl.experiment.export import write_table
 
-    conn = _open(args)
-    ids = _runs(conn, args.runs_) if args.runs_ else [r["run_id"] for r in index.runs(conn)]
-    rows = index.points(conn, ids)
+    _runs, ids, rows = _load(args, args.runs_ or None)
     if args.folded:
         from oddl.experiment.summary import fold
 
@@ -111,13 +106,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """The standard figures of some runs."""
-    from oddl.experiment import index
     from oddl.experiment.plot import draw
 
-    conn = _open(args)
-    ids = _runs(conn, args.runs_)
-    runs = [r for r in index.runs(conn) if r["run_id"] in ids]
-    written = draw(runs, index.points(conn, ids), Path(args.out), args.figure, args.factor)
+    all_runs, ids, rows = _load(args, args.runs_)
+    runs = [r for r in all_runs if r["run_id"] in ids]
+    written = draw(runs, rows, Path(args.out), args.figure, args.factor)
     for path in written:
         print(path)
     return 0
