@@ -144,18 +144,24 @@ def draw(runs: Sequence[Row], points: Sequence[Row], out: Path, figure: str = "a
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, fac in choose(kind, varied_factors(rows), figure, factor):
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        if name == "sizes":
-            metric = _sizes(ax, rows)
-        elif name == "networks":
-            metric = _networks(ax, rows, MAIN_METRIC[kind])
-        else:
-            assert fac is not None
-            metric = _sweep(ax, rows, fac, MAIN_METRIC[kind])
+        # train: the all-reduce time beside the iteration time (what the network changes)
+        metrics = [MAIN_METRIC[kind]] + (["allreduce_ms"] if kind == "train" else [])
+        fig, axes = plt.subplots(1, len(metrics), figsize=(7.5 * len(metrics), 4.8),
+                                 squeeze=False)
+        for ax, m in zip(axes[0], metrics, strict=True):
+            if name == "sizes":
+                metric = _sizes(ax, rows)
+            elif name == "networks":
+                metric = _networks(ax, rows, m)
+            else:
+                assert fac is not None
+                metric = _sweep(ax, rows, fac, m)
+            ax.set_title(f"{runs[0]['name']}: {name}" + (f" ({fac})" if fac else "")
+                         + (f", {m}" if len(metrics) > 1 else ""), fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        metric = ", ".join(metrics) if name != "sizes" else metric
         text = caption(run_ids, metric)
-        ax.set_title(f"{runs[0]['name']}: {name}" + (f" ({fac})" if fac else ""), fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
         fig.text(0.01, 0.005, text, fontsize=6, color="0.3")
         fig.tight_layout(rect=(0, 0.03, 1, 1))
         stem = f"{run_ids[0]}-{name}" + (f"-{fac}" if fac else "")

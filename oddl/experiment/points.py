@@ -61,17 +61,20 @@ def variants(exp: Experiment) -> list[Variant]:
 
 
 def expand(exp: Experiment) -> list[Point]:
-    """Every point of the matrix times its repeats, grouped by variant, then by job (so a job
-    serves consecutive points), repeats innermost. The order is fixed by the file alone, so a
-    resumed run finds each point under the same index."""
+    """Every point of the matrix times its repeats: grouped by variant (one testbed start
+    each); inside a variant, repeat by repeat, each going through every point in job order
+    (a job serves consecutive points). Repeats are outside the points so that a machine
+    whose load drifts during the run spreads the drift over every point's repeats instead of
+    biasing the points measured last. The order is fixed by the file alone, so a resumed run
+    finds each point under the same index."""
     others = [k for k in exp.factors if k not in TESTBED_KNOBS]
+    combos = list(itertools.product(*(exp.factors[k] for k in others)))
     points: list[Point] = []
-    index = 0
-    for variant in variants(exp):
-        for combo in itertools.product(*(exp.factors[k] for k in others)):
-            factors = {**dict(zip(others, combo, strict=True)), **variant.knobs}
-            points += [Point(index, r, variant.name, factors) for r in range(exp.repeats)]
-            index += 1
+    for v, variant in enumerate(variants(exp)):
+        for r in range(exp.repeats):
+            for c, combo in enumerate(combos):
+                factors = {**dict(zip(others, combo, strict=True)), **variant.knobs}
+                points.append(Point(v * len(combos) + c, r, variant.name, factors))
     return points
 
 

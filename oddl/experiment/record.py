@@ -142,6 +142,8 @@ class RunFolder:
         self.write("results.json", {"run_id": self.run_id, "status": status,
                                     "points": ordered})
         data = self.run_json()
-        data.update(status=status, finished=utc_now())
+        load = os.getloadavg() if hasattr(os, "getloadavg") else None
+        data.update(status=status, finished=utc_now(),
+                    load_average_end=list(load) if load else None)
         self.write("run.json", data)
         provenance.write_manifest(self.path)

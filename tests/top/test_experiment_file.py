@@ -83,7 +83,7 @@ def test_defaults_fill_the_factors_a_kind_has() -> None:
     assert exp.varied == ["network"] and exp.knobs == []
 
 
-def test_points_are_grouped_by_testbed_variant_with_repeats_innermost() -> None:
+def test_points_are_grouped_by_testbed_variant_with_repeats_outside_the_points() -> None:
     exp = _parse("repeats = 2\n[factors]\ncollective = ['ring', 'halving-doubling']\n"
                  "size_bytes = [4096, 8192]\nlaser_tune_ms = [0.5, 2.0]\n")
     vs = variants(exp)
@@ -92,10 +92,12 @@ def test_points_are_grouped_by_testbed_variant_with_repeats_innermost() -> None:
     points = expand(exp)
     assert len(points) == 2 * 2 * 2 * 2
     assert [p.variant for p in points] == ["v0"] * 8 + ["v1"] * 8
-    assert [p.key for p in points[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [p.key for p in points[:8]] == [(0, 0), (1, 0), (2, 0), (3, 0),
+                                           (0, 1), (1, 1), (2, 1), (3, 1)]
+    assert [p.key for p in points[8:10]] == [(4, 0), (5, 0)]
     assert points[0].factors == {"collective": "ring", "network": "optical", "hosts": 0,
                                  "size_bytes": 4096, "laser_tune_ms": 0.5}
-    assert points[0].job_key == points[2].job_key != points[4].job_key
+    assert points[0].job_key == points[1].job_key != points[2].job_key
     assert [p.key for p in expand(exp)] == [p.key for p in points]  # fixed by the file
 
 
