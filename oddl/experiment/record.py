@@ -11,6 +11,7 @@
     results.json           every point's last record, when the run stops or ends
     trace/vK/              each process's timeline with --trace, merged into timeline.json
     work/vK/               the processes' logs and resolved testbed files
+                           (devices, trace and work of resume K: vK-before-K.json, vK-K/)
     manifest.sha256        the SHA-256 of every other file (`sha256sum -c manifest.sha256`)
 """
 

@@ -215,20 +215,21 @@ class Runner:
         text = variant_text(self.base.read_text(encoding="utf-8"), variant, str(self.base))
         path = folder.write(f"testbeds/{variant.name}.toml", text)
         self.starts_left -= 1
-        trace = folder.path / "trace" / variant.name if self.opts.trace else None
+        session = len(folder.run_json()["sessions"]) - 1
+        suffix = f"-{session}" if session else ""  # a resume keeps the earlier files
+        trace = folder.path / "trace" / f"{variant.name}{suffix}" if self.opts.trace else None
         self.opts.say(f"testbed {variant.name} ({variant.label()}): starting")
         t0 = time.perf_counter()
         try:
             parse_testbed(text, str(path))
-            bench = self.factory(path, folder.path / "work" / variant.name, self.exp, trace)
+            bench = self.factory(path, folder.path / "work" / f"{variant.name}{suffix}",
+                                 self.exp, trace)
         except Exception as exc:  # recorded on each of its points; the other variants go on
             reason = f"testbed {variant.name} did not start: {type(exc).__name__}: {exc}"
             for p in todo:
                 self._record(folder, p, {}, reason, 0.0, {}, out)
             return False
         self.start_costs.append(time.perf_counter() - t0)
-        session = len(folder.run_json()["sessions"]) - 1
-        suffix = f"-{session}" if session else ""
         try:
             self._devices(folder, bench, f"devices/{variant.name}-before{suffix}.json")
             knobs = knob_values(bench.cfg)
