@@ -16,7 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     opts = RunOptions(root=Path(args.runs), index_path=_index(args), trace=args.trace,
                       resume=args.resume, retry_failed=args.retry_failed,
-                      stop_after=args.stop_after,
+                      stop_after=args.stop_after, mlflow=args.mlflow,
                       command=shlex.join(["oddl", *sys.argv[1:]]) if args.command is None
                       else args.command,
                       say=lambda msg: print(f"[experiment] {msg}", flush=True))
@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="with --resume: run the points that failed again")
     run.add_argument("--stop-after", type=int, default=None, metavar="N",
                      help="stop after N points (status stopped; --resume goes on)")
+    run.add_argument("--mlflow", default=None, metavar="TRACKING_URI",
+                     help="also log the run to MLflow there when it stops (the mlflow "
+                     "extra; off by default)")
     run.add_argument("--command", default=None, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     from oddl.cli import experiment_views

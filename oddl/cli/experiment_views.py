@@ -116,6 +116,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mlflow(args: argparse.Namespace) -> int:
+    """Log a run of the index to MLflow (again: it replaces the earlier copy)."""
+    from oddl.experiment.mlflow_log import log_run
+
+    all_runs, (run_id,), _rows = _load(args, [args.run])
+    folder = Path(next(r["folder"] for r in all_runs if r["run_id"] == run_id))
+    print(f"{run_id} → MLflow run {log_run(folder, args.tracking_uri)} at {args.tracking_uri}")
+    return 0
+
+
 def register(exp: argparse._SubParsersAction,
              common: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add the sub-commands that read the index."""
@@ -144,9 +154,13 @@ def register(exp: argparse._SubParsersAction,
                       default="auto")
     plot.add_argument("--factor", default=None, help="the swept factor of --figure sweep "
                       "(default: the first varied testbed knob)")
+    mlf = exp.add_parser("mlflow", help="log a run to MLflow (the mlflow extra)")
+    mlf.add_argument("run", nargs="?", default="latest")
+    mlf.add_argument("--tracking-uri", required=True, help="e.g. http://mlflow:5000 or "
+                     "sqlite:///mlflow.db")
     for p, fn in ((ls, cmd_list), (show, cmd_show), (cmp_, cmd_compare), (export, cmd_export),
-                  (plot, cmd_plot)):
+                  (plot, cmd_plot), (mlf, cmd_mlflow)):
         common(p)
-        if p is not export and p is not plot:
+        if p not in (export, plot, mlf):
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=fn)

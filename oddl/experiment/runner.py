@@ -48,6 +48,8 @@ class RunOptions:
     """Stop (status "stopped") after this many points of this session."""
     command: str = ""
     say: Callable[[str], None] = print
+    mlflow: str | None = None
+    """A tracking URI: mirror the run into MLflow when it stops (off by default)."""
 
 
 @dataclass
@@ -319,4 +321,10 @@ def run_experiment(path: Path, opts: RunOptions,
     exp = load_experiment(path)
     base = testbed_path(exp)
     exp = resolve_hosts(exp, load_testbed(base))
-    return Runner(exp, base, opts, factory).run()
+    out = Runner(exp, base, opts, factory).run()
+    if opts.mlflow:
+        from oddl.experiment.mlflow_log import log_run
+
+        mlflow_id = log_run(out.folder.path, opts.mlflow)
+        opts.say(f"logged to MLflow at {opts.mlflow}: run {mlflow_id}")
+    return out

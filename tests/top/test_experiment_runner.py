@@ -213,3 +213,35 @@ def test_the_views_read_the_index(scripted: Path, tmp_path: Path,
     assert main(["experiment", "show", "nope", "--runs", runs]) == 2
     assert main(["experiment", "list", "--runs", str(tmp_path / "empty")]) == 2
     assert "run an experiment first" in capsys.readouterr().err
+
+
+def test_mlflow_mirrors_the_run_and_a_second_logging_replaces_it(
+        scripted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # no database in a test
+    uri = f"file://{tmp_path / 'mlruns'}"
+    ScriptedBench.failing = {(2, 1)}
+    out = _run(scripted, tmp_path / "runs", mlflow=uri)
+    assert main(["experiment", "mlflow", out.folder.run_id, "--runs", str(tmp_path / "runs"),
+                 "--tracking-uri", uri]) == 0
+    assert out.folder.run_id in capsys.readouterr().out
+    client = MlflowClient(tracking_uri=uri)
+    eid = client.get_experiment_by_name("scripted").experiment_id
+    logged = client.search_runs([eid])
+    parents = [r for r in logged if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in logged if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 8  # logged twice, kept once
+    (parent,) = parents
+    assert parent.data.tags["oddl.run_id"] == out.folder.run_id
+    assert parent.data.params["repeats"] == "2"
+    assert json.loads(parent.data.params["factor.laser_tune_ms"]) == [0.5, 5.0]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"results.json", "manifest.sha256", "experiment.toml"} <= artifacts
+    bad = next(c for c in children if c.data.tags["oddl.point"] == "2")
+    assert bad.info.status == "FAILED" and "LostData" in bad.data.tags["oddl.error"]
+    history = client.get_metric_history(bad.info.run_id, "time_ms")
+    assert [m.step for m in history] == [0]  # repeat 1 failed: only repeat 0 has a value
+    assert bad.data.params["size_bytes"] == "4096" and bad.data.params["laser_tune_ms"] == "0.5"
