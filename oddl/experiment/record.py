@@ -117,8 +117,14 @@ class RunFolder:
     def append_result(self, record: dict[str, Any]) -> None:
         """Add one point's record to results.jsonl, on disk before this returns (a crash
         after it loses nothing a resume would redo)."""
-        with (self.path / RESULTS_LOG).open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        log = self.path / RESULTS_LOG
+        torn = False
+        if log.is_file() and log.stat().st_size > 0:
+            with log.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        with log.open("a", encoding="utf-8") as f:
+            f.write(("\n" if torn else "") + json.dumps(record) + "\n")  # after a torn line
             f.flush()
             os.fsync(f.fileno())
 

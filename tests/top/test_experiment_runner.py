@@ -42,6 +42,8 @@ class ScriptedBench:
     measured: list[tuple[int, int]] = []
     failing: set[tuple[int, int]] = set()
     refuse_start: set[str] = set()
+    interrupt_at: tuple[int, int] | None = None
+    """The point at which the "operator" presses Ctrl-C."""
 
     def __init__(self, config: Path, workdir: Path, exp: Experiment, trace: Path | None):
         if config.stem in self.refuse_start:
@@ -50,6 +52,8 @@ class ScriptedBench:
         ScriptedBench.started.append(config)
 
     def measure(self, point: Point) -> dict[str, Any]:
+        if point.key == self.interrupt_at:
+            raise KeyboardInterrupt
         ScriptedBench.measured.append(point.key)
         if point.key in self.failing:
             raise LostData(f"chunks of point {point.index} did not arrive")
@@ -67,6 +71,7 @@ class ScriptedBench:
 def scripted(tmp_path: Path) -> Path:
     ScriptedBench.started, ScriptedBench.measured = [], []
     ScriptedBench.failing, ScriptedBench.refuse_start = set(), set()
+    ScriptedBench.interrupt_at = None
     path = tmp_path / "scripted.toml"
     path.write_text(FILE, encoding="utf-8")
     return path
@@ -137,6 +142,26 @@ def test_a_stopped_run_resumes_where_it_stopped(scripted: Path, tmp_path: Path) 
     assert len(index.points(conn, [first.folder.run_id])) == 16
     assert index.runs(conn)[0]["status"] == "done"
     conn.close()
+
+
+def test_an_interrupted_run_is_left_complete_and_resumes(scripted: Path,
+                                                         tmp_path: Path) -> None:
+    ScriptedBench.interrupt_at = (2, 1)  # Ctrl-C in the 7th point of the first variant
+    with pytest.raises(KeyboardInterrupt):
+        _run(scripted, tmp_path / "runs")
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert check_manifest(folder) == []
+    assert json.loads((folder / "run.json").read_text())["status"] == "stopped"
+    assert (folder / "devices" / "v0-after.json").is_file()  # the testbed was stopped
+    with (folder / "results.jsonl").open("a") as log:
+        log.write('{"point": 3, "repe')  # and a line torn by the crash
+    ScriptedBench.interrupt_at, first = None, list(ScriptedBench.measured)
+    assert len(first) == 6
+    ScriptedBench.measured = []
+    out = _run(scripted, tmp_path / "runs", resume=folder.name)
+    assert (out.status, out.skipped, out.ran) == ("done", 6, 10)
+    assert (2, 1) in ScriptedBench.measured and not set(first) & set(ScriptedBench.measured)
+    assert len(out.folder.results()) == 16  # the torn line cost no later record
 
 
 def test_resume_skips_failed_points_unless_asked(scripted: Path, tmp_path: Path) -> None:
