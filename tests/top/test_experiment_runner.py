@@ -202,6 +202,13 @@ def test_export_csv_and_plot_name_their_runs(scripted: Path, tmp_path: Path,
         rows = list(csv.DictReader(f))
     assert len(rows) == 16 and rows[0]["run_id"] == out.folder.run_id
     assert {"collective", "size_bytes", "laser_tune_ms", "time_ms"} <= set(rows[0])
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    assert main(["experiment", "export", "--runs", runs, "--folded", "--out",
+                 str(tmp_path / "points.parquet")]) == 0
+    folded = pd.read_parquet(tmp_path / "points.parquet")
+    assert len(folded) == 8 and set(folded["n"]) == {2}
+    assert list(folded["time_ms_max"] - folded["time_ms_min"]) == [1.0] * 8  # repeat 0 vs 1
     assert main(["experiment", "export", "--runs", runs, "--out",
                  str(tmp_path / "p.xlsx")]) == 2
     assert "name the file .csv or .parquet" in capsys.readouterr().err
