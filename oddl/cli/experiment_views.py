@@ -126,6 +126,20 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Rebuild the index from the run folders under --runs."""
+    from oddl.experiment.index import INDEX_NAME
+    from oddl.experiment.reindex import reindex
+
+    runs = Path(args.runs)
+    if not runs.is_dir():
+        raise ConfigError(f"{runs}: no such folder; pass --runs the folder of the run folders")
+    path = Path(args.index) if args.index else runs / INDEX_NAME
+    ids = reindex(runs, path)
+    print(f"{len(ids)} run(s) of {runs} indexed in {path}")
+    return 0
+
+
 def register(exp: argparse._SubParsersAction,
              common: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add the sub-commands that read the index."""
@@ -158,9 +172,11 @@ def register(exp: argparse._SubParsersAction,
     mlf.add_argument("run", nargs="?", default="latest")
     mlf.add_argument("--tracking-uri", required=True, help="e.g. http://mlflow:5000 or "
                      "sqlite:///mlflow.db")
+    rei = exp.add_parser("reindex", help="rebuild the index from the run folders (a lost "
+                         "index, folders from another machine)")
     for p, fn in ((ls, cmd_list), (show, cmd_show), (cmp_, cmd_compare), (export, cmd_export),
-                  (plot, cmd_plot), (mlf, cmd_mlflow)):
+                  (plot, cmd_plot), (mlf, cmd_mlflow), (rei, cmd_reindex)):
         common(p)
-        if p not in (export, plot, mlf):
+        if p not in (export, plot, mlf, rei):
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=fn)

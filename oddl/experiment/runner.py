@@ -126,6 +126,23 @@ def index_row(run_id: str, rec: dict[str, Any]) -> dict[str, Any]:
             "metrics_json": json.dumps(metrics)}
 
 
+def run_row(folder: RunFolder, exp: Experiment, data: dict[str, Any], status: str,
+            records: dict[tuple[int, int], dict[str, Any]], finished: str | None
+            ) -> dict[str, Any]:
+    """A run's row of the index, from its run.json (`data`) and its records."""
+    first = data["sessions"][0]
+    ok = sum(1 for r in records.values() if r["status"] == "ok")
+    return {"run_id": folder.run_id, "name": exp.name, "kind": exp.kind,
+            "description": exp.description, "status": status, "started": data["started"],
+            "finished": finished, "folder": str(folder.path.resolve()),
+            "testbed": data["testbed"], "experiment_sha256": data["experiment_sha256"],
+            "command": first["command"], "oddl_version": first["versions"]["oddl"],
+            "git_commit": first["git"]["commit"], "git_dirty": first["git"]["dirty"],
+            "hostname": first["host"]["hostname"], "cpu_count": first["host"]["cpu_count"],
+            "points_total": len(expand(exp)), "points_ok": ok,
+            "points_failed": len(records) - ok}
+
+
 class Runner:
     """One session of one run: the variants in order, the pending points of each."""
 
@@ -165,18 +182,8 @@ class Runner:
 
     def _put_run(self, folder: RunFolder, data: dict[str, Any], status: str,
                  records: dict[tuple[int, int], dict[str, Any]]) -> None:
-        first = data["sessions"][0]
-        ok = sum(1 for r in records.values() if r["status"] == "ok")
-        index.put_run(self.index, {
-            "run_id": folder.run_id, "name": self.exp.name, "kind": self.exp.kind,
-            "description": self.exp.description, "status": status,
-            "started": data["started"], "finished": utc_now() if status != "running" else None,
-            "folder": str(folder.path.resolve()), "testbed": data["testbed"],
-            "experiment_sha256": data["experiment_sha256"], "command": first["command"],
-            "oddl_version": first["versions"]["oddl"], "git_commit": first["git"]["commit"],
-            "git_dirty": first["git"]["dirty"], "hostname": first["host"]["hostname"],
-            "cpu_count": first["host"]["cpu_count"], "points_total": len(expand(self.exp)),
-            "points_ok": ok, "points_failed": len(records) - ok})
+        index.put_run(self.index, run_row(folder, self.exp, data, status, records,
+                                          utc_now() if status != "running" else None))
 
     # ---- the sweep ----------------------------------------------------------------------
     def run(self) -> Outcome:

@@ -277,3 +277,21 @@ def test_mlflow_mirrors_the_run_and_a_second_logging_replaces_it(
     history = client.get_metric_history(bad.info.run_id, "time_ms")
     assert [m.step for m in history] == [0]  # repeat 1 failed: only repeat 0 has a value
     assert bad.data.params["size_bytes"] == "4096" and bad.data.params["laser_tune_ms"] == "0.5"
+
+
+def test_reindex_rebuilds_the_index_from_the_folders(scripted: Path, tmp_path: Path) -> None:
+    ScriptedBench.failing = {(3, 0)}
+    out = _run(scripted, tmp_path / "runs", stop_after=9)
+    runs = tmp_path / "runs"
+    conn = index.connect(runs / index.INDEX_NAME)
+    before = (index.runs(conn), index.points(conn, [out.folder.run_id]))
+    conn.close()
+    (runs / index.INDEX_NAME).unlink()
+    assert main(["experiment", "reindex", "--runs", str(runs)]) == 0
+    conn = index.connect(runs / index.INDEX_NAME)
+    after = (index.runs(conn), index.points(conn, [out.folder.run_id]))
+    conn.close()
+    assert after[1] == before[1] and len(after[1]) == 9
+    strip = [{k: v for k, v in r.items() if k != "finished"} for r in before[0]]
+    assert [{k: v for k, v in r.items() if k != "finished"} for r in after[0]] == strip
+    assert after[0][0]["status"] == "stopped" and after[0][0]["points_failed"] == 1
