@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     from oddl.cli import certs as certs_cli
     from oddl.cli import config as config_cli
     from oddl.cli import demo as demo_cli
+    from oddl.cli import experiment as experiment_cli
     from oddl.cli import operator as operator_cli
     from oddl.cli import optinc as optinc_cli
     from oddl.cli import plan as plan_cli
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         emu.add_parser(name, help=help_text, add_help=False)
     serve_cli.register(sub)
     demo_cli.register(sub)
+    experiment_cli.register(sub)
     operator_cli.register(sub)
     operator_cli.register_schedule_show(plan_cli.register(sub))
     testbed_cli.register(sub)

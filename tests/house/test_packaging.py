@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["emulated-4node", "emulated-8node", "lab-4node", "lab-8node", "lab-topoopt-12node",
            "topoopt-12node"]
 RUNTIME_FILES = ("oddl/testbeds/emulated-4node.toml", "oddl/testbeds/lab-4node.toml",
-                 "oddl/offline/optinc/data/optinc-n4-b8.json", "oddl/protos/oddl.proto")
+                 "oddl/offline/optinc/data/optinc-n4-b8.json", "oddl/protos/oddl.proto",
+                 "oddl/experiments/allreduce-sizes.toml")
 _SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-info",
                                "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache",
                                ".hypothesis", "benchmarks", "fuzz", "tests")
