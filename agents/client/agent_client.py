@@ -56,6 +56,11 @@ class AgentClient:
         """The job and step the agent took the call in flight as (from its reply)."""
         self._worlds: dict[str | None, tuple[int, int]] = {}
         """Per job argument, (rank, world) as the agent said (`world`)."""
+        self.steps_used = 0
+        """How many collective calls used up a step number: they reached the agent and were
+        not refused unrun. A call that fails with this unchanged moved no data (its peers'
+        sequence is intact); one that changed it may have (the torch backend's rule for
+        when a failure ends its process group)."""
         # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
         self._finalizer = weakref.finalize(self, _release, self._conn, self._buckets)
 
@@ -262,6 +267,7 @@ class AgentClient:
     def _count(self, job: str | None, step: int | None) -> None:
         """Note the number a call that went to the agent was taken as: the agent says which
         job and step; a call lost in flight (the agent died) counts on the job it was for."""
+        self.steps_used += 1
         if self._resolved is not None:
             job_id, used = self._resolved
         else:

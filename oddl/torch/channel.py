@@ -12,8 +12,9 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch.distributed as dist
 from oddl.agents.client.agent_client import AgentClient
 from oddl.common.errors import CollectiveError, ConfigError
 from oddl.torch.adopt import Promoter, array_of
+from oddl.torch.timeouts import GO_ON
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +141,16 @@ class Channel:
                                   f"{array.dtype}{list(array.shape)}")
         return out
 
+    @contextmanager
+    def bounded(self, timeout_s: float) -> Iterator[None]:
+        """The worker thread's calls in this context wait at most `timeout_s` (the process
+        group's timeout, `oddl.torch.timeouts`)."""
+        saved, self.client.timeout_s = self.client.timeout_s, timeout_s
+        try:
+            yield
+        finally:
+            self.client.timeout_s = saved
+
     def submit_receive(self, what: str, fn: Callable[[AgentClient], Any], lane: str = ""
                        ) -> torch.futures.Future:
         """Run `fn(receiving client)` on the thread of receive lane `lane` (in order); its
@@ -172,8 +184,10 @@ class Channel:
 
         `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
         queued, run it on the caller's thread instead, saving the hand-over to the worker;
-        the order stays first-in first-out either way. A failed `collective` breaks the
-        job's collective sequence: later calls are refused; a failed send does not."""
+        the order stays first-in first-out either way. A `collective` that fails after its
+        data went to the agent (it used up a step number) breaks the job's collective
+        sequence: later calls are refused. One refused before that (a wrong argument) and a
+        failed send do not."""
         fut: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
@@ -187,14 +201,18 @@ class Channel:
         def guarded() -> None:
             if self.failed:
                 fut.set_exception(CollectiveError(
-                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
-                    "collective sequence is broken, restart the training processes"))
+                    f"{what} not sent: an earlier collective failed after its data had gone "
+                    f"to the agent ({self.failed}); {GO_ON}"))
                 return
+            used = self.client.steps_used
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to the caller through the future
-                if collective and not isinstance(exc, UnsupportedCollective):
-                    self.failed = self.failed or f"{what}: {exc}"
+                # a call refused before its data went to the agent (an argument, a dtype, a
+                # root; or refused unrun by the agent) used up no step: the sequence holds
+                if collective and self.client.steps_used != used and not self.failed:
+                    self.failed = f"{what}: {exc}"
+                    exc.add_note(f"oddl: {GO_ON}")
                 logger.error("oddl %s failed: %s", what, exc)
                 fut.set_exception(exc)
 
@@ -277,7 +295,8 @@ def _close_channel() -> None:
 # ---- tensors <-> numpy ---------------------------------------------------------------------
 
 def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
+    """A numpy view of a contiguous CPU tensor (of at least one dimension: a 0-d tensor is one
+    element); a clear error for what numpy cannot hold."""
     if t.device.type != "cpu":
         raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
                                     f"{t.device}; register it for cpu and move tensors there")
@@ -288,8 +307,10 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     if what == "all_reduce" and _channel is not None and _channel.promoter.enabled \
             and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
         _channel.promoter.before_in_place(t)
-        return array_of(t)
-    return t.detach().contiguous().numpy()
+        a = array_of(t)
+    else:
+        a = t.detach().contiguous().numpy()
+    return a.reshape(1) if a.ndim == 0 else a  # a 0-d tensor as one element, same memory
 
 
 @dataclass(frozen=True)
