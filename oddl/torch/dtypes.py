@@ -8,7 +8,10 @@ to the bit what gloo gives:
 - complex SUM and AVG as the sum of its real view (real and imaginary parts add on their
   own, as gloo's complex sum does; AVG then divides the complex result, as gloo does); the
   other ops on complex tensors are refused (c10d refuses them before any backend);
-- bfloat16 as float32 (`oddl.torch.native.reduce_`).
+- bfloat16 as float32 (`oddl.torch.native.reduce_`);
+- integer AVG as the sum divided by the world size, truncated toward zero (`average`): what
+  NCCL's average gives integers, and what PyTorch Lightning computes on gloo (which has no
+  integer AVG) when it averages a logged integer (decision record 0030).
 
 A 0-d tensor is a 1-element array (`at_least_1d`). `check_reduction` raises, before anything
 is sent, for what none of this carries, naming the fix: such a call consumes no step and
@@ -22,7 +25,7 @@ import torch
 
 from oddl.torch.channel import ENV_FALLBACK, UnsupportedCollective
 
-__all__ = ["BOOL_OPS", "at_least_1d", "check_reduction", "numpy_reducible"]
+__all__ = ["BOOL_OPS", "at_least_1d", "average", "check_reduction", "numpy_reducible"]
 
 BOOL_OPS = {"SUM": "MAX", "MAX": "MAX", "BOR": "MAX", "MIN": "MIN", "PRODUCT": "MIN",
             "BAND": "MIN", "BXOR": "BXOR"}
@@ -62,12 +65,18 @@ def check_reduction(t: torch.Tensor, name: str, what: str, fallback: bool = Fals
             raise UnsupportedCollective(f"{what}({name}) of {t.dtype}: complex tensors are "
                                         f"reduced with SUM or AVG (gloo's too)")
         return
-    if name == "AVG" and not t.is_floating_point():
-        raise UnsupportedCollective(f"{what}(AVG) of {t.dtype}: average floating-point "
-                                    "tensors (or SUM the integers)")
     if name in BITWISE and t.is_floating_point():
         raise UnsupportedCollective(f"{what}({name}) of {t.dtype}: bitwise reductions take "
                                     "integer or bool tensors")
     if t.dtype != torch.bfloat16 and not numpy_reducible(t.dtype) and not fallback:
         raise UnsupportedCollective(f"{what}: the agent reduces numeric numpy dtypes, not "
                                     f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+
+
+def average(t: torch.Tensor, world: int) -> None:
+    """`t`, the sum over `world` ranks, divided in place into their average: integers
+    truncated toward zero (module docstring)."""
+    if t.is_floating_point() or t.is_complex():
+        t.div_(world)
+    else:
+        t.copy_(torch.div(t, world, rounding_mode="trunc"))

@@ -25,13 +25,21 @@ from oddl.agents.client.agent_client import AgentClient
 from oddl.common.errors import CollectiveError
 from oddl.torch.adopt import array_of
 from oddl.torch.channel import Channel, UnsupportedCollective, as_numpy, count
-from oddl.torch.dtypes import BOOL_OPS, COMPLEX_OPS, at_least_1d, check_reduction, numpy_reducible
+from oddl.torch.dtypes import (
+    BOOL_OPS,
+    COMPLEX_OPS,
+    at_least_1d,
+    average,
+    check_reduction,
+    numpy_reducible,
+)
 
 __all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
            "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
            "reduce_scatter", "rows", "scatter", "send", "store"]
 
-# torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
+# torch's reduction name -> the agent's op (AVG is a sum divided by the world size,
+# integers truncated toward zero: oddl.torch.dtypes.average)
 OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
        "BAND": "band", "BOR": "bor", "BXOR": "bxor"}
 _UINT = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
@@ -136,7 +144,7 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
     if t.is_complex() and name in COMPLEX_OPS:
         reduce_(ch, torch.view_as_real(t), "SUM", world, f"{what} ({t.dtype} as real pairs)")
         if name == "AVG":
-            t.div_(world)
+            average(t, world)
         return
     if t.dtype == torch.bfloat16:
         wide = t.float()
@@ -155,7 +163,7 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
         if not in_place(res, t):  # `a` was a contiguous copy
             store(t, res)
     if name == "AVG":
-        t.div_(world)
+        average(t, world)
     count(f"{what}({name})", optical=a.nbytes)
 
 
@@ -218,7 +226,7 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
         reduce_scatter(ch, ranks, torch.view_as_real(blocks).reshape(world, -1), "SUM",
                        torch.view_as_real(out), f"{what} ({out.dtype} as real pairs)")
         if name == "AVG":
-            out.div_(world)
+            average(out, world)
         return
     if out.dtype == torch.bfloat16:
         wide = torch.empty(out.shape, dtype=torch.float32)
@@ -232,7 +240,7 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
     mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
     store(out, mine)
     if name == "AVG":
-        out.div_(world)
+        average(out, world)
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
