@@ -57,10 +57,8 @@ class AgentClient:
         self._worlds: dict[str | None, tuple[int, int]] = {}
         """Per job argument, (rank, world) as the agent said (`world`)."""
         self.steps_used = 0
-        """How many collective calls used up a step number: they reached the agent and were
-        not refused unrun. A call that fails with this unchanged moved no data (its peers'
-        sequence is intact); one that changed it may have (the torch backend's rule for
-        when a failure ends its process group)."""
+        """Collective calls that used up a step number (reached the agent, not refused
+        unrun): a failed call that left it unchanged moved no data (decision record 0030)."""
         # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
         self._finalizer = weakref.finalize(self, _release, self._conn, self._buckets)
 
