@@ -284,7 +284,8 @@ class OddlProcessGroup(dist.ProcessGroup):
         """Each tensor as a flow to `dst` (in order with this rank's collectives)."""
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                native.send(self._channel, self._ranks, t, dst, (tag, self._session))
+                native.send(self._channel, self._ranks, t, dst, (tag, self._session),
+                            self._timeout_s)
             return tensors
         with torch_trace.call(self, "send", run) as traced:
             return FutureWork(self._channel.submit("send", traced, collective=False))
@@ -294,7 +295,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         def run(client: Any) -> list[torch.Tensor]:
             for t in tensors:
                 native.recv(client, self._channel.job, self._ranks, t, src,
-                            (tag, self._session))
+                            (tag, self._session), self._timeout_s)
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
             return FutureWork(self._channel.submit_receive("recv", run))
@@ -309,7 +310,7 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run(client: Any) -> list[torch.Tensor]:
             sender.append(native.recv_any(client, self._channel.job, self._ranks, tensors[0],
-                                          (tag, self._session)))
+                                          (tag, self._session), self._timeout_s))
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
             return FutureWork(self._channel.submit_receive("recv", run), sender)

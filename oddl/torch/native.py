@@ -304,33 +304,35 @@ def scatter(ch: Channel, ranks: Ranks, me: int, out: torch.Tensor, root: int,
     store(out, res)
 
 
-def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str]
-         ) -> None:
-    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype)."""
+def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str],
+         timeout_s: float | None = None) -> None:
+    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype), within
+    `timeout_s` (the group's)."""
     a = raw(t, "send")
     if a.nbytes:
-        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job)
+        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job,
+                            timeout_s=timeout_s)
     count("send", optical=a.nbytes)
 
 
 def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, src: int,
-         on: tuple[int, str]) -> None:
+         on: tuple[int, str], timeout_s: float | None = None) -> None:
     """The next flow from group rank `src` on (tag, session) `on` into `t` (in its memory when
-    contiguous)."""
+    contiguous), within `timeout_s` (the group's)."""
     a = raw(t, "recv")
     if a.nbytes:
-        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job)
+        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job, timeout_s=timeout_s)
         if not in_place(a, t):
             store(t, a)
     count("recv", optical=a.nbytes)
 
 
 def recv_any(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor,
-             on: tuple[int, str]) -> int:
-    """The first flow from any rank on (tag, session) `on` into `t`; the group rank it came
-    from."""
+             on: tuple[int, str], timeout_s: float | None = None) -> int:
+    """The first flow from any rank on (tag, session) `on` into `t` (within `timeout_s`); the
+    group rank it came from."""
     a = raw(t, "recv")
-    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job)
+    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job, timeout_s=timeout_s)
     if not in_place(got, t):
         store(t, got)
     count("recv", optical=a.nbytes)

@@ -45,7 +45,7 @@ def run_scenario(tb: Any, scenario: str) -> list[dict[str, Any]]:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("scenario, group", [("init", "'0'"), ("new_group", "'1'")])
+@pytest.mark.parametrize("scenario, group", [("init", "'0' of 4"), ("new_group", "'1' of 4")])
 def test_a_barrier_a_rank_never_joins_raises_within_the_groups_timeout(
         testbed: Any, scenario: str, group: str) -> None:
     results = run_scenario(testbed, scenario)
@@ -54,7 +54,7 @@ def test_a_barrier_a_rank_never_joins_raises_within_the_groups_timeout(
     for r in callers:
         barrier = r["barrier"]
         assert barrier["error"].startswith(f"CollectiveTimeout: barrier on process group "
-                                           f"{group} of 4 ranks (oddl) Timed out after "), barrier
+                                           f"{group} ranks (oddl) Timed out after "), barrier
         assert f"within its timeout of {TIMEOUT_S:g} s" in barrier["error"]
         assert TIMEOUT_S <= barrier["seconds"] < 10 * TIMEOUT_S, barrier
         # the sequence is broken: refused at once, saying how to go on
@@ -63,3 +63,18 @@ def test_a_barrier_a_rank_never_joins_raises_within_the_groups_timeout(
                                               "earlier collective failed"), following
         assert "restart every training process together" in following["error"]
         assert following["seconds"] < TIMEOUT_S
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_a_subgroups_timeout_bounds_its_flows(testbed: Any) -> None:
+    """PyTorch's `test_barrier_timeout_group`: a subgroup of ranks [1, 2] with its own
+    timeout, rank 1 alone in its barrier; then a receive from rank 2, which never sends."""
+    [caller] = [r for r in run_scenario(testbed, "subgroup") if r["called"]]
+    barrier, receive = caller["barrier"], caller["next"]
+    assert barrier["error"].startswith("CollectiveTimeout: barrier on process group '1' of 2 "
+                                       "ranks (oddl) Timed out after "), barrier
+    assert TIMEOUT_S <= barrier["seconds"] < 10 * TIMEOUT_S, barrier
+    # the group's timeout bounds its point-to-point calls too (the agent gave up the receive)
+    assert receive["error"].startswith("CollectiveError"), receive
+    assert receive["seconds"] < 10 * TIMEOUT_S, receive

@@ -6,6 +6,8 @@ scenario leaves one side out of a barrier, as PyTorch's `test_barrier_timeout_*`
 - ``init``: init_process_group(timeout=3 s); ranks 1..3 call a barrier that rank 0 never joins.
 - ``new_group``: init_process_group(timeout=60 s), a full new_group(timeout=3 s); rank 0 alone
   calls the group's barrier (the group's timeout bounds it, not the world's).
+- ``subgroup``: init_process_group(timeout=60 s), new_group([1, 2], timeout=3 s); rank 1 alone
+  calls the subgroup's barrier, then receives from rank 2, which sends nothing.
 
 A rank that calls reports how long the barrier took and its error, then the error of its
 next collective on the world group. A rank that stays out waits (on c10d's store) until the
@@ -44,13 +46,17 @@ def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("oddl", timeout=TIMEOUT if scenario == "init"
                             else datetime.timedelta(seconds=60))
-    group = dist.new_group(timeout=TIMEOUT) if scenario == "new_group" else None
-    callers = [0] if scenario == "new_group" else list(range(1, world))
+    group = dist.new_group(ranks=[1, 2] if scenario == "subgroup" else None,
+                           timeout=TIMEOUT) if scenario != "init" else None
+    callers = {"init": list(range(1, world)), "new_group": [0], "subgroup": [1]}[scenario]
     store = dist.distributed_c10d._get_default_store()
     out: dict[str, Any] = {"rank": rank, "called": rank in callers}
     if rank in callers:
         out["barrier"] = attempt(lambda: dist.barrier(group=group))
-        out["next"] = attempt(lambda: dist.all_reduce(torch.ones(2)))
+        if scenario == "subgroup":  # a subgroup's flows break no sequence of the job
+            out["next"] = attempt(lambda: dist.recv(torch.empty(2), src=2, group=group))
+        else:
+            out["next"] = attempt(lambda: dist.all_reduce(torch.ones(2)))
         store.set(f"done{rank}", "1")
     else:
         store.wait([f"done{r}" for r in callers], datetime.timedelta(seconds=100))
