@@ -344,7 +344,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     name = str(dist_opts.group_id or "")
     if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
         return _subgroup(dist_opts, rank, world, timeout_s, name, ranks)
-    channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
+    channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S, dist_opts.store)
     _WORLD.update(to_job=shaken.to_job, session=shaken.session)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()

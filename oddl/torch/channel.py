@@ -8,6 +8,7 @@ Used by oddl.torch.backend (see there); only importable where torch is installed
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import secrets
@@ -204,13 +205,13 @@ class Channel:
                     f"{what} not sent: an earlier collective failed after its data had gone "
                     f"to the agent ({self.failed}); {GO_ON}"))
                 return
-            used = self.client.steps_used
+            used = self.client.steps.used
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to the caller through the future
                 # a call refused before its data went to the agent (an argument, a dtype, a
                 # root; or refused unrun by the agent) used up no step: the sequence holds
-                if collective and self.client.steps_used != used and not self.failed:
+                if collective and self.client.steps.used != used and not self.failed:
                     self.failed = f"{what}: {exc}"
                     exc.add_note(f"oddl: {GO_ON}")
                 logger.error("oddl %s failed: %s", what, exc)
@@ -266,12 +267,34 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
         return _channel
 
 
-def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
-                   ) -> tuple[Channel, Handshake]:
-    """The process's channel, after the handshake with the job's other ranks. Every rank is
-    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
+def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
+    """Before a new group's handshake: the ranks agree, on c10d's `store`, to number their
+    next call on the job after the highest step any of them used, and a sequence a failed
+    collective broke goes on from there (a failed call used up its number on the ranks that
+    made it, not on the others: decision record 0030)."""
+    steps = channel.client.steps
+    job = channel.job or steps.last_job
+    store.set(f"oddl-steps/{rank}", json.dumps([job, steps.last.get(job, 0) if job else 0]))
+    theirs = [json.loads(store.get(f"oddl-steps/{r}")) for r in range(world)]
+    jobs = {j for j, _ in theirs if j}
+    top = max(n for _, n in theirs)
+    if len(jobs) == 1 and top:
+        steps.resume_at(jobs.pop(), top)
+    if channel.failed:
+        logger.warning("oddl: a new process group goes on after step %d of the job (the "
+                       "sequence was broken by %s)", top, channel.failed)
+        channel.failed = ""
+
+
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float,
+                   store: Any = None) -> tuple[Channel, Handshake]:
+    """The process's channel, after the handshake with the job's other ranks (and, given
+    c10d's `store`, after agreeing where the job's numbering goes on: `realign`). Every rank
+    is here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
     another size fails in that time instead of the group's timeout."""
     channel = channel_for(rank, timeout_s)
+    if store is not None:
+        realign(channel, store, rank, world)
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, handshake_s)
 

@@ -24,9 +24,11 @@ DEFAULT_TIMEOUT_S = 1800.0
 """c10d's default process-group timeout for CPU backends (30 minutes)."""
 
 GO_ON = ("the group's ranks no longer agree on which collective comes next, so the oddl "
-         "backend refuses this process's later collectives; to go on, start the job's next "
-         "step: restart every training process together (torchrun --max-restarts does) from "
-         "the last checkpoint")
+         "backend refuses this process's later collectives; to go on, make a new process "
+         "group on every rank (dist.new_group(), or destroy_process_group and "
+         "init_process_group again: its creation re-agrees the job's step numbers), or start "
+         "the job's next step: restart every training process together (torchrun "
+         "--max-restarts does) from the last checkpoint")
 """What to do after a collective failed once its data had gone to the agent."""
 
 

@@ -78,3 +78,19 @@ def test_a_subgroups_timeout_bounds_its_flows(testbed: Any) -> None:
     # the group's timeout bounds its point-to-point calls too (the agent gave up the receive)
     assert receive["error"].startswith("CollectiveError"), receive
     assert receive["seconds"] < 10 * TIMEOUT_S, receive
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_a_new_group_goes_on_after_a_timeout(testbed: Any) -> None:
+    """The error's way on: after ranks 1–3 timed out in a barrier rank 0 never joined (their
+    calls used up a step number, rank 0's did not), every rank makes a new group; its creation
+    re-agrees the job's numbering, and its sum, and the world's next barrier, run."""
+    results = run_scenario(testbed, "resume")
+    for r in results:
+        if r["called"]:
+            assert r["barrier"]["error"].startswith("CollectiveTimeout"), r
+            assert "not sent: an earlier collective failed" in r["next"]["error"], r
+        assert r["fresh"]["error"] == "", r
+        assert r["fresh_sum"] == [10.0] * 3
+        assert r["world_after"]["error"] == "", r

@@ -6,6 +6,8 @@ scenario leaves one side out of a barrier, as PyTorch's `test_barrier_timeout_*`
 - ``init``: init_process_group(timeout=3 s); ranks 1..3 call a barrier that rank 0 never joins.
 - ``new_group``: init_process_group(timeout=60 s), a full new_group(timeout=3 s); rank 0 alone
   calls the group's barrier (the group's timeout bounds it, not the world's).
+- ``resume``: as ``init``, then every rank makes a new group of the world and sums on it (the
+  job's numbering is re-agreed at its creation) and on the world group.
 - ``subgroup``: init_process_group(timeout=60 s), new_group([1, 2], timeout=3 s); rank 1 alone
   calls the subgroup's barrier, then receives from rank 2, which sends nothing.
 
@@ -44,11 +46,12 @@ def attempt(call: Any) -> dict[str, Any]:
 def main() -> int:
     scenario = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("oddl", timeout=TIMEOUT if scenario == "init"
-                            else datetime.timedelta(seconds=60))
+    short = scenario in ("init", "resume")
+    dist.init_process_group("oddl", timeout=TIMEOUT if short else datetime.timedelta(seconds=60))
     group = dist.new_group(ranks=[1, 2] if scenario == "subgroup" else None,
-                           timeout=TIMEOUT) if scenario != "init" else None
-    callers = {"init": list(range(1, world)), "new_group": [0], "subgroup": [1]}[scenario]
+                           timeout=TIMEOUT) if not short else None
+    callers = [0] if scenario == "new_group" else [1] if scenario == "subgroup" else \
+        list(range(1, world))
     store = dist.distributed_c10d._get_default_store()
     out: dict[str, Any] = {"rank": rank, "called": rank in callers}
     if rank in callers:
@@ -60,6 +63,13 @@ def main() -> int:
         store.set(f"done{rank}", "1")
     else:
         store.wait([f"done{r}" for r in callers], datetime.timedelta(seconds=100))
+    if scenario == "resume":
+        store.wait([f"done{r}" for r in callers], datetime.timedelta(seconds=100))
+        fresh = dist.new_group(timeout=datetime.timedelta(seconds=60))
+        mine = torch.full((3,), rank + 1.0)
+        out["fresh"] = attempt(lambda: dist.all_reduce(mine, group=fresh))
+        out["fresh_sum"] = mine.tolist()
+        out["world_after"] = attempt(lambda: dist.barrier())
     store.set(f"left{rank}", "1")
     if rank == 0:  # the store's host leaves last
         store.wait([f"left{r}" for r in range(world)], datetime.timedelta(seconds=100))
