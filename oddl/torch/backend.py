@@ -86,10 +86,14 @@ class OddlProcessGroup(dist.ProcessGroup):
         return f"oddl:{self._name}"
 
     # -- plumbing --
+    def _bounded(self, kind: str, fn: Callable[..., Any], opts: Any = None,
+                 channel: Any = None) -> Callable[..., Any]:
+        return bounded(channel, f"process group {self._name!r} of {self._world} ranks (oddl)",
+                       kind, call_timeout_s(opts, self._timeout_s), fn)
+
     def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
         inline = opts is not None and not getattr(opts, "asyncOp", True)
-        fn = bounded(cast(Any, self._channel), f"process group {self._name!r} of {self._world} "
-                     f"ranks (oddl)", kind, call_timeout_s(opts, self._timeout_s), fn)
+        fn = self._bounded(kind, fn, opts, self._channel)
         with torch_trace.call(self, kind, fn) as traced:  # ODDL_TRACE_DIR, torch.profiler
             return FutureWork(self._channel.submit(kind, traced, inline))
 
@@ -287,7 +291,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                 native.send(self._channel, self._ranks, t, dst, (tag, self._session),
                             self._timeout_s)
             return tensors
-        with torch_trace.call(self, "send", run) as traced:
+        with torch_trace.call(self, "send", self._bounded("send", run)) as traced:
             return FutureWork(self._channel.submit("send", traced, collective=False))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
@@ -298,7 +302,7 @@ class OddlProcessGroup(dist.ProcessGroup):
                             (tag, self._session), self._timeout_s)
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
-            return FutureWork(self._channel.submit_receive("recv", run))
+            return FutureWork(self._channel.submit_receive("recv", self._bounded("recv", run)))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
         """The first flow from any rank on `tag` into the tensor; the work names its sender
@@ -313,7 +317,8 @@ class OddlProcessGroup(dist.ProcessGroup):
                                           (tag, self._session), self._timeout_s))
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
-            return FutureWork(self._channel.submit_receive("recv", run), sender)
+            return FutureWork(self._channel.submit_receive("recv", self._bounded("recv", run)),
+                              sender)
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base

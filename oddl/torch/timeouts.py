@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, Protocol
 
 from oddl.common.errors import CollectiveError, OperationRefused
@@ -61,15 +62,16 @@ def call_timeout_s(opts: Any, group_timeout_s: float) -> float:
     return seconds(getattr(opts, "timeout", None), group_timeout_s)
 
 
-def bounded(channel: Bounded, group: str, kind: str, timeout_s: float,
-            fn: Callable[[], Any]) -> Callable[[], Any]:
-    """`fn` run with the channel's calls bounded by `timeout_s`; a failure that came only
-    after the whole timeout becomes `CollectiveTimeout` (module docstring)."""
-    def run() -> Any:
+def bounded(channel: Bounded | None, group: str, kind: str, timeout_s: float,
+            fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run with the channel's calls bounded by `timeout_s` (None: `fn` passes the bound to
+    its calls itself); a failure that came only after the whole timeout becomes
+    `CollectiveTimeout` (module docstring)."""
+    def run(*args: Any) -> Any:
         start = time.monotonic()
-        with channel.bounded(timeout_s):
+        with channel.bounded(timeout_s) if channel is not None else nullcontext():
             try:
-                return fn()
+                return fn(*args)
             except (CollectiveError, OperationRefused) as exc:
                 elapsed = time.monotonic() - start
                 if elapsed < timeout_s or isinstance(exc, CollectiveTimeout):
