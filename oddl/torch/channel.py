@@ -179,16 +179,16 @@ class Channel:
         receives.submit(run)
         return fut
 
-    def submit(self, what: str, fn: Callable[[], Any],
-               inline: bool = False, collective: bool = True) -> torch.futures.Future:
+    def submit(self, what: str, fn: Callable[[], Any], inline: bool = False,
+               collective: bool = True, after_failure: bool = False) -> torch.futures.Future:
         """Run `fn` on the worker thread; its result (or error) completes the future.
 
         `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
         queued, run it on the caller's thread instead, saving the hand-over to the worker;
         the order stays first-in first-out either way. A `collective` that fails after its
         data went to the agent (it used up a step number) breaks the job's collective
-        sequence: later calls are refused. One refused before that (a wrong argument) and a
-        failed send do not."""
+        sequence: later calls are refused (but those `after_failure`: `realign`). One refused
+        before that (a wrong argument) and a failed send do not."""
         fut: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
@@ -200,7 +200,7 @@ class Channel:
                         self._pending -= 1
 
         def guarded() -> None:
-            if self.failed:
+            if self.failed and not after_failure:
                 fut.set_exception(CollectiveError(
                     f"{what} not sent: an earlier collective failed after its data had gone "
                     f"to the agent ({self.failed}); {GO_ON}"))
@@ -268,7 +268,7 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
 
 
 def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
-    """Before a new group's handshake: the ranks agree, on c10d's `store`, to number their
+    """Before a new group's handshake (on the worker thread): the ranks agree, on c10d's `store`, to number their
     next call on the job after the highest step any of them used, and a sequence a failed
     collective broke goes on from there (a failed call used up its number on the ranks that
     made it, not on the others: decision record 0030)."""
@@ -293,8 +293,9 @@ def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float,
     is here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
     another size fails in that time instead of the group's timeout."""
     channel = channel_for(rank, timeout_s)
-    if store is not None:
-        realign(channel, store, rank, world)
+    if store is not None:  # on the worker thread, after the calls queued before
+        channel.submit("realign", lambda: realign(channel, store, rank, world),
+                       collective=False, after_failure=True).wait()
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, handshake_s)
 
