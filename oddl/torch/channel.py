@@ -122,6 +122,8 @@ class Channel:
         self.client = AgentClient(api, timeout_s=timeout_s)
         self.promoter = Promoter(self.client)  # zero copies for reused tensors
         self.failed = ""
+        self.groups = 0
+        """Groups over the job this process made (`realign` numbers their keys)."""
         self._use = threading.Lock()  # held while a call uses the client
         self._state = threading.Lock()
         self._pending = 0  # calls submitted and not yet finished
@@ -274,11 +276,16 @@ def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
     made it, not on the others: decision record 0030)."""
     steps = channel.client.steps
     job = channel.job or steps.last_job
-    store.set(f"oddl-steps/{rank}", json.dumps([job, steps.last.get(job, 0) if job else 0]))
-    theirs = [json.loads(store.get(f"oddl-steps/{r}")) for r in range(world)]
+    mine = steps.last.get(job, 0) if job else 0
+    # keys of this process's n-th group over the job: a store an earlier group (or a
+    # destroyed world group) left keys in never answers for this one
+    channel.groups += 1
+    key = f"oddl-steps/{channel.groups}"
+    store.set(f"{key}/{rank}", json.dumps([job, mine]))
+    theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]
     jobs = {j for j, _ in theirs if j}
     top = max(n for _, n in theirs)
-    if len(jobs) == 1 and top:
+    if len(jobs) == 1 and top > mine:  # numbers only move forward
         steps.resume_at(jobs.pop(), top)
     if channel.failed:
         logger.warning("oddl: a new process group goes on after step %d of the job (the "
