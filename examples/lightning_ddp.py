@@ -97,12 +97,13 @@ def main() -> None:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     checkpoints = ModelCheckpoint(dirpath=Path(args.out) / "checkpoints", monitor="val_loss",
                                   save_top_k=1)
+    history = History()
     trainer = pl.Trainer(
         accelerator="cpu", devices=local, num_nodes=int(os.environ.get("WORLD_SIZE", "1")) // local,
         strategy=DDPStrategy(process_group_backend=args.backend,
                              timeout=datetime.timedelta(seconds=args.timeout_s)),
         max_epochs=args.epochs,
-        callbacks=[checkpoints, EarlyStopping("val_loss", patience=2), history := History()],
+        callbacks=[checkpoints, EarlyStopping("val_loss", patience=2), history],
         logger=False, enable_progress_bar=False, enable_model_summary=False, deterministic=True)
     model = Classifier()
     trainer.fit(model, DataLoader(synthetic(256, args.seed), batch_size=16),
