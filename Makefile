@@ -24,10 +24,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-# the test suite also runs the PyTorch tests (torch 2.13.0, CPU build)
+# the test suite also runs the PyTorch tests (torch 2.13.0, CPU build) and PyTorch Lightning's
+# DDP on the backend (tests/top/test_torch_lightning.py)
 TORCH_STAMP := $(VENV)/.installed-torch
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,torch]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,lightning]'
 	@touch $(TORCH_STAMP)
 
 venv: $(STAMP)

@@ -33,6 +33,7 @@ from oddl.agents.client.adopted import AdoptedMemory
 from oddl.agents.client.buckets import Bucket, ClientBuckets, Named
 from oddl.agents.client.connection import CONNECT_GRACE_S, AgentSocket
 from oddl.agents.client.connection import error as error_of_reply
+from oddl.agents.client.steps import StepCount
 from oddl.agents.local_api import wire as localapi
 from oddl.common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
@@ -47,9 +48,9 @@ class AgentClient:
         self.shared_memory = shared_memory
         self._buckets = ClientBuckets(address)
         self._conn = AgentSocket(address, timeout_s)
-        self._steps: dict[str, int] = {}
-        """Per job id, the step number of this client's last call on it."""
-        self._last_job: str | None = None
+        self.steps = StepCount()
+        """The step numbers its calls used per job (`oddl.agents.client.steps`)."""
+        self._steps = self.steps.last  # read by oddl.torch.trace
         self._sent = False
         self._resolved: tuple[str, int] | None = None
         self._last_reply: list[bytes] = []
@@ -237,7 +238,7 @@ class AgentClient:
                                  or step < 1):
             raise ValueError(f"step must be a positive integer, not {step!r}")
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
-                                  "timeout_s": self.timeout_s, "steps": dict(self._steps),
+                                  "timeout_s": self.timeout_s, "steps": dict(self.steps.last),
                                   **call}
         if step is not None:
             header["step"] = step
@@ -257,21 +258,7 @@ class AgentClient:
             raise
         finally:
             if self._sent and not refused:
-                self._count(job, step)
-
-    def _count(self, job: str | None, step: int | None) -> None:
-        """Note the number a call that went to the agent was taken as: the agent says which
-        job and step; a call lost in flight (the agent died) counts on the job it was for."""
-        if self._resolved is not None:
-            job_id, used = self._resolved
-        else:
-            lost_on = job or self._last_job
-            if lost_on is None:
-                return
-            job_id = lost_on
-            used = step if step is not None else self._steps.get(job_id, 0) + 1
-        self._steps[job_id] = used
-        self._last_job = job_id
+                self.steps.note(self._resolved, job, step)
 
     def _allreduce_once(self, a: np.ndarray, header: dict[str, Any], out: np.ndarray | None
                         ) -> np.ndarray:

@@ -16,7 +16,6 @@ importable where torch is installed (the extra `oddl[torch]`).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 from collections.abc import Callable
@@ -43,8 +42,10 @@ from oddl.torch.channel import (
     joined_channel,
     reset_counters,
 )
+from oddl.torch.dtypes import check_reduction
 from oddl.torch.flow_group import MeshChannel, subgroup_session
 from oddl.torch.subgroup import GlooServedGroup, gloo_beside
+from oddl.torch.timeouts import DEFAULT_TIMEOUT_S, bounded, call_timeout_s, seconds
 
 logger = logging.getLogger(__name__)
 
@@ -55,25 +56,18 @@ BACKEND = "oddl"
 HANDSHAKE_TIMEOUT_S = 60.0
 
 
-def _rows(t: torch.Tensor, sizes: list[int], world: int, what: str) -> list[torch.Tensor]:
-    """`t` split along its first dimension by `sizes` (equal parts when empty)."""
-    if not sizes:
-        if t.shape[0] % world:
-            raise UnsupportedCollective(f"{what}: {t.shape[0]} rows, not a multiple of the "
-                                        f"world {world}")
-        sizes = [t.shape[0] // world] * world
-    return list(torch.split(t, list(sizes), dim=0))
-
-
 # ---- the process group ---------------------------------------------------------------------
 
 class OddlProcessGroup(dist.ProcessGroup):
     """torch.distributed's view of the optical testbed (see the module docstring)."""
 
     def __init__(self, rank: int, world: int, channel: Channel, fallback: Any = None,
-                 name: str = "", to_job: list[int] | None = None, session: str = ""):
+                 name: str = "", to_job: list[int] | None = None, session: str = "",
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__(rank, world)  # type: ignore[call-arg]  # the (rank, size) constructor
         self._rank, self._world = rank, world
+        self._timeout_s = timeout_s
+        """Bounds each call (`oddl.torch.timeouts`): the group's timeout."""
         self._channel = channel
         self._fallback = fallback
         self._name = name
@@ -92,12 +86,25 @@ class OddlProcessGroup(dist.ProcessGroup):
         return f"oddl:{self._name}"
 
     # -- plumbing --
+    def _bounded(self, kind: str, fn: Callable[..., Any], opts: Any = None,
+                 channel: Any = None) -> Callable[..., Any]:
+        return bounded(channel, f"process group {self._name!r} of {self._world} ranks (oddl)",
+                       kind, call_timeout_s(opts, self._timeout_s), fn)
+
     def _work(self, kind: str, fn: Callable[[], Any], opts: Any = None) -> Any:
         inline = opts is not None and not getattr(opts, "asyncOp", True)
+        fn = self._bounded(kind, fn, opts, self._channel)
         with torch_trace.call(self, kind, fn) as traced:  # ODDL_TRACE_DIR, torch.profiler
             return FutureWork(self._channel.submit(kind, traced, inline))
 
     _op = staticmethod(native.reduce_name)
+
+    def _root(self, root: int, what: str) -> int:
+        """`root`, refused (before anything is sent) unless it is a rank of this group."""
+        if not 0 <= root < self._world:
+            raise UnsupportedCollective(f"{what}: root {root} is not a rank of this group of "
+                                        f"{self._world} (0..{self._world - 1})")
+        return root
 
     # -- reductions --
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
@@ -106,6 +113,8 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._op("all_reduce", opts)
 
         def run() -> list[torch.Tensor]:
+            for t in tensors:  # every tensor checked before the first is sent
+                check_reduction(t, name, "all_reduce", self._fallback is not None)
             for t in tensors:
                 native.reduce_(self._channel, t, name, self._world, "all_reduce",
                                self._fallback)
@@ -120,6 +129,9 @@ class OddlProcessGroup(dist.ProcessGroup):
         name = self._op("reduce", opts)
 
         def run() -> list[torch.Tensor]:
+            self._root(opts.rootRank, "reduce")
+            for t in tensors:
+                check_reduction(t, name, "reduce", self._fallback is not None)
             for t in tensors:
                 native.reduce_(self._channel, t, name, self._world, "reduce", self._fallback)
             return tensors
@@ -162,6 +174,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         root = (opts or dist.BroadcastOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
+            self._root(root, "broadcast")
             for t in tensors:
                 native.broadcast(self._channel, self._ranks, t, root)
             return tensors
@@ -220,8 +233,8 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             native.all_to_all(self._channel, self._ranks, self._rank,
-                              _rows(output, output_split_sizes, self._world, what),
-                              _rows(input, input_split_sizes, self._world, what), what)
+                              native.rows(output, output_split_sizes, self._world, what),
+                              native.rows(input, input_split_sizes, self._world, what), what)
             return [output]
         return self._work(what, run, opts)
 
@@ -238,7 +251,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         root = (opts or dist.GatherOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
-            outs = outputs[0] if self._rank == root else []
+            outs = outputs[0] if self._rank == self._root(root, "gather") else []
             if self._rank == root and len(outs) != self._world:
                 raise UnsupportedCollective(f"gather: {len(outs)} outputs at the root for a "
                                             f"world of {self._world}")
@@ -251,7 +264,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         root = (opts or dist.ScatterOptions()).rootRank
 
         def run() -> list[torch.Tensor]:
-            ins = inputs[0] if self._rank == root else []
+            ins = inputs[0] if self._rank == self._root(root, "scatter") else []
             if self._rank == root and len(ins) != self._world:
                 raise UnsupportedCollective(f"scatter: {len(ins)} inputs at the root for a "
                                             f"world of {self._world}")
@@ -275,9 +288,10 @@ class OddlProcessGroup(dist.ProcessGroup):
         """Each tensor as a flow to `dst` (in order with this rank's collectives)."""
         def run() -> list[torch.Tensor]:
             for t in tensors:
-                native.send(self._channel, self._ranks, t, dst, (tag, self._session))
+                native.send(self._channel, self._ranks, t, dst, (tag, self._session),
+                            self._timeout_s)
             return tensors
-        with torch_trace.call(self, "send", run) as traced:
+        with torch_trace.call(self, "send", self._bounded("send", run)) as traced:
             return FutureWork(self._channel.submit("send", traced, collective=False))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Any:
@@ -285,10 +299,10 @@ class OddlProcessGroup(dist.ProcessGroup):
         def run(client: Any) -> list[torch.Tensor]:
             for t in tensors:
                 native.recv(client, self._channel.job, self._ranks, t, src,
-                            (tag, self._session))
+                            (tag, self._session), self._timeout_s)
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
-            return FutureWork(self._channel.submit_receive("recv", run))
+            return FutureWork(self._channel.submit_receive("recv", self._bounded("recv", run)))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> Any:
         """The first flow from any rank on `tag` into the tensor; the work names its sender
@@ -300,10 +314,11 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run(client: Any) -> list[torch.Tensor]:
             sender.append(native.recv_any(client, self._channel.job, self._ranks, tensors[0],
-                                          (tag, self._session)))
+                                          (tag, self._session), self._timeout_s))
             return tensors
         with torch_trace.call(self, "recv", lambda: None):
-            return FutureWork(self._channel.submit_receive("recv", run), sender)
+            return FutureWork(self._channel.submit_receive("recv", self._bounded("recv", run)),
+                              sender)
 
     # torch 2.13 calls these names; older releases the underscored ones above
     all_gather_single = _allgather_base
@@ -330,13 +345,11 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     members (or on gloo, `_subgroup`)."""
     rank, world = int(dist_opts.group_rank), int(dist_opts.group_size)
     ranks = list(dist_opts.global_ranks_in_group or [])
-    timeout = dist_opts.timeout
-    timeout_s = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
-                 else 1800.0)
+    timeout_s = seconds(dist_opts.timeout)
     name = str(dist_opts.group_id or "")
     if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
         return _subgroup(dist_opts, rank, world, timeout_s, name, ranks)
-    channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S)
+    channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S, dist_opts.store)
     _WORLD.update(to_job=shaken.to_job, session=shaken.session)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()
@@ -348,7 +361,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
                 rank, world, shaken.to_job[rank], channel.api, channel.job or "its only job",
                 mode or "none")
     return OddlProcessGroup(rank, world, channel, fallback, name, shaken.to_job,
-                            shaken.session)
+                            shaken.session, timeout_s)
 
 
 _WORLD: dict[str, Any] = {}
@@ -375,7 +388,7 @@ def _subgroup(dist_opts: Any, rank: int, world: int, timeout_s: float, name: str
                     "among its members (job ranks %s)", ranks, job_ranks)
     # a MeshChannel is a Channel to the group's code: same calls, ranks as member indices
     mesh = cast(Channel, MeshChannel(channel_for(rank, timeout_s), job_ranks, rank, session))
-    return OddlProcessGroup(rank, world, mesh, None, name, None, f"{session}p")
+    return OddlProcessGroup(rank, world, mesh, None, name, None, f"{session}p", timeout_s)
 
 
 def register() -> None:

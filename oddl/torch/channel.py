@@ -8,12 +8,14 @@ Used by oddl.torch.backend (see there); only importable where torch is installed
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ import torch.distributed as dist
 from oddl.agents.client.agent_client import AgentClient
 from oddl.common.errors import CollectiveError, ConfigError
 from oddl.torch.adopt import Promoter, array_of
+from oddl.torch.timeouts import GO_ON
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ class Channel:
         self.client = AgentClient(api, timeout_s=timeout_s)
         self.promoter = Promoter(self.client)  # zero copies for reused tensors
         self.failed = ""
+        self.groups = 0
+        """Groups over the job this process made (`realign` numbers their keys)."""
         self._use = threading.Lock()  # held while a call uses the client
         self._state = threading.Lock()
         self._pending = 0  # calls submitted and not yet finished
@@ -138,6 +143,16 @@ class Channel:
             raise CollectiveError(f"the agent returned {out.dtype}{list(out.shape)} for "
                                   f"{array.dtype}{list(array.shape)}")
         return out
+
+    @contextmanager
+    def bounded(self, timeout_s: float) -> Iterator[None]:
+        """The worker thread's calls in this context wait at most `timeout_s` (the process
+        group's timeout, `oddl.torch.timeouts`)."""
+        saved, self.client.timeout_s = self.client.timeout_s, timeout_s
+        try:
+            yield
+        finally:
+            self.client.timeout_s = saved
 
     def submit_receive(self, what: str, fn: Callable[[AgentClient], Any], lane: str = ""
                        ) -> torch.futures.Future:
@@ -166,14 +181,16 @@ class Channel:
         receives.submit(run)
         return fut
 
-    def submit(self, what: str, fn: Callable[[], Any],
-               inline: bool = False, collective: bool = True) -> torch.futures.Future:
+    def submit(self, what: str, fn: Callable[[], Any], inline: bool = False,
+               collective: bool = True, after_failure: bool = False) -> torch.futures.Future:
         """Run `fn` on the worker thread; its result (or error) completes the future.
 
         `inline` (a call the caller waits for at once, `async_op=False`): when nothing is
         queued, run it on the caller's thread instead, saving the hand-over to the worker;
-        the order stays first-in first-out either way. A failed `collective` breaks the
-        job's collective sequence: later calls are refused; a failed send does not."""
+        the order stays first-in first-out either way. A `collective` that fails after its
+        data went to the agent (it used up a step number) breaks the job's collective
+        sequence: later calls are refused (but those `after_failure`: `realign`). One refused
+        before that (a wrong argument) and a failed send do not."""
         fut: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
@@ -185,16 +202,20 @@ class Channel:
                         self._pending -= 1
 
         def guarded() -> None:
-            if self.failed:
+            if self.failed and not after_failure:
                 fut.set_exception(CollectiveError(
-                    f"{what} not sent: an earlier collective failed ({self.failed}); the job's "
-                    "collective sequence is broken, restart the training processes"))
+                    f"{what} not sent: an earlier collective failed after its data had gone "
+                    f"to the agent ({self.failed}); {GO_ON}"))
                 return
+            used = self.client.steps.used
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to the caller through the future
-                if collective and not isinstance(exc, UnsupportedCollective):
-                    self.failed = self.failed or f"{what}: {exc}"
+                # a call refused before its data went to the agent (an argument, a dtype, a
+                # root; or refused unrun by the agent) used up no step: the sequence holds
+                if collective and self.client.steps.used != used and not self.failed:
+                    self.failed = f"{what}: {exc}"
+                    exc.add_note(f"oddl: {GO_ON}")
                 logger.error("oddl %s failed: %s", what, exc)
                 fut.set_exception(exc)
 
@@ -248,12 +269,40 @@ def channel_for(rank: int, timeout_s: float) -> Channel:
         return _channel
 
 
-def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float
-                   ) -> tuple[Channel, Handshake]:
-    """The process's channel, after the handshake with the job's other ranks. Every rank is
-    here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
+def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
+    """Before a new group's handshake (on the worker thread): the ranks agree, on c10d's `store`, to number their
+    next call on the job after the highest step any of them used, and a sequence a failed
+    collective broke goes on from there (a failed call used up its number on the ranks that
+    made it, not on the others: decision record 0030)."""
+    steps = channel.client.steps
+    job = channel.job or steps.last_job
+    mine = steps.last.get(job, 0) if job else 0
+    # keys of this process's n-th group over the job: a store an earlier group (or a
+    # destroyed world group) left keys in never answers for this one
+    channel.groups += 1
+    key = f"oddl-steps/{channel.groups}"
+    store.set(f"{key}/{rank}", json.dumps([job, mine]))
+    theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]
+    jobs = {j for j, _ in theirs if j}
+    top = max(n for _, n in theirs)
+    if len(jobs) == 1 and top > mine:  # numbers only move forward
+        steps.resume_at(jobs.pop(), top)
+    if channel.failed:
+        logger.warning("oddl: a new process group goes on after step %d of the job (the "
+                       "sequence was broken by %s)", top, channel.failed)
+        channel.failed = ""
+
+
+def joined_channel(rank: int, world: int, timeout_s: float, handshake_s: float,
+                   store: Any = None) -> tuple[Channel, Handshake]:
+    """The process's channel, after the handshake with the job's other ranks (and, given
+    c10d's `store`, after agreeing where the job's numbering goes on: `realign`). Every rank
+    is here together (c10d's rendezvous came first): `handshake_s` is enough, and a job of
     another size fails in that time instead of the group's timeout."""
     channel = channel_for(rank, timeout_s)
+    if store is not None:  # on the worker thread, after the calls queued before
+        channel.submit("realign", lambda: realign(channel, store, rank, world),
+                       collective=False, after_failure=True).wait()
     saved = channel.client.timeout_s
     channel.client.timeout_s = min(saved, handshake_s)
 
@@ -277,7 +326,8 @@ def _close_channel() -> None:
 # ---- tensors <-> numpy ---------------------------------------------------------------------
 
 def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor; a clear error for what numpy cannot hold."""
+    """A numpy view of a contiguous CPU tensor (of at least one dimension: a 0-d tensor is one
+    element); a clear error for what numpy cannot hold."""
     if t.device.type != "cpu":
         raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
                                     f"{t.device}; register it for cpu and move tensors there")
@@ -288,8 +338,10 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     if what == "all_reduce" and _channel is not None and _channel.promoter.enabled \
             and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
         _channel.promoter.before_in_place(t)
-        return array_of(t)
-    return t.detach().contiguous().numpy()
+        a = array_of(t)
+    else:
+        a = t.detach().contiguous().numpy()
+    return a.reshape(1) if a.ndim == 0 else a  # a 0-d tensor as one element, same memory
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ a session derived from it and the group's name, so two groups' flows never pair.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ class MeshChannel:
         self._lane = f"-{session}"
         self.mesh = FlowMesh(me, len(job_ranks), self._send_block, self._receive_block)
         self.client = MeshClient(self.mesh, self._send)
+        self.timeout_s: float | None = None
+        """The bound of the call in progress (`bounded`); None: the process channel's."""
         self.promoter = None
         """Nothing to move into shared memory: the group's flows write into its tensors in
         this process (`torch_native.all_gather_into`)."""
@@ -51,14 +54,15 @@ class MeshChannel:
     # ---- the mesh's flows (the group's collectives) -------------------------------------
     def _send_block(self, a: np.ndarray, member: int) -> None:
         self.base.client.send(a, self.job_ranks[member], session=f"{self.session}c",
-                              job=self.job)
+                              job=self.job, timeout_s=self.timeout_s)
         count("subgroup flows", optical=a.nbytes)
 
     def _receive_block(self, out: np.ndarray, member: int) -> torch.futures.Future:
-        src = self.job_ranks[member]
+        src, timeout_s = self.job_ranks[member], self.timeout_s
         return self.base.submit_receive(
             "subgroup collective", lambda c: c.recv(out, src, session=f"{self.session}c",
-                                                    job=self.job), self._lane)
+                                                    job=self.job, timeout_s=timeout_s),
+            self._lane)
 
     # ---- the group's own point-to-point calls ---------------------------------------------
     def _send(self, a: np.ndarray, dst: int, **where: Any) -> None:
@@ -76,6 +80,15 @@ class MeshChannel:
         subgroup call breaks no sequence of the job."""
         del collective
         return self.base.submit(what, fn, inline, collective=False)
+
+    @contextmanager
+    def bounded(self, timeout_s: float) -> Iterator[None]:
+        """The group's flows in this context wait at most `timeout_s` each."""
+        saved, self.timeout_s = self.timeout_s, timeout_s
+        try:
+            yield
+        finally:
+            self.timeout_s = saved
 
     def sum_(self, array: np.ndarray) -> np.ndarray:
         """Sum `array` across the members, in place (worker thread only)."""

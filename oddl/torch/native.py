@@ -9,7 +9,8 @@ r runs on the job's r-th node, as the launchers start them).
 
 Collectives that only move bytes (gather, broadcast, all-to-all, scatter) carry any dtype:
 one numpy has no type for (bfloat16, bool, complex) travels as the unsigned integer of its
-width. Reductions need a dtype numpy can reduce.
+width. Reductions reduce what gloo reduces, exactly as gloo does (`oddl.torch.dtypes`: bool
+as uint8, complex as its real view, bfloat16 as float32). A 0-d tensor is one element.
 """
 
 from __future__ import annotations
@@ -24,12 +25,21 @@ from oddl.agents.client.agent_client import AgentClient
 from oddl.common.errors import CollectiveError
 from oddl.torch.adopt import array_of
 from oddl.torch.channel import Channel, UnsupportedCollective, as_numpy, count
+from oddl.torch.dtypes import (
+    BOOL_OPS,
+    COMPLEX_OPS,
+    at_least_1d,
+    average,
+    check_reduction,
+    numpy_reducible,
+)
 
 __all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
            "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
-           "reduce_scatter", "scatter", "send", "store"]
+           "reduce_scatter", "rows", "scatter", "send", "store"]
 
-# torch's reduction name -> the agent's op (AVG is a sum divided by the world size)
+# torch's reduction name -> the agent's op (AVG is a sum divided by the world size,
+# integers truncated toward zero: oddl.torch.dtypes.average)
 OPS = {"SUM": "sum", "AVG": "sum", "MIN": "min", "MAX": "max", "PRODUCT": "prod",
        "BAND": "band", "BOR": "bor", "BXOR": "bxor"}
 _UINT = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
@@ -58,14 +68,15 @@ class Ranks:
 
 
 def raw(t: torch.Tensor, what: str) -> np.ndarray:
-    """A numpy view of `t` (contiguous: a copy if it is not) for a collective that only moves
-    bytes: any dtype, those numpy lacks as the unsigned integer of the same width."""
+    """A numpy view of `t` (contiguous: a copy if it is not; a 0-d tensor as one element) for
+    a collective that only moves bytes: any dtype, those numpy lacks as the unsigned integer
+    of the same width."""
     c = _numpy_typed(t.detach().contiguous())
     if c.device.type != "cpu":
         return as_numpy(c, what)  # refused, naming the fix
     # unlike `Tensor.numpy()`, a view that leaves the storage resizable: an input that is a
     # view of a reused output (FSDP's all-gather) must not keep that output from promotion
-    return array_of(c)
+    return at_least_1d(array_of(c))
 
 
 def _numpy_typed(c: torch.Tensor) -> torch.Tensor:
@@ -95,6 +106,16 @@ def store(out: torch.Tensor, values: np.ndarray) -> None:
     dst.copy_(src.reshape(dst.shape))
 
 
+def rows(t: torch.Tensor, sizes: list[int], world: int, what: str) -> list[torch.Tensor]:
+    """`t` split along its first dimension by `sizes` (equal parts when empty)."""
+    if not sizes:
+        if t.shape[0] % world:
+            raise UnsupportedCollective(f"{what}: {t.shape[0]} rows, not a multiple of the "
+                                        f"world {world}")
+        sizes = [t.shape[0] // world] * world
+    return list(torch.split(t, list(sizes), dim=0))
+
+
 def reduce_name(what: str, opts: Any) -> str:
     """The name of `opts`' reduction; one the agent has no counterpart for is refused
     (PREMUL_SUM, NCCL's scaled sum, which gloo refuses too)."""
@@ -109,34 +130,40 @@ def reduce_name(what: str, opts: Any) -> str:
 
 def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
             fallback: Any = None) -> None:
-    """All-reduce `t` in place with torch's reduction `name`. bfloat16 is reduced as float32
-    (every bfloat16 is a float32; the result, the same on every rank, is rounded once). A dtype
-    the agent cannot reduce (bool, complex) goes to `fallback` (ODDL_TORCH_FALLBACK=gloo),
-    counted, or is refused naming the fix."""
-    if name == "AVG" and not t.is_floating_point():
-        raise UnsupportedCollective(f"{what}(AVG) of {t.dtype}: average floating-point "
-                                    "tensors (or SUM the integers)")
-    if t.dtype == torch.bfloat16 and t.device.type == "cpu":
+    """All-reduce `t` in place with torch's reduction `name`, as gloo does (`oddl.torch.dtypes`:
+    bool as uint8, complex SUM and AVG as its real view). bfloat16 is reduced as float32 (every
+    bfloat16 is a float32; the result, the same on every rank, is rounded once). A dtype the
+    agent cannot reduce goes to `fallback` (ODDL_TORCH_FALLBACK=gloo), counted, or is refused
+    naming the fix, before anything is sent."""
+    check_reduction(t, name, what, fallback is not None)
+    if t.dtype == torch.bool:
+        flags = t.to(torch.uint8)  # 0 or 1 each
+        reduce_(ch, flags, BOOL_OPS[name], world, f"{what} (bool as uint8)")
+        t.copy_(flags)
+        return
+    if t.is_complex() and name in COMPLEX_OPS:
+        reduce_(ch, torch.view_as_real(t), "SUM", world, f"{what} ({t.dtype} as real pairs)")
+        if name == "AVG":
+            average(t, world)
+        return
+    if t.dtype == torch.bfloat16:
         wide = t.float()
         reduce_(ch, wide, name, world, f"{what} (bfloat16 as float32)")
         t.copy_(wide)
         return
-    try:
-        a = as_numpy(t, what)
-    except UnsupportedCollective:
-        if fallback is None or t.device.type != "cpu":
-            raise
+    if not numpy_reducible(t.dtype):  # check_reduction let it through: the fallback takes it
         opts = dist.AllreduceOptions()
         opts.reduceOp = getattr(dist.ReduceOp, name)
         fallback.allreduce([t], opts).wait()
         count(f"{what}({name}) (fallback)", fallback=t.numel() * t.element_size())
         return
+    a = as_numpy(t, what)
     if a.size:
         res = ch.client.allreduce(a, op=OPS[name], job=ch.job, out=a)
         if not in_place(res, t):  # `a` was a contiguous copy
             store(t, res)
     if name == "AVG":
-        t.div_(world)
+        average(t, world)
     count(f"{what}({name})", optical=a.nbytes)
 
 
@@ -182,16 +209,30 @@ def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torc
 def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
                    out: torch.Tensor, what: str) -> None:
     """`blocks` (world, n) by group rank: this rank's block of their reduction into `out`.
-    bfloat16 is reduced as float32, as the all-reduce does (`reduce_`), rounded once."""
-    if blocks.dtype == torch.bfloat16 and out.dtype == torch.bfloat16:
+    Every dtype as the all-reduce takes it (`reduce_`): bfloat16 as float32, rounded once;
+    bool as uint8; complex SUM and AVG as its real view."""
+    if blocks.dtype != out.dtype:
+        raise UnsupportedCollective(f"{what}: input {blocks.dtype}, output {out.dtype}; give "
+                                    "both one dtype")
+    check_reduction(out, name, what)
+    world = len(ranks.to_job)
+    if out.dtype == torch.bool:
+        flags = torch.empty(out.shape, dtype=torch.uint8)
+        reduce_scatter(ch, ranks, blocks.to(torch.uint8), BOOL_OPS[name], flags,
+                       f"{what} (bool as uint8)")
+        out.copy_(flags)
+        return
+    if out.is_complex():
+        reduce_scatter(ch, ranks, torch.view_as_real(blocks).reshape(world, -1), "SUM",
+                       torch.view_as_real(out), f"{what} ({out.dtype} as real pairs)")
+        if name == "AVG":
+            average(out, world)
+        return
+    if out.dtype == torch.bfloat16:
         wide = torch.empty(out.shape, dtype=torch.float32)
         reduce_scatter(ch, ranks, blocks.float(), name, wide, f"{what} (bfloat16 as float32)")
         out.copy_(wide)
         return
-    world = len(ranks.to_job)
-    if name == "AVG" and not out.is_floating_point():
-        raise UnsupportedCollective(f"{what}(AVG) of {out.dtype}: average floating-point "
-                                    "tensors")
     a = as_numpy(blocks, what)
     count(f"{what}({name})", optical=a.nbytes)
     if a.size == 0:
@@ -199,7 +240,7 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
     mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
     store(out, mine)
     if name == "AVG":
-        out.div_(world)
+        average(out, world)
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
@@ -263,33 +304,35 @@ def scatter(ch: Channel, ranks: Ranks, me: int, out: torch.Tensor, root: int,
     store(out, res)
 
 
-def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str]
-         ) -> None:
-    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype)."""
+def send(channel: Channel, ranks: Ranks, t: torch.Tensor, dst: int, on: tuple[int, str],
+         timeout_s: float | None = None) -> None:
+    """`t` as a flow to group rank `dst` on (tag, session) `on` (its bytes; any dtype), within
+    `timeout_s` (the group's)."""
     a = raw(t, "send")
     if a.nbytes:
-        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job)
+        channel.client.send(a, ranks.job(dst), tag=on[0], session=on[1], job=channel.job,
+                            timeout_s=timeout_s)
     count("send", optical=a.nbytes)
 
 
 def recv(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor, src: int,
-         on: tuple[int, str]) -> None:
+         on: tuple[int, str], timeout_s: float | None = None) -> None:
     """The next flow from group rank `src` on (tag, session) `on` into `t` (in its memory when
-    contiguous)."""
+    contiguous), within `timeout_s` (the group's)."""
     a = raw(t, "recv")
     if a.nbytes:
-        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job)
+        client.recv(a, ranks.job(src), tag=on[0], session=on[1], job=job, timeout_s=timeout_s)
         if not in_place(a, t):
             store(t, a)
     count("recv", optical=a.nbytes)
 
 
 def recv_any(client: AgentClient, job: str | None, ranks: Ranks, t: torch.Tensor,
-             on: tuple[int, str]) -> int:
-    """The first flow from any rank on (tag, session) `on` into `t`; the group rank it came
-    from."""
+             on: tuple[int, str], timeout_s: float | None = None) -> int:
+    """The first flow from any rank on (tag, session) `on` into `t` (within `timeout_s`); the
+    group rank it came from."""
     a = raw(t, "recv")
-    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job)
+    got, source = client.recv_any(a, tag=on[0], session=on[1], job=job, timeout_s=timeout_s)
     if not in_place(got, t):
         store(t, got)
     count("recv", optical=a.nbytes)

@@ -225,7 +225,8 @@ def _recorded(rec: Tracer, group: Any, kind: str, fn: Callable[[], Any], name: s
         start = time.time_ns()
         result = fn()
         end = time.time_ns()
-        job = getattr(client, "_last_job", None) or getattr(channel, "job", None)
+        job = getattr(getattr(client, "steps", None), "last_job", None) or getattr(
+            channel, "job", None)
         out, dtype = _nelems(result)
         into = out // world if kind.startswith(GATHERS) else (
             out * world if kind.startswith(SCATTERS) else out)
