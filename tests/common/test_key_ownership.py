@@ -5,7 +5,6 @@ read. The tests that change owners run as root with throwaway users (skipped oth
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from as_user import run_as
 
 from oddl.cli import certs as certs_cli
 from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
@@ -155,29 +155,8 @@ def _read_as_service(root: str) -> tuple[int, str]:
 
 
 def _as_user(user: str, root: str) -> tuple[int, str]:
-    """Run :func:`_read_as_service` in a child that has become `user` (uid, gid, groups): the
-    kernel checks that user's permissions, as for a service started with User=."""
-    entry = pwd.getpwnam(user)
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code, text = 5, "child failed"
-        try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setgid(entry.pw_gid)
-            os.setuid(entry.pw_uid)
-            code, text = _read_as_service(root)
-        except BaseException as exc:  # report anything to the parent
-            text = f"{type(exc).__name__}: {exc}"
-        finally:
-            os.write(wfd, text.encode())
-            os._exit(code)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as pipe:
-        text = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), text
+    """Run :func:`_read_as_service` as `user`, as for a service started with User=."""
+    return run_as(user, lambda: _read_as_service(root))
 
 
 @needs_root

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from as_user import run_as
 
 from oddl.cli import certs as certs_cli
 from oddl.cli.exit_codes import EXIT_FAILED, EXIT_OK
@@ -64,31 +65,6 @@ def login_user() -> Iterator[str]:
         subprocess.run(["userdel", "--remove", name], check=False, capture_output=True)
 
 
-def _as_user(user: str, fn: object) -> tuple[int, str]:
-    """Run `fn()` (returning (code, text)) in a child that became `user`."""
-    entry = pwd.getpwnam(user)
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code, text = 5, "child failed"
-        try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setgid(entry.pw_gid)
-            os.setuid(entry.pw_uid)
-            code, text = fn()  # type: ignore[operator]
-        except BaseException as exc:  # report anything to the parent
-            text = f"{type(exc).__name__}: {exc}"
-        finally:
-            os.write(wfd, text.encode())
-            os._exit(code)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as pipe:
-        text = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), text
-
-
 def test_hand_out_gives_a_login_user_their_own_key_and_chown_refuses_them(
         login_user: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert is_login_user(login_user) and not is_login_user("nobody")
@@ -122,7 +98,7 @@ def test_hand_out_gives_a_login_user_their_own_key_and_chown_refuses_them(
             return 0, "ok"
         return 4, "read the controller's key"
 
-    assert _as_user(login_user, read_as_operator) == (0, "ok")
+    assert run_as(login_user, read_as_operator) == (0, "ok")
 
 
 def test_the_cli_uses_the_one_operator_a_handed_out_folder_names(
