@@ -110,12 +110,16 @@ def main() -> None:
                 DataLoader(synthetic(64, args.seed + 1), batch_size=16))
     params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    print(json.dumps({
+    line = json.dumps({
         "rank": trainer.global_rank, "backend": args.backend, "epochs": trainer.current_epoch,
         "global_step": trainer.global_step, "metrics": metrics, "val_losses": history.val_losses,
         "best_checkpoint": checkpoints.best_model_path,
         "digest": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
-        "params": params.tolist(), "counters": oddl_backend.counters()}), flush=True)
+        "params": params.tolist(), "counters": oddl_backend.counters()})
+    print(line, flush=True)
+    # the ranks share torchrun's stdout, where two long lines can interleave: a file each too
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"result-rank{trainer.global_rank}.json").write_text(line)
 
 
 if __name__ == "__main__":

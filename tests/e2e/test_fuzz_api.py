@@ -83,9 +83,16 @@ def _fill(msg, data: st.DataObject, depth: int = 0) -> None:
         if not data.draw(st.booleans(), label=f"set {field.name}"):
             continue
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key_f, value_f = (field.message_type.fields_by_name[n] for n in ("key", "value"))
             for _ in range(data.draw(st.integers(0, 3))):
-                key = data.draw(st.sampled_from(WORDS))
-                getattr(msg, field.name)[key] = data.draw(st.sampled_from(WORDS + ["4", "-1"]))
+                key = data.draw(st.sampled_from(WORDS) if key_f.type == FieldDescriptor.TYPE_STRING
+                                else _scalar(key_f))
+                if value_f.type == FieldDescriptor.TYPE_MESSAGE:
+                    _fill(getattr(msg, field.name)[key], data, depth + 1)
+                elif value_f.type == FieldDescriptor.TYPE_STRING:
+                    getattr(msg, field.name)[key] = data.draw(st.sampled_from(WORDS + ["4", "-1"]))
+                else:
+                    getattr(msg, field.name)[key] = data.draw(_scalar(value_f))
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             if depth > 2:
                 continue

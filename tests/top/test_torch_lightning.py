@@ -37,9 +37,11 @@ def torchrun(out: Path, backend: str, env: dict[str, str]) -> list[dict[str, Any
         cwd=ROOT, env={**os.environ, **env, "PYTHONUNBUFFERED": "1"}, capture_output=True,
         text=True, timeout=240)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert sorted(r["rank"] for r in lines) == list(range(RANKS)), proc.stdout[-2000:]
-    return sorted(lines, key=lambda r: r["rank"])
+    # each rank's file: on the shared stdout two ranks' long lines can interleave
+    lines = [json.loads((out / backend / f"result-rank{r}.json").read_text())
+             for r in range(RANKS)]
+    assert [r["rank"] for r in lines] == list(range(RANKS)), proc.stdout[-2000:]
+    return lines
 
 
 @pytest.mark.e2e
