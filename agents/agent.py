@@ -312,6 +312,9 @@ class Agent:
                     clock.offset_s, node)
         yield gauge("oddl_agent_clock_error_bound_seconds", "The clock offset is within this "
                     "of the truth (+Inf before the first sample)", clock.error_bound_s, node)
+        yield gauge("oddl_agent_clock_skew_budget_seconds", "The testbed's clock skew budget "
+                    "(timing.clock_skew_us) the error bound must stay within",
+                    self.cfg.timing.clock_skew_us / 1e6, node)
         rate = self.measured_line_rate_bps()
         if rate is not None:
             yield gauge("oddl_agent_link_rate_bits_per_second", "What the direct links carry, "
