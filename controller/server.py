@@ -23,6 +23,7 @@ from oddl.common.errors import ConfigError
 from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error
 from oddl.common.metrics import Metrics, counter, gauge
 from oddl.controller.clock_service import ClockService
+from oddl.controller.core import ERROR_KINDS
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
 from oddl.controller.servicer import SERVICE_NAME, ControllerService
@@ -172,7 +173,7 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     yield counter("oddl_collectives_failed_total", "Collectives that failed at some node",
                   core.collectives_failed)
     kinds = None
-    for kind, n in sorted(core.errors.items()):
+    for kind, n in sorted({**dict.fromkeys(ERROR_KINDS, 0), **core.errors}.items()):
         kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
     if kinds is not None:
         yield kinds
@@ -181,6 +182,14 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
                   core.flows.retunes)
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
                 core.registry.alive_count())
+    reach = None
+    unreachable = dict(dm.unreachable)
+    for dev in dm.cfg.devices:
+        reach = gauge("oddl_device_reachable", "1 while the device answers the controller's "
+                      "watch, 0 once it did not", float(dev.id not in unreachable),
+                      {"device": dev.id}, reach)
+    if reach is not None:
+        yield reach
 
 
 def is_loopback(address: str) -> bool:
