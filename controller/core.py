@@ -42,7 +42,7 @@ from oddl.controller.devices import DeviceManager
 from oddl.controller.flows import FlowDesk, check_request
 from oddl.controller.jobs import JobRecord, JobTable
 from oddl.controller.schedules import Schedules
-from oddl.controller.scheduling.slot_grants import RETUNE_FAILED, standing_refusal
+from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
@@ -51,11 +51,6 @@ from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
 logger = logging.getLogger(__name__)
-
-
-ERROR_KINDS = ("agent lost", "collective failed", RETUNE_FAILED, "flow retune failed")
-"""Error kinds the controller exports from zero (`oddl_errors_total`), so a rate or an
-alert's increase() sees the first one."""
 
 
 class ControllerCore:
@@ -69,7 +64,6 @@ class ControllerCore:
         self.store = store
         self.lock = threading.RLock()
         self.errors: Counter[str] = Counter()
-        """Errors by kind; the kinds in `ERROR_KINDS` are exported from zero."""
         self.collectives_failed = 0
         topology, timing = topology_from_config(cfg), timing_from_config(cfg)
         self.admission = Admission(cfg, topology, timing)

@@ -23,9 +23,9 @@ from oddl.common.errors import ConfigError
 from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error
 from oddl.common.metrics import Metrics, counter, gauge
 from oddl.controller.clock_service import ClockService
-from oddl.controller.core import ERROR_KINDS
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
+from oddl.controller.scheduling.slot_grants import RETUNE_FAILED
 from oddl.controller.servicer import SERVICE_NAME, ControllerService
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
@@ -154,6 +154,11 @@ class ControllerServer:
         self.devices.close()
         if self.store is not None:
             self.store.close()
+
+
+ERROR_KINDS = ("agent lost", "collective failed", RETUNE_FAILED, "flow retune failed")
+"""Error kinds the controller exports from zero (`oddl_errors_total`), so a rate or an
+alert's increase() sees the first one."""
 
 
 def _metric_state_of(server: ControllerServer) -> Iterator[Any]:

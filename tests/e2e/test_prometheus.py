@@ -144,70 +144,79 @@ def test_every_dashboard_query_has_data_and_the_alerts_fire(tmp_path: Path) -> N
         try:
             wait_for(lambda: len(prom.query("up == 1")) == 1 + len(agents), 60,
                      "every target scraped")
-            tb.operator.submit("prom", [], "ring", "optical")
-            rng = np.random.default_rng(37)
-            for step in range(1, 6):
-                arrays = [rng.integers(-1000, 1000, 20000) for _ in tb.clients]
-                outs = allreduce_all(tb.clients, arrays, step=step)
-                exact = np.sum(arrays, axis=0)
-                assert all(np.array_equal(o, exact) for o in outs), outs
-
-            queries = dashboard_queries()
-            assert queries, f"no queries in {DASHBOARD}"
+            run_traffic(tb)
             assert tb.cfg.fabric.link != "direct"
-            queries = [(t, e) for t, e in queries
-                       if not any(m in e for m in NOT_ON_THE_FABRIC)]
-
-            def empty() -> list[str] | None:
-                missing = [f"{title}: {expr}" for title, expr in queries
-                           if not prom.query(substitute(expr))]
-                return missing or None
-
-            # Poll until every query has data; on timeout, name the ones still empty.
-            last: list[str] = []
-
-            def all_have_data() -> bool:
-                nonlocal last
-                last = empty() or []
-                return not last
-
-            try:
-                wait_for(all_have_data, 60, "every dashboard query to return data",
-                         interval=1.0)
-            except BaseException:
-                pytest.fail("dashboard queries without data:\n" + "\n".join(last))
-
-            # The clock: no loopback sync meets a budget of a nanosecond.
-            wait_for(lambda: "OddlClockErrorOverBudget" in prom.firing(), 60,
-                     "OddlClockErrorOverBudget firing")
-            bounds = [float(a["value"]) for a in prom.api("alerts")["alerts"]
-                      if a["labels"]["alertname"] == "OddlClockErrorOverBudget"]
-            assert bounds and all(SKEW_BUDGET_US / 1e6 < b < 1.0 for b in bounds), bounds
-
-            # Devices not answering and a retune failing: kill the emulator host, then ask
-            # for a reconfiguration, which cannot be verified and is rolled back.
-            assert not {"OddlDeviceNotAnswering", "OddlRetuneFailed"} & prom.firing()
-            emulators = next(p for p in tb.group.procs if p.name == "emulators")
-            emulators.proc.kill()
-            emulators.proc.wait(10)
-            with pytest.raises(OperationRefused, match="rolled back"):
-                tb.operator.reconfigure(
-                    {"set_channel": {"transmitter": "laser0", "channel": 5}}, dry_run=False)
-            wait_for(lambda: {"OddlDeviceNotAnswering", "OddlRetuneFailed"} <= prom.firing(),
-                     60, "OddlDeviceNotAnswering and OddlRetuneFailed firing")
-            unanswered = {a["labels"]["device"] for a in prom.api("alerts")["alerts"]
-                          if a["labels"]["alertname"] == "OddlDeviceNotAnswering"}
-            assert "laser0" in unanswered, unanswered
-
-            # An agent down: kill its process; its scrape fails and the controller loses it.
-            assert not {"OddlAgentDown", "OddlAgentLost"} & prom.firing()
-            victim = next(p for p in tb.group.procs if p.name == "agent-n3")
-            victim.proc.kill()
-            victim.proc.wait(10)
-            wait_for(lambda: {"OddlAgentDown", "OddlAgentLost"} <= prom.firing(), 60,
-                     "OddlAgentDown and OddlAgentLost firing")
-            down = [a for a in prom.api("alerts")["alerts"]
-                    if a["labels"]["alertname"] == "OddlAgentDown"]
-            assert [a["labels"]["instance"] for a in down] == [agents["n3"]]
+            check_dashboard(prom)
+            provoke_alerts(tb, prom, agents)
         finally:
             prom.close()
+
+
+def run_traffic(tb: RunningTestbed) -> None:
+    """A job and five exact all-reduces, so the counters move."""
+    tb.operator.submit("prom", [], "ring", "optical")
+    rng = np.random.default_rng(37)
+    for step in range(1, 6):
+        arrays = [rng.integers(-1000, 1000, 20000) for _ in tb.clients]
+        outs = allreduce_all(tb.clients, arrays, step=step)
+        exact = np.sum(arrays, axis=0)
+        assert all(np.array_equal(o, exact) for o in outs), outs
+
+
+def check_dashboard(prom: Prometheus) -> None:
+    """Poll until every panel query has data; on timeout, name the ones still empty."""
+    queries = [(t, e) for t, e in dashboard_queries()
+               if not any(m in e for m in NOT_ON_THE_FABRIC)]
+    assert queries, f"no queries in {DASHBOARD}"
+    last: list[str] = []
+
+    def all_have_data() -> bool:
+        nonlocal last
+        last = [f"{title}: {expr}" for title, expr in queries
+                if not prom.query(substitute(expr))]
+        return not last
+
+    try:
+        wait_for(all_have_data, 60, "every dashboard query to return data", interval=1.0)
+    except BaseException:
+        pytest.fail("dashboard queries without data:\n" + "\n".join(last))
+
+
+def alerts_named(prom: Prometheus, name: str) -> list[dict[str, Any]]:
+    return [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == name]
+
+
+def provoke_alerts(tb: RunningTestbed, prom: Prometheus, agents: dict[str, str]) -> None:
+    """Make each alert's condition true on the testbed and wait until the alert fires."""
+    # The clock: no loopback sync meets a budget of a nanosecond.
+    wait_for(lambda: "OddlClockErrorOverBudget" in prom.firing(), 60,
+             "OddlClockErrorOverBudget firing")
+    bounds = [float(a["value"]) for a in alerts_named(prom, "OddlClockErrorOverBudget")]
+    assert bounds and all(SKEW_BUDGET_US / 1e6 < b < 1.0 for b in bounds), bounds
+
+    # Devices not answering and a retune failing: kill the emulator host, then ask for a
+    # reconfiguration, which cannot be verified and is rolled back.
+    assert not {"OddlDeviceNotAnswering", "OddlRetuneFailed"} & prom.firing()
+    kill(tb, "emulators")
+    with pytest.raises(OperationRefused, match="rolled back"):
+        tb.operator.reconfigure({"set_channel": {"transmitter": "laser0", "channel": 5}},
+                                dry_run=False)
+    wait_for(lambda: {"OddlDeviceNotAnswering", "OddlRetuneFailed"} <= prom.firing(), 60,
+             "OddlDeviceNotAnswering and OddlRetuneFailed firing")
+    unanswered = {a["labels"]["device"] for a in alerts_named(prom, "OddlDeviceNotAnswering")}
+    assert "laser0" in unanswered, unanswered
+
+    # An agent down: kill its process; its scrape fails and the controller loses it.
+    assert not {"OddlAgentDown", "OddlAgentLost"} & prom.firing()
+    kill(tb, "agent-n3")
+    wait_for(lambda: {"OddlAgentDown", "OddlAgentLost"} <= prom.firing(), 60,
+             "OddlAgentDown and OddlAgentLost firing")
+    down = alerts_named(prom, "OddlAgentDown")
+    assert [a["labels"]["instance"] for a in down] == [agents["n3"]]
+
+
+def kill(tb: RunningTestbed, name: str) -> None:
+    """SIGKILL the testbed's process `name` and reap it."""
+    victim = next(p for p in tb.group.procs if p.name == name)
+    victim.proc.kill()
+    victim.proc.wait(10)
