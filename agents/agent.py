@@ -35,7 +35,7 @@ from oddl.agents.links.choice import open_links
 from oddl.agents.links.line_rate import LineRateMeter, rate_warning
 from oddl.agents.local_api import wire as localapi
 from oddl.agents.local_api.bucket_server import BucketRegistry, request_array
-from oddl.agents.local_api.server import LocalServer
+from oddl.agents.local_api.server import FAILURE_KINDS, LocalServer
 from oddl.agents.point_to_point import Flows
 from oddl.agents.slot_gate import SlotGate
 from oddl.agents.trace import switch as trace_switch
@@ -300,7 +300,7 @@ class Agent:
         if peers is not None:
             yield peers
         kinds = None
-        for kind, n in sorted(self.errors.items()):
+        for kind, n in sorted({**dict.fromkeys(FAILURE_KINDS, 0), **self.errors}.items()):
             kinds = counter("oddl_agent_errors_total", "Errors by kind", n,
                             {**node, "kind": kind}, kinds)
         if kinds is not None:
@@ -312,6 +312,9 @@ class Agent:
                     clock.offset_s, node)
         yield gauge("oddl_agent_clock_error_bound_seconds", "The clock offset is within this "
                     "of the truth (+Inf before the first sample)", clock.error_bound_s, node)
+        yield gauge("oddl_agent_clock_skew_budget_seconds", "The testbed's clock skew budget "
+                    "(timing.clock_skew_us) the error bound must stay within",
+                    self.cfg.timing.clock_skew_us / 1e6, node)
         rate = self.measured_line_rate_bps()
         if rate is not None:
             yield gauge("oddl_agent_link_rate_bits_per_second", "What the direct links carry, "

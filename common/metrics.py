@@ -58,6 +58,8 @@ class Metrics:
                                      "granted (phase=granted); the guard should cover granted",
                                      ["phase"], buckets=GUARD_BUCKETS,
                                      registry=self.registry)
+        for phase in ("confirmed", "granted"):
+            self.guard_phase.labels(phase)  # exported from zero, before the first retune slot
         self.address = ""
         self._server: Any = None
 

@@ -25,6 +25,7 @@ from oddl.common.metrics import Metrics, counter, gauge
 from oddl.controller.clock_service import ClockService
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
+from oddl.controller.scheduling.slot_grants import RETUNE_FAILED
 from oddl.controller.servicer import SERVICE_NAME, ControllerService
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
@@ -155,6 +156,11 @@ class ControllerServer:
             self.store.close()
 
 
+ERROR_KINDS = ("agent lost", "collective failed", RETUNE_FAILED, "flow retune failed")
+"""Error kinds the controller exports from zero (`oddl_errors_total`), so a rate or an
+alert's increase() sees the first one."""
+
+
 def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     core, dm = server.service.core, server.devices
     yield counter("oddl_reconfigurations_total", "Transmitter retunes applied", dm.reconfigurations)
@@ -172,7 +178,7 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
     yield counter("oddl_collectives_failed_total", "Collectives that failed at some node",
                   core.collectives_failed)
     kinds = None
-    for kind, n in sorted(core.errors.items()):
+    for kind, n in sorted({**dict.fromkeys(ERROR_KINDS, 0), **core.errors}.items()):
         kinds = counter("oddl_errors_total", "Errors by kind", n, {"kind": kind}, kinds)
     if kinds is not None:
         yield kinds
@@ -181,6 +187,14 @@ def _metric_state_of(server: ControllerServer) -> Iterator[Any]:
                   core.flows.retunes)
     yield gauge("oddl_agents_alive", "Agents whose heartbeat is recent",
                 core.registry.alive_count())
+    reach = None
+    unreachable = dict(dm.unreachable)
+    for dev in dm.cfg.devices:
+        reach = gauge("oddl_device_reachable", "1 while the device answers the controller's "
+                      "watch, 0 once it did not", float(dev.id not in unreachable),
+                      {"device": dev.id}, reach)
+    if reach is not None:
+        yield reach
 
 
 def is_loopback(address: str) -> bool:

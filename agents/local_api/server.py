@@ -233,6 +233,11 @@ class LocalServer:
         return header
 
 
+FAILURE_KINDS = ("lost data", "step mismatch", "collective")
+"""Every kind `_failure_kind` returns: the agent exports each from zero, so a dashboard's
+error rate has a series before the first failure."""
+
+
 def _failure_kind(exc: CollectiveError) -> str:
     """How the agent counts a failed collective (`oddl_agent_errors_total{kind}`)."""
     if isinstance(exc, LostData):

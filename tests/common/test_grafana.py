@@ -1,4 +1,5 @@
-"""deploy/grafana/oddl.json: every panel's PromQL names only metrics oddl exports.
+"""deploy/grafana/oddl.json and deploy/prometheus/oddl-alerts.yml: every PromQL query names
+only metrics oddl exports.
 
 The exported names are found from the code, not listed here: the histograms of a real
 `oddl.common.metrics.Metrics` registry for each prefix the controller and the agent use, and the
@@ -23,6 +24,8 @@ from oddl.common.metrics import Metrics
 DASHBOARD = ROOT / "deploy" / "grafana" / "oddl.json"
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
             "and", "or", "unless", "atan2", "inf", "nan"}
+PROMETHEUS_OWN = {"up"}
+"""Series Prometheus makes itself for every target."""
 IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
@@ -110,7 +113,7 @@ def test_the_exported_names_are_found_in_the_code():
 def test_every_panel_query_names_exported_metrics(title, expr):
     names = metric_names(expr)
     assert names, f"panel {title!r}: no metric in {expr!r}"
-    unknown = names - exported_series()
+    unknown = names - exported_series() - PROMETHEUS_OWN
     assert not unknown, (f"panel {title!r} queries {sorted(unknown)}, which oddl does not "
                          "export; fix the query or the metric")
 
@@ -126,3 +129,27 @@ def test_the_dashboard_covers_what_the_issue_asks_for():
     dash = json.loads(DASHBOARD.read_text())
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dash["panels"])
+
+
+RULES = ROOT / "deploy" / "prometheus" / "oddl-alerts.yml"
+PROMETHEUS_OWN = {"up"}
+"""Series Prometheus makes itself for every target."""
+
+
+def _rules() -> list[tuple[str, str]]:
+    yaml = pytest.importorskip("yaml")
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [(r["alert"], r["expr"]) for g in groups for r in g["rules"]]
+
+
+def test_every_alert_rule_names_exported_metrics():
+    """deploy/prometheus/oddl-alerts.yml reads only what oddl exports (promtool checks the
+    syntax, in tests/e2e/test_prometheus.py, but not that the series exist)."""
+    rules = _rules()
+    assert {"OddlAgentDown", "OddlClockErrorOverBudget", "OddlSlotOverruns",
+            "OddlDeviceNotAnswering", "OddlRetuneFailed"} <= {name for name, _ in rules}
+    for name, expr in rules:
+        names = metric_names(expr)
+        assert names, f"alert {name}: no metric in {expr!r}"
+        unknown = names - exported_series() - PROMETHEUS_OWN
+        assert not unknown, f"alert {name} reads {sorted(unknown)}, which oddl does not export"
