@@ -79,8 +79,9 @@ class ControllerCore:
         """Per job, the last collective whose slots were launched (barrier or standing)."""
 
     def close(self) -> None:
-        """Stop the slot executors (at their next wait); streams end with `slots.stop`."""
+        """Stop the slot executors (at their next wait) and the streams (`slots.stop`)."""
         self.slots.close()
+        self.registry.close()
 
     def count_error(self, kind: str) -> None:
         """Count one error of `kind` (``oddl_errors_total``)."""
@@ -171,12 +172,12 @@ class ControllerCore:
     def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False when the session is unknown (the agent must register).
         An agent back from the dead has its jobs announced again: its peers wait until then."""
-        with self.lock:
-            heard = self.registry.heartbeat(request)
-            if heard.back:
+        heard = self.registry.heartbeat(request)  # the registry's own lock: no wait on ours
+        if heard.back:
+            with self.lock:
                 for job in self.jobs.running_of(request.node_id):
                     self._assign(job, exclude=request.node_id)
-            return heard.known
+        return heard.known
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
         """Start a new schedule stream to a registered node (None: not registered), with its

@@ -179,9 +179,71 @@ class _Servicer(pb_grpc.ControllerServicer):
         return pb.ReconfigureReply(applied=True)
 
 
-@pytest.fixture(scope="module")
-def secure_server(lab: SecurityFiles) -> Iterator[tuple[str, _Servicer]]:
+class _AioServicer(pb_grpc.ControllerServicer):
+    """The same servicer for an asyncio server (the controller's): coroutines."""
+
+    def __init__(self, inner: _Servicer) -> None:
+        self.inner = inner
+
+    async def Heartbeat(self, request, context):  # noqa: N802
+        return self.inner.Heartbeat(request, context)
+
+    async def WatchSchedule(self, request, context):  # noqa: N802
+        for event in self.inner.WatchSchedule(request, context):
+            yield event
+
+    async def GetStatus(self, request, context):  # noqa: N802
+        return self.inner.GetStatus(request, context)
+
+    async def Reconfigure(self, request, context):  # noqa: N802
+        return self.inner.Reconfigure(request, context)
+
+
+class _AioServer:
+    """An asyncio gRPC server on a loop in its own thread, as the controller runs one."""
+
+    def __init__(self, servicer: _Servicer, interceptor: object, root: Path | None) -> None:
+        import asyncio
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def build() -> tuple[object, int]:
+            server = grpc.aio.server(interceptors=[interceptor])
+            pb_grpc.add_ControllerServicer_to_server(_AioServicer(servicer), server)
+            port = (server.add_secure_port("127.0.0.1:0", server_credentials(root)) if root
+                    else server.add_insecure_port("127.0.0.1:0"))
+            await server.start()
+            return server, port
+
+        self.server, self.port = self._run(build())
+
+    def _run(self, coro: object) -> object:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)  # type: ignore
+
+    def stop(self) -> None:
+        self._run(self.server.stop(0))  # type: ignore[attr-defined]
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module", params=["sync", "aio"])
+def secure_server(lab: SecurityFiles, request: pytest.FixtureRequest
+                  ) -> Iterator[tuple[str, _Servicer]]:
+    """The interceptor on a thread-pool server and, as the controller serves, on an asyncio
+    server: the same refusals on both."""
     servicer = _Servicer()
+    if request.param == "aio":
+        from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
+
+        aio = _AioServer(servicer, AioAuthorizationInterceptor(), lab.root)
+        yield f"127.0.0.1:{aio.port}", servicer
+        aio.stop()
+        return
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          interceptors=[AuthorizationInterceptor()])
     pb_grpc.add_ControllerServicer_to_server(servicer, server)
@@ -289,6 +351,23 @@ def test_plaintext_peer_is_unauthenticated() -> None:
         assert "client certificate" in err.details()
     finally:
         server.stop(0).wait(2)
+
+
+def test_plaintext_peer_is_unauthenticated_on_the_event_loop() -> None:
+    """The asyncio interceptor (the controller's) refuses a caller without TLS too."""
+    from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
+
+    aio = _AioServer(_Servicer(), AioAuthorizationInterceptor(), None)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{aio.port}") as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            err = _refused(stub.GetStatus, pb.GetStatusRequest())
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "client certificate" in err.details()
+            err = _refused(stub.WatchSchedule, pb.WatchScheduleRequest(node_id="n0"))
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        aio.stop()
 
 
 def test_method_table_covers_every_rpc_of_the_service() -> None:

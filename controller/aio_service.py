@@ -1,0 +1,98 @@
+"""The Controller gRPC service on an event loop: a thin asyncio shell over `ControllerService`.
+
+A thousand agents each hold a `WatchSchedule` stream for their whole life; on a thread-pool
+server every stream pins a thread. Here a stream is a coroutine parked on its node's
+`EventQueue` (no thread), the cheap calls run on the loop itself, and every call that takes
+the core's lock or may wait on a device runs in a bounded thread pool, so a slow device
+transaction never stalls the loop (ADR 0032).
+
+- on the loop: `SyncClock`, `Heartbeat` (the registry's own short lock; the core's only when
+  a dead agent is back), `GetTopology` (built once), and the stream's waiting;
+- in the pool: everything else, by calling the sync `ControllerService` method with a small
+  context whose `abort` raises `AbortCall`, turned here into the call's gRPC status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import Any, NoReturn
+
+import grpc
+
+from oddl.controller.servicer import ControllerService
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+
+INLINE = ("Heartbeat", "SyncClock", "GetTopology")
+"""The RPCs answered on the event loop: no device, no wait on the core's lock."""
+STREAMED = ("WatchSchedule",)
+"""The server streams: coroutines on the loop."""
+
+
+class AbortCall(Exception):
+    """A sync method's `context.abort`, off the loop: its status and details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self.code, self.details = code, details
+
+
+class OffLoopContext:
+    """What the sync servicer uses of a context, for a call run in the pool."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise AbortCall(code, details)
+
+    def is_active(self) -> bool:
+        return True
+
+
+class AsyncControllerService(pb_grpc.ControllerServicer):
+    """The `ControllerService`'s RPCs as coroutines (see the module docstring)."""
+
+    def __init__(self, service: ControllerService, pool: Executor):
+        self.service = service
+        self.pool = pool
+
+    async def _inline(self, name: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return getattr(self.service, name)(request, OffLoopContext())
+        except AbortCall as exc:
+            await context.abort(exc.code, exc.details)
+
+    async def _in_pool(self, name: str, request: Any,
+                       context: grpc.aio.ServicerContext) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.pool, getattr(self.service, name), request,
+                                              OffLoopContext())
+        except AbortCall as exc:
+            await context.abort(exc.code, exc.details)
+
+    async def WatchSchedule(self, request: pb.WatchScheduleRequest,  # noqa: N802 (gRPC)
+                            context: grpc.aio.ServicerContext
+                            ) -> AsyncIterator[pb.ScheduleEvent]:
+        core = self.service.core
+        loop = asyncio.get_running_loop()
+        opened = await loop.run_in_executor(self.pool, core.open_stream, request.node_id)
+        if opened is None:
+            await context.abort(*self.service.not_streaming(request.node_id))
+            return
+        async for event in core.registry.stream(*opened, self.service.stopped):
+            yield event
+
+
+def _method(name: str, run: str) -> Callable[..., Any]:
+    async def call(self: AsyncControllerService, request: Any,
+                   context: grpc.aio.ServicerContext) -> Any:
+        return await getattr(self, run)(name, request, context)
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+for _rpc in pb.DESCRIPTOR.services_by_name["Controller"].methods:
+    if _rpc.name not in STREAMED:
+        setattr(AsyncControllerService, _rpc.name,
+                _method(_rpc.name, "_inline" if _rpc.name in INLINE else "_in_pool"))
