@@ -1,0 +1,224 @@
+"""The control plane at scale (issue 35): one controller process and N lightweight agents.
+
+For each N of --sizes, a testbed of N one-port hosts (oddl/launch/shapes.py `control_plane`,
+emulated circuit switches), the emulator host and `oddl controller serve` as processes of
+their own, and a `Fleet` of N agents (oddl/launch/fleet.py: the agent's real gRPC and UDP
+protocol, one connection each, no data plane) on this process's event loop. Measured:
+
+- register: from the fleet's start until `GetStatus` shows all N alive (registered,
+  streaming, beating);
+- load: the controller's CPU (% of one core) and resident memory while N agents beat once a
+  second, each after four UDP clock probes, over --steady-s; RSS per agent above the idle
+  controller's;
+- push: `SubmitJob` of a job of all N until every agent heard its assignment;
+- barrier: all N send `ReadyCollective` at once; each agent's go arrives t after the sends
+  (p50, p99), and the go's size (its schedule, to every agent);
+- restart: SIGKILL the controller, start it again on the same port and state file; the time
+  until all N are back (from the kill and from the new controller's ready line).
+
+    python benchmarks/bench_control_plane.py [--sizes 4,16,64,256,1024] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from bench_common import emit, run_meta
+
+from oddl.launch.fleet import Fleet
+from oddl.launch.processes import ProcessGroup, free_port
+from oddl.launch.shapes import control_plane
+from oddl.launch.testbed import controller_command, emulators_command
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos import oddl_pb2_grpc as pb_grpc
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """A process's user and system CPU time so far, s (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory, MB (/proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def alive(stub: pb_grpc.ControllerStub) -> int:
+    try:
+        status = await stub.GetStatus(pb.GetStatusRequest(), timeout=30)
+    except grpc.aio.AioRpcError:
+        return 0
+    return sum(1 for a in status.agents if a.alive)
+
+
+async def until_alive(stub: pb_grpc.ControllerStub, n: int, timeout: float) -> float:
+    """Seconds until `n` agents are alive (TimeoutError after `timeout`)."""
+    t0 = time.perf_counter()
+    while await alive(stub) < n:
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"fewer than {n} agents alive after {timeout:.0f} s")
+        await asyncio.sleep(0.1)
+    return time.perf_counter() - t0
+
+
+class Controller:
+    """`oddl controller serve` on a fixed port with a state file (so it can restart)."""
+
+    def __init__(self, group: ProcessGroup, resolved: Path, workdir: Path):
+        self.group, self.resolved = group, resolved
+        self.listen = f"127.0.0.1:{free_port()}"
+        self.state = workdir / "controller.sqlite"
+        self.start()
+
+    def start(self) -> None:
+        self.group.start("controller", controller_command(self.resolved, self.listen,
+                                                          self.state), timeout=120)
+        self.proc = self.group.procs[-1]
+
+    def kill(self) -> None:
+        self.proc.proc.kill()
+        self.proc.proc.wait(10)
+        self.proc.release()
+        self.group.procs.remove(self.proc)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+
+async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    workdir.mkdir()
+    config = workdir / f"control-plane-{n}.toml"
+    config.write_text(control_plane(n), encoding="utf-8")
+    resolved = workdir / f"control-plane-{n}.resolved.toml"
+    with ProcessGroup(workdir) as group:
+        group.start("emulators", emulators_command(config, resolved), timeout=120)
+        ctl = Controller(group, resolved, workdir)
+        await asyncio.sleep(1.0)
+        idle_rss = rss_mb(ctl.pid)
+        operator = grpc.aio.insecure_channel(ctl.listen)
+        stub = pb_grpc.ControllerStub(operator)
+        fleet = Fleet(ctl.listen, [f"n{k}" for k in range(n)], heartbeat_s=1.0)
+        out: dict[str, Any] = {"n": n, "idle_rss_mb": round(idle_rss, 1)}
+        try:
+            await fleet.start()
+            out["register_s"] = await until_alive(stub, n, args.patience)
+            await asyncio.sleep(1.0)  # the registrations' burst is over
+            c0, t0, h0 = cpu_s(ctl.pid), time.perf_counter(), fleet.heartbeats
+            await asyncio.sleep(args.steady_s)
+            cpu = (cpu_s(ctl.pid) - c0) / (time.perf_counter() - t0)
+            rss = rss_mb(ctl.pid)
+            out.update(cpu_pct=round(100 * cpu, 1), rss_mb=round(rss, 1),
+                       rss_kb_per_agent=round(1024 * (rss - idle_rss) / n, 1),
+                       heartbeats_per_s=round((fleet.heartbeats - h0) / args.steady_s, 1),
+                       cpu_us_per_heartbeat=round(1e6 * cpu * args.steady_s /
+                                                  max(1, fleet.heartbeats - h0), 1))
+            out.update(await collective(fleet, stub, n, args))
+            out.update(await restart(fleet, stub, ctl, n, args))
+        finally:
+            await fleet.close()
+            await operator.close()
+    return out
+
+
+async def collective(fleet: Fleet, stub: pb_grpc.ControllerStub, n: int,
+                     args: argparse.Namespace) -> dict[str, Any]:
+    """A job of all N: the push of its assignment, then one barrier and its go."""
+    t0 = time.time_ns()
+    job = await stub.SubmitJob(pb.SubmitJobRequest(
+        name="all", nodes=list(fleet.agents), collective=args.collective, network="ideal"),
+        timeout=args.patience)
+    heard = await fleet.wait_all(lambda e: e.WhichOneof("event") == "assigned"
+                                 and e.assigned.job.id == job.id, args.patience, t0)
+    push = [(h.at_ns - t0) / 1e9 for h in heard.values()]
+    sent = time.time_ns()
+    await fleet.ready_all(job.id, 1, [args.elements])
+    gone = await fleet.wait_all(lambda e: e.WhichOneof("event") == "go"
+                                and e.go.job_id == job.id, args.patience, sent)
+    errors = {h.event.go.error for h in gone.values()} - {""}
+    if errors:
+        raise RuntimeError(f"the barrier failed: {sorted(errors)[0]}")
+    lat = np.array([(h.at_ns - sent) / 1e9 for h in gone.values()])
+    go = next(iter(gone.values())).event
+    return {"push_s": round(max(push), 4), "barrier_p50_s": round(float(np.percentile(lat, 50)), 4),
+            "barrier_p99_s": round(float(np.percentile(lat, 99)), 4),
+            "go_bytes": go.ByteSize(), "job": job.id}
+
+
+async def restart(fleet: Fleet, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """SIGKILL the controller and start it again; the time until all N are back."""
+    before = {a.node: a.registrations for a in fleet.agents.values()}
+    killed = time.perf_counter()
+    ctl.kill()
+    ctl.start()
+    ready = time.perf_counter()
+    deadline = ready + args.patience
+    while any(a.registrations <= before[a.node] for a in fleet.agents.values()):
+        if time.perf_counter() > deadline:
+            raise TimeoutError("agents did not re-register after the restart")
+        await asyncio.sleep(0.1)
+    await until_alive(stub, n, max(1.0, deadline - time.perf_counter()))
+    back = time.perf_counter()
+    return {"restart_start_s": round(ready - killed, 3), "back_after_ready_s": round(back - ready, 3),
+            "back_after_kill_s": round(back - killed, 3)}
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    head = (f"{'N':>5} {'register s':>10} {'CPU %':>6} {'RSS MB':>7} {'kB/agent':>8} "
+            f"{'µs/beat':>7} {'push s':>7} {'go p50 s':>8} {'go p99 s':>8} {'go kB':>7} "
+            f"{'back s':>7}")
+    lines = [f"control plane: {summary['collective']} job of all N, heartbeat 1 s, "
+             f"4 clock probes per beat", head]
+    for r in summary["results"]:
+        lines.append(f"{r['n']:>5} {r['register_s']:>10.2f} {r['cpu_pct']:>6.1f} "
+                     f"{r['rss_mb']:>7.1f} {r['rss_kb_per_agent']:>8.1f} "
+                     f"{r['cpu_us_per_heartbeat']:>7.0f} {r['push_s']:>7.3f} "
+                     f"{r['barrier_p50_s']:>8.3f} {r['barrier_p99_s']:>8.3f} "
+                     f"{r['go_bytes'] / 1e3:>7.1f} {r['back_after_kill_s']:>7.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="4,16,64,256,1024",
+                    help="agent counts, comma-separated (default: %(default)s)")
+    ap.add_argument("--collective", default="halving-doubling",
+                    help="the job's collective (default: %(default)s)")
+    ap.add_argument("--elements", type=int, default=1 << 20,
+                    help="float32 elements the collective reduces (default: %(default)s)")
+    ap.add_argument("--steady-s", type=float, default=5.0,
+                    help="seconds of heartbeats to measure the load over (default: %(default)s)")
+    ap.add_argument("--patience", type=float, default=600.0,
+                    help="seconds any one step may take (default: %(default)s)")
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="oddl-cp-") as tmp:
+        for n in sizes:
+            r = asyncio.run(measure(n, args, Path(tmp) / f"n{n}"))
+            print(f"[control-plane] N={n}: {r}", file=sys.stderr, flush=True)
+            results.append(r)
+    summary = run_meta("control_plane", collective=args.collective, sizes=sizes,
+                       steady_s=args.steady_s, results=results)
+    return emit(summary, args.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
