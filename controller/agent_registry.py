@@ -93,13 +93,14 @@ class AgentRegistry:
             return {n: self.agents[n].data_address for n in nodes
                     if n in self.agents and self.agents[n].data_address}
 
-    def push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent) -> None:
-        """Queue `event` for every registered node of `nodes` (and wake their streams)."""
+    def push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent, key: str = "") -> None:
+        """Queue `event` for every registered node of `nodes` (and wake their streams); with
+        `key`, in place of a queued event of the same key (`EventQueue.put`)."""
         wakes = []
         for n in nodes:
             rec = self.agents.get(n)
             if rec is not None:
-                wakes.append(rec.events.put(event))
+                wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:

@@ -10,11 +10,16 @@ transaction never stalls the loop (ADR 0032).
   a dead agent is back), `GetTopology` (built once), and the stream's waiting;
 - in the pool: everything else, by calling the sync `ControllerService` method with a small
   context whose `abort` raises `AbortCall`, turned here into the call's gRPC status.
+
+An event pushed to many nodes is one message object in each node's queue; its stream
+serializes it once for all of them (`WireCache`), not once per stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import Any, NoReturn
@@ -96,3 +101,51 @@ for _rpc in pb.DESCRIPTOR.services_by_name["Controller"].methods:
     if _rpc.name not in STREAMED:
         setattr(AsyncControllerService, _rpc.name,
                 _method(_rpc.name, "_inline" if _rpc.name in INLINE else "_in_pool"))
+
+
+class WireCache:
+    """The serialized form of the last events sent, by identity: a go to a thousand nodes is
+    serialized once. Holds the events it serialized (their ids stay theirs)."""
+
+    def __init__(self, size: int = 256):
+        self._size = size
+        self._cache: OrderedDict[int, tuple[pb.ScheduleEvent, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, event: pb.ScheduleEvent) -> bytes:
+        with self._lock:
+            hit = self._cache.get(id(event))
+            if hit is not None and hit[0] is event:
+                return hit[1]
+        data = event.SerializeToString()
+        with self._lock:
+            self._cache[id(event)] = (event, data)
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return data
+
+
+class _Handlers:
+    """Stands in for a server to take the generated code's method handlers."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+
+    def add_generic_rpc_handlers(self, _: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, _: str, handlers: dict[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def add_to_server(servicer: AsyncControllerService, server: grpc.aio.Server) -> None:
+    """Serve `servicer` on `server` as the generated code would, but for the schedule stream,
+    whose events are serialized once for every node they go to (`WireCache`)."""
+    taken = _Handlers()
+    pb_grpc.add_ControllerServicer_to_server(servicer, taken)
+    handlers = taken.handlers
+    handlers["WatchSchedule"] = grpc.unary_stream_rpc_method_handler(
+        servicer.WatchSchedule, request_deserializer=pb.WatchScheduleRequest.FromString,
+        response_serializer=WireCache())
+    service = pb.DESCRIPTOR.services_by_name["Controller"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)

@@ -10,11 +10,10 @@ and acts on their answers:
 - `BarrierBook` (pure): the nodes' readies and what a complete barrier decides;
 - `Schedules` (pure): the schedules laid out for each job, kept per bucket;
 - `AgentRegistry`: sessions, liveness and each node's event queue, where the core pushes;
+  `Announcer`: a job's peers announced once for a burst of registrations;
 - `SlotExecutor`: the slots that retune, on threads of their own, reporting back through
-  `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`);
-- `FlowDesk`: point-to-point flows;
-- the `DeviceManager` (verified transactions) and the `Store`, through which every change of a
-  job is written to SQLite (I/O, when the controller has a state file).
+  `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`); `FlowDesk`: flows;
+- the `DeviceManager` (verified transactions) and the `Store` (SQLite: every job change).
 
 The lock is never held while waiting for a slot executor's thread or a device transaction.
 """
@@ -36,6 +35,7 @@ from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.admission import Admission, optinc_bucket_refusal
 from oddl.controller.agent_registry import AgentRecord, AgentRegistry
+from oddl.controller.announcer import Announcer
 from oddl.controller.barriers import Agreed, Barrier, BarrierBook, Refusal
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
@@ -59,9 +59,7 @@ class ControllerCore:
 
     def __init__(self, cfg: TestbedConfig, devices: DeviceManager,
                  metrics: Metrics | None = None, store: Store | None = None):
-        self.cfg = cfg
-        self.devices = devices
-        self.store = store
+        self.cfg, self.devices, self.store = cfg, devices, store
         self.lock = threading.RLock()
         self.errors: Counter[str] = Counter()
         self.collectives_failed = 0
@@ -74,6 +72,7 @@ class ControllerCore:
                                   testbed=cfg.path)
         self.flows = FlowDesk(cfg, topology, timing, devices, self.count_error)
         self.jobs = JobTable(store)
+        self.announcer = Announcer(self._announce)
         self._transmitters = {n.id: n.transmitter for n in cfg.nodes}
         self._started: dict[str, int] = {}
         """Per job, the last collective whose slots were launched (barrier or standing)."""
@@ -81,6 +80,7 @@ class ControllerCore:
     def close(self) -> None:
         """Stop the slot executors (at their next wait) and the streams (`slots.stop`)."""
         self.slots.close()
+        self.announcer.close()
         self.registry.close()
 
     def count_error(self, kind: str) -> None:
@@ -151,29 +151,34 @@ class ControllerCore:
                              transactions_failed=self.devices.transactions_failed)
 
     # ---- agents' news -----------------------------------------------------------------------
-    def _assigned(self, job: JobRecord, node: str) -> pb.ScheduleEvent:
-        return assigned_pb(job, node, self.registry.data_addresses(job.nodes))
-
     def _assign(self, job: JobRecord, exclude: str = "") -> None:
         """Tell each registered node of `job` (but `exclude`) its assignment."""
+        peers = self.registry.data_addresses(job.nodes)
         for n in job.nodes:
             if n != exclude and n in self.registry.agents:
-                self.registry.push((n,), self._assigned(job, n))
+                self.registry.push((n,), assigned_pb(job, n, peers), key=f"assigned {job.id}")
+
+    def _announce(self, job_ids: set[str]) -> None:
+        """Tell the nodes of these jobs, if still running, their peers now (`Announcer`)."""
+        with self.lock:
+            for job in (self.jobs.find(j) for j in sorted(job_ids)):
+                if job is not None and job.running:
+                    self._assign(job)
 
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
         """Register an agent (a new session); the peers of its running jobs learn its (new)
-        data address."""
+        data address, at the end of the announcer's window."""
         with self.lock:
             rec = self.registry.register(request)
             for job in self.jobs.running_of(request.node_id):
-                self._assign(job, exclude=request.node_id)
+                self.announcer.later(job.id)
             return rec
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
         """Record a heartbeat; False when the session is unknown (the agent must register).
         An agent back from the dead has its jobs announced again: its peers wait until then."""
         heard = self.registry.heartbeat(request)  # the registry's own lock: no wait on ours
-        if heard.back:
+        if heard.back:  # rare and one at a time: announced at once
             with self.lock:
                 for job in self.jobs.running_of(request.node_id):
                     self._assign(job, exclude=request.node_id)
@@ -184,16 +189,11 @@ class ControllerCore:
         running jobs' assignments queued first."""
         with self.lock:
             opened = self.registry.open_stream(node_id)
-            if opened is not None:
-                for job in self.jobs.running_of(node_id):
-                    self.registry.push((node_id,), self._assigned(job, node_id))
+            for job in self.jobs.running_of(node_id) if opened is not None else ():
+                self.registry.push((node_id,), assigned_pb(
+                    job, node_id, self.registry.data_addresses(job.nodes)),
+                    key=f"assigned {job.id}")
             return opened
-
-    def monitor(self, stop: threading.Event) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until `stop`."""
-        interval = self.cfg.controller.heartbeat_s
-        while not stop.wait(interval / 2):
-            self.sweep(time.monotonic())
 
     def sweep(self, now: float) -> None:
         """Declare dead the agents silent at `now` (monotonic): the collectives each takes
@@ -359,8 +359,7 @@ class ControllerCore:
 
     def schedule_pb(self, job_id: str, message_bytes: int, itemsize: int,
                     kind: str = ALL_REDUCE, root: int = 0) -> pb.Schedule:
-        """The schedule a job's collective `kind` of `message_bytes` would run on
-        (`GetSchedule`)."""
+        """The schedule of a job's collective `kind` of `message_bytes` (`GetSchedule`)."""
         with self.lock:
             job = self.jobs.get(job_id)
             return self.schedules.encoded(job, message_bytes, itemsize, kind, root,

@@ -6,6 +6,10 @@ is a coroutine on the server's event loop that waits for them without a thread o
 (ADR 0032). A waiting stream parks an `asyncio.Future` here; a push takes it and returns it
 as a `Wake`, and whoever pushed wakes every stream it fed with one hop into each loop
 (`wake_all`), so a push to a thousand nodes is one `call_soon_threadsafe`, not a thousand.
+
+An event pushed with a key replaces the queued, unsent event of the same key in its place
+(a job's assignment: only the newest list of peers matters), so a node that is not reading
+holds one of each, not one per registration of its peers.
 """
 
 from __future__ import annotations
@@ -31,24 +35,39 @@ class EventQueue:
     """First in, first out; `put` from any thread, `get` from one coroutine at a time."""
 
     def __init__(self) -> None:
-        self._items: deque[pb.ScheduleEvent] = deque()
+        self._items: deque[list[pb.ScheduleEvent]] = deque()
+        """Each event in a box of its own, so a keyed one can be replaced in its place."""
+        self._keyed: dict[str, list[pb.ScheduleEvent]] = {}
         self._lock = threading.Lock()
         self._waiter: Wake | None = None
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, event: pb.ScheduleEvent) -> Wake | None:
-        """Queue `event`; the stream parked on it (to pass to `wake_all`), if any."""
+    def put(self, event: pb.ScheduleEvent, key: str = "") -> Wake | None:
+        """Queue `event` (with `key`: in place of the queued event of that key, if any); the
+        stream parked on the queue (to pass to `wake_all`), if any."""
         with self._lock:
-            self._items.append(event)
+            box = self._keyed.get(key) if key else None
+            if box is not None:
+                box[0] = event
+            else:
+                box = [event]
+                self._items.append(box)
+                if key:
+                    self._keyed[key] = box
             waiter, self._waiter = self._waiter, None
         return waiter
 
     def get_nowait(self) -> pb.ScheduleEvent | None:
         """The next event, or None when there is none."""
         with self._lock:
-            return self._items.popleft() if self._items else None
+            if not self._items:
+                return None
+            box = self._items.popleft()
+            for key in [k for k, b in self._keyed.items() if b is box]:
+                del self._keyed[key]
+            return box[0]
 
     def kick(self) -> Wake | None:
         """Take the parked stream without an event (it rechecks whether to go on)."""

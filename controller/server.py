@@ -28,7 +28,7 @@ from oddl.common.config import TestbedConfig
 from oddl.common.errors import ConfigError
 from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error
 from oddl.common.metrics import Metrics, counter, gauge
-from oddl.controller.aio_service import AsyncControllerService
+from oddl.controller.aio_service import AsyncControllerService, add_to_server
 from oddl.controller.clock_service import ClockService
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
@@ -36,7 +36,6 @@ from oddl.controller.servicer import SERVICE_NAME, ControllerService
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
 from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +122,7 @@ class ControllerServer:
                      ) -> tuple[grpc.aio.Server, Any]:
         """The asyncio server with the service, health and reflection (on the loop)."""
         server = grpc.aio.server(interceptors=interceptors)
-        pb_grpc.add_ControllerServicer_to_server(AsyncControllerService(self.service, self.pool),
-                                                 server)
+        add_to_server(AsyncControllerService(self.service, self.pool), server)
         checks = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checks, server)
         reflection.enable_server_reflection(

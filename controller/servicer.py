@@ -73,7 +73,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def monitor(self) -> None:
         """Detect dead agents (no heartbeat for three intervals) until the service closes."""
-        self.core.monitor(self.stopped)
+        while not self.stopped.wait(self.cfg.controller.heartbeat_s / 2):
+            self.core.sweep(time.monotonic())
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
         self.core.count_error(type(exc).__name__)

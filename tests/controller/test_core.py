@@ -194,3 +194,35 @@ def test_an_agent_back_from_the_dead_is_announced_to_its_peers(core: ControllerC
     # a new stream gets its running jobs' assignments first
     opened = core.open_stream("n2")
     assert opened is not None and events(core, "n2")[0].assigned.rank == 2
+
+
+def test_a_burst_of_registrations_is_announced_once_per_node(core: ControllerCore):
+    """Every agent re-registering (a controller restart) announces the job's peers once to
+    each node, with every new address, not once per registration (ADR 0032)."""
+    job = _ring(core)
+    for n in NODES:
+        core.register(pb.RegisterAgentRequest(node_id=n, data_address=f"tcp://{n}:1"))
+    assert all(events(core, n) == [] for n in NODES)  # gathered, not yet announced
+    core.announcer.flush()  # the window's end
+    for n in NODES:
+        (event,) = events(core, n)
+        assert event.assigned.job.id == job.id and event.assigned.rank == NODES.index(n)
+        assert dict(event.assigned.peers) == {m: f"tcp://{m}:1" for m in NODES}
+
+
+def test_an_unread_queue_keeps_only_the_newest_assignment(core: ControllerCore):
+    """A node whose stream does not read holds one assignment per job, the newest, in the
+    place of the first; other events keep their order."""
+    job = _ring(core)
+    core.cancel(job.id)
+    for n in NODES:
+        events(core, n)
+    second = core.submit(pb.SubmitJobRequest(name="t2", collective="ring"))
+    core.sweep(time.monotonic())  # nobody is late: nothing pushed
+    for k in range(3):
+        core.register(pb.RegisterAgentRequest(node_id="n1", data_address=f"tcp://n1:{k}"))
+        core.announcer.flush()
+    got = events(core, "n0")
+    assert [e.WhichOneof("event") for e in got] == ["assigned"]
+    assert got[0].assigned.job.id == second.id
+    assert got[0].assigned.peers["n1"] == "tcp://n1:2"
