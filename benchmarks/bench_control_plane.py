@@ -16,13 +16,15 @@ protocol, one connection each, no data plane) on this process's event loop. Meas
 - restart: SIGKILL the controller, start it again on the same port and state file; the time
   until all N are back (from the kill and from the new controller's ready line).
 
-    python benchmarks/bench_control_plane.py [--sizes 4,16,64,256,1024] [--json]
+    python benchmarks/bench_control_plane.py [--sizes 4,16,64,256,1024] [--json] [--plot PNG]
+    python benchmarks/bench_control_plane.py --replot after=a.json before=b.json --plot PNG
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -128,12 +130,18 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
                        heartbeats_per_s=round((fleet.heartbeats - h0) / args.steady_s, 1),
                        cpu_us_per_heartbeat=round(1e6 * cpu * args.steady_s /
                                                   max(1, fleet.heartbeats - h0), 1))
+            progress(n, "registered and measured the load", out)
             out.update(await collective(fleet, stub, n, args))
+            progress(n, "pushed a job and passed its barrier", out)
             out.update(await restart(fleet, stub, ctl, n, args))
         finally:
             await fleet.close()
             await operator.close()
     return out
+
+
+def progress(n: int, what: str, out: dict[str, Any]) -> None:
+    print(f"[control-plane] N={n}: {what}: {out}", file=sys.stderr, flush=True)
 
 
 async def collective(fleet: Fleet, stub: pb_grpc.ControllerStub, n: int,
@@ -194,6 +202,47 @@ def table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+PANELS = (
+    ("register_s", "registration of all (s)"),
+    ("cpu_pct", "controller CPU under heartbeats (% of a core)"),
+    ("rss_kb_per_agent", "controller RSS per agent (kB)"),
+    ("push_s", "assignment pushed to all (s)"),
+    ("barrier_p99_s", "barrier to go, p99 (s)"),
+    ("back_after_kill_s", "all back after a controller SIGKILL (s)"),
+)
+
+
+def plot(runs: dict[str, dict[str, Any]], path: str) -> None:
+    """Each figure against N (log-log), one line per labelled run, with N and N log N
+    guides through the first point of the first run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    for ax, (key, title) in zip(axes.flat, PANELS, strict=True):
+        for label, summary in runs.items():
+            rows = [r for r in summary["results"] if key in r]
+            ax.plot([r["n"] for r in rows], [r[key] for r in rows], "o-", label=label)
+        first = next(iter(runs.values()))["results"]
+        n0, y0 = first[0]["n"], max(first[0].get(key, 0), 1e-4)
+        ns = np.array(sorted({r["n"] for s in runs.values() for r in s["results"]}))
+        ax.plot(ns, y0 * ns / n0, ":", color="grey", label="∝ N")
+        ax.plot(ns, y0 * ns * np.log2(ns) / (n0 * np.log2(n0)), "--", color="grey",
+                label="∝ N log N")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("agents N")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("One controller, N agents (benchmarks/bench_control_plane.py)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="4,16,64,256,1024",
@@ -207,7 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patience", type=float, default=600.0,
                     help="seconds any one step may take (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--plot", metavar="PNG", help="draw each figure against N into PNG")
+    ap.add_argument("--replot", nargs="+", metavar="LABEL=JSON",
+                    help="draw --plot from saved --json outputs instead of measuring")
     args = ap.parse_args(argv)
+    if args.replot:
+        runs = {}
+        for item in args.replot:
+            label, _, path = item.partition("=")
+            runs[label] = json.loads(Path(path).read_text(encoding="utf-8").splitlines()[-1])
+        plot(runs, args.plot or "control-plane.png")
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="oddl-cp-") as tmp:
@@ -217,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
     summary = run_meta("control_plane", collective=args.collective, sizes=sizes,
                        steady_s=args.steady_s, results=results)
+    if args.plot:
+        plot({"measured": summary}, args.plot)
     return emit(summary, args.json, table)
 
 

@@ -6,8 +6,8 @@ server every stream pins a thread. Here a stream is a coroutine parked on its no
 the core's lock or may wait on a device runs in a bounded thread pool, so a slow device
 transaction never stalls the loop (ADR 0032).
 
-- on the loop: `SyncClock`, `Heartbeat` (the registry's own short lock; the core's only when
-  a dead agent is back), `GetTopology` (built once), and the stream's waiting;
+- on the loop: `SyncClock`, `Heartbeat` (the registry's own short lock; a dead agent back is
+  announced in the pool), `GetTopology` (built once), and the stream's waiting;
 - in the pool: everything else, by calling the sync `ControllerService` method with a small
   context whose `abort` raises `AbortCall`, turned here into the call's gRPC status.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
@@ -30,10 +31,12 @@ from oddl.controller.servicer import ControllerService
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
-INLINE = ("Heartbeat", "SyncClock", "GetTopology")
+INLINE = ("SyncClock", "GetTopology")
 """The RPCs answered on the event loop: no device, no wait on the core's lock."""
 STREAMED = ("WatchSchedule",)
 """The server streams: coroutines on the loop."""
+OWN = ("Heartbeat", *STREAMED)
+"""The RPCs this shell writes itself."""
 
 
 class AbortCall(Exception):
@@ -76,6 +79,17 @@ class AsyncControllerService(pb_grpc.ControllerServicer):
         except AbortCall as exc:
             await context.abort(exc.code, exc.details)
 
+    async def Heartbeat(self, request: pb.HeartbeatRequest,  # noqa: N802 (gRPC)
+                        context: grpc.aio.ServicerContext) -> pb.HeartbeatReply:
+        """On the loop: the registry's short lock only. An agent back from the dead has its
+        jobs announced in the pool (that takes the core's lock)."""
+        core = self.service.core
+        heard = core.registry.heartbeat(request)
+        if heard.back:
+            await asyncio.get_running_loop().run_in_executor(self.pool, core.agent_back,
+                                                             request.node_id)
+        return pb.HeartbeatReply(controller_time_ns=time.time_ns(), reregister=not heard.known)
+
     async def WatchSchedule(self, request: pb.WatchScheduleRequest,  # noqa: N802 (gRPC)
                             context: grpc.aio.ServicerContext
                             ) -> AsyncIterator[pb.ScheduleEvent]:
@@ -98,7 +112,7 @@ def _method(name: str, run: str) -> Callable[..., Any]:
 
 
 for _rpc in pb.DESCRIPTOR.services_by_name["Controller"].methods:
-    if _rpc.name not in STREAMED:
+    if _rpc.name not in OWN:
         setattr(AsyncControllerService, _rpc.name,
                 _method(_rpc.name, "_inline" if _rpc.name in INLINE else "_in_pool"))
 

@@ -151,10 +151,10 @@ class ControllerCore:
                              transactions_failed=self.devices.transactions_failed)
 
     # ---- agents' news -----------------------------------------------------------------------
-    def _assign(self, job: JobRecord, exclude: str = "") -> None:
-        """Tell each registered node of `job` (but `exclude`) its assignment."""
+    def _assign(self, job: JobRecord, exclude: str = "", to: tuple[str, ...] = ()) -> None:
+        """Tell each registered node of `job` (or of `to`), but `exclude`, its assignment."""
         peers = self.registry.data_addresses(job.nodes)
-        for n in job.nodes:
+        for n in to or job.nodes:
             if n != exclude and n in self.registry.agents:
                 self.registry.push((n,), assigned_pb(job, n, peers), key=f"assigned {job.id}")
 
@@ -166,8 +166,7 @@ class ControllerCore:
                     self._assign(job)
 
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
-        """Register an agent (a new session); the peers of its running jobs learn its (new)
-        data address, at the end of the announcer's window."""
+        """Register an agent (a new session); its jobs' peers learn its address (`Announcer`)."""
         with self.lock:
             rec = self.registry.register(request)
             for job in self.jobs.running_of(request.node_id):
@@ -175,14 +174,17 @@ class ControllerCore:
             return rec
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
-        """Record a heartbeat; False when the session is unknown (the agent must register).
-        An agent back from the dead has its jobs announced again: its peers wait until then."""
+        """Record a heartbeat; False: an unknown session (register again). See `agent_back`."""
         heard = self.registry.heartbeat(request)  # the registry's own lock: no wait on ours
-        if heard.back:  # rare and one at a time: announced at once
-            with self.lock:
-                for job in self.jobs.running_of(request.node_id):
-                    self._assign(job, exclude=request.node_id)
+        if heard.back:
+            self.agent_back(request.node_id)
         return heard.known
+
+    def agent_back(self, node_id: str) -> None:
+        """Announce the jobs of an agent back from the dead at once: its peers wait for it."""
+        with self.lock:
+            for job in self.jobs.running_of(node_id):
+                self._assign(job, exclude=node_id)
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
         """Start a new schedule stream to a registered node (None: not registered), with its
@@ -190,9 +192,7 @@ class ControllerCore:
         with self.lock:
             opened = self.registry.open_stream(node_id)
             for job in self.jobs.running_of(node_id) if opened is not None else ():
-                self.registry.push((node_id,), assigned_pb(
-                    job, node_id, self.registry.data_addresses(job.nodes)),
-                    key=f"assigned {job.id}")
+                self._assign(job, to=(node_id,))
             return opened
 
     def sweep(self, now: float) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -68,6 +69,8 @@ class Fleet:
         self.closing = False
         self.heartbeats = 0
         self.probes = 0
+        self.errors: Counter[str] = Counter()
+        """Failed calls, by RPC and status ("Heartbeat DEADLINE_EXCEEDED")."""
 
     def _agent(self, node: str) -> FleetAgent:
         # a connection of its own per agent, as separate agent processes have
@@ -115,8 +118,8 @@ class Fleet:
                     backoff = 0.2
                     a.heard.append(Heard(time.time_ns(), event))
                     self._changed.set()
-            except grpc.aio.AioRpcError:
-                pass
+            except grpc.aio.AioRpcError as exc:
+                self.errors[f"stream {exc.code().name}"] += 1
             if self.closing:
                 return
             await asyncio.sleep(backoff)
@@ -132,10 +135,11 @@ class Fleet:
                     reply = await a.stub.Heartbeat(pb.HeartbeatRequest(
                         node_id=a.node, session=a.session), timeout=self.timeout)
                     self.heartbeats += 1
-                    if reply.reregister:
-                        a.session = ""  # the stream's end (or this) registers again
-                except grpc.aio.AioRpcError:
-                    pass
+                    if reply.reregister:  # as the agent does: register again at once
+                        self.errors["Heartbeat reregister"] += 1
+                        await self.register(a)
+                except grpc.aio.AioRpcError as exc:
+                    self.errors[f"Heartbeat {exc.code().name}"] += 1
             await asyncio.sleep(self.heartbeat_s)
 
     def _probe(self, a: FleetAgent) -> None:

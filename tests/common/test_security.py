@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from aio_server import AioServer
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
@@ -199,38 +200,6 @@ class _AioServicer(pb_grpc.ControllerServicer):
         return self.inner.Reconfigure(request, context)
 
 
-class _AioServer:
-    """An asyncio gRPC server on a loop in its own thread, as the controller runs one."""
-
-    def __init__(self, servicer: _Servicer, interceptor: object, root: Path | None) -> None:
-        import asyncio
-        import threading
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-        async def build() -> tuple[object, int]:
-            server = grpc.aio.server(interceptors=[interceptor])
-            pb_grpc.add_ControllerServicer_to_server(_AioServicer(servicer), server)
-            port = (server.add_secure_port("127.0.0.1:0", server_credentials(root)) if root
-                    else server.add_insecure_port("127.0.0.1:0"))
-            await server.start()
-            return server, port
-
-        self.server, self.port = self._run(build())
-
-    def _run(self, coro: object) -> object:
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)  # type: ignore
-
-    def stop(self) -> None:
-        self._run(self.server.stop(0))  # type: ignore[attr-defined]
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
 @pytest.fixture(scope="module", params=["sync", "aio"])
 def secure_server(lab: SecurityFiles, request: pytest.FixtureRequest
                   ) -> Iterator[tuple[str, _Servicer]]:
@@ -240,7 +209,7 @@ def secure_server(lab: SecurityFiles, request: pytest.FixtureRequest
     if request.param == "aio":
         from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
 
-        aio = _AioServer(servicer, AioAuthorizationInterceptor(), lab.root)
+        aio = AioServer(_AioServicer(servicer), AioAuthorizationInterceptor(), lab.root)
         yield f"127.0.0.1:{aio.port}", servicer
         aio.stop()
         return
@@ -357,7 +326,7 @@ def test_plaintext_peer_is_unauthenticated_on_the_event_loop() -> None:
     """The asyncio interceptor (the controller's) refuses a caller without TLS too."""
     from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
 
-    aio = _AioServer(_Servicer(), AioAuthorizationInterceptor(), None)
+    aio = AioServer(_AioServicer(_Servicer()), AioAuthorizationInterceptor(), None)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{aio.port}") as channel:
             stub = pb_grpc.ControllerStub(channel)

@@ -8,7 +8,6 @@ target the schedule stream would carry).
 
 from __future__ import annotations
 
-
 from helpers import EMULATED
 
 from oddl.common.config import TestbedConfig, parse_testbed
