@@ -140,6 +140,15 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
     return out
 
 
+async def measure_all(sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="oddl-cp-") as tmp:
+        for n in sizes:
+            results.append(await measure(n, args, Path(tmp) / f"n{n}"))
+            print(f"[control-plane] N={n}: {results[-1]}", file=sys.stderr, flush=True)
+    return results
+
+
 def progress(n: int, what: str, out: dict[str, Any]) -> None:
     print(f"[control-plane] N={n}: {what}: {out}", file=sys.stderr, flush=True)
 
@@ -268,12 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         plot(runs, args.plot or "control-plane.png")
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = []
-    with tempfile.TemporaryDirectory(prefix="oddl-cp-") as tmp:
-        for n in sizes:
-            r = asyncio.run(measure(n, args, Path(tmp) / f"n{n}"))
-            print(f"[control-plane] N={n}: {r}", file=sys.stderr, flush=True)
-            results.append(r)
+    results = asyncio.run(measure_all(sizes, args))  # one loop: gRPC's asyncio state is per loop
     summary = run_meta("control_plane", collective=args.collective, sizes=sizes,
                        steady_s=args.steady_s, results=results)
     if args.plot:

@@ -181,10 +181,10 @@ class ControllerCore:
         return heard.known
 
     def agent_back(self, node_id: str) -> None:
-        """Announce the jobs of an agent back from the dead at once: its peers wait for it."""
+        """Announce the jobs of an agent back from the dead (`Announcer`): its peers wait."""
         with self.lock:
             for job in self.jobs.running_of(node_id):
-                self._assign(job, exclude=node_id)
+                self.announcer.later(job.id)
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
         """Start a new schedule stream to a registered node (None: not registered), with its

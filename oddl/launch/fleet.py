@@ -46,7 +46,10 @@ class FleetAgent:
     channel: grpc.aio.Channel
     session: str = ""
     clock_port: int = 0
-    heard: list[Heard] = field(default_factory=list)
+    heard: dict[tuple[str, str, int], Heard] = field(default_factory=dict)
+    """The first event of each kind, job and collective (later copies are counted only:
+    a thousand agents keeping every assignment of a thousand peers would not fit)."""
+    events: int = 0
     registrations: int = 0
     registered_ns: int = 0
     """When the last registration's reply came (time.time_ns)."""
@@ -116,7 +119,8 @@ class Fleet:
                                                                     session=a.session))
                 async for event in call:
                     backoff = 0.2
-                    a.heard.append(Heard(time.time_ns(), event))
+                    a.events += 1
+                    a.heard.setdefault(_key(event), Heard(time.time_ns(), event))
                     self._changed.set()
             except grpc.aio.AioRpcError as exc:
                 self.errors[f"stream {exc.code().name}"] += 1
@@ -159,8 +163,10 @@ class Fleet:
 
     # ---- asking what the agents heard ----------------------------------------------------
     def first(self, a: FleetAgent, match: Match, since_ns: int = 0) -> Heard | None:
-        """The first event `a` heard at or after `since_ns` that `match`es."""
-        return next((h for h in a.heard if h.at_ns >= since_ns and match(h.event)), None)
+        """The first event `a` heard at or after `since_ns` that `match`es (of each kind, job
+        and collective only the first is kept)."""
+        return next((h for h in list(a.heard.values())
+                     if h.at_ns >= since_ns and match(h.event)), None)
 
     async def wait_all(self, match: Match, timeout: float, since_ns: int = 0
                        ) -> dict[str, Heard]:
@@ -191,3 +197,11 @@ class Fleet:
                 timeout=self.timeout)
             return a.node, time.time_ns()
         return dict(await asyncio.gather(*(one(a) for a in self.agents.values())))
+
+
+def _key(event: pb.ScheduleEvent) -> tuple[str, str, int]:
+    """An event's kind, job and collective (the keep-first key)."""
+    kind = event.WhichOneof("event") or ""
+    body = getattr(event, kind) if kind else None
+    job = (body.job.id if kind == "assigned" else getattr(body, "job_id", "")) if body else ""
+    return kind, job, int(getattr(body, "seq", 0) or 0)
