@@ -106,7 +106,7 @@ class Controller:
 async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     workdir.mkdir()
     config = workdir / f"control-plane-{n}.toml"
-    config.write_text(control_plane(n), encoding="utf-8")
+    config.write_text(control_plane(n, args.heartbeat_s), encoding="utf-8")
     resolved = workdir / f"control-plane-{n}.resolved.toml"
     with ProcessGroup(workdir) as group:
         group.start("emulators", emulators_command(config, resolved), timeout=120)
@@ -115,7 +115,7 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
         idle_rss = rss_mb(ctl.pid)
         operator = grpc.aio.insecure_channel(ctl.listen)
         stub = pb_grpc.ControllerStub(operator)
-        fleet = Fleet(ctl.listen, [f"n{k}" for k in range(n)], heartbeat_s=1.0)
+        fleet = Fleet(ctl.listen, [f"n{k}" for k in range(n)], heartbeat_s=args.heartbeat_s)
         out: dict[str, Any] = {"n": n, "idle_rss_mb": round(idle_rss, 1)}
         try:
             await fleet.start()
@@ -137,6 +137,9 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
         finally:
             await fleet.close()
             await operator.close()
+    log = (workdir / "controller.log").read_text(errors="replace")
+    out["declared_dead"] = log.count("stopped answering")
+    out["fleet_errors"] = dict(fleet.errors)
     return out
 
 
@@ -199,15 +202,16 @@ async def restart(fleet: Fleet, stub: pb_grpc.ControllerStub, ctl: Controller, n
 def table(summary: dict[str, Any]) -> list[str]:
     head = (f"{'N':>5} {'register s':>10} {'CPU %':>6} {'RSS MB':>7} {'kB/agent':>8} "
             f"{'µs/beat':>7} {'push s':>7} {'go p50 s':>8} {'go p99 s':>8} {'go kB':>7} "
-            f"{'back s':>7}")
-    lines = [f"control plane: {summary['collective']} job of all N, heartbeat 1 s, "
-             f"4 clock probes per beat", head]
+            f"{'back s':>7} {'dead':>5}")
+    lines = [f"control plane: {summary['collective']} job of all N, heartbeat "
+             f"{summary.get('heartbeat_s', 1.0)} s, 4 clock probes per beat", head]
     for r in summary["results"]:
         lines.append(f"{r['n']:>5} {r['register_s']:>10.2f} {r['cpu_pct']:>6.1f} "
                      f"{r['rss_mb']:>7.1f} {r['rss_kb_per_agent']:>8.1f} "
                      f"{r['cpu_us_per_heartbeat']:>7.0f} {r['push_s']:>7.3f} "
                      f"{r['barrier_p50_s']:>8.3f} {r['barrier_p99_s']:>8.3f} "
-                     f"{r['go_bytes'] / 1e3:>7.1f} {r['back_after_kill_s']:>7.2f}")
+                     f"{r['go_bytes'] / 1e3:>7.1f} {r['back_after_kill_s']:>7.2f} "
+                     f"{r.get('declared_dead', 0):>5}")
     return lines
 
 
@@ -260,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the job's collective (default: %(default)s)")
     ap.add_argument("--elements", type=int, default=1 << 20,
                     help="float32 elements the collective reduces (default: %(default)s)")
+    ap.add_argument("--heartbeat-s", type=float, default=1.0,
+                    help="the agents' heartbeat interval, [controller] heartbeat_s "
+                         "(default: %(default)s)")
     ap.add_argument("--steady-s", type=float, default=5.0,
                     help="seconds of heartbeats to measure the load over (default: %(default)s)")
     ap.add_argument("--patience", type=float, default=600.0,
@@ -279,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results = asyncio.run(measure_all(sizes, args))  # one loop: gRPC's asyncio state is per loop
     summary = run_meta("control_plane", collective=args.collective, sizes=sizes,
-                       steady_s=args.steady_s, results=results)
+                       steady_s=args.steady_s, heartbeat_s=args.heartbeat_s, results=results)
     if args.plot:
         plot({"measured": summary}, args.plot)
     return emit(summary, args.json, table)

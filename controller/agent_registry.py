@@ -156,7 +156,7 @@ class AgentRegistry:
         """The events of `rec`'s node until `stop` or a newer stream (the caller's
         cancellation, when its client goes, ends it too). Waits on the event loop."""
         events = rec.events
-        rec.streaming = True
+        self._mark_streaming(rec.node_id, generation, True)
         try:
             while not stop.is_set() and self._current(rec.node_id, generation):
                 event = events.get_nowait()
@@ -165,9 +165,15 @@ class AgentRegistry:
                     continue
                 yield event
         finally:
-            current = self.agents.get(rec.node_id)
+            self._mark_streaming(rec.node_id, generation, False)
+
+    def _mark_streaming(self, node_id: str, generation: int, streaming: bool) -> None:
+        """Mark the node's current record (a registration since the stream opened made a new
+        one, which carries the mark over) as streaming or not, if `generation` is current."""
+        with self._lock:
+            current = self.agents.get(node_id)
             if current is not None and current.stream_generation == generation:
-                current.streaming = False
+                current.streaming = streaming
 
     def close(self) -> None:
         """End every stream at its next wake (call after setting their `stop`)."""

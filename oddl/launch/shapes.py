@@ -283,12 +283,13 @@ link = "fabric"
 """
 
 
-def control_plane(hosts: int) -> str:
+def control_plane(hosts: int, heartbeat_s: float = 1.0) -> str:
     """A testbed file for the control plane at scale (benchmarks/bench_control_plane.py): `hosts`
     emulated hosts of one port each, on as many circuit switches as they need
     (``MAX_SWITCH_SIZE`` ports each). A job on hosts of different switches runs on network
     ``ideal`` (no circuit spans two switches); the controller, its streams, barriers and
-    schedules are as on any testbed."""
+    schedules are as on any testbed. `heartbeat_s`: the agents' heartbeat interval (an agent
+    silent for three is declared dead)."""
     if hosts < 2:
         raise ValueError(f"--hosts {hosts}: a testbed has at least 2 hosts")
     switches = -(-hosts // MAX_SWITCH_SIZE)
@@ -299,7 +300,8 @@ description = "{hosts} hosts x 1 port on {switches} optical circuit switch(es)"
 seed = 1
 """
     parts = [head, _timing(min(hosts, MAX_WSS_HOSTS), False),
-             _switched_fabric(min(hosts, MAX_WSS_HOSTS), 1, False), _controller(False)]
+             _switched_fabric(min(hosts, MAX_WSS_HOSTS), 1, False),
+             _controller(False).replace("heartbeat_s = 1.0", f"heartbeat_s = {heartbeat_s}")]
     parts += [f'[[nodes]]\nid = "n{k}"\nhost = "127.0.0.1"\nports = 1\n' for k in range(hosts)]
     fibres = []
     for s in range(switches):

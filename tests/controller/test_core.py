@@ -226,3 +226,27 @@ def test_an_unread_queue_keeps_only_the_newest_assignment(core: ControllerCore):
     assert [e.WhichOneof("event") for e in got] == ["assigned"]
     assert got[0].assigned.job.id == second.id
     assert got[0].assigned.peers["n1"] == "tcp://n1:2"
+
+
+def test_a_stream_opened_before_a_registration_marks_the_new_record(core: ControllerCore):
+    """An agent that registers again while its stream opens (a heartbeat told it to) is
+    still streaming: the mark goes on the node's current record, not the one the stream
+    was opened with."""
+    import asyncio
+
+    opened = core.open_stream("n0")
+    assert opened is not None
+    core.register(pb.RegisterAgentRequest(node_id="n0"))  # a new record for n0
+
+    async def started() -> bool:
+        stream = core.registry.stream(*opened, threading.Event())
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the stream runs until it parks on the empty queue
+        streaming = core.registry.agents["n0"].streaming
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await stream.aclose()
+        return streaming
+
+    assert asyncio.run(started())
+    assert not core.registry.agents["n0"].streaming  # and unmarked when it ends
