@@ -4,7 +4,7 @@ A slot edge that retunes N lasers is one `DeviceManager.retune` of N channels: t
 sends every laser its new channel in parallel and waits until each reports locked. Its time
 is what the testbed file's `command_ms` must budget (the emulated files budget
 8 + (N − 4) ms, `oddl.launch.shapes.retune_budget_ms`). Here N emulated ITLAs (the emulator
-host in this process, the real driver over its wire protocol) hang on ⌈N/32⌉ WSS of 32 ports;
+host a process of its own, the real driver over its wire protocol) hang on ⌈N/32⌉ WSS of 32 ports;
 all N retune at once, --repeats times, to a channel off their current one.
 
     python benchmarks/bench_retune_scale.py [--sizes 4,16,64,256] [--repeats 5] [--json]
@@ -23,8 +23,9 @@ from bench_common import emit, percentiles, run_meta
 
 from oddl.common.config import load_testbed
 from oddl.controller.devices import DeviceManager
-from oddl.drivers.emulators.host import start_emulated_testbed
+from oddl.launch.processes import ProcessGroup
 from oddl.launch.shapes import retune_budget_ms
+from oddl.launch.testbed import emulators_command
 
 PER_WSS = 32
 
@@ -53,11 +54,14 @@ def wss_bank(n: int) -> str:
 def measure(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
     path = workdir / f"retune-{n}.toml"
     path.write_text(wss_bank(n), encoding="utf-8")
-    tb = start_emulated_testbed(load_testbed(path))
-    dm = DeviceManager(tb.resolved)
+    resolved = workdir / f"retune-{n}.resolved.toml"
+    group = ProcessGroup(workdir)
+    group.start("emulators", emulators_command(path, resolved), timeout=300)
+    cfg = load_testbed(resolved)
+    dm = DeviceManager(cfg)
     try:
         dm.connect()
-        lasers = [nd.transmitter for nd in tb.resolved.nodes]
+        lasers = [nd.transmitter for nd in cfg.nodes]
         for k, tx in enumerate(lasers):
             dm.bring_up(tx, k % PER_WSS + 1)
         times = []
@@ -70,7 +74,7 @@ def measure(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
                 raise RuntimeError(f"retune of {n} lasers failed: {errors[0]}")
     finally:
         dm.close()
-        tb.close()
+        group.stop_all()
     p = percentiles(times)
     return {"n": n, "retune_p50_ms": round(1e3 * p["p50"], 2),
             "retune_max_ms": round(1e3 * p["max"], 2),
