@@ -45,6 +45,8 @@ class AgentRecord:
     dead: bool = False
     streaming: bool = False
     """A schedule stream to this agent is open (without one it cannot take part)."""
+    instance: str = ""
+    """The agent process's own id (`RegisterAgentRequest.instance`; "" from older agents)."""
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,14 @@ class AgentRegistry:
                 wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
-    def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
-        """A (re)registered agent's record, with a new session; its queue and stream carry
-        over."""
+    def register(self, request: pb.RegisterAgentRequest) -> tuple[AgentRecord, Lost | None]:
+        """A (re)registered agent's record, with a new session (its queue and stream carry
+        over), and, when another agent process registered for the node before (a restarted
+        agent), what its peers are told: its collectives in flight are lost."""
         with self._lock:
             old = self.agents.get(request.node_id)
             rec = AgentRecord(request.node_id, uuid.uuid4().hex[:12], request.data_address,
-                              request.local_api, time.monotonic())
+                              request.local_api, time.monotonic(), instance=request.instance)
             if old is not None:
                 rec.events = old.events
                 rec.stream_generation = old.stream_generation
@@ -117,7 +120,14 @@ class AgentRegistry:
             self.agents[request.node_id] = rec
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
-        return rec
+        if old is None or not old.instance or not request.instance \
+                or old.instance == request.instance:
+            return rec, None
+        reason = (f"node {request.node_id} restarted (a new agent process registered): what "
+                  "it had in flight is lost; it takes part again from its next call")
+        logger.warning("%s", reason)
+        self._log_event(request.node_id, "agent restarted", False, reason)
+        return rec, Lost(request.node_id, reason)
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
         """Record a heartbeat, and whether it brings back an agent declared dead."""

@@ -1,10 +1,9 @@
 """The controller's core: the one owner of the jobs, their barriers and schedules, and the lock.
 
 Every change to a job happens here, under one lock: admission and the end of a job, a node's
-ready and the barrier's go, standing starts, reports, the retunes the slot executor made, and
-what an agent's news means for its jobs. Data flows one way: the gRPC servicer
-(`oddl.controller.servicer`) turns a request into one call here, and the core asks its parts
-and acts on their answers:
+ready and the barrier's go, standing starts, reports, the slot executor's retunes, and what an
+agent's news means for its jobs. Data flows one way: the servicer turns a request into one
+call here, and the core asks its parts and acts on their answers:
 
 - `Admission` (pure): may the job run, and what must the devices hold for it;
 - `BarrierBook` (pure): the nodes' readies and what a complete barrier decides;
@@ -34,7 +33,7 @@ from oddl.common.metrics import Metrics
 from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.admission import Admission, optinc_bucket_refusal
-from oddl.controller.agent_registry import AgentRecord, AgentRegistry
+from oddl.controller.agent_registry import AgentRecord, AgentRegistry, Lost
 from oddl.controller.announcer import Announcer
 from oddl.controller.barriers import Agreed, Barrier, BarrierBook, Refusal
 from oddl.controller.device_types import Configuration
@@ -46,7 +45,7 @@ from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
-from oddl.controller.wire_views import assigned_pb, job_pb
+from oddl.controller.wire_views import assigned_pb, job_pb, status_pb
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
@@ -91,8 +90,7 @@ class ControllerCore:
     # ---- jobs -----------------------------------------------------------------------------
     def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
               params: Mapping[str, str], now_ns: int) -> tuple[JobRecord, Configuration]:
-        """Check a job, record and store it; its job-scale configuration is returned, not
-        applied (`submit` applies it)."""
+        """Check, record and store a job; its job-scale configuration, not applied (`submit`)."""
         with self.lock:
             job, target = self.admission.admit(name, nodes, collective, network, params, now_ns,
                                                job_id=self.jobs.next_id(), jobs=self.jobs,
@@ -144,11 +142,8 @@ class ControllerCore:
     def status(self) -> pb.Status:
         """The agents, the jobs and the devices' counters (`GetStatus`)."""
         with self.lock:
-            return pb.Status(testbed=self.cfg.name, controller_time_ns=time.time_ns(),
-                             agents=self.registry.status(time.monotonic()),
-                             jobs=[job_pb(j) for j in self.jobs],
-                             reconfigurations=self.devices.reconfigurations,
-                             transactions_failed=self.devices.transactions_failed)
+            return status_pb(self.cfg.name, self.registry.status(time.monotonic()), self.jobs,
+                             self.devices)
 
     # ---- agents' news -----------------------------------------------------------------------
     def _assign(self, job: JobRecord, exclude: str = "", to: tuple[str, ...] = ()) -> None:
@@ -168,7 +163,10 @@ class ControllerCore:
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
         """Register an agent (a new session); its jobs' peers learn its address (`Announcer`)."""
         with self.lock:
-            rec = self.registry.register(request)
+            rec, restarted = self.registry.register(request)
+            if restarted is not None:  # a new agent process: its peers must not wait for it
+                self.errors["agent restarted"] += 1
+                self._peer_lost(restarted)
             for job in self.jobs.running_of(request.node_id):
                 self.announcer.later(job.id)
             return rec
@@ -187,8 +185,7 @@ class ControllerCore:
                 self.announcer.later(job.id)
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
-        """Start a new schedule stream to a registered node (None: not registered), with its
-        running jobs' assignments queued first."""
+        """A new schedule stream to a node (None: not registered), its jobs' assignments first."""
         with self.lock:
             opened = self.registry.open_stream(node_id)
             for job in self.jobs.running_of(node_id) if opened is not None else ():
@@ -196,16 +193,19 @@ class ControllerCore:
             return opened
 
     def sweep(self, now: float) -> None:
-        """Declare dead the agents silent at `now` (monotonic): the collectives each takes
-        part in end at every other participant, with the reason."""
+        """Declare dead the agents silent at `now` (monotonic); their peers are told (`_peer_lost`)."""
         with self.lock:
             for lost in self.registry.sweep(now):
                 self.errors["agent lost"] += 1
-                for job in self.jobs.running_of(lost.node_id):
-                    others = tuple(n for n in job.nodes if n != lost.node_id)
-                    self._abandon(job, lost.reason, others)
-                    self.registry.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
-                        job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
+                self._peer_lost(lost)
+
+    def _peer_lost(self, lost: Lost) -> None:
+        """The collectives of a lost (or restarted) node end at every other participant."""
+        for job in self.jobs.running_of(lost.node_id):
+            others = tuple(n for n in job.nodes if n != lost.node_id)
+            self._abandon(job, lost.reason, others)
+            self.registry.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
+                job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
 
     def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
         """Fail every barrier of `job` still waiting (a participant is dead), at `nodes`."""

@@ -53,6 +53,8 @@ class FleetAgent:
     registrations: int = 0
     registered_ns: int = 0
     """When the last registration's reply came (time.time_ns)."""
+    instance: str = field(default_factory=lambda: os.urandom(8).hex())
+    """This agent's process id, as a real agent sends (a new one: a restarted agent)."""
 
 
 class Fleet:
@@ -104,7 +106,7 @@ class Fleet:
     async def register(self, a: FleetAgent) -> None:
         reply = await a.stub.RegisterAgent(pb.RegisterAgentRequest(
             node_id=a.node, data_address=f"tcp://127.0.0.1:{10000 + len(a.node)}",
-            agent_version="fleet"), timeout=self.timeout)
+            agent_version="fleet", instance=a.instance), timeout=self.timeout)
         a.session, a.clock_port = reply.session, reply.clock_port
         a.registrations += 1
         a.registered_ns = time.time_ns()

@@ -18,6 +18,7 @@ from helpers import EMULATED
 
 from oddl.common.config import load_testbed
 from oddl.common.errors import OperationRefused
+from oddl.controller.announcer import Announcer
 from oddl.controller.core import ControllerCore
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
@@ -200,6 +201,8 @@ def test_a_burst_of_registrations_is_announced_once_per_node(core: ControllerCor
     """Every agent re-registering (a controller restart) announces the job's peers once to
     each node, with every new address, not once per registration (ADR 0032)."""
     job = _ring(core)
+    core.announcer.close()  # a window that does not end by itself here: flushed below
+    core.announcer = Announcer(core._announce, quiet_s=3600, longest_s=3600)
     for n in NODES:
         core.register(pb.RegisterAgentRequest(node_id=n, data_address=f"tcp://{n}:1"))
     assert all(events(core, n) == [] for n in NODES)  # gathered, not yet announced
@@ -250,3 +253,30 @@ def test_a_stream_opened_before_a_registration_marks_the_new_record(core: Contro
 
     assert asyncio.run(started())
     assert not core.registry.agents["n0"].streaming  # and unmarked when it ends
+
+
+def test_a_restarted_agent_fails_its_peers_collective_at_once(core: ControllerCore):
+    """A new agent process registering for a node (a restarted rank) is not the same agent
+    registering again: its peers are told at once, and a barrier they wait in fails there
+    with that reason, rather than at their timeout."""
+    for n in NODES:
+        core.register(pb.RegisterAgentRequest(node_id=n, instance=f"{n}-a"))
+    job = _ring(core)
+    for n in ("n0", "n2"):
+        ready(core, job.id, 1, n, [8])
+    core.register(pb.RegisterAgentRequest(node_id="n1", instance="n1-a"))  # the same process
+    # (its peers may hear their job again once the announcer's window ends; nothing else)
+    assert all(_kinds(core, n) <= {"assigned"} for n in NODES)
+    core.register(pb.RegisterAgentRequest(node_id="n1", instance="n1-b"))  # a new one
+    for n in ("n0", "n2", "n3"):
+        got = {e.WhichOneof("event"): e for e in events(core, n)}
+        assert "restarted" in got["peer_lost"].peer_lost.reason
+        assert got["peer_lost"].peer_lost.node_id == "n1"
+        if n != "n3":  # in the barrier: its collective fails now, with the reason
+            assert "restarted" in got["go"].go.error and got["go"].go.seq == 1
+    assert _kinds(core, "n1") <= {"assigned"}  # the restarted agent is not told of itself
+    assert core.errors["agent restarted"] == 1
+
+
+def _kinds(core: ControllerCore, node: str) -> set[str]:
+    return {e.WhichOneof("event") for e in events(core, node)}
