@@ -16,6 +16,7 @@ import asyncio
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from concurrent import futures
 from typing import Any, TypeVar
@@ -40,6 +41,9 @@ from oddl.protos import oddl_pb2 as pb
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+TICK_S = 0.1
+"""How often the event loop notes the time (`loop_lag`)."""
 
 
 class ControllerServer:
@@ -96,6 +100,7 @@ class ControllerServer:
                       ListenOrigin.option("controller", f"[controller] listen in {cfg.path}"))
             raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+        self._last_tick = time.monotonic()
         self.clock_service: ClockService | None = None
         """The UDP clock service (agents/clock/sync.py), opened by `start`."""
 
@@ -108,6 +113,8 @@ class ControllerServer:
         self.clock_service = ClockService(self.address.rsplit(":", 1)[0], self.port)
         self.service.clock_port = self.clock_service.port
         self._on_loop(self.server.start())
+        self._ticks = asyncio.run_coroutine_threadsafe(self._tick(), self.loop)
+        self.service.loop_lag = self.loop_lag
         self.clock_service.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
                          daemon=True).start()
@@ -129,6 +136,16 @@ class ControllerServer:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         return server, checks
 
+    async def _tick(self) -> None:
+        """Note the time every `TICK_S` on the loop: a late tick is a loop behind."""
+        while True:
+            self._last_tick = time.monotonic()
+            await asyncio.sleep(TICK_S)
+
+    def loop_lag(self) -> float:
+        """How far behind the event loop is now, s (0 when its ticks come on time)."""
+        return max(0.0, time.monotonic() - self._last_tick - TICK_S)
+
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30) -> T:
         """Run `coro` on the server's event loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -137,6 +154,9 @@ class ControllerServer:
         """Stop the gRPC server (within `grace`), the event loop and the pool."""
         if self.loop.is_closed():
             return
+        ticks = getattr(self, "_ticks", None)
+        if ticks is not None:
+            ticks.cancel()
         try:
             self._on_loop(self.server.stop(grace), timeout=grace + 2)
         except (TimeoutError, futures.TimeoutError):

@@ -55,6 +55,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.core = ControllerCore(cfg, devices, metrics, store)
         self.clock_port = 0
         """The UDP clock service's port, told to agents at registration (0: none)."""
+        self.loop_lag: Callable[[], float] = lambda: 0.0
+        """How far the server's event loop is behind, s (`ControllerServer` sets it)."""
         self.topology = topology_pb(cfg)
         """The testbed's topology, built once: every registration and `GetTopology` send it."""
 
@@ -72,9 +74,20 @@ class ControllerService(pb_grpc.ControllerServicer):
         return self.core.slots.retuning()
 
     def monitor(self) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until the service closes."""
+        """Detect dead agents (no heartbeat for three intervals) until the service closes;
+        not while the server's event loop is behind by an interval or more: heartbeats may be
+        waiting there unread, and declaring their agents dead would tell every peer of each
+        (decision record 0032)."""
         while not self.stopped.wait(self.cfg.controller.heartbeat_s / 2):
-            self.core.sweep(time.monotonic())
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> bool:
+        """One round of the monitor at `now` (monotonic); False when held (loop behind)."""
+        if self.loop_lag() >= self.cfg.controller.heartbeat_s:
+            self.core.count_error("sweep held: event loop behind")
+            return False
+        self.core.sweep(now)
+        return True
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
         self.core.count_error(type(exc).__name__)
