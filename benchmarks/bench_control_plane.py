@@ -35,8 +35,8 @@ from typing import Any
 import grpc
 import numpy as np
 from bench_common import emit, run_meta
+from fleet_procs import LocalCrowd, ProcCrowd
 
-from oddl.launch.fleet import Fleet
 from oddl.launch.processes import ProcessGroup, free_port
 from oddl.launch.shapes import control_plane
 from oddl.launch.testbed import controller_command, emulators_command
@@ -44,6 +44,7 @@ from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 TICK = os.sysconf("SC_CLK_TCK")
+Crowd = LocalCrowd | ProcCrowd
 
 
 def cpu_s(pid: int) -> float:
@@ -115,31 +116,34 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
         idle_rss = rss_mb(ctl.pid)
         operator = grpc.aio.insecure_channel(ctl.listen)
         stub = pb_grpc.ControllerStub(operator)
-        fleet = Fleet(ctl.listen, [f"n{k}" for k in range(n)], heartbeat_s=args.heartbeat_s)
+        nodes = [f"n{k}" for k in range(n)]
+        fleet: Crowd = (ProcCrowd(ctl.listen, nodes, args.heartbeat_s, args.procs)
+                        if args.procs > 1 else LocalCrowd(ctl.listen, nodes, args.heartbeat_s))
         out: dict[str, Any] = {"n": n, "idle_rss_mb": round(idle_rss, 1)}
         try:
             await fleet.start()
             out["register_s"] = await until_alive(stub, n, args.patience)
             await asyncio.sleep(1.0)  # the registrations' burst is over
-            c0, t0, h0 = cpu_s(ctl.pid), time.perf_counter(), fleet.heartbeats
+            h0 = (await fleet.stats())["heartbeats"]
+            c0, t0 = cpu_s(ctl.pid), time.perf_counter()
             await asyncio.sleep(args.steady_s)
             cpu = (cpu_s(ctl.pid) - c0) / (time.perf_counter() - t0)
+            beats = (await fleet.stats())["heartbeats"] - h0
             rss = rss_mb(ctl.pid)
             out.update(cpu_pct=round(100 * cpu, 1), rss_mb=round(rss, 1),
                        rss_kb_per_agent=round(1024 * (rss - idle_rss) / n, 1),
-                       heartbeats_per_s=round((fleet.heartbeats - h0) / args.steady_s, 1),
-                       cpu_us_per_heartbeat=round(1e6 * cpu * args.steady_s /
-                                                  max(1, fleet.heartbeats - h0), 1))
+                       heartbeats_per_s=round(beats / args.steady_s, 1),
+                       cpu_us_per_heartbeat=round(1e6 * cpu * args.steady_s / max(1, beats), 1))
             progress(n, "registered and measured the load", out)
-            out.update(await collective(fleet, stub, n, args))
+            out.update(await collective(fleet, stub, args))
             progress(n, "pushed a job and passed its barrier", out)
             out.update(await restart(fleet, stub, ctl, n, args))
+            out["fleet_errors"] = (await fleet.stats())["errors"]
         finally:
             await fleet.close()
             await operator.close()
     log = (workdir / "controller.log").read_text(errors="replace")
     out["declared_dead"] = log.count("stopped answering")
-    out["fleet_errors"] = dict(fleet.errors)
     return out
 
 
@@ -156,44 +160,40 @@ def progress(n: int, what: str, out: dict[str, Any]) -> None:
     print(f"[control-plane] N={n}: {what}: {out}", file=sys.stderr, flush=True)
 
 
-async def collective(fleet: Fleet, stub: pb_grpc.ControllerStub, n: int,
+async def collective(fleet: Crowd, stub: pb_grpc.ControllerStub,
                      args: argparse.Namespace) -> dict[str, Any]:
     """A job of all N: the push of its assignment, then one barrier and its go."""
     t0 = time.time_ns()
     job = await stub.SubmitJob(pb.SubmitJobRequest(
-        name="all", nodes=list(fleet.agents), collective=args.collective, network="ideal"),
+        name="all", nodes=fleet.nodes, collective=args.collective, network="ideal"),
         timeout=args.patience)
-    heard = await fleet.wait_all(lambda e: e.WhichOneof("event") == "assigned"
-                                 and e.assigned.job.id == job.id, args.patience, t0)
-    push = [(h.at_ns - t0) / 1e9 for h in heard.values()]
+    heard = await fleet.heard("assigned", job.id, t0, args.patience)
+    push = [(t - t0) / 1e9 for t in heard["at"]]
     sent = time.time_ns()
     await fleet.ready_all(job.id, 1, [args.elements])
-    gone = await fleet.wait_all(lambda e: e.WhichOneof("event") == "go"
-                                and e.go.job_id == job.id, args.patience, sent)
-    errors = {h.event.go.error for h in gone.values()} - {""}
-    if errors:
-        raise RuntimeError(f"the barrier failed: {sorted(errors)[0]}")
-    lat = np.array([(h.at_ns - sent) / 1e9 for h in gone.values()])
-    go = next(iter(gone.values())).event
+    gone = await fleet.heard("go", job.id, sent, args.patience)
+    if gone["errors"]:
+        raise RuntimeError(f"the barrier failed: {gone['errors'][0]}")
+    lat = np.array([(t - sent) / 1e9 for t in gone["at"]])
     return {"push_s": round(max(push), 4), "barrier_p50_s": round(float(np.percentile(lat, 50)), 4),
             "barrier_p99_s": round(float(np.percentile(lat, 99)), 4),
-            "go_bytes": go.ByteSize(), "job": job.id}
+            "go_bytes": gone["bytes"], "job": job.id}
 
 
-async def restart(fleet: Fleet, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
+async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
                   args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL the controller and start it again; the time until all N are back."""
-    before = {a.node: a.registrations for a in fleet.agents.values()}
+    before = await fleet.registrations()
     killed = time.perf_counter()
     ctl.kill()
     ctl.start()
     ready = time.perf_counter()
     deadline = ready + args.patience
     try:
-        while any(a.registrations <= before[a.node] for a in fleet.agents.values()):
+        while any(c <= before[node] for node, c in (await fleet.registrations()).items()):
             if time.perf_counter() > deadline:
                 raise TimeoutError("agents did not re-register after the restart")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
         await until_alive(stub, n, max(1.0, deadline - time.perf_counter()))
     except TimeoutError as exc:  # measured as not back, not a crash of the whole run
         return {"restart_start_s": round(ready - killed, 3), "back_after_ready_s": None,
@@ -276,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat-s", type=float, default=1.0,
                     help="the agents' heartbeat interval, [controller] heartbeat_s "
                          "(default: %(default)s)")
+    ap.add_argument("--procs", type=int, default=1,
+                    help="processes the agents are spread over (default: %(default)s: all on "
+                         "this one's event loop)")
     ap.add_argument("--steady-s", type=float, default=5.0,
                     help="seconds of heartbeats to measure the load over (default: %(default)s)")
     ap.add_argument("--patience", type=float, default=600.0,
@@ -295,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results = asyncio.run(measure_all(sizes, args))  # one loop: gRPC's asyncio state is per loop
     summary = run_meta("control_plane", collective=args.collective, sizes=sizes,
-                       steady_s=args.steady_s, heartbeat_s=args.heartbeat_s, results=results)
+                       steady_s=args.steady_s, heartbeat_s=args.heartbeat_s, procs=args.procs,
+                       results=results)
     if args.plot:
         plot({"measured": summary}, args.plot)
     return emit(summary, args.json, table)
