@@ -193,18 +193,19 @@ class ControllerCore:
             return opened
 
     def sweep(self, now: float) -> None:
-        """Declare dead the agents silent at `now` (monotonic); their peers are told (`_peer_lost`)."""
+        """Declare dead the agents silent at `now` (monotonic); their peers learn it."""
         with self.lock:
             for lost in self.registry.sweep(now):
                 self.errors["agent lost"] += 1
                 self._peer_lost(lost)
 
     def _peer_lost(self, lost: Lost) -> None:
-        """The collectives of a lost (or restarted) node end at every other participant."""
+        """A lost or restarted node's collectives end at its peers; only live peers are told."""
         for job in self.jobs.running_of(lost.node_id):
             others = tuple(n for n in job.nodes if n != lost.node_id)
             self._abandon(job, lost.reason, others)
-            self.registry.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
+            live = tuple(n for n in others if not self.registry.dead(n))  # not N² in a mass loss
+            self.registry.push(live, pb.ScheduleEvent(peer_lost=pb.PeerLost(
                 job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
 
     def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
@@ -215,8 +216,7 @@ class ControllerCore:
 
     # ---- through the barrier ----------------------------------------------------------------
     def ready(self, request: pb.ReadyCollectiveRequest) -> None:
-        """Record a node's ready; start the collective once every node is in. Raises
-        OddlError when the ready itself is refused (unknown job, node not in it, ...)."""
+        """Record a node's ready; start the collective once all are in (OddlError: refused)."""
         with self.lock:
             job = self.jobs.entered_by(request.job_id, request.node_id)
             barrier = self._enter(job, request)

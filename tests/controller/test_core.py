@@ -280,3 +280,17 @@ def test_a_restarted_agent_fails_its_peers_collective_at_once(core: ControllerCo
 
 def _kinds(core: ControllerCore, node: str) -> set[str]:
     return {e.WhichOneof("event") for e in events(core, node)}
+
+
+def test_a_mass_loss_is_news_only_to_the_live(core: ControllerCore):
+    """Nodes declared dead in the same sweep are not told of one another (a thousand lost
+    at once would be a million events for streams nobody reads)."""
+    _ring(core)
+    later = time.monotonic() + 10 * core.cfg.controller.heartbeat_s
+    for n in ("n0", "n1"):
+        core.registry.agents[n].last_seen = later  # they beat; n2 and n3 fell silent
+    core.sweep(later)
+    for n in ("n0", "n1"):
+        lost = sorted(e.peer_lost.node_id for e in events(core, n) if e.HasField("peer_lost"))
+        assert lost == ["n2", "n3"]
+    assert all(_kinds(core, n) <= {"go"} for n in ("n2", "n3"))
