@@ -43,3 +43,8 @@ class AioServer:
         self._run(self.server.stop(0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            # closed now, not by the garbage collector later: an unclosed loop's finalizer
+            # runs Python code wherever the collection happens (once inside ast.parse of
+            # the house rules, which CPython 3.11.7 reports as a SystemError)
+            self.loop.close()
