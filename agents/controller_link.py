@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -67,6 +68,8 @@ class ControllerLink:
             self._channel = grpc.insecure_channel(controller)
         self.stub = pb_grpc.ControllerStub(self._channel)
         self.session = ""
+        self.instance = uuid.uuid4().hex
+        """This agent process's id: the controller tells a restart from a re-registration."""
         self.heartbeat_s = 1.0
         self.sync = ClockSync(node_id, controller, cfg.timing.clock_skew_us, cfg.path,
                               self._rpc_clock_sample)
@@ -89,7 +92,8 @@ class ControllerLink:
     def register(self, data_address: str, local_api: str) -> None:
         """Announce this node to the controller (raises OperationRefused for unknown nodes)."""
         req = pb.RegisterAgentRequest(node_id=self.node_id, data_address=data_address,
-                                      agent_version=__version__, local_api=local_api)
+                                      agent_version=__version__, local_api=local_api,
+                                      instance=self.instance)
         try:
             reply = self.stub.RegisterAgent(req, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:

@@ -2,7 +2,8 @@
 
 Each node's agent registers (getting a session), sends heartbeats and holds one schedule
 stream open (`WatchSchedule`); the controller pushes `ScheduleEvent`s to a node through its
-queue here. An agent silent for three heartbeat intervals is dead (`sweep`).
+queue here (an `EventQueue`: the stream waits on the server's event loop, not on a thread).
+An agent silent for three heartbeat intervals is dead (`sweep`).
 
 The registry knows nothing of jobs. What an agent's news means for its jobs (a registered or
 returning agent's peers learn its address, a new stream gets its jobs first, a lost agent ends
@@ -13,14 +14,14 @@ its collectives) is its owner's part, `oddl.controller.core.ControllerCore`, whi
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from oddl.common.config import TestbedConfig
+from oddl.controller.event_queue import EventQueue, wake_all
 from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,14 @@ class AgentRecord:
     data_address: str
     local_api: str
     last_seen: float
-    events: queue.Queue[pb.ScheduleEvent] = field(default_factory=queue.Queue)
+    events: EventQueue = field(default_factory=EventQueue)
     stream_generation: int = 0
     heartbeat: pb.HeartbeatRequest = field(default_factory=pb.HeartbeatRequest)
     dead: bool = False
     streaming: bool = False
     """A schedule stream to this agent is open (without one it cannot take part)."""
+    instance: str = ""
+    """The agent process's own id (`RegisterAgentRequest.instance`; "" from older agents)."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,11 @@ class AgentRegistry:
         self.agents: dict[str, AgentRecord] = {}
         self._log_event = log_event
         self._lock = threading.Lock()
+        self._nodes = frozenset(n.id for n in cfg.nodes)
 
     def known_node(self, node_id: str) -> bool:
         """Whether the testbed has this node."""
-        return any(n.id == node_id for n in self.cfg.nodes)
+        return node_id in self._nodes
 
     def alive(self, rec: AgentRecord, now: float) -> bool:
         """Whether the agent sent a heartbeat within three intervals of `now` (monotonic)."""
@@ -91,20 +95,24 @@ class AgentRegistry:
             return {n: self.agents[n].data_address for n in nodes
                     if n in self.agents and self.agents[n].data_address}
 
-    def push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent) -> None:
-        """Queue `event` for every registered node of `nodes`."""
+    def push(self, nodes: tuple[str, ...], event: pb.ScheduleEvent, key: str = "") -> None:
+        """Queue `event` for every registered node of `nodes` (and wake their streams); with
+        `key`, in place of a queued event of the same key (`EventQueue.put`)."""
+        wakes = []
         for n in nodes:
             rec = self.agents.get(n)
             if rec is not None:
-                rec.events.put(event)
+                wakes.append(rec.events.put(event, key))
+        wake_all(wakes)
 
-    def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
-        """A (re)registered agent's record, with a new session; its queue and stream carry
-        over."""
+    def register(self, request: pb.RegisterAgentRequest) -> tuple[AgentRecord, Lost | None]:
+        """A (re)registered agent's record, with a new session (its queue and stream carry
+        over), and, when another agent process registered for the node before (a restarted
+        agent), what its peers are told: its collectives in flight are lost."""
         with self._lock:
             old = self.agents.get(request.node_id)
             rec = AgentRecord(request.node_id, uuid.uuid4().hex[:12], request.data_address,
-                              request.local_api, time.monotonic())
+                              request.local_api, time.monotonic(), instance=request.instance)
             if old is not None:
                 rec.events = old.events
                 rec.stream_generation = old.stream_generation
@@ -112,7 +120,14 @@ class AgentRegistry:
             self.agents[request.node_id] = rec
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
-        return rec
+        if old is None or not old.instance or not request.instance \
+                or old.instance == request.instance:
+            return rec, None
+        reason = (f"node {request.node_id} restarted (a new agent process registered): what "
+                  "it had in flight is lost; it takes part again from its next call")
+        logger.warning("%s", reason)
+        self._log_event(request.node_id, "agent restarted", False, reason)
+        return rec, Lost(request.node_id, reason)
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
         """Record a heartbeat, and whether it brings back an agent declared dead."""
@@ -138,26 +153,41 @@ class AgentRegistry:
             if rec is None:
                 return None
             rec.stream_generation += 1
-            return rec, rec.stream_generation
+            generation = rec.stream_generation
+        wake_all([rec.events.kick()])  # an older stream parked on the queue ends now
+        return rec, generation
 
-    def stream(self, rec: AgentRecord, generation: int, active: Callable[[], bool],
-               stop: threading.Event) -> Iterator[pb.ScheduleEvent]:
-        """The events of `rec`'s node while `active()`, not `stop` and no newer stream."""
+    def _current(self, node_id: str, generation: int) -> bool:
+        rec = self.agents.get(node_id)
+        return rec is not None and rec.stream_generation == generation
+
+    async def stream(self, rec: AgentRecord, generation: int,
+                     stop: threading.Event) -> AsyncIterator[pb.ScheduleEvent]:
+        """The events of `rec`'s node until `stop` or a newer stream (the caller's
+        cancellation, when its client goes, ends it too). Waits on the event loop."""
         events = rec.events
-        rec.streaming = True
+        self._mark_streaming(rec.node_id, generation, True)
         try:
-            while active() and not stop.is_set():
-                if rec.stream_generation != generation:
-                    return
-                try:
-                    event = events.get(timeout=0.25)
-                except queue.Empty:
+            while not stop.is_set() and self._current(rec.node_id, generation):
+                event = events.get_nowait()
+                if event is None:
+                    await events.wait()
                     continue
                 yield event
         finally:
-            current = self.agents.get(rec.node_id)
+            self._mark_streaming(rec.node_id, generation, False)
+
+    def _mark_streaming(self, node_id: str, generation: int, streaming: bool) -> None:
+        """Mark the node's current record (a registration since the stream opened made a new
+        one, which carries the mark over) as streaming or not, if `generation` is current."""
+        with self._lock:
+            current = self.agents.get(node_id)
             if current is not None and current.stream_generation == generation:
-                current.streaming = False
+                current.streaming = streaming
+
+    def close(self) -> None:
+        """End every stream at its next wake (call after setting their `stop`)."""
+        wake_all([rec.events.kick() for rec in list(self.agents.values())])
 
     def sweep(self, now: float) -> list[Lost]:
         """Declare dead every agent silent for three heartbeat intervals at `now`

@@ -1,20 +1,18 @@
 """The controller's core: the one owner of the jobs, their barriers and schedules, and the lock.
 
 Every change to a job happens here, under one lock: admission and the end of a job, a node's
-ready and the barrier's go, standing starts, reports, the retunes the slot executor made, and
-what an agent's news means for its jobs. Data flows one way: the gRPC servicer
-(`oddl.controller.servicer`) turns a request into one call here, and the core asks its parts
-and acts on their answers:
+ready and the barrier's go, standing starts, reports, the slot executor's retunes, and what an
+agent's news means for its jobs. Data flows one way: the servicer turns a request into one
+call here, and the core asks its parts and acts on their answers:
 
 - `Admission` (pure): may the job run, and what must the devices hold for it;
 - `BarrierBook` (pure): the nodes' readies and what a complete barrier decides;
 - `Schedules` (pure): the schedules laid out for each job, kept per bucket;
 - `AgentRegistry`: sessions, liveness and each node's event queue, where the core pushes;
+  `Announcer`: a job's peers announced once for a burst of registrations;
 - `SlotExecutor`: the slots that retune, on threads of their own, reporting back through
-  `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`);
-- `FlowDesk`: point-to-point flows;
-- the `DeviceManager` (verified transactions) and the `Store`, through which every change of a
-  job is written to SQLite (I/O, when the controller has a state file).
+  `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`); `FlowDesk`: flows;
+- the `DeviceManager` (verified transactions) and the `Store` (SQLite: every job change).
 
 The lock is never held while waiting for a slot executor's thread or a device transaction.
 """
@@ -35,7 +33,8 @@ from oddl.common.metrics import Metrics
 from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.admission import Admission, optinc_bucket_refusal
-from oddl.controller.agent_registry import AgentRecord, AgentRegistry
+from oddl.controller.agent_registry import AgentRecord, AgentRegistry, Lost
+from oddl.controller.announcer import Announcer
 from oddl.controller.barriers import Agreed, Barrier, BarrierBook, Refusal
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
@@ -46,7 +45,7 @@ from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
-from oddl.controller.wire_views import assigned_pb, job_pb
+from oddl.controller.wire_views import assigned_pb, job_pb, status_pb
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
@@ -59,9 +58,7 @@ class ControllerCore:
 
     def __init__(self, cfg: TestbedConfig, devices: DeviceManager,
                  metrics: Metrics | None = None, store: Store | None = None):
-        self.cfg = cfg
-        self.devices = devices
-        self.store = store
+        self.cfg, self.devices, self.store = cfg, devices, store
         self.lock = threading.RLock()
         self.errors: Counter[str] = Counter()
         self.collectives_failed = 0
@@ -74,13 +71,16 @@ class ControllerCore:
                                   testbed=cfg.path)
         self.flows = FlowDesk(cfg, topology, timing, devices, self.count_error)
         self.jobs = JobTable(store)
+        self.announcer = Announcer(self._announce)
         self._transmitters = {n.id: n.transmitter for n in cfg.nodes}
         self._started: dict[str, int] = {}
         """Per job, the last collective whose slots were launched (barrier or standing)."""
 
     def close(self) -> None:
-        """Stop the slot executors (at their next wait); streams end with `slots.stop`."""
+        """Stop the slot executors (at their next wait) and the streams (`slots.stop`)."""
         self.slots.close()
+        self.announcer.close()
+        self.registry.close()
 
     def count_error(self, kind: str) -> None:
         """Count one error of `kind` (``oddl_errors_total``)."""
@@ -90,8 +90,7 @@ class ControllerCore:
     # ---- jobs -----------------------------------------------------------------------------
     def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
               params: Mapping[str, str], now_ns: int) -> tuple[JobRecord, Configuration]:
-        """Check a job, record and store it; its job-scale configuration is returned, not
-        applied (`submit` applies it)."""
+        """Check, record and store a job; its job-scale configuration, not applied (`submit`)."""
         with self.lock:
             job, target = self.admission.admit(name, nodes, collective, network, params, now_ns,
                                                job_id=self.jobs.next_id(), jobs=self.jobs,
@@ -143,68 +142,71 @@ class ControllerCore:
     def status(self) -> pb.Status:
         """The agents, the jobs and the devices' counters (`GetStatus`)."""
         with self.lock:
-            return pb.Status(testbed=self.cfg.name, controller_time_ns=time.time_ns(),
-                             agents=self.registry.status(time.monotonic()),
-                             jobs=[job_pb(j) for j in self.jobs],
-                             reconfigurations=self.devices.reconfigurations,
-                             transactions_failed=self.devices.transactions_failed)
+            return status_pb(self.cfg.name, self.registry.status(time.monotonic()), self.jobs,
+                             self.devices)
 
     # ---- agents' news -----------------------------------------------------------------------
-    def _assigned(self, job: JobRecord, node: str) -> pb.ScheduleEvent:
-        return assigned_pb(job, node, self.registry.data_addresses(job.nodes))
-
-    def _assign(self, job: JobRecord, exclude: str = "") -> None:
-        """Tell each registered node of `job` (but `exclude`) its assignment."""
-        for n in job.nodes:
+    def _assign(self, job: JobRecord, exclude: str = "", to: tuple[str, ...] = ()) -> None:
+        """Tell each registered node of `job` (or of `to`), but `exclude`, its assignment."""
+        peers = self.registry.data_addresses(job.nodes)
+        for n in to or job.nodes:
             if n != exclude and n in self.registry.agents:
-                self.registry.push((n,), self._assigned(job, n))
+                self.registry.push((n,), assigned_pb(job, n, peers), key=f"assigned {job.id}")
+
+    def _announce(self, job_ids: set[str]) -> None:
+        """Tell the nodes of these jobs, if still running, their peers now (`Announcer`)."""
+        with self.lock:
+            for job in (self.jobs.find(j) for j in sorted(job_ids)):
+                if job is not None and job.running:
+                    self._assign(job)
 
     def register(self, request: pb.RegisterAgentRequest) -> AgentRecord:
-        """Register an agent (a new session); the peers of its running jobs learn its (new)
-        data address."""
+        """Register an agent (a new session); its jobs' peers learn its address (`Announcer`)."""
         with self.lock:
-            rec = self.registry.register(request)
+            rec, restarted = self.registry.register(request)
+            if restarted is not None:  # a new agent process: its peers must not wait for it
+                self.errors["agent restarted"] += 1
+                self._peer_lost(restarted)
             for job in self.jobs.running_of(request.node_id):
-                self._assign(job, exclude=request.node_id)
+                self.announcer.later(job.id)
             return rec
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> bool:
-        """Record a heartbeat; False when the session is unknown (the agent must register).
-        An agent back from the dead has its jobs announced again: its peers wait until then."""
+        """Record a heartbeat; False: an unknown session (register again). See `agent_back`."""
+        heard = self.registry.heartbeat(request)  # the registry's own lock: no wait on ours
+        if heard.back:
+            self.agent_back(request.node_id)
+        return heard.known
+
+    def agent_back(self, node_id: str) -> None:
+        """Announce the jobs of an agent back from the dead (`Announcer`): its peers wait."""
         with self.lock:
-            heard = self.registry.heartbeat(request)
-            if heard.back:
-                for job in self.jobs.running_of(request.node_id):
-                    self._assign(job, exclude=request.node_id)
-            return heard.known
+            for job in self.jobs.running_of(node_id):
+                self.announcer.later(job.id)
 
     def open_stream(self, node_id: str) -> tuple[AgentRecord, int] | None:
-        """Start a new schedule stream to a registered node (None: not registered), with its
-        running jobs' assignments queued first."""
+        """A new schedule stream to a node (None: not registered), its jobs' assignments first."""
         with self.lock:
             opened = self.registry.open_stream(node_id)
-            if opened is not None:
-                for job in self.jobs.running_of(node_id):
-                    self.registry.push((node_id,), self._assigned(job, node_id))
+            for job in self.jobs.running_of(node_id) if opened is not None else ():
+                self._assign(job, to=(node_id,))
             return opened
 
-    def monitor(self, stop: threading.Event) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until `stop`."""
-        interval = self.cfg.controller.heartbeat_s
-        while not stop.wait(interval / 2):
-            self.sweep(time.monotonic())
-
     def sweep(self, now: float) -> None:
-        """Declare dead the agents silent at `now` (monotonic): the collectives each takes
-        part in end at every other participant, with the reason."""
+        """Declare dead the agents silent at `now` (monotonic); their peers learn it."""
         with self.lock:
             for lost in self.registry.sweep(now):
                 self.errors["agent lost"] += 1
-                for job in self.jobs.running_of(lost.node_id):
-                    others = tuple(n for n in job.nodes if n != lost.node_id)
-                    self._abandon(job, lost.reason, others)
-                    self.registry.push(others, pb.ScheduleEvent(peer_lost=pb.PeerLost(
-                        job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
+                self._peer_lost(lost)
+
+    def _peer_lost(self, lost: Lost) -> None:
+        """A lost or restarted node's collectives end at its peers; only live peers are told."""
+        for job in self.jobs.running_of(lost.node_id):
+            others = tuple(n for n in job.nodes if n != lost.node_id)
+            self._abandon(job, lost.reason, others)
+            live = tuple(n for n in others if not self.registry.dead(n))  # not N² in a mass loss
+            self.registry.push(live, pb.ScheduleEvent(peer_lost=pb.PeerLost(
+                job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
 
     def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
         """Fail every barrier of `job` still waiting (a participant is dead), at `nodes`."""
@@ -214,8 +216,7 @@ class ControllerCore:
 
     # ---- through the barrier ----------------------------------------------------------------
     def ready(self, request: pb.ReadyCollectiveRequest) -> None:
-        """Record a node's ready; start the collective once every node is in. Raises
-        OddlError when the ready itself is refused (unknown job, node not in it, ...)."""
+        """Record a node's ready; start the collective once all are in (OddlError: refused)."""
         with self.lock:
             job = self.jobs.entered_by(request.job_id, request.node_id)
             barrier = self._enter(job, request)
@@ -358,8 +359,7 @@ class ControllerCore:
 
     def schedule_pb(self, job_id: str, message_bytes: int, itemsize: int,
                     kind: str = ALL_REDUCE, root: int = 0) -> pb.Schedule:
-        """The schedule a job's collective `kind` of `message_bytes` would run on
-        (`GetSchedule`)."""
+        """The schedule of a job's collective `kind` of `message_bytes` (`GetSchedule`)."""
         with self.lock:
             job = self.jobs.get(job_id)
             return self.schedules.encoded(job, message_bytes, itemsize, kind, root,

@@ -3,16 +3,23 @@
 `ControllerServer` owns the process's lifecycle: it refuses to serve plaintext beyond this
 host unless told to, brings the devices to the stored (or default) configuration, serves the
 `ControllerService`, watches the devices and agents, and exports the metrics.
+
+gRPC runs on an asyncio event loop in a thread of its own (`grpc.aio`, ADR 0032): every
+agent's schedule stream is a coroutine, not a thread, and the calls that take the core's lock
+or touch devices run in a bounded pool (`max_workers` threads), so the 33rd agent, or the
+1024th, registers like the first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Coroutine, Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,6 +29,7 @@ from oddl.common.config import TestbedConfig
 from oddl.common.errors import ConfigError
 from oddl.common.listen_errors import ListenOrigin, bind_errno, listen_error
 from oddl.common.metrics import Metrics, counter, gauge
+from oddl.controller.aio_service import AsyncControllerService, add_to_server
 from oddl.controller.clock_service import ClockService
 from oddl.controller.device_types import Configuration
 from oddl.controller.devices import DeviceManager
@@ -30,9 +38,13 @@ from oddl.controller.servicer import SERVICE_NAME, ControllerService
 from oddl.controller.store import Store
 from oddl.drivers.interfaces import Route
 from oddl.protos import oddl_pb2 as pb
-from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TICK_S = 0.1
+"""How often the event loop notes the time (`loop_lag`)."""
 
 
 class ControllerServer:
@@ -54,9 +66,9 @@ class ControllerServer:
         self.service = ControllerService(cfg, self.devices, self.metrics, self.store)
         self.metrics.add_state(self._metric_state)
         self.metrics_listen = metrics_listen
-        interceptors = []
+        interceptors: list[grpc.aio.ServerInterceptor] = []
         if cfg.security.enabled:
-            from oddl.common.security.authorization import AuthorizationInterceptor
+            from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
             from oddl.common.security.files import SecurityFiles
             from oddl.common.security.revoked import RevocationList
             from oddl.common.security.tls import server_credentials
@@ -64,17 +76,16 @@ class ControllerServer:
             self.security = SecurityFiles.load(cfg.security.certs)
             # the rule table is checked against the service at start-up: an RPC without a
             # rule, or a rule naming a request field that does not exist, stops the server
-            interceptors.append(AuthorizationInterceptor(
+            interceptors.append(AioAuthorizationInterceptor(
                 service_descriptor=pb.DESCRIPTOR.services_by_name["Controller"],
                 revocations=RevocationList(self.security.root)))
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                             thread_name_prefix="grpc"),
-                                  interceptors=interceptors)
-        pb_grpc.add_ControllerServicer_to_server(self.service, self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+        """The threads for the calls that take the core's lock or touch devices."""
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="grpc-loop",
+                                             daemon=True)
+        self._loop_thread.start()
+        self.server, self.health = self._on_loop(self._build(interceptors))
         try:
             if cfg.security.enabled:
                 self.port = self.server.add_secure_port(where, server_credentials(self.security))
@@ -83,12 +94,14 @@ class ControllerServer:
         except RuntimeError:  # gRPC says only "Failed to bind"; bind_errno finds out why
             self.port = 0
         if self.port == 0:
+            self._close_loop(0)
             if self.store is not None:
                 self.store.close()
             origin = (ListenOrigin.option("controller", "--listen") if listen else
                       ListenOrigin.option("controller", f"[controller] listen in {cfg.path}"))
             raise listen_error(*bind_errno(where), where, origin)
         self.address = f"{where.rsplit(':', 1)[0]}:{self.port}"
+        self._last_tick = time.monotonic()
         self.clock_service: ClockService | None = None
         """The UDP clock service (agents/clock/sync.py), opened by `start`."""
 
@@ -100,16 +113,60 @@ class ControllerServer:
             self._bring_up_devices()
         self.clock_service = ClockService(self.address.rsplit(":", 1)[0], self.port)
         self.service.clock_port = self.clock_service.port
-        self.server.start()
+        self._on_loop(self.server.start())
+        self._ticks = asyncio.run_coroutine_threadsafe(self._tick(), self.loop)
+        self.service.loop_lag = self.loop_lag
         self.clock_service.start()
         threading.Thread(target=self.service.monitor, name="heartbeat-monitor",
                          daemon=True).start()
         if self.cfg.controller.device_check_s > 0:
             threading.Thread(target=self._watch_devices, name="device-check",
                              daemon=True).start()
-        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._on_loop(self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING))
+        self._on_loop(self.health.set("", health_pb2.HealthCheckResponse.SERVING))
         logger.info("controller for %s serving on %s", self.cfg.name, self.address)
+
+    async def _build(self, interceptors: list[grpc.aio.ServerInterceptor]
+                     ) -> tuple[grpc.aio.Server, Any]:
+        """The asyncio server with the service, health and reflection (on the loop)."""
+        server = grpc.aio.server(interceptors=interceptors)
+        add_to_server(AsyncControllerService(self.service, self.pool), server)
+        checks = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        return server, checks
+
+    async def _tick(self) -> None:
+        """Note the time every `TICK_S` on the loop: a late tick is a loop behind."""
+        while True:
+            self._last_tick = time.monotonic()
+            await asyncio.sleep(TICK_S)
+
+    def loop_lag(self) -> float:
+        """How far behind the event loop is now, s (0 when its ticks come on time)."""
+        return max(0.0, time.monotonic() - self._last_tick - TICK_S)
+
+    def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30) -> T:
+        """Run `coro` on the server's event loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _close_loop(self, grace: float) -> None:
+        """Stop the gRPC server (within `grace`), the event loop and the pool."""
+        if self.loop.is_closed():
+            return
+        ticks = getattr(self, "_ticks", None)
+        if ticks is not None:
+            ticks.cancel()
+        try:
+            self._on_loop(self.server.stop(grace), timeout=grace + 2)
+        except (TimeoutError, futures.TimeoutError):
+            logger.warning("the gRPC server did not stop within %.1f s", grace + 2)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join(timeout=5)
+        if not self._loop_thread.is_alive():
+            self.loop.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _bring_up_devices(self) -> None:
         """Connect the devices; adopt or restore the stored configuration, else the default."""
@@ -145,10 +202,11 @@ class ControllerServer:
 
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving and release the devices (their optical state is left as it is)."""
-        self.health.enter_graceful_shutdown()
+        if not self.loop.is_closed():
+            self._on_loop(self.health.enter_graceful_shutdown())
         self.metrics.close()
         self.service.close()
-        self.server.stop(grace).wait(grace + 1)
+        self._close_loop(grace)
         if self.clock_service is not None:
             self.clock_service.close()
         self.devices.close()

@@ -3,14 +3,17 @@
 Each method turns one request into one call on `ControllerCore` (jobs, barriers, agents'
 news, flows; `oddl.controller.core`), on its registry for a stream's events, or on the
 `DeviceManager` for the devices' own state, and a refusal (an `OddlError`) into a gRPC status.
-It holds no state of its own beyond the clock service's port.
+It holds no state of its own beyond the clock service's port and the topology, built once.
+
+Its methods are sync: the server calls them from its event loop's thread pool or, the cheap
+ones, on the loop (`oddl.controller.aio_service`, which also owns the `WatchSchedule` stream).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 import grpc
@@ -52,6 +55,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.core = ControllerCore(cfg, devices, metrics, store)
         self.clock_port = 0
         """The UDP clock service's port, told to agents at registration (0: none)."""
+        self.loop_lag: Callable[[], float] = lambda: 0.0
+        """How far the server's event loop is behind, s (`ControllerServer` sets it)."""
+        self.topology = topology_pb(cfg)
+        """The testbed's topology, built once: every registration and `GetTopology` send it."""
 
     @property
     def stopped(self) -> threading.Event:
@@ -67,8 +74,20 @@ class ControllerService(pb_grpc.ControllerServicer):
         return self.core.slots.retuning()
 
     def monitor(self) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until the service closes."""
-        self.core.monitor(self.stopped)
+        """Detect dead agents (no heartbeat for three intervals) until the service closes;
+        not while the server's event loop is behind by an interval or more: heartbeats may be
+        waiting there unread, and declaring their agents dead would tell every peer of each
+        (decision record 0032)."""
+        while not self.stopped.wait(self.cfg.controller.heartbeat_s / 2):
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> bool:
+        """One round of the monitor at `now` (monotonic); False when held (loop behind)."""
+        if self.loop_lag() >= self.cfg.controller.heartbeat_s:
+            self.core.count_error("sweep held: event loop behind")
+            return False
+        self.core.sweep(now)
+        return True
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
         self.core.count_error(type(exc).__name__)
@@ -83,10 +102,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._refuse(context, exc)
 
     def _unknown_node(self, context: grpc.ServicerContext, node_id: str) -> NoReturn:
-        known = ", ".join(n.id for n in self.cfg.nodes)
-        context.abort(grpc.StatusCode.NOT_FOUND,
-                      f"unknown node {node_id!r}: the testbed {self.cfg.name} has {known}; "
-                      "start the agent with --node set to one of them")
+        context.abort(*self.not_streaming(node_id))
         raise AssertionError("context.abort returns only by raising")  # pragma: no cover
 
     # ---- agents -----------------------------------------------------------------------
@@ -96,7 +112,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         rec = self.core.register(request)
         return pb.RegisterAgentReply(session=rec.session,
                                      heartbeat_interval_s=self.cfg.controller.heartbeat_s,
-                                     topology=topology_pb(self.cfg),
+                                     topology=self.topology,
                                      fabric_address=self.cfg.fabric.address,
                                      link=self.cfg.fabric.link,
                                      line_rate_bps=self.cfg.fabric.line_rate_gbps * 1e9,
@@ -111,15 +127,16 @@ class ControllerService(pb_grpc.ControllerServicer):
         return pb.SyncClockReply(agent_send_ns=request.agent_send_ns, controller_receive_ns=t2,
                                  controller_send_ns=time.time_ns())
 
-    def WatchSchedule(self, request, context) -> Iterator[pb.ScheduleEvent]:  # noqa: N802
-        opened = self.core.open_stream(request.node_id)
-        if opened is None:
-            if not self.core.registry.known_node(request.node_id):
-                self._unknown_node(context, request.node_id)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{request.node_id} is not registered; call RegisterAgent first")
-            return
-        yield from self.core.registry.stream(*opened, context.is_active, self.stopped)
+    def not_streaming(self, node_id: str) -> tuple[grpc.StatusCode, str]:
+        """Why `WatchSchedule` cannot open a stream to `node_id` (the stream itself waits on
+        the event loop: `oddl.controller.aio_service`)."""
+        if not self.core.registry.known_node(node_id):
+            known = ", ".join(n.id for n in self.cfg.nodes)
+            return (grpc.StatusCode.NOT_FOUND,
+                    f"unknown node {node_id!r}: the testbed {self.cfg.name} has {known}; "
+                    "start the agent with --node set to one of them")
+        return (grpc.StatusCode.FAILED_PRECONDITION,
+                f"{node_id} is not registered; call RegisterAgent first")
 
     # ---- collectives ------------------------------------------------------------------
     def ReadyCollective(self, request, context):  # noqa: N802
@@ -158,7 +175,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     # ---- reading ----------------------------------------------------------------------
     def GetTopology(self, request, context):  # noqa: N802
-        return topology_pb(self.cfg)
+        return self.topology
 
     def GetStatus(self, request, context):  # noqa: N802
         return self.core.status()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
+
 from oddl.common.config import NodeConfig, TestbedConfig
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
@@ -15,6 +18,14 @@ def job_pb(job: JobRecord) -> pb.Job:
                   collectives_done=job.collectives_done,
                   reconfigurations=job.reconfigurations, guard_time_s=job.guard_time_s,
                   submitted_ns=job.submitted_ns, params=job.params)
+
+
+def status_pb(testbed: str, agents: list[pb.AgentStatus], jobs: Iterable[JobRecord],
+              devices: DeviceManager) -> pb.Status:
+    """`GetStatus`: the agents, the jobs and the devices' counters."""
+    return pb.Status(testbed=testbed, controller_time_ns=time.time_ns(), agents=agents,
+                     jobs=[job_pb(j) for j in jobs], reconfigurations=devices.reconfigurations,
+                     transactions_failed=devices.transactions_failed)
 
 
 def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.ScheduleEvent:

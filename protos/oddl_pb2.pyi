@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterAgentRequest(_message.Message):
-    __slots__ = ("node_id", "data_address", "agent_version", "local_api")
+    __slots__ = ("node_id", "data_address", "agent_version", "local_api", "instance")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOCAL_API_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     data_address: str
     agent_version: str
     local_api: str
-    def __init__(self, node_id: _Optional[str] = ..., data_address: _Optional[str] = ..., agent_version: _Optional[str] = ..., local_api: _Optional[str] = ...) -> None: ...
+    instance: str
+    def __init__(self, node_id: _Optional[str] = ..., data_address: _Optional[str] = ..., agent_version: _Optional[str] = ..., local_api: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class RegisterAgentReply(_message.Message):
     __slots__ = ("session", "heartbeat_interval_s", "topology", "fabric_address", "link", "line_rate_bps", "clock_port")

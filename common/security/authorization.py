@@ -130,26 +130,40 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None  # unknown method: gRPC answers UNIMPLEMENTED
         method = handler_call_details.method
-        return _wrap(handler, method, self._rules.get(method), self._authorize)
+        return _wrap(handler, method, self.rule(method), self._authorize)
+
+    def rule(self, method: str) -> Rule | None:
+        """The rule of a method by its full path (None: not in the table)."""
+        return self._rules.get(method)
 
     def _authorize(self, method: str, rule: Rule | None, request: Any,
                    context: grpc.ServicerContext) -> None:
+        refused = self.refusal(method, rule, request, context)
+        if refused is not None:
+            _abort(context, *refused)
+
+    def refusal(self, method: str, rule: Rule | None, request: Any,
+                context: Any) -> tuple[grpc.StatusCode, str] | None:
+        """Why the call is refused (its status and message, logged), or None when allowed.
+        `context` is a sync or an asyncio servicer context: only its certificate and peer
+        are read."""
         short = method.rsplit("/", 1)[-1]
         who = peer_identity(context)
         if who is None:
             logger.warning("refused %s from %s: no client certificate", short, context.peer())
-            _abort(context, grpc.StatusCode.UNAUTHENTICATED,
-                   f"{short} needs a client certificate from the lab CA: connect over TLS "
-                   "with a certificate from `oddl certs init`")
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    f"{short} needs a client certificate from the lab CA: connect over TLS "
+                    "with a certificate from `oddl certs init`")
         if self._revocations is not None and who.serial in self._revocations.current().serials:
             logger.warning("refused %s from %s: %s's certificate %x is revoked", short,
                            context.peer(), who.describe(), who.serial)
-            _abort(context, grpc.StatusCode.UNAUTHENTICATED,
-                   f"the certificate of {who.describe()} (serial {who.serial:x}) is revoked; "
-                   "get a new one with `oddl certs rotate`")
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    f"the certificate of {who.describe()} (serial {who.serial:x}) is revoked; "
+                    "get a new one with `oddl certs rotate`")
         if rule is None:
-            self._deny(context, who, short, f"{method} is not in the authorization table "
-                       "(common/security/authorization.py); add it with the roles allowed to call it")
+            return _denied(context, who, short, f"{method} is not in the authorization table "
+                           "(common/security/authorization.py); add it with the roles allowed "
+                           "to call it")
         if who.role not in rule.roles:
             allowed = " and ".join(sorted(_ROLE_PLURAL.get(r, r) for r in rule.roles))
             if rule.roles == {ROLE_OPERATOR}:
@@ -158,19 +172,22 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):
                 fix = "it is called by a node's agent with that node's agent certificate"
             else:
                 fix = f"use a certificate with role {' or '.join(sorted(rule.roles))}"
-            self._deny(context, who, short, f"only {allowed} may {short}; {fix}")
+            return _denied(context, who, short, f"only {allowed} may {short}; {fix}")
         if rule.own_node_field and request is not None:
             claimed = getattr(request, rule.own_node_field, None)
             if claimed != who.node:
-                self._deny(context, who, short,
-                           f"{rule.own_node_field} is {claimed!r}: an agent acts only for its "
-                           f"own node ({who.node}); use the agent certificate of {claimed!r}")
+                return _denied(context, who, short,
+                               f"{rule.own_node_field} is {claimed!r}: an agent acts only for "
+                               f"its own node ({who.node}); use the agent certificate of "
+                               f"{claimed!r}")
+        return None
 
-    @staticmethod
-    def _deny(context: grpc.ServicerContext, who: Identity, method: str, why: str) -> NoReturn:
-        message = f"{who.describe()} may not call {method}: {why}"
-        logger.warning("refused: %s (peer %s)", message, context.peer())
-        _abort(context, grpc.StatusCode.PERMISSION_DENIED, message)
+
+def _denied(context: Any, who: Identity, method: str,
+            why: str) -> tuple[grpc.StatusCode, str]:
+    message = f"{who.describe()} may not call {method}: {why}"
+    logger.warning("refused: %s (peer %s)", message, context.peer())
+    return grpc.StatusCode.PERMISSION_DENIED, message
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:

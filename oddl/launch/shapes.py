@@ -281,3 +281,35 @@ link = "direct"
 line_rate_gbps = {emulated_line_rate_gbps(n * d // 2)}     # per port: what a 2-core machine carries for {n}x{d} ports
 link = "fabric"
 """
+
+
+def control_plane(hosts: int, heartbeat_s: float = 1.0) -> str:
+    """A testbed file for the control plane at scale (benchmarks/bench_control_plane.py): `hosts`
+    emulated hosts of one port each, on as many circuit switches as they need
+    (``MAX_SWITCH_SIZE`` ports each). A job on hosts of different switches runs on network
+    ``ideal`` (no circuit spans two switches); the controller, its streams, barriers and
+    schedules are as on any testbed. `heartbeat_s`: the agents' heartbeat interval (an agent
+    silent for three is declared dead)."""
+    if hosts < 2:
+        raise ValueError(f"--hosts {hosts}: a testbed has at least 2 hosts")
+    switches = -(-hosts // MAX_SWITCH_SIZE)
+    head = f"""# Emulated control-plane testbed: {hosts} hosts of one port on {switches} circuit switch(es).
+[testbed]
+name = "control-plane-{hosts}node"
+description = "{hosts} hosts x 1 port on {switches} optical circuit switch(es)"
+seed = 1
+"""
+    parts = [head, _timing(min(hosts, MAX_WSS_HOSTS), False),
+             _switched_fabric(min(hosts, MAX_WSS_HOSTS), 1, False),
+             _controller(False).replace("heartbeat_s = 1.0", f"heartbeat_s = {heartbeat_s}")]
+    parts += [f'[[nodes]]\nid = "n{k}"\nhost = "127.0.0.1"\nports = 1\n' for k in range(hosts)]
+    fibres = []
+    for s in range(switches):
+        members = range(s * MAX_SWITCH_SIZE, min(hosts, (s + 1) * MAX_SWITCH_SIZE))
+        size = len(members)
+        parts.append(f'[[devices]]\nid = "ocs{s}"\nkind = "ocs"\nresource = "emulated"\n'
+                     f'size = {size}\nswitch_ms = 25.0\ntimeout_s = 5.0\n')
+        for i, k in enumerate(members, start=1):
+            fibres.append(f'[[fibres]]\nfrom = "n{k}.p1.tx"\nto = "ocs{s}.{i}"\n')
+            fibres.append(f'[[fibres]]\nfrom = "ocs{s}.{size + i}"\nto = "n{k}.p1.rx"\n')
+    return "\n".join(parts + fibres)

@@ -188,7 +188,7 @@ def test_insecure_serves_plaintext_on_purpose_and_says_so(caplog):
         assert server.port > 0
         assert "WITHOUT TLS" in caplog.text
     finally:
-        server.server.stop(0)
+        server.stop(0)
 
 
 def test_the_cli_refusal_names_the_fix():

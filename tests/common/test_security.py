@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from aio_server import AioServer
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
@@ -179,9 +180,39 @@ class _Servicer(pb_grpc.ControllerServicer):
         return pb.ReconfigureReply(applied=True)
 
 
-@pytest.fixture(scope="module")
-def secure_server(lab: SecurityFiles) -> Iterator[tuple[str, _Servicer]]:
+class _AioServicer(pb_grpc.ControllerServicer):
+    """The same servicer for an asyncio server (the controller's): coroutines."""
+
+    def __init__(self, inner: _Servicer) -> None:
+        self.inner = inner
+
+    async def Heartbeat(self, request, context):  # noqa: N802
+        return self.inner.Heartbeat(request, context)
+
+    async def WatchSchedule(self, request, context):  # noqa: N802
+        for event in self.inner.WatchSchedule(request, context):
+            yield event
+
+    async def GetStatus(self, request, context):  # noqa: N802
+        return self.inner.GetStatus(request, context)
+
+    async def Reconfigure(self, request, context):  # noqa: N802
+        return self.inner.Reconfigure(request, context)
+
+
+@pytest.fixture(scope="module", params=["sync", "aio"])
+def secure_server(lab: SecurityFiles, request: pytest.FixtureRequest
+                  ) -> Iterator[tuple[str, _Servicer]]:
+    """The interceptor on a thread-pool server and, as the controller serves, on an asyncio
+    server: the same refusals on both."""
     servicer = _Servicer()
+    if request.param == "aio":
+        from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
+
+        aio = AioServer(_AioServicer(servicer), AioAuthorizationInterceptor(), lab.root)
+        yield f"127.0.0.1:{aio.port}", servicer
+        aio.stop()
+        return
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          interceptors=[AuthorizationInterceptor()])
     pb_grpc.add_ControllerServicer_to_server(servicer, server)
@@ -289,6 +320,23 @@ def test_plaintext_peer_is_unauthenticated() -> None:
         assert "client certificate" in err.details()
     finally:
         server.stop(0).wait(2)
+
+
+def test_plaintext_peer_is_unauthenticated_on_the_event_loop() -> None:
+    """The asyncio interceptor (the controller's) refuses a caller without TLS too."""
+    from oddl.common.security.authorization_aio import AioAuthorizationInterceptor
+
+    aio = AioServer(_AioServicer(_Servicer()), AioAuthorizationInterceptor(), None)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{aio.port}") as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            err = _refused(stub.GetStatus, pb.GetStatusRequest())
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "client certificate" in err.details()
+            err = _refused(stub.WatchSchedule, pb.WatchScheduleRequest(node_id="n0"))
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        aio.stop()
 
 
 def test_method_table_covers_every_rpc_of_the_service() -> None:

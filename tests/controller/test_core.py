@@ -18,6 +18,7 @@ from helpers import EMULATED
 
 from oddl.common.config import load_testbed
 from oddl.common.errors import OperationRefused
+from oddl.controller.announcer import Announcer
 from oddl.controller.core import ControllerCore
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
@@ -184,13 +185,112 @@ def test_an_agent_back_from_the_dead_is_announced_to_its_peers(core: ControllerC
     core.registry.agents["n1"].dead = True
     assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
     assert not core.registry.agents["n1"].dead
-    for n in ("n0", "n2", "n3"):
+    core.announcer.flush()  # the end of the announcer's window (ADR 0032)
+    for n in NODES:  # its peers learn it is back (and it hears its job again, harmlessly)
         (event,) = events(core, n)
         assert event.assigned.job.id == job.id
-    assert events(core, "n1") == []
     assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
     assert events(core, "n0") == []  # a live node's heartbeat announces nothing
     assert not core.heartbeat(pb.HeartbeatRequest(node_id="n1", session="stale"))
     # a new stream gets its running jobs' assignments first
     opened = core.open_stream("n2")
     assert opened is not None and events(core, "n2")[0].assigned.rank == 2
+
+
+def test_a_burst_of_registrations_is_announced_once_per_node(core: ControllerCore):
+    """Every agent re-registering (a controller restart) announces the job's peers once to
+    each node, with every new address, not once per registration (ADR 0032)."""
+    job = _ring(core)
+    core.announcer.close()  # a window that does not end by itself here: flushed below
+    core.announcer = Announcer(core._announce, quiet_s=3600, longest_s=3600)
+    for n in NODES:
+        core.register(pb.RegisterAgentRequest(node_id=n, data_address=f"tcp://{n}:1"))
+    assert all(events(core, n) == [] for n in NODES)  # gathered, not yet announced
+    core.announcer.flush()  # the window's end
+    for n in NODES:
+        (event,) = events(core, n)
+        assert event.assigned.job.id == job.id and event.assigned.rank == NODES.index(n)
+        assert dict(event.assigned.peers) == {m: f"tcp://{m}:1" for m in NODES}
+
+
+def test_an_unread_queue_keeps_only_the_newest_assignment(core: ControllerCore):
+    """A node whose stream does not read holds one assignment per job, the newest, in the
+    place of the first; other events keep their order."""
+    job = _ring(core)
+    core.cancel(job.id)
+    for n in NODES:
+        events(core, n)
+    second = core.submit(pb.SubmitJobRequest(name="t2", collective="ring"))
+    core.sweep(time.monotonic())  # nobody is late: nothing pushed
+    for k in range(3):
+        core.register(pb.RegisterAgentRequest(node_id="n1", data_address=f"tcp://n1:{k}"))
+        core.announcer.flush()
+    got = events(core, "n0")
+    assert [e.WhichOneof("event") for e in got] == ["assigned"]
+    assert got[0].assigned.job.id == second.id
+    assert got[0].assigned.peers["n1"] == "tcp://n1:2"
+
+
+def test_a_stream_opened_before_a_registration_marks_the_new_record(core: ControllerCore):
+    """An agent that registers again while its stream opens (a heartbeat told it to) is
+    still streaming: the mark goes on the node's current record, not the one the stream
+    was opened with."""
+    import asyncio
+
+    opened = core.open_stream("n0")
+    assert opened is not None
+    core.register(pb.RegisterAgentRequest(node_id="n0"))  # a new record for n0
+
+    async def started() -> bool:
+        stream = core.registry.stream(*opened, threading.Event())
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the stream runs until it parks on the empty queue
+        streaming = core.registry.agents["n0"].streaming
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await stream.aclose()
+        return streaming
+
+    assert asyncio.run(started())
+    assert not core.registry.agents["n0"].streaming  # and unmarked when it ends
+
+
+def test_a_restarted_agent_fails_its_peers_collective_at_once(core: ControllerCore):
+    """A new agent process registering for a node (a restarted rank) is not the same agent
+    registering again: its peers are told at once, and a barrier they wait in fails there
+    with that reason, rather than at their timeout."""
+    for n in NODES:
+        core.register(pb.RegisterAgentRequest(node_id=n, instance=f"{n}-a"))
+    job = _ring(core)
+    for n in ("n0", "n2"):
+        ready(core, job.id, 1, n, [8])
+    core.register(pb.RegisterAgentRequest(node_id="n1", instance="n1-a"))  # the same process
+    # (its peers may hear their job again once the announcer's window ends; nothing else)
+    assert all(_kinds(core, n) <= {"assigned"} for n in NODES)
+    core.register(pb.RegisterAgentRequest(node_id="n1", instance="n1-b"))  # a new one
+    for n in ("n0", "n2", "n3"):
+        got = {e.WhichOneof("event"): e for e in events(core, n)}
+        assert "restarted" in got["peer_lost"].peer_lost.reason
+        assert got["peer_lost"].peer_lost.node_id == "n1"
+        if n != "n3":  # in the barrier: its collective fails now, with the reason
+            assert "restarted" in got["go"].go.error and got["go"].go.seq == 1
+    assert _kinds(core, "n1") <= {"assigned"}  # the restarted agent is not told of itself
+    assert core.errors["agent restarted"] == 1
+
+
+def _kinds(core: ControllerCore, node: str) -> set[str]:
+    return {e.WhichOneof("event") for e in events(core, node)}
+
+
+def test_a_mass_loss_is_news_only_to_the_live(core: ControllerCore):
+    """Nodes declared dead in the same sweep are not told of one another (a thousand lost
+    at once would be a million events for streams nobody reads)."""
+    _ring(core)
+    later = time.monotonic() + 10 * core.cfg.controller.heartbeat_s
+    for n in ("n0", "n1"):
+        core.registry.agents[n].last_seen = later  # they beat; n2 and n3 fell silent
+    core.sweep(later)
+    for n in ("n0", "n1"):
+        lost = sorted(e.peer_lost.node_id for e in events(core, n) if e.HasField("peer_lost"))
+        assert lost == ["n2", "n3"]
+    assert all(_kinds(core, n) <= {"go"} for n in ("n2", "n3"))

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -201,3 +202,39 @@ def test_a_stalled_agent_is_detected_and_comes_back(bench: Bench):
         os.kill(pid, signal.SIGCONT)
     _wait(lambda: bench.operator.status()["agents"][1]["alive"], 15, "the agent alive again")
     assert bench.allreduce(8) == [True] * 4
+
+
+def test_a_restarted_rank_fails_its_peers_collective_at_once(tmp_path):
+    """n3's agent is killed and started again while n0–n2 wait for it in a barrier. Long
+    before its heartbeats would be missed (three intervals of 10 s), its new process
+    registers and the controller tells the peers: their collective fails with that reason,
+    and the next one runs on all four (issue 35)."""
+    bench = Bench(tmp_path, heartbeat_s=10.0)
+    try:
+        bench.operator.submit("restart", [], "ring", "optical")
+        assert bench.allreduce(21) == [True] * 4
+        rng = np.random.default_rng(22)
+        arrays = [rng.integers(0, 9, 100) for _ in range(3)]
+        peers = [bench.clients[n] for n in ("n0", "n1", "n2")]
+        outs: list[object] = []
+        t0 = time.monotonic()
+        waiting = threading.Thread(target=lambda: outs.extend(
+            allreduce_all(peers, arrays, step=bench.next_step())))
+        waiting.start()
+        os.kill(bench.proc("agent-n3").proc.pid, signal.SIGKILL)
+        bench.start_agent("n3", close_old=False)  # a new agent process for n3
+        waiting.join(120)
+        failed_after = time.monotonic() - t0
+        assert not waiting.is_alive()
+        for out in outs:  # the controller's word, or a refused stream to n3's old process
+            assert isinstance(out, CollectiveError), out
+            assert "n3 restarted" in str(out) or "cannot reach n3" in str(out), out
+        assert failed_after < 30  # not three missed heartbeats (30 s), nor a receive timeout
+        # the controller took the new process for a restart, not for n3 registering again
+        log = bench.operator.device_log(limit=200, device="n3")
+        assert any(e["action"] == "agent restarted" and "n3 restarted" in e["detail"]
+                   for e in log), log
+        bench.iteration += 1  # n3 never made the failed call: the others' steps lead by one
+        _wait(lambda: bench.allreduce(23) == [True] * 4, 120, "all four again")
+    finally:
+        bench.close()

@@ -8,8 +8,6 @@ target the schedule stream would carry).
 
 from __future__ import annotations
 
-import queue
-
 from helpers import EMULATED
 
 from oddl.common.config import TestbedConfig, parse_testbed
@@ -39,11 +37,9 @@ def events(core: ControllerCore, node: str) -> list[pb.ScheduleEvent]:
     """Everything pushed to `node` since the last call."""
     out = []
     pending = core.registry.agents[node].events
-    while True:
-        try:
-            out.append(pending.get_nowait())
-        except queue.Empty:
-            return out
+    while (event := pending.get_nowait()) is not None:
+        out.append(event)
+    return out
 
 
 def ready(core: ControllerCore, job_id: str, seq: int, node: str, shape: list[int],

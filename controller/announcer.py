@@ -1,0 +1,79 @@
+"""Announcing a job's peers once for many registrations (ADR 0032).
+
+When an agent registers (or comes back from the dead), the other nodes of its running jobs
+learn its data address in a `JobAssigned` that lists every peer. Announced at each
+registration, a controller restart with a job of N nodes sends N·N events of N peers each:
+at 256 nodes that is 16 million entries and gigabytes of queued events. `Announcer` gathers
+the jobs to announce until the registrations pause for `quiet_s` (or `longest_s` has passed
+since the first), then announces each once, to every node, from a thread of its own: a
+restart's burst of a thousand re-registrations is announced once or twice, not every 0.1 s
+(one announcement to 1024 nodes costs ~0.3 s of the core's lock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+QUIET_S = 0.1
+"""Announce once no registration came for this long..."""
+LONGEST_S = 1.0
+"""...or this long after the first one waiting, whichever is sooner."""
+
+
+class Announcer:
+    """Calls `announce(job_ids)` with every job asked for (`later`) once they pause."""
+
+    def __init__(self, announce: Callable[[set[str]], None], quiet_s: float = QUIET_S,
+                 longest_s: float = LONGEST_S):
+        self._announce = announce
+        self._quiet_s, self._longest_s = quiet_s, longest_s
+        self._cond = threading.Condition()
+        self._pending: set[str] = set()
+        self._first = self._last = 0.0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def later(self, job_id: str) -> None:
+        """Announce `job_id` once the registrations pause."""
+        with self._cond:
+            if self._closed:
+                return
+            now = time.monotonic()
+            if not self._pending:
+                self._first = now
+            self._pending.add(job_id)
+            self._last = now
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="announcer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _due(self, now: float) -> float:
+        """Seconds until the pending jobs are due (≤ 0: now)."""
+        return min(self._last + self._quiet_s, self._first + self._longest_s) - now
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._pending
+                                            or self._due(time.monotonic()) > 0):
+                    self._cond.wait(self._due(time.monotonic()) if self._pending else None)
+                if self._closed:
+                    return
+            self.flush()
+
+    def flush(self) -> None:
+        """Announce what is pending now."""
+        with self._cond:
+            pending, self._pending = self._pending, set()
+        if pending:
+            self._announce(pending)
+
+    def close(self) -> None:
+        """Announce nothing more."""
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._cond.notify_all()
