@@ -7,7 +7,9 @@ at 256 nodes that is 16 million entries and gigabytes of queued events. `Announc
 the jobs to announce until the registrations pause for `quiet_s` (or `longest_s` has passed
 since the first), then announces each once, to every node, from a thread of its own: a
 restart's burst of a thousand re-registrations is announced once or twice, not every 0.1 s
-(one announcement to 1024 nodes costs ~0.3 s of the core's lock).
+(one announcement to 1024 nodes costs ~0.3 s of the core's lock). A registration that comes
+after a quiet spell is announced at once (the leading edge): one agent restarting must not
+leave its peers sending to its old address while the announcement waits.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class Announcer:
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._first = self._last = 0.0
+        self._flushed = -float("inf")
+        self._leading = False
+        """The pending jobs came after a quiet spell: announce them at once."""
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -43,6 +48,7 @@ class Announcer:
             now = time.monotonic()
             if not self._pending:
                 self._first = now
+                self._leading = now - max(self._flushed, self._last) > self._quiet_s
             self._pending.add(job_id)
             self._last = now
             if self._thread is None:
@@ -52,6 +58,8 @@ class Announcer:
 
     def _due(self, now: float) -> float:
         """Seconds until the pending jobs are due (≤ 0: now)."""
+        if self._leading:
+            return 0.0
         return min(self._last + self._quiet_s, self._first + self._longest_s) - now
 
     def _run(self) -> None:
@@ -68,6 +76,7 @@ class Announcer:
         """Announce what is pending now."""
         with self._cond:
             pending, self._pending = self._pending, set()
+            self._flushed, self._leading = time.monotonic(), False
         if pending:
             self._announce(pending)
 

@@ -311,7 +311,7 @@ def _grpc_method(method: Any) -> tuple[Callable[[bytes], None], Callable[[], Non
     from oddl.protos import oddl_pb2 as pb
 
     server = _Controller.acquire()
-    handler = getattr(server.service, method.name)
+    handler = getattr(server.service, method.name, None)
     request_type = getattr(pb, method.input_type.name)
     streaming = method.server_streaming
 
@@ -321,10 +321,12 @@ def _grpc_method(method: Any) -> tuple[Callable[[bytes], None], Callable[[], Non
         except DecodeError:
             return  # gRPC answers INTERNAL "failed to deserialize" before the servicer
         try:
-            result = handler(request, _Context())
-            if streaming:
-                for _ in zip(range(4), result, strict=False):
-                    pass
+            if streaming:  # WatchSchedule lives on the event loop (oddl.controller.aio_service):
+                # what it does before its stream waits, here on this thread
+                if server.service.core.open_stream(request.node_id) is None:
+                    _Context().abort(*server.service.not_streaming(request.node_id))
+                return
+            handler(request, _Context())
         except Aborted:
             pass
     return run, _Controller.release

@@ -7,14 +7,22 @@ import threading
 from oddl.controller.announcer import Announcer
 
 
-def test_what_was_asked_for_is_announced_once_together() -> None:
+def test_the_first_after_a_quiet_spell_goes_at_once_and_a_burst_together() -> None:
+    heard = threading.Event()
     calls: list[set[str]] = []
-    a = Announcer(calls.append, quiet_s=3600, longest_s=3600)  # never due by itself here
-    for job in ("job-1", "job-2", "job-1"):
+
+    def announce(jobs: set[str]) -> None:
+        calls.append(jobs)
+        heard.set()
+
+    a = Announcer(announce, quiet_s=3600, longest_s=3600)  # a burst is never due by itself
+    a.later("job-1")  # nothing announced before: the leading edge, at once
+    assert heard.wait(60)
+    for job in ("job-2", "job-3", "job-2"):  # within the quiet spell: gathered
         a.later(job)
     a.flush()
     a.flush()  # nothing pending: nothing announced
-    assert calls == [{"job-1", "job-2"}]
+    assert calls == [{"job-1"}, {"job-2", "job-3"}]
     a.close()
 
 
