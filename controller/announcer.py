@@ -38,6 +38,8 @@ class Announcer:
         self._leading = False
         """The pending jobs came after a quiet spell: announce them at once."""
         self._closed = False
+        self._announcing = 0
+        """Announcements under way (taken from `_pending`, not yet told): `settle` waits."""
         self._thread: threading.Thread | None = None
 
     def later(self, job_id: str) -> None:
@@ -77,8 +79,26 @@ class Announcer:
         with self._cond:
             pending, self._pending = self._pending, set()
             self._flushed, self._leading = time.monotonic(), False
-        if pending:
-            self._announce(pending)
+            self._announcing += 1
+        try:
+            if pending:
+                self._announce(pending)
+        finally:
+            with self._cond:
+                self._announcing -= 1
+                self._cond.notify_all()
+
+    def settle(self) -> None:
+        """Announce what is pending and wait for any announcement under way to be told.
+
+        After it returns, every registration so far has been announced: what a caller that
+        drains the pushed events (a unit test, an operator's view) sees next is not a late
+        announcement of an earlier registration.
+        """
+        self.flush()
+        with self._cond:
+            while self._announcing:
+                self._cond.wait()
 
     def close(self) -> None:
         """Announce nothing more."""

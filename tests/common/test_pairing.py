@@ -141,14 +141,14 @@ def test_a_node_declared_down_that_answers_again_is_announced_to_its_peers():
     core = unconnected_core()
     job, _ = core.admit("x", [], "ring", "optical", {}, 0)
     sessions = register_all(core)
-    core.announcer.flush()  # the registrations' own announcement, then quiet
+    core.announcer.settle()  # the registrations' own announcement, then quiet
     for n in NODES:
         events(core, n)
     core.registry.agents["n1"].dead = True
     assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
     assert not core.registry.agents["n1"].dead
     assert any(e.action == "agent back" and e.device == "n1" for e in core.devices.events)
-    core.announcer.flush()  # the announcer's thread may not have run yet
+    core.announcer.settle()  # the announcer's thread may not have run yet
     for n in ("n0", "n2", "n3"):
         (event,) = events(core, n)
         assert event.assigned.job.id == job.id

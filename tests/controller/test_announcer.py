@@ -42,3 +42,27 @@ def test_a_pause_announces_by_itself_and_close_stops_it() -> None:
     a.later("job-2")  # closed: dropped
     a.flush()
     assert calls == [{"job-1"}]
+
+
+def test_settle_returns_only_once_an_announcement_under_way_is_told() -> None:
+    """What a caller drains after `settle` holds every earlier registration's announcement,
+    even one the announcer's thread had taken and not yet told (the race CI once lost)."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[set[str]] = []
+
+    def announce(jobs: set[str]) -> None:
+        started.set()
+        assert release.wait(60)
+        calls.append(jobs)
+
+    a = Announcer(announce, quiet_s=3600, longest_s=3600)
+    a.later("job-1")  # the leading edge: the thread takes it at once, then blocks
+    assert started.wait(60)
+    settled = threading.Event()
+    waiter = threading.Thread(target=lambda: (a.settle(), settled.set()))
+    waiter.start()
+    assert not settled.wait(0.2)  # the announcement under way is not told yet: still waiting
+    release.set()
+    waiter.join(60)
+    assert settled.is_set() and calls == [{"job-1"}]
+    a.close()

@@ -185,7 +185,7 @@ def test_an_agent_back_from_the_dead_is_announced_to_its_peers(core: ControllerC
     core.registry.agents["n1"].dead = True
     assert core.heartbeat(pb.HeartbeatRequest(node_id="n1", session=sessions["n1"]))
     assert not core.registry.agents["n1"].dead
-    core.announcer.flush()  # the end of the announcer's window (ADR 0032)
+    core.announcer.settle()  # the end of the announcer's window (ADR 0032)
     for n in NODES:  # its peers learn it is back (and it hears its job again, harmlessly)
         (event,) = events(core, n)
         assert event.assigned.job.id == job.id
@@ -206,7 +206,7 @@ def test_a_burst_of_registrations_is_announced_once_per_node(core: ControllerCor
     for n in NODES:
         core.register(pb.RegisterAgentRequest(node_id=n, data_address=f"tcp://{n}:1"))
     assert all(events(core, n) == [] for n in NODES)  # gathered, not yet announced
-    core.announcer.flush()  # the window's end
+    core.announcer.settle()  # the window's end
     for n in NODES:
         (event,) = events(core, n)
         assert event.assigned.job.id == job.id and event.assigned.rank == NODES.index(n)
@@ -224,7 +224,7 @@ def test_an_unread_queue_keeps_only_the_newest_assignment(core: ControllerCore):
     core.sweep(time.monotonic())  # nobody is late: nothing pushed
     for k in range(3):
         core.register(pb.RegisterAgentRequest(node_id="n1", data_address=f"tcp://n1:{k}"))
-        core.announcer.flush()
+        core.announcer.settle()
     got = events(core, "n0")
     assert [e.WhichOneof("event") for e in got] == ["assigned"]
     assert got[0].assigned.job.id == second.id

@@ -26,8 +26,13 @@ def unconnected_core(text: str | None = None) -> ControllerCore:
 
 
 def register_all(core: ControllerCore, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
-    """Register each node's agent (no data address); their sessions, queues emptied."""
+    """Register each node's agent (no data address); their sessions, queues emptied.
+
+    The announcer (ADR 0032) tells a running job's nodes their peers from a thread of its
+    own; it is settled before the queues are emptied so that no late `JobAssigned` follows.
+    """
     sessions = {n: core.register(pb.RegisterAgentRequest(node_id=n)).session for n in nodes}
+    core.announcer.settle()  # the registrations' announcement told now, not after the drain
     for n in nodes:
         events(core, n)
     return sessions
