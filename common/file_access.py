@@ -44,7 +44,7 @@ def access_of(path: str) -> Access | None:
         st = os.stat(path)
     except OSError:
         return None
-    return Access(os.path.realpath(path), _user_name(st.st_uid), _group_name(st.st_gid),
+    return Access(os.path.realpath(path), user_name(st.st_uid), group_name(st.st_gid),
                   stat.S_IMODE(st.st_mode))
 
 
@@ -57,7 +57,7 @@ def user_groups(user: str) -> set[str] | None:
     except KeyError:
         return None
     groups = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
-    groups.add(_group_name(entry.pw_gid))
+    groups.add(group_name(entry.pw_gid))
     return groups
 
 
@@ -69,23 +69,25 @@ def can_open(access: Access, user: str, *, write: bool = True,
     return _may(access, user, stat.S_IRUSR | (stat.S_IWUSR if write else 0), also_groups)
 
 
+def permits(mode: int, owner_bits: int, *, is_root: bool, is_owner: bool,
+            in_group: bool) -> bool:
+    """The POSIX rule: whether a file of `mode` grants `owner_bits` (given as the owner's:
+    S_IRUSR, S_IWUSR, S_IXUSR) to a user who is root, its owner, in its group, or other."""
+    if is_root:
+        return True
+    bits = owner_bits if is_owner else owner_bits >> 3 if in_group else owner_bits >> 6
+    return mode & bits == bits
+
+
 def _may(access: Access, user: str, owner_bits: int,
          also_groups: frozenset[str] = frozenset()) -> bool | None:
-    """Whether `user` has `owner_bits` (given as the owner's: S_IRUSR, S_IWUSR, S_IXUSR) on
-    the file through its owner, group or other bits; None when the user is unknown."""
+    """Whether `user` has `owner_bits` on the file through its owner, group or other bits;
+    None when the user is unknown."""
     groups = user_groups(user)
     if groups is None:
         return None
-    groups |= also_groups
-    if user == "root":
-        return True
-    if user == access.owner:
-        bits = owner_bits
-    elif access.group in groups:
-        bits = owner_bits >> 3
-    else:
-        bits = owner_bits >> 6
-    return access.mode & bits == bits
+    return permits(access.mode, owner_bits, is_root=user == "root",
+                   is_owner=user == access.owner, in_group=access.group in groups | also_groups)
 
 
 def permission_advice(path: str, user: str, *, write: bool = True,
@@ -128,17 +130,19 @@ def current_user() -> str:
     """The name of the user this process runs as."""
     if pwd is None:
         return os.environ.get("USER", "")
-    return _user_name(os.geteuid())
+    return user_name(os.geteuid())
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """The name of user `uid` (its number when it has none)."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
 
 
-def _group_name(gid: int) -> str:
+def group_name(gid: int) -> str:
+    """The name of group `gid` (its number when it has none)."""
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:

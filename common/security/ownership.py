@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from oddl.common.errors import SecurityError
+from oddl.common.file_access import group_name, permits, user_name
 
 DOCS = "docs/explanation/security.md"
 
@@ -110,14 +111,10 @@ def check_can_hand_over(owner: KeyOwner) -> None:
 
 def may_enter(mode: int, uid: int, gid: int, owner_uid: int, owner_gids: Iterable[int]
               ) -> bool:
-    """Whether a user (uid, groups) may search a folder of that mode, owner and group."""
-    if owner_uid == 0:
-        return True
-    if uid == owner_uid:
-        return bool(mode & stat.S_IXUSR)
-    if gid in set(owner_gids):
-        return bool(mode & stat.S_IXGRP)
-    return bool(mode & stat.S_IXOTH)
+    """Whether a user (`owner_uid`, its groups) may search a folder of that mode, owner
+    `uid` and group `gid` (`file_access.permits`, the one rule for every permission check)."""
+    return permits(mode, stat.S_IXUSR, is_root=owner_uid == 0, is_owner=uid == owner_uid,
+                   in_group=gid in set(owner_gids))
 
 
 def check_reachable(folder: Path, owner: KeyOwner) -> None:
@@ -151,23 +148,16 @@ def hand_over(root: Path, keys: Iterable[str], owner: KeyOwner) -> list[Path]:
     return present
 
 
-def _name(table: Any, ident: int) -> str:
-    try:
-        return str(table(ident)[0])
-    except KeyError:
-        return str(ident)
-
-
 def describe_owner(st: os.stat_result) -> str:
     """``user:group, mode 0600`` for a stat result."""
-    return (f"owned by {_name(pwd.getpwuid, st.st_uid)}:{_name(grp.getgrgid, st.st_gid)}, "
+    return (f"owned by {user_name(st.st_uid)}:{group_name(st.st_gid)}, "
             f"mode {stat.S_IMODE(st.st_mode):04o}")
 
 
 def process_user() -> str:
     """The user this process runs as (name and uid)."""
     uid = os.geteuid()
-    return f"{_name(pwd.getpwuid, uid)} (uid {uid})"
+    return f"{user_name(uid)} (uid {uid})"
 
 
 def unreadable_key_message(path: Path, reason: str, *, private: bool = True) -> str:
