@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.procedure import torchrun
+from lab.procedure import torchrun, torchrun_elastic
 from lab.report import CheckFailed
 from lab.rig import Rig
 from lab.services import last_lines
@@ -138,34 +139,50 @@ def shm_clean(rig: Rig) -> str:
 def ddp(rig: Rig, job: str) -> str:
     """torchrun, one rank per host, static master address; every rank's parameters identical
     and equal to one process trained on the whole batch (float64, summation order apart)."""
-    out = rig.plan.run_dir / "out"
     master = rig.plan.training_hosts[0].address
+    return _ddp_run(rig, job, "ddp", lambda rank: torchrun(len(rig.plan.nodes), rank, master))
+
+
+def ddp_elastic(rig: Rig, job: str) -> str:
+    """The same training under torchrun's elastic form: one command on every host, a c10d
+    rendezvous on the first (ranks by order of arrival, not by host), `--max-restarts 1`."""
+    endpoint = rig.plan.training_hosts[0].address
+    run_id = f"lab-{job}"
+    hosts = rig.plan.training_hosts
+    return _ddp_run(rig, job, "elastic", lambda index: torchrun_elastic(
+        len(rig.plan.nodes), endpoint, run_id, hosts[index].address, holds_store=index == 0))
+
+
+def _ddp_run(rig: Rig, job: str, tag: str, launcher_of: Callable[[int], list[str]]) -> str:
+    """Train on every training host with `launcher_of(host index)`, then compare each rank's
+    parameters with each other and with one process trained on the whole batch."""
+    out = rig.plan.run_dir / "out"  # 1777: the training user writes there
     procs = []
     for rank, host in enumerate(rig.plan.training_hosts):
         assert host.node is not None
-        launcher = torchrun(len(rig.plan.nodes), rank, master)  # the page's command
+        launcher = launcher_of(rank)  # the page's command
         procs.append(rig.worker(
-            host, "ddp_train.py", ["--out", str(out / f"ddp-{host.name}.json")],
-            f"ddp-{host.name}.log", argv0=launcher[0],
+            host, "ddp_train.py", ["--out", str(out / f"{tag}-{host.name}.json")],
+            f"{tag}-{host.name}.log", argv0=launcher[0],
             env={"ODDL_LOCAL_API": api(host.node), "ODDL_JOB": job},
             launcher_args=launcher[1:-1]))
     wait_all(procs, 300)
     bad = [h.name for h, p in zip(rig.plan.training_hosts, procs, strict=True) if p.returncode]
     if bad:
-        logs = rig.logs / f"ddp-{bad[0]}.log"
+        logs = rig.logs / f"{tag}-{bad[0]}.log"
         raise CheckFailed(f"torchrun failed on {bad}: {last_lines(logs.read_text(), 4)}")
     ref = rig.worker(rig.plan.controller, "ddp_train.py",
-                     ["--reference", str(len(rig.plan.nodes)), "--out", str(out / "ref.json")],
-                     "ddp-reference.log")
+                     ["--reference", str(len(rig.plan.nodes)),
+                      "--out", str(out / f"{tag}-ref.json")], f"{tag}-reference.log")
     wait_all([ref], 120)
-    return _compare_params(out, [h.name for h in rig.plan.training_hosts])
+    return _compare_params(out, tag, [h.name for h in rig.plan.training_hosts])
 
 
-def _compare_params(out: Path, hosts: list[str]) -> str:
-    ranks = [json.loads((out / f"ddp-{h}.json").read_text())["params"] for h in hosts]
+def _compare_params(out: Path, tag: str, hosts: list[str]) -> str:
+    ranks = [json.loads((out / f"{tag}-{h}.json").read_text())["params"] for h in hosts]
     if any(r != ranks[0] for r in ranks[1:]):
         raise CheckFailed("the ranks' trained parameters differ")
-    ref = json.loads((out / "ref.json").read_text())["params"]
+    ref = json.loads((out / f"{tag}-ref.json").read_text())["params"]
     got = [float.fromhex(v) for group in ranks[0] for v in group]
     want = [float.fromhex(v) for group in ref for v in group]
     worst = max(abs(a - b) for a, b in zip(got, want, strict=True))

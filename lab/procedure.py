@@ -20,6 +20,8 @@ ETC = "/etc/oddl"
 TESTBED = f"{ETC}/testbed.toml"
 CERTS = f"{ETC}/certs"
 DDP_PORT = 29500
+RDZV_PORT = 29400
+"""torchrun's c10d rendezvous (the elastic form) on the first host."""
 
 SERVICE_USER_ADD = ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
                     "/var/lib/oddl", "--shell", "/usr/sbin/nologin", SERVICE_USER]
@@ -41,6 +43,22 @@ def torchrun(nodes: int, rank: int, master: str, script: str = "train.py") -> li
             script]
 
 
+def torchrun_elastic(nodes: int, endpoint: str, run_id: str, local_addr: str, *,
+                     holds_store: bool, script: str = "train.py", restarts: int = 1
+                     ) -> list[str]:
+    """The elastic form: a c10d rendezvous on the first host (ranks given in order of
+    arrival), the group restarted up to `restarts` times when a rank fails. torchrun finds
+    both of the addresses it needs from the host's name unless told: the first host says it
+    holds the rendezvous store (`is_host=1`, the others 0), and every host gives its own
+    address (`--local-addr`), which rank 0 publishes for the others' process-group store.
+    Where the name resolves to a loopback address (Debian's 127.0.1.1) or to nothing, the
+    guesses leave every host waiting for a store nobody runs, or calling its own loopback."""
+    return [f"{VENV}/bin/torchrun", "--nnodes", str(nodes), "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{endpoint}:{RDZV_PORT}",
+            "--rdzv-id", run_id, "--rdzv-conf", f"is_host={int(holds_store)}",
+            "--local-addr", local_addr, "--max-restarts", str(restarts), script]
+
+
 def shown(argv: list[str]) -> str:
     """The command as the page shows it (shell quoting)."""
     return shlex.join(argv)
@@ -52,4 +70,11 @@ def page_commands() -> list[str]:
             shown(MAKE_ETC), shown(TEMPLATE) + f" > {TESTBED}", shown(CERTS_CHOWN),
             shown([ODDL, "certs", "init", "--out", CERTS, "--nodes", "n0,n1,n2,n3", "--hosts",
                    "CONTROLLER_ADDRESS", *CERTS_INIT_FLAGS]),
-            shown(torchrun(4, 0, "N0_ADDRESS")).replace("--node-rank 0", "--node-rank R")]
+            shown(torchrun(4, 0, "N0_ADDRESS")).replace("--node-rank 0", "--node-rank R"),
+            elastic_shown()]
+
+
+def elastic_shown() -> str:
+    """The elastic form as the pages show it: H is 1 on n0, 0 on the others."""
+    return shown(torchrun_elastic(4, "N0_ADDRESS", "RUN_ID", "HOST_ADDRESS",
+                                  holds_store=True)).replace("is_host=1", "is_host=H")

@@ -91,6 +91,8 @@ def lab_steps(rig: Rig, report: Report, bench: bool) -> None:
         if collective == "ring":
             report.check("torchrun DDP on the oddl backend, one rank per host",
                          partial(jobs.ddp, rig, job))
+            report.check("torchrun's elastic form (c10d rendezvous, --max-restarts 1)",
+                         partial(jobs.ddp_elastic, rig, job))
         report.check(f"{collective}: oddl jobs cancel", partial(jobs.cancel, rig, job))
     report.check("line rate: a warning names line_rate_gbps", lambda: bringup.line_rate_warned(rig))
     if bench:

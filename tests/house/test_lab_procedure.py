@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.procedure import page_commands, shown, torchrun
+from lab.procedure import elastic_shown, page_commands, shown, torchrun
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "how-to"
 
@@ -33,4 +33,6 @@ def test_torchrun_is_launched_the_same_way_on_both_pages() -> None:
     form = shown(torchrun(4, 0, "N0_ADDRESS")).replace("--node-rank 0", "--node-rank R")
     assert form in _code("lab-bring-up.md")
     assert form in _code("torch-backend.md")
+    assert elastic_shown() in _code("lab-bring-up.md")
+    assert elastic_shown() in _code("torch-backend.md")
     assert "--rdzv-endpoint HOST:PORT train.py" not in _code("torch-backend.md")
