@@ -74,15 +74,19 @@ def test_lab_rehearsal(tmp_path: Path) -> None:
     if why:
         pytest.skip(why)
     report = tmp_path / "lab.json"
-    done = subprocess.run([sys.executable, "-m", "lab", "--json", str(report)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1700)
+    with subprocess.Popen([sys.executable, "-m", "lab", "--json", str(report)], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as rig:
+        stdout, stderr = rig.communicate(timeout=1700)
+    done = subprocess.CompletedProcess(rig.args, rig.returncode, stdout, stderr)
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(report.read_text(encoding="utf-8"))
     failed = [f"{c['name']}: {c['detail'][:2000]}" for c in result["checks"] if not c["ok"]]
     assert not failed and done.returncode == 0, "\n".join(
         failed + _log_tails(report.with_name(report.name + ".logs"))) or done.stdout[-3000:]
+    # this run's namespaces (named by its pid) are gone; another rehearsal on the machine
+    # keeps its own
     leftovers = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "oddl-lab-" not in leftovers
+    assert f"oddl-lab-{rig.pid}-" not in leftovers
 
 
 def _log_tails(folder: Path, lines: int = 12) -> list[str]:
