@@ -20,7 +20,7 @@ call (ms; faults = minor page faults in the rank / its agent during the call); t
 step of the median call.
 
     python benchmarks/bench_call_breakdown.py [--sizes-mb 0.004096,1,16,64] [--repeats 7]
-        [--ranks 4,2] [--json]
+        [--ranks 4,2] [--network ideal|optical] [--json]
 """
 
 from __future__ import annotations
@@ -191,18 +191,21 @@ def new_bucket_ab(sizes_mb: list[float], repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[str, Any]:
-    """Start the testbed (direct links) with marks on, run `ranks` ranks; the summary."""
+def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int,
+        network: str = "ideal") -> dict[str, Any]:
+    """Start the testbed (direct links) with marks on, run `ranks` ranks on a ring job on
+    `network` (ideal: no slots; optical: slots, the barrier, then standing schedules); the
+    summary."""
     with tempfile.TemporaryDirectory(prefix="call-marks-") as folder:
         os.environ[MARKS_ENV] = folder
         try:
             results, _ = ranks_on_direct_links(__file__, config, "bench-breakdown", "ring",
-                                               "ideal", sizes_mb, repeats, ranks)
+                                               network, sizes_mb, repeats, ranks)
         finally:
             os.environ.pop(MARKS_ENV, None)
         agents = _agent_records(Path(folder))
     nodes = sorted({n for n, _ in agents})
-    return {"ranks": ranks, "repeats": repeats, "loadavg": _loadavg(),
+    return {"ranks": ranks, "repeats": repeats, "loadavg": _loadavg(), "network": network,
             "rows": summarise(results, agents, nodes, sizes_mb)}
 
 
@@ -218,9 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes-mb", default="0.004096,1,16,64")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--ranks", default="4,2", help="rank counts, one testbed each")
+    parser.add_argument("--network", default="ideal", choices=("ideal", "optical"),
+                        help="the job's network: ideal (no slots) or optical (slots gated "
+                        "by the schedule: the barrier, then standing schedules)")
     return rank_worker_main(parser, argv, rank_main, lambda a, sizes: {
         "bench": "call_breakdown", "collective": "ring", "links": "direct",
-        "runs": [run(Path(a.config), sizes, a.repeats, int(r)) for r in a.ranks.split(",")],
+        "runs": [run(Path(a.config), sizes, a.repeats, int(r), a.network)
+                 for r in a.ranks.split(",")],
         "new_bucket": new_bucket_ab(sizes, a.repeats), "loadavg": _loadavg()}, table)
 
 
@@ -233,7 +240,8 @@ def table(summary: dict[str, Any]) -> list[str]:
     names = [p[0] for p in PHASES]
     lines = []
     for run_ in summary["runs"]:
-        lines += [f"dist.all_reduce, ring on direct links, {run_['ranks']} ranks, float32, "
+        lines += [f"dist.all_reduce, ring on direct links ({run_.get('network', 'ideal')} "
+                  f"network), {run_['ranks']} ranks, float32, "
                   f"rank 0's median of {run_['repeats']} and its first call (ms); load "
                   f"{run_['loadavg']}",
                   f"{'size':>9}{'call':>7}{'gloo':>8}{'oddl':>8}{'x gloo':>7}"
