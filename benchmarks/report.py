@@ -265,6 +265,22 @@ def _params(row: dict[str, Any]) -> str:
     return "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")" if params else ""
 
 
+def _call_breakdown(r: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for run in r["runs"]:
+        text = ", ".join(
+            f"{x['size_mb']:g} MB ×{x['x_gloo']:.2f} (data {x['median']['data']:.1f} of "
+            f"{x['oddl_ms']:.1f} ms; first + second call "
+            f"{x['first']['total'] + x['second']['total']:.0f} ms"
+            + (f", before 0035 {x['first0']['total'] + x['second0']['total']:.0f}"
+               if "first0" in x else "") + ")" for x in run["rows"])
+        out.append((f"`dist.all_reduce` on the `oddl` backend, ring, direct links, "
+                    f"{run['ranks']} ranks: × gloo, and where the call's time goes", text,
+                    f"gloo, same ranks, same run (load {run['loadavg']})",
+                    "`python benchmarks/bench_call_breakdown.py`"))
+    return out
+
+
 SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
     ("scheduler", _scheduler),
     ("plans", _plans),
@@ -280,6 +296,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
     ("optinc", _optinc),
     ("torch-backend", _torch_backend),
     ("torch-collectives", _torch_collectives),
+    ("call-breakdown", _call_breakdown),
     ("topoopt", _topoopt),
 ]
 """Each benchmark's name in latest.json and its rows, in the table's order."""

@@ -35,6 +35,7 @@ from oddl.agents.client.connection import CONNECT_GRACE_S, AgentSocket
 from oddl.agents.client.connection import error as error_of_reply
 from oddl.agents.client.steps import StepCount
 from oddl.agents.local_api import wire as localapi
+from oddl.common.call_marks import MARKS
 from oddl.common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,10 @@ class AgentClient:
 
     def _bucket_for(self, nbytes: int) -> Bucket:
         return self._buckets.for_bytes(nbytes)
+
+    def bucket_bytes(self) -> int:
+        """How many bytes the client's own bucket holds now (0: none yet)."""
+        return self._buckets.bucket.size if self._buckets.bucket is not None else 0
 
     def adopt(self, memory: AdoptedMemory) -> bool:
         """Hand shared memory this process has to the agent as an extra bucket (decision
@@ -294,6 +299,7 @@ class AgentClient:
             if header.get("kind") != "recv":  # a receive only writes the bucket
                 np.copyto(view, a)
         assert bucket is not None
+        MARKS.mark("client_bucket")
         frames = self._request_on_bucket(bucket, header, in_place)
         if frames[0] == b"ok" and len(frames) >= 2 and json.loads(frames[1]).get("shm"):
             if in_place or header.get("kind") == "send":  # a send has nothing to read back
@@ -319,10 +325,12 @@ class AgentClient:
                     continue
                 raise self._no_shared_memory(exc) from exc
             self._conn.stamp(header)
+            MARKS.mark("client_send")
             self._conn.sock.send_multipart([b"allreduce", json.dumps(header).encode(), b""])
             self._sent = True
             try:
                 frames = self._reply()
+                MARKS.mark("client_reply")
             except CollectiveError:
                 # the agent may still finish this collective and write into the bucket later:
                 # never hand that memory out again

@@ -18,9 +18,11 @@ from typing import Protocol
 import numpy as np
 
 from oddl.agents.clock import wall as wallclock
+from oddl.agents.collective import step_marks
 from oddl.agents.collective.chunks import busiest_port_bytes
 from oddl.agents.links.stream_wire import ChunkHead
 from oddl.agents.slot_gate import Cancel, SlotGate
+from oddl.common.call_marks import MARKS
 from oddl.common.collective_kinds import UFUNCS
 from oddl.common.errors import CollectiveError
 from oddl.protos.schedule_wire import (
@@ -248,6 +250,8 @@ class RunContext:
         """The chunk received last on this thread is applied to the buffer (for the trace)."""
         if self.trace is not None:
             self.trace.reduced()
+        if MARKS.on:
+            step_marks.reduced()
 
     def apply(self, target: np.ndarray, data: np.ndarray, op: str) -> None:
         """Apply a received segment to `target`: reduce it with the run's op, or copy it."""

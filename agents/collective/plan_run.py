@@ -37,9 +37,11 @@ from oddl.agents.collective.context import (
 )
 from oddl.agents.collective.pipelined import run_pipelined
 from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps
+from oddl.agents.collective.step_marks import MarkedLink
 from oddl.agents.links.stream_wire import CHUNK_BYTES
 from oddl.agents.slot_gate import SlotGate
 from oddl.agents.trace.events import RunTrace, TracedLink
+from oddl.common.call_marks import MARKS
 from oddl.common.tracing import TRACE
 
 __all__ = ["run_collective"]
@@ -64,6 +66,8 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     trace = RunTrace(run, buf.nbytes, buf.itemsize) if TRACE.on else None
     if trace is not None:
         link = TracedLink(link, trace)
+    if MARKS.on:
+        link = MarkedLink(link)
     ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel),
                      trace=trace)
     started = wallclock.now()

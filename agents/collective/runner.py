@@ -33,6 +33,7 @@ from oddl.agents.links.streams import StreamLink
 from oddl.agents.local_api import wire as localapi
 from oddl.agents.local_api.bucket_server import BucketRegistry, request_array
 from oddl.agents.slot_gate import SlotGate
+from oddl.common.call_marks import MARKS
 from oddl.common.collective_kinds import ALL_REDUCE, check_on_job
 from oddl.common.config import OPTINC, TestbedConfig
 from oddl.common.errors import CollectiveError, OperationRefused, PeerDown, StepMismatch
@@ -130,6 +131,7 @@ class CollectiveRunner:
         step = req.step or req.steps.get(job.id, 0) + 1
         header["resolved"] = {"job": job.id, "step": step}  # told back to the client
         self._step = step  # for the trace
+        MARKS.note(node=self.node_id, job=job.id, step=step, bytes=array.nbytes)
         if job.network in ("ideal", "circuit"):  # no slots: nothing to meet at a barrier for
             seq = job.next_seq
             job.next_seq += 1
@@ -142,6 +144,7 @@ class CollectiveRunner:
         t_ready = wallclock.now()
         seq = self._ready(job, array, step)
         go = self.ctl.await_go(job, seq, req.timeout_s)
+        MARKS.mark("go")
         if go.error:
             raise refusal(self.node_id, job.id, seq, go.caller_steps, go.error)
         t0_local = go.t0_ns / 1e9 - self.ctl.clock.offset_s
@@ -222,6 +225,7 @@ class CollectiveRunner:
         self._begin(job)
         try:
             seq, theirs = self._exchange(job, mine, wallclock.now() + timeout_s)
+            MARKS.mark("ready_exchanged")
         except CollectiveError as exc:
             seq = job.next_seq
             job.next_seq += 1  # the peers gave this collective up too
@@ -297,6 +301,7 @@ class CollectiveRunner:
             schedule = self.ctl.get_schedule(job.id, array.size * array.dtype.itemsize,
                                              array.dtype.itemsize, self._call[0], self._call[2])
             job.plans[key] = schedule
+            MARKS.mark("schedule")
         return self._run(job, seq, array, schedule, 0.0)
 
     # ---- running it -------------------------------------------------------------------
@@ -333,13 +338,16 @@ class CollectiveRunner:
         peers = [n for n in job.nodes if n != self.node_id]
         self._begin(job)
         try:
+            MARKS.mark("data_start")
             out = self._execute(run, array, decoded.collective, decoded.device,
                                 decoded.n_elems)
+            MARKS.mark("data_end")
             # every rank ends it alike (`oddl.agents.collective.outcome`): the result goes back only where
             # every node succeeded
             outcome.agree_outcome(self.links.link, self.node_id, job.id, seq, peers,
                                   wallclock.now() + max(2 * run.receive_timeout_s, 5.0),
                                   self._cancel, self._call)
+            MARKS.mark("outcome_end")
             self.done += 1
             return out
         except CollectiveError as exc:

@@ -32,6 +32,7 @@ import zmq
 
 from oddl.agents.local_api import wire as localapi
 from oddl.agents.local_api.bucket_server import BucketRegistry, BucketServer
+from oddl.common.call_marks import MARKS
 from oddl.common.errors import (
     BucketUnavailable,
     CollectiveError,
@@ -125,6 +126,9 @@ class LocalServer:
                         self._api.send_multipart(self._results.recv_multipart(zmq.NOBLOCK))
                     except zmq.Again:
                         break
+                    if MARKS.on:
+                        MARKS.mark("reply_sent")
+                        MARKS.flush(f"agent-{self.node_id}")
             if self._api in ready:
                 while True:
                     try:
@@ -149,6 +153,9 @@ class LocalServer:
                 return
             self._work.put(_Request(ident, header, b"", query=True))  # the job table may lag
         elif op == b"allreduce" and len(frames) == 4:
+            if MARKS.on:
+                MARKS.begin()
+                MARKS.mark("agent_in")
             header = self._header(ident, frames[2])
             if header is None:
                 return
@@ -188,7 +195,9 @@ class LocalServer:
                 req = work.get()
                 if req is None:
                     return
+                MARKS.mark("agent_picked")
                 push.send_multipart(self._serve(req, serve, on_failure, world))
+                MARKS.mark("reply_pushed")
         finally:
             push.close(0)
 

@@ -1,7 +1,9 @@
 """Zero-copy all-reduce for tensors the training script reuses (decision record 0017).
 
 DDP all-reduces the same bucket tensors every iteration, and most scripts reuse their
-buffers. The second time the same storage comes to an in-place all-reduce, `Promoter` moves
+buffers. The second time the same storage comes to an in-place all-reduce (the first time,
+for the first storage of a size the client's bucket cannot hold: `Promoter._first_of_size`,
+decision record 0035), `Promoter` moves
 it into shared memory *in place* (torch's `_share_fd_cpu_`, what `Tensor.share_memory_()`
 does under the file_descriptor strategy: the storage keeps its identity and gets a new data
 pointer, so every view of it — DDP's gradient views into its bucket — follows) and hands its
@@ -12,7 +14,7 @@ A storage is promoted only if it is plain CPU memory that nobody else points int
 shared or pinned already, still resizable (torch makes a storage unresizable once numpy or a
 foreign buffer aliases it: `Tensor.numpy()`, `torch.from_numpy`, `torch.frombuffer`), a
 plain `Tensor` or `Parameter`, at least `MIN_BYTES`. A storage seen once keeps the copy path
-(FSDP's fresh outputs must not pay a share each call); "the same storage" means the same
+(FSDP's fresh outputs must not pay a share each call; they pay it at most once per size); "the same storage" means the same
 StorageImpl — a torch weak reference to it (`StorageWeakRef`) pins its identity, so a new
 storage at a recycled address is a new sighting — at the same data pointer and size.
 
@@ -94,6 +96,11 @@ class Promoter:
                         else enabled)
         self.promoted = 0
         self._seen: OrderedDict[int, _Sighting] = OrderedDict()
+        self.eager = True
+        """Promote the first storage of a size the bucket cannot hold at once (False: at its
+        second sighting, as every storage before decision record 0035)."""
+        self._sizes: OrderedDict[int, None] = OrderedDict()
+        """Sizes whose first storage was promoted at once (`_first_of_size`), oldest first."""
 
     def before_in_place(self, t: torch.Tensor) -> None:
         """`t` is about to be all-reduced in place: promote its storage if this is the
@@ -103,7 +110,8 @@ class Promoter:
         storage = t.untyped_storage()
         key = storage._cdata
         seen = self._seen.pop(key, None)
-        if seen is None or not seen.is_of(storage):
+        if (seen is None or not seen.is_of(storage)) \
+                and not (self.eager and self._first_of_size(storage)):
             self._seen[key] = _Sighting(storage)
             while len(self._seen) > SIGHTINGS:
                 self._seen.popitem(last=False)
@@ -117,6 +125,21 @@ class Promoter:
             self.enabled = False
             logger.warning("the agent did not adopt a tensor's memory; this process copies "
                            "its tensors as before from now on (decision record 0017)")
+
+
+    def _first_of_size(self, storage: torch.UntypedStorage) -> bool:
+        """Whether a storage seen for the first time is promoted at once: the first one of
+        its size that the client's bucket cannot hold. The copy path would make a new bucket
+        of that size — the same new pages and the same copy as the move into shared memory —
+        and the second call would then pay the move as well (issue 36). Each size is tried so
+        once: later fresh storages of it (FSDP's outputs) wait for their second sighting."""
+        nbytes = storage.nbytes()
+        if nbytes in self._sizes or self.client.bucket_bytes() >= nbytes:
+            return False
+        self._sizes[nbytes] = None
+        while len(self._sizes) > SIGHTINGS:
+            self._sizes.popitem(last=False)
+        return True
 
 
 def plain(t: torch.Tensor, min_bytes: int) -> bool:

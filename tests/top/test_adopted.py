@@ -49,6 +49,7 @@ def _promoter(address: str) -> Promoter:
 def test_a_storage_is_promoted_the_second_time_it_comes_and_its_views_follow(agent: BucketSockets):
     p = _promoter(agent.address)
     try:
+        p.client.shared_array(MB // 8, np.float64)  # its bucket holds the size already
         bucket = torch.arange(MB // 8, dtype=torch.float64)
         grads = [bucket[:1000].view(10, 100), bucket[5000:9000]]  # as DDP's gradient views
         p.before_in_place(bucket)
@@ -66,6 +67,30 @@ def test_a_storage_is_promoted_the_second_time_it_comes_and_its_views_follow(age
         assert isinstance(where, InRegion) and where.offset == 5000 * 8
         with pytest.raises(RuntimeError, match="not resizable"):  # not a SIGSEGV in torch
             storage.resize_(2 * MB)
+    finally:
+        p.client.close()
+
+
+def test_the_first_storage_of_a_size_the_bucket_cannot_hold_is_promoted_at_once(
+        agent: BucketSockets):
+    # the copy path would make a new bucket of that size anyway (decision record 0035)
+    p = _promoter(agent.address)
+    try:
+        first = torch.ones(MB // 8, dtype=torch.float64)
+        p.before_in_place(first)
+        assert first.untyped_storage().is_shared() and p.promoted == 1
+        assert agent.registry.adopted_count(os.getpid()) == 1
+        # another fresh storage of that size (FSDP's outputs): its first sighting copies
+        fresh = torch.ones(MB // 8, dtype=torch.float64)
+        p.before_in_place(fresh)
+        assert not fresh.untyped_storage().is_shared() and p.promoted == 1
+        p.before_in_place(fresh)
+        assert fresh.untyped_storage().is_shared() and p.promoted == 2
+        # a size the client's bucket holds waits for its second sighting too
+        p.client.shared_array(2 * MB // 8, np.float64)
+        held = torch.ones(2 * MB // 8, dtype=torch.float64)
+        p.before_in_place(held)
+        assert not held.untyped_storage().is_shared() and p.promoted == 2
     finally:
         p.client.close()
 
@@ -94,6 +119,7 @@ def test_storages_others_point_into_are_never_promoted(agent: BucketSockets):
 def test_a_new_storage_at_a_recycled_address_is_not_taken_for_the_first(agent: BucketSockets):
     p = _promoter(agent.address)
     try:
+        p.client.shared_array(16 * MB, np.float32)  # its bucket holds the size already
         first = torch.zeros(16 * MB)  # 64 MB: glibc maps it on its own, and reuses the place
         address = first.data_ptr()
         p.before_in_place(first)
