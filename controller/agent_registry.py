@@ -17,11 +17,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from oddl.common.config import TestbedConfig
 from oddl.controller.event_queue import EventQueue, wake_all
+from oddl.controller.heartbeat_lateness import Lateness
 from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ class AgentRegistry:
         self._log_event = log_event
         self._lock = threading.Lock()
         self._nodes = frozenset(n.id for n in cfg.nodes)
+        self._dead: set[str] = set()
+        """The nodes whose current record is declared dead (`AgentRecord.dead`)."""
+        self.lateness = Lateness()
+        """How late heartbeats are read (the monitor holds its verdicts while they are)."""
 
     def known_node(self, node_id: str) -> bool:
         """Whether the testbed has this node."""
@@ -83,6 +88,12 @@ class AgentRegistry:
     def alive(self, rec: AgentRecord, now: float) -> bool:
         """Whether the agent sent a heartbeat within three intervals of `now` (monotonic)."""
         return now - rec.last_seen < 3 * self.cfg.controller.heartbeat_s
+
+    def dead_among(self, nodes: tuple[str, ...]) -> list[str]:
+        """The nodes of `nodes` whose agents were declared dead (none: at once, not O(N))."""
+        if not self._dead:
+            return []
+        return [n for n in nodes if n in self._dead]
 
     def dead(self, node_id: str) -> bool:
         """Whether `node_id`'s agent registered and was declared dead since."""
@@ -105,6 +116,15 @@ class AgentRegistry:
                 wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
+    def push_each(self, events: Mapping[str, pb.ScheduleEvent]) -> None:
+        """Queue each registered node's own event (and wake their streams)."""
+        wakes = []
+        for n, event in events.items():
+            rec = self.agents.get(n)
+            if rec is not None:
+                wakes.append(rec.events.put(event))
+        wake_all(wakes)
+
     def register(self, request: pb.RegisterAgentRequest) -> tuple[AgentRecord, Lost | None]:
         """A (re)registered agent's record, with a new session (its queue and stream carry
         over), and, when another agent process registered for the node before (a restarted
@@ -118,6 +138,7 @@ class AgentRegistry:
                 rec.stream_generation = old.stream_generation
                 rec.streaming = old.streaming
             self.agents[request.node_id] = rec
+            self._dead.discard(request.node_id)
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
         if old is None or not old.instance or not request.instance \
@@ -131,6 +152,7 @@ class AgentRegistry:
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
         """Record a heartbeat, and whether it brings back an agent declared dead."""
+        self.lateness.read(request.sent_ns, time.time_ns())
         with self._lock:
             rec = self.agents.get(request.node_id)
             if rec is None or rec.session != request.session:
@@ -141,6 +163,7 @@ class AgentRegistry:
                 return Heard(known=True)
             # back without restarting (a link or a stall that ended)
             rec.dead = False
+            self._dead.discard(rec.node_id)
         logger.info("agent %s answers again", rec.node_id)
         self._log_event(rec.node_id, "agent back", True, "heartbeats resumed")
         return Heard(known=True, back=True)
@@ -197,6 +220,7 @@ class AgentRegistry:
                      if not rec.dead and not self.alive(rec, now)]
             for rec in dying:
                 rec.dead = True
+                self._dead.add(rec.node_id)
         lost = []
         for rec in dying:
             reason = (f"node {rec.node_id} stopped answering (no heartbeat for "

@@ -45,7 +45,7 @@ from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
-from oddl.controller.wire_views import assigned_pb, job_pb, status_pb
+from oddl.controller.wire_views import assigned_pb, go_events, job_pb, status_pb
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
@@ -221,7 +221,7 @@ class ControllerCore:
             job = self.jobs.entered_by(request.job_id, request.node_id)
             barrier = self._enter(job, request)
             if barrier is None:
-                down = [n for n in job.nodes if self.registry.dead(n)]
+                down = self.registry.dead_among(job.nodes)
                 if down:  # rather than let the others wait for it
                     self._abandon(job, f"node {down[0]} stopped answering (no heartbeat): its "
                                   "agent, host or link is down; it rejoins by itself once its "
@@ -280,7 +280,7 @@ class ControllerCore:
                 job.guard_time_s += wire.guard_total_s
         else:
             self._launch(job, barrier.seq, go)
-        self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
+        self.registry.push_each(go_events(go, job.nodes))
         self.jobs.save(job)
         if TRACE.on and not optinc:  # after the executor and the agents have what they need
             trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")

@@ -11,6 +11,7 @@ ones, on the loop (`oddl.controller.aio_service`, which also owns the `WatchSche
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Controller"].full_name
 
@@ -82,10 +84,21 @@ class ControllerService(pb_grpc.ControllerServicer):
             self.sweep(time.monotonic())
 
     def sweep(self, now: float) -> bool:
-        """One round of the monitor at `now` (monotonic); False when held (loop behind)."""
-        if self.loop_lag() >= self.cfg.controller.heartbeat_s:
-            self.core.count_error("sweep held: event loop behind")
-            return False
+        """One round of the monitor at `now` (monotonic); False when held: the loop is
+        behind, or the heartbeats it reads were sent an interval or more before (decision
+        record 0034: the controller is behind, not its agents)."""
+        late = self.core.registry.lateness
+        try:
+            if self.loop_lag() >= self.cfg.controller.heartbeat_s:
+                self.core.count_error("sweep held: event loop behind")
+                return False
+            median = late.median_s()
+            if median >= self.cfg.controller.heartbeat_s:
+                self.core.count_error("sweep held: heartbeats read late")
+                logger.warning("sweep held: heartbeats read %.1f s late (median)", median)
+                return False
+        finally:
+            late.next_period()
         self.core.sweep(now)
         return True
 

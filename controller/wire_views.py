@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from oddl.common.config import NodeConfig, TestbedConfig
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
 from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import node_parts
 
 
 def job_pb(job: JobRecord) -> pb.Job:
@@ -32,6 +33,15 @@ def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.Schedule
     """The `JobAssigned` event telling `node` its rank and its peers' data addresses."""
     return pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job), rank=job.nodes.index(node),
                                                     peers=peers, next_seq=job.last_seq + 1))
+
+
+def go_events(go: pb.CollectiveGo, nodes: Sequence[str]) -> dict[str, pb.ScheduleEvent]:
+    """Each node's go: the same start, with its own part of the schedule (`node_parts`), so
+    a go to N nodes carries one schedule's bytes in all, not N schedules."""
+    parts = node_parts(go.schedule, nodes)
+    return {n: pb.ScheduleEvent(go=pb.CollectiveGo(job_id=go.job_id, seq=go.seq,
+                                                   t0_ns=go.t0_ns, schedule=parts[n]))
+            for n in nodes}
 
 
 def topology_pb(cfg: TestbedConfig) -> pb.Topology:

@@ -74,6 +74,8 @@ class Fleet:
         self.closing = False
         self.heartbeats = 0
         self.probes = 0
+        self.beat_gap_max_s = 0.0
+        """The longest an agent went between two heartbeats it sent (this side's lateness)."""
         self.errors: Counter[str] = Counter()
         """Failed calls, by RPC and status ("Heartbeat DEADLINE_EXCEEDED")."""
 
@@ -134,12 +136,19 @@ class Fleet:
     async def _beat(self, a: FleetAgent) -> None:
         """Every interval: a burst of UDP clock probes, then a heartbeat (as the agent)."""
         await asyncio.sleep(self.heartbeat_s * (hash(a.node) % 1000) / 1000)  # spread them
+        last = 0.0
         while not self.closing:
             if a.session:
+                now = time.monotonic()
+                if last:
+                    self.beat_gap_max_s = max(self.beat_gap_max_s, now - last)
+                last = now
                 self._probe(a)
                 try:
+                    # on the controller's host: its clock is the controller's
                     reply = await a.stub.Heartbeat(pb.HeartbeatRequest(
-                        node_id=a.node, session=a.session), timeout=self.timeout)
+                        node_id=a.node, session=a.session, sent_ns=time.time_ns()),
+                        timeout=self.timeout)
                     self.heartbeats += 1
                     if reply.reregister:  # as the agent does: register again at once
                         self.errors["Heartbeat reregister"] += 1

@@ -65,7 +65,10 @@ def test_a_complete_barrier_pushes_one_go_to_every_node(core: ControllerCore):
     assert all(events(core, n) == [] for n in NODES)  # the barrier waits for n3
     ready(core, job.id, 1, "n3", [1000])
     gos = [go_of(core, n) for n in NODES]
-    assert all(g == gos[0] for g in gos)
+    # the same start, each node with its own part of the schedule (decision record 0034)
+    assert len({(g.job_id, g.seq, g.t0_ns) for g in gos}) == 1
+    assert [g.schedule.node_id for g in gos] == list(NODES)
+    assert len({g.schedule.whole_sha256 for g in gos}) == 1
     go = gos[0]
     assert (go.job_id, go.seq, go.error) == (job.id, 1, "")
     assert go.schedule.n_elems == 1000 and go.t0_ns > 0
