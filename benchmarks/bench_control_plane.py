@@ -147,7 +147,9 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
             if args.keep_logs:
                 controller_log(workdir, n, args.keep_logs)
     log = controller_log(workdir, n, args.keep_logs)
-    out["declared_dead"] = log.count("stopped answering")
+    # one line of the registry's per loss (the device log repeats each: not counted)
+    out["declared_dead"] = sum(1 for line in log.splitlines()
+                               if "agent_registry" in line and "stopped answering" in line)
     out["sweeps_held"] = log.count("sweep held")
     return out
 

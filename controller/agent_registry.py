@@ -27,6 +27,11 @@ from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
+BEATS_PER_S = 512.0
+"""At most this many heartbeats a second from all agents together: each costs the controller
+~0.4 ms of CPU with its clock probes (docs/results.md), so a thousand agents beating every
+second would take 40 % of a core that a restart needs (decision record 0034)."""
+
 LogEvent = Callable[[str, str, bool, str], None]
 """Record an event in the device log: (device or node, action, ok, detail)."""
 
@@ -48,6 +53,8 @@ class AgentRecord:
     """A schedule stream to this agent is open (without one it cannot take part)."""
     instance: str = ""
     """The agent process's own id (`RegisterAgentRequest.instance`; "" from older agents)."""
+    beaten: bool = False
+    """A heartbeat of this session came (until then the agent may still await the reply)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,13 @@ class Lost:
     reason: str
 
 
+def heartbeat_interval(cfg: TestbedConfig) -> float:
+    """The heartbeat interval the controller asks its agents for (`RegisterAgentReply`): the
+    testbed file's, or longer on a testbed whose nodes would beat more than `BEATS_PER_S`
+    times a second (2 s at 1024 nodes)."""
+    return max(cfg.controller.heartbeat_s, len(cfg.nodes) / BEATS_PER_S)
+
+
 class AgentRegistry:
     """The registered agents and their event queues (its own lock guards them)."""
 
@@ -76,6 +90,10 @@ class AgentRegistry:
         self._log_event = log_event
         self._lock = threading.Lock()
         self._nodes = frozenset(n.id for n in cfg.nodes)
+        self.last_registered = 0.0
+        """When the latest registration was recorded (monotonic)."""
+        self.interval_s = heartbeat_interval(cfg)
+        """The agents' heartbeat interval; three of them silent: dead."""
         self._dead: set[str] = set()
         """The nodes whose current record is declared dead (`AgentRecord.dead`)."""
         self.lateness = Lateness()
@@ -87,7 +105,7 @@ class AgentRegistry:
 
     def alive(self, rec: AgentRecord, now: float) -> bool:
         """Whether the agent sent a heartbeat within three intervals of `now` (monotonic)."""
-        return now - rec.last_seen < 3 * self.cfg.controller.heartbeat_s
+        return now - rec.last_seen < 3 * self.interval_s
 
     def dead_among(self, nodes: tuple[str, ...]) -> list[str]:
         """The nodes of `nodes` whose agents were declared dead (none: at once, not O(N))."""
@@ -139,6 +157,7 @@ class AgentRegistry:
                 rec.streaming = old.streaming
             self.agents[request.node_id] = rec
             self._dead.discard(request.node_id)
+            self.last_registered = rec.last_seen
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
         if old is None or not old.instance or not request.instance \
@@ -158,7 +177,7 @@ class AgentRegistry:
             if rec is None or rec.session != request.session:
                 return Heard(known=False)
             rec.last_seen = time.monotonic()
-            rec.heartbeat = request
+            rec.heartbeat, rec.beaten = request, True
             if not rec.dead:
                 return Heard(known=True)
             # back without restarting (a link or a stall that ended)
@@ -212,12 +231,17 @@ class AgentRegistry:
         """End every stream at its next wake (call after setting their `stop`)."""
         wake_all([rec.events.kick() for rec in list(self.agents.values())])
 
-    def sweep(self, now: float) -> list[Lost]:
+    def sweep(self, now: float, since: float = 0.0) -> list[Lost]:
         """Declare dead every agent silent for three heartbeat intervals at `now`
-        (monotonic) and not dead already; each with the reason its peers are told."""
+        (monotonic; silence counted from `since` at the earliest: the controller was behind
+        until then) and not dead already; each with the reason its peers are told. An agent
+        that has not beaten since it registered is counted from the latest registration: its
+        reply may wait behind the others' of a burst (a controller restart, ADR 0034)."""
+        deadline = 3 * self.interval_s
         with self._lock:
-            dying = [rec for rec in self.agents.values()
-                     if not rec.dead and not self.alive(rec, now)]
+            burst = self.last_registered
+            dying = [rec for rec in self.agents.values() if not rec.dead and now - max(
+                rec.last_seen, since, burst if not rec.beaten else 0.0) >= deadline]
             for rec in dying:
                 rec.dead = True
                 self._dead.add(rec.node_id)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from oddl.common.config import NodeConfig, TestbedConfig
+from oddl.controller.agent_registry import Lost
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
 from oddl.protos import oddl_pb2 as pb
@@ -42,6 +43,15 @@ def go_events(go: pb.CollectiveGo, nodes: Sequence[str]) -> dict[str, pb.Schedul
     return {n: pb.ScheduleEvent(go=pb.CollectiveGo(job_id=go.job_id, seq=go.seq,
                                                    t0_ns=go.t0_ns, schedule=parts[n]))
             for n in nodes}
+
+
+def peer_lost_pb(job_id: str, lost: Sequence[Lost]) -> pb.ScheduleEvent:
+    """One `PeerLost` for all of a job's participants lost at once (the first, the rest in
+    `also`)."""
+    first, *more = lost
+    return pb.ScheduleEvent(peer_lost=pb.PeerLost(
+        job_id=job_id, node_id=first.node_id, reason=first.reason,
+        also={x.node_id: x.reason for x in more}))
 
 
 def topology_pb(cfg: TestbedConfig) -> pb.Topology:

@@ -250,14 +250,23 @@ class JobAssigned(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Mapping[str, str]] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class PeerLost(_message.Message):
-    __slots__ = ("job_id", "node_id", "reason")
+    __slots__ = ("job_id", "node_id", "reason", "also")
+    class AlsoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     node_id: str
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    also: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., also: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobEnded(_message.Message):
     __slots__ = ("job_id", "reason")

@@ -55,6 +55,8 @@ class FleetAgent:
     """When the last registration's reply came (time.time_ns)."""
     instance: str = field(default_factory=lambda: os.urandom(8).hex())
     """This agent's process id, as a real agent sends (a new one: a restarted agent)."""
+    heartbeat_s: float = 0.0
+    """The interval the controller asked for at registration (0: the fleet's own)."""
 
 
 class Fleet:
@@ -110,6 +112,7 @@ class Fleet:
             node_id=a.node, data_address=f"tcp://127.0.0.1:{10000 + len(a.node)}",
             agent_version="fleet", instance=a.instance), timeout=self.timeout)
         a.session, a.clock_port = reply.session, reply.clock_port
+        a.heartbeat_s = reply.heartbeat_interval_s  # as the agent does
         a.registrations += 1
         a.registered_ns = time.time_ns()
 
@@ -155,7 +158,7 @@ class Fleet:
                         await self.register(a)
                 except grpc.aio.AioRpcError as exc:
                     self.errors[f"Heartbeat {exc.code().name}"] += 1
-            await asyncio.sleep(self.heartbeat_s)
+            await asyncio.sleep(a.heartbeat_s or self.heartbeat_s)
 
     def _probe(self, a: FleetAgent) -> None:
         if not a.clock_port or self._udp is None:

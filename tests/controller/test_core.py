@@ -96,7 +96,8 @@ def test_a_dead_node_abandons_the_waiting_barrier_once(core: ControllerCore):
     job = _ring(core)
     for n in NODES[:-1]:
         ready(core, job.id, 1, n, [1000])
-    core.registry.agents["n3"].last_seen -= 100  # silent for 100 s
+    core.registry.agents["n3"].last_seen -= 100  # it beat, then was silent for 100 s
+    core.registry.agents["n3"].beaten = True
     core.sweep(time.monotonic())
     core.sweep(time.monotonic())  # already dead: nothing more
     assert core.errors["agent lost"] == 1
@@ -293,7 +294,8 @@ def test_a_mass_loss_is_news_only_to_the_live(core: ControllerCore):
     for n in ("n0", "n1"):
         core.registry.agents[n].last_seen = later  # they beat; n2 and n3 fell silent
     core.sweep(later)
-    for n in ("n0", "n1"):
-        lost = sorted(e.peer_lost.node_id for e in events(core, n) if e.HasField("peer_lost"))
-        assert lost == ["n2", "n3"]
+    for n in ("n0", "n1"):  # one event each for both losses (decision record 0034)
+        (lost,) = [e.peer_lost for e in events(core, n) if e.HasField("peer_lost")]
+        assert sorted([lost.node_id, *lost.also]) == ["n2", "n3"]
+        assert all("stopped answering" in r for r in [lost.reason, *lost.also.values()])
     assert all(_kinds(core, n) <= {"go"} for n in ("n2", "n3"))
