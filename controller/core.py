@@ -204,11 +204,12 @@ class ControllerCore:
         for lost in losses:
             for job in self.jobs.running_of(lost.node_id):
                 by_job.setdefault(job.id, (job, []))[1].append(lost)
-        for job, lost in by_job.values():
-            others = tuple(n for n in job.nodes if n not in {x.node_id for x in lost})
-            self._abandon(job, lost[0].reason, others)
+        for job, gone in by_job.values():
+            ids = {x.node_id for x in gone}
+            others = tuple(n for n in job.nodes if n not in ids)
+            self._abandon(job, gone[0].reason, others)
             dead = set(self.registry.dead_among(others))
-            self.registry.push(tuple(n for n in others if n not in dead), peer_lost_pb(job.id, lost))
+            self.registry.push(tuple(n for n in others if n not in dead), peer_lost_pb(job.id, gone))
 
     def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
         """Fail every barrier of `job` still waiting (a participant is dead), at `nodes`."""
