@@ -281,7 +281,7 @@ class ControllerCore:
                 job.guard_time_s += wire.guard_total_s
         else:
             self._launch(job, barrier.seq, go)
-        self.registry.push_each(go_events(go, job.nodes))
+        self.registry.push_each(go_events(go, self.schedules.parts(job, wire)))
         self.jobs.save(job)
         if TRACE.on and not optinc:  # after the executor and the agents have what they need
             trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from oddl.common.config import NodeConfig, TestbedConfig
 from oddl.controller.agent_registry import Lost
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
 from oddl.protos import oddl_pb2 as pb
-from oddl.protos.schedule_wire import node_parts
 
 
 def job_pb(job: JobRecord) -> pb.Job:
@@ -36,13 +35,16 @@ def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.Schedule
                                                     peers=peers, next_seq=job.last_seq + 1))
 
 
-def go_events(go: pb.CollectiveGo, nodes: Sequence[str]) -> dict[str, pb.ScheduleEvent]:
+def go_events(go: pb.CollectiveGo, parts: Mapping[str, pb.Schedule]
+              ) -> dict[str, pb.ScheduleEvent]:
     """Each node's go: the same start, with its own part of the schedule (`node_parts`), so
     a go to N nodes carries one schedule's bytes in all, not N schedules."""
-    parts = node_parts(go.schedule, nodes)
-    return {n: pb.ScheduleEvent(go=pb.CollectiveGo(job_id=go.job_id, seq=go.seq,
-                                                   t0_ns=go.t0_ns, schedule=parts[n]))
-            for n in nodes}
+    events = {}
+    for n, part in parts.items():
+        events[n] = event = pb.ScheduleEvent()
+        event.go.job_id, event.go.seq, event.go.t0_ns = go.job_id, go.seq, go.t0_ns
+        event.go.schedule.CopyFrom(part)
+    return events
 
 
 def peer_lost_pb(job_id: str, lost: Sequence[Lost]) -> pb.ScheduleEvent:

@@ -77,6 +77,21 @@ def test_a_complete_barrier_pushes_one_go_to_every_node(core: ControllerCore):
     assert core.store is not None and core.store.jobs()[0]["last_seq"] == 1
 
 
+def test_a_bucket_through_the_barrier_again_reuses_its_nodes_parts(core: ControllerCore):
+    job = _ring(core)
+    gos = []
+    for seq in (1, 2):
+        for n in NODES:
+            ready(core, job.id, seq, n, [1000])
+        gos.append({n: go_of(core, n) for n in NODES})
+    assert [g["n2"].seq for g in gos] == [1, 2]
+    assert gos[0]["n2"].schedule == gos[1]["n2"].schedule  # the same part, built once
+    wire = core.schedules.wire(job, 1000, 4, "all_reduce", 0, core._node_channels(job))
+    parts = core.schedules.parts(job, wire)
+    assert parts is core.schedules.parts(job, wire)
+    assert parts["n2"] == gos[1]["n2"].schedule and parts["n2"].node_id == "n2"
+
+
 def test_mismatched_readies_are_refused_with_the_reason_at_every_node(core: ControllerCore):
     job = _ring(core)
     for n, step in zip(NODES, (9, 9, 3, 9), strict=True):
