@@ -90,6 +90,8 @@ class AgentRegistry:
         self._log_event = log_event
         self._lock = threading.Lock()
         self._nodes = frozenset(n.id for n in cfg.nodes)
+        self.version = 0
+        """Counts registrations: the data addresses may have changed since another count."""
         self.last_registered = 0.0
         """When the latest registration was recorded (monotonic)."""
         self.interval_s = heartbeat_interval(cfg)
@@ -134,13 +136,14 @@ class AgentRegistry:
                 wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
-    def push_each(self, events: Mapping[str, pb.ScheduleEvent]) -> None:
-        """Queue each registered node's own event (and wake their streams)."""
+    def push_each(self, events: Mapping[str, pb.ScheduleEvent], key: str = "") -> None:
+        """Queue each registered node's own event (and wake their streams); with `key`, in
+        place of a queued event of the same key (`EventQueue.put`)."""
         wakes = []
         for n, event in events.items():
             rec = self.agents.get(n)
             if rec is not None:
-                wakes.append(rec.events.put(event))
+                wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
     def register(self, request: pb.RegisterAgentRequest) -> tuple[AgentRecord, Lost | None]:
@@ -158,6 +161,7 @@ class AgentRegistry:
             self.agents[request.node_id] = rec
             self._dead.discard(request.node_id)
             self.last_registered = rec.last_seen
+            self.version += 1
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
         if old is None or not old.instance or not request.instance \

@@ -45,7 +45,7 @@ from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
-from oddl.controller.wire_views import assigned_pb, go_events, job_pb, peer_lost_pb, status_pb
+from oddl.controller.wire_views import Assignments, go_events, job_pb, peer_lost_pb, status_pb
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
@@ -72,6 +72,7 @@ class ControllerCore:
         self.flows = FlowDesk(cfg, topology, timing, devices, self.count_error)
         self.jobs = JobTable(store)
         self.announcer = Announcer(self._announce)
+        self.assignments = Assignments()
         self._transmitters = {n.id: n.transmitter for n in cfg.nodes}
         self._started: dict[str, int] = {}
         """Per job, the last collective whose slots were launched (barrier or standing)."""
@@ -147,10 +148,10 @@ class ControllerCore:
     # ---- agents' news -----------------------------------------------------------------------
     def _assign(self, job: JobRecord, to: tuple[str, ...] = ()) -> None:
         """Tell each registered node of `job` (or of `to`) its assignment."""
-        peers = self.registry.data_addresses(job.nodes)
-        for n in to or job.nodes:
-            if n in self.registry.agents:
-                self.registry.push((n,), assigned_pb(job, n, peers), key=f"assigned {job.id}")
+        nodes = [n for n in to or job.nodes if n in self.registry.agents]
+        self.registry.push_each(self.assignments.events(
+            job, nodes, self.registry.version, lambda: self.registry.data_addresses(job.nodes)),
+            key=f"assigned {job.id}")
 
     def _announce(self, job_ids: set[str]) -> None:
         """Tell the nodes of these jobs, if still running, their peers now (`Announcer`)."""
@@ -295,7 +296,6 @@ class ControllerCore:
             self.slots.launch(job.id, seq, go, functools.partial(self.jobs.running, job.id))
             job.guard_time_s += go.schedule.guard_total_s
 
-    # ---- standing collectives, reports, schedules -------------------------------------------
     def start_standing(self, request: pb.StartStandingRequest) -> None:
         """Execute a standing collective's slots if the controller would send the schedule
         the agents hold (ADR 0010); otherwise fail it where they first wait (they return to

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from oddl.common.config import NodeConfig, TestbedConfig
 from oddl.controller.agent_registry import Lost
@@ -29,10 +29,36 @@ def status_pb(testbed: str, agents: list[pb.AgentStatus], jobs: Iterable[JobReco
                      transactions_failed=devices.transactions_failed)
 
 
-def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.ScheduleEvent:
-    """The `JobAssigned` event telling `node` its rank and its peers' data addresses."""
-    return pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job), rank=job.nodes.index(node),
-                                                    peers=peers, next_seq=job.last_seq + 1))
+class Assignments:
+    """`JobAssigned` events for many nodes at once: the job and its peers' addresses built
+    once and copied per node (in C) with its rank, not built again per node in Python; the
+    addresses kept until a registration changes them. A thousand nodes' announcement took
+    0.7 s under the core's lock, each stream opened after a controller restart 0.8 ms
+    (decision record 0034)."""
+
+    def __init__(self) -> None:
+        self._peers: dict[str, tuple[int, pb.JobAssigned]] = {}
+        """Per job: the registry's version and the peers' addresses it had then."""
+
+    def events(self, job: JobRecord, nodes: Iterable[str], version: int,
+               addresses: Callable[[], dict[str, str]]) -> dict[str, pb.ScheduleEvent]:
+        """Each of `nodes`' assignment to `job`; `addresses()` gives its peers' data
+        addresses, called again only when the registry's `version` changed."""
+        kept = self._peers.get(job.id)
+        if kept is None or kept[0] != version:
+            if len(self._peers) >= 64:  # jobs that ended
+                self._peers.clear()
+            kept = self._peers[job.id] = (version, pb.JobAssigned(peers=addresses()))
+        template = pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job),
+                                                            next_seq=job.last_seq + 1))
+        template.assigned.MergeFrom(kept[1])
+        ranks = {n: r for r, n in enumerate(job.nodes)}
+        out = {}
+        for n in nodes:
+            out[n] = event = pb.ScheduleEvent()
+            event.CopyFrom(template)
+            event.assigned.rank = ranks[n]
+        return out
 
 
 def go_events(go: pb.CollectiveGo, parts: Mapping[str, pb.Schedule]

@@ -61,3 +61,30 @@ def test_the_parts_of_a_go_add_up_to_about_one_schedule_not_one_per_node():
     sizes = [p.ByteSize() for p in node_parts(whole, nodes).values()]
     assert max(sizes) < whole.ByteSize() / 16
     assert sum(sizes) < 4 * whole.ByteSize()
+
+
+def test_assignments_are_built_once_and_copied_with_each_nodes_rank():
+    from oddl.controller.jobs import JobRecord
+    from oddl.controller.wire_views import Assignments
+
+    made = Assignments()
+    calls = []
+
+    def addresses(job):
+        def peers():
+            calls.append(job.id)
+            return {n: f"tcp://{n}:{len(calls)}" for n in job.nodes}
+        return peers
+
+    a = JobRecord("job-a", "a", ("n0", "n1", "n2"), "ring", "optical", {}, 0)
+    b = JobRecord("job-b", "b", ("n3", "n4"), "ring", "optical", {}, 0)
+    first = made.events(a, ["n2", "n0"], 1, addresses(a))
+    assert {n: e.assigned.rank for n, e in first.items()} == {"n2": 2, "n0": 0}
+    assert dict(first["n0"].assigned.peers) == {n: "tcp://" + n + ":1" for n in a.nodes}
+    assert made.events(b, ["n4"], 1, addresses(b))["n4"].assigned.peers.keys() == {"n3", "n4"}
+    made.events(a, ["n1"], 1, addresses(a))  # same registry version: kept
+    assert calls == ["job-a", "job-b"]
+    again = made.events(a, ["n1"], 2, addresses(a))  # a registration since: asked again
+    assert calls == ["job-a", "job-b", "job-a"] and again["n1"].assigned.peers["n1"] == \
+        "tcp://n1:3"
+    assert again["n1"].assigned.job.nodes == list(a.nodes) and again["n1"].assigned.next_seq == 1
