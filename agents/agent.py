@@ -283,7 +283,8 @@ class Agent:
     def on_peer_lost(self, event: pb.PeerLost) -> None:
         """A peer of a job stopped answering: its collective in flight ends here too, and
         new ones wait for it to come back."""
-        self.jobs.peer_lost(event.job_id, event.node_id, event.reason)
+        for node, reason in ((event.node_id, event.reason), *event.also.items()):
+            self.jobs.peer_lost(event.job_id, node, reason)
         self.runner.abort(event.job_id, event.reason)
 
     # ---- what it reports ----------------------------------------------------------------

@@ -196,7 +196,9 @@ class ControllerLink:
             clock = self.sync_clock(4)
             req = pb.HeartbeatRequest(node_id=self.node_id, session=self.session,
                                       clock_offset_s=clock.offset_s, clock_rtt_s=clock.rtt_s,
-                                      clock_error_bound_s=clock.error_bound_s, **counters())
+                                      clock_error_bound_s=clock.error_bound_s,
+                                      sent_ns=sent_ns(clock.offset_s, clock.error_bound_s),
+                                      **counters())
             try:
                 reply = self.stub.Heartbeat(req, timeout=RPC_TIMEOUT_S)
                 if reply.reregister:
@@ -359,3 +361,12 @@ def rpc_error(exc: grpc.RpcError, doing: str) -> OddlError:
         return OperationRefused(f"{doing}: {detail}")
     return ControllerUnavailable(f"{doing}: the controller did not answer ({code}: {detail}); "
                                  "is `oddl controller serve` running at that address?")
+
+
+def sent_ns(offset_s: float, error_bound_s: float) -> int:
+    """Now on the controller's clock as this agent estimates it (a heartbeat's `sent_ns`);
+    0 while the estimate is unbounded (the controller then leaves the beat out of its check
+    on how late it reads heartbeats, decision record 0034)."""
+    if not error_bound_s < float("inf"):
+        return 0
+    return wallclock.now_ns() + round(offset_s * 1e9)

@@ -12,7 +12,7 @@ protocol, one connection each, no data plane) on this process's event loop. Meas
   controller's;
 - push: `SubmitJob` of a job of all N until every agent heard its assignment;
 - barrier: all N send `ReadyCollective` at once; each agent's go arrives t after the sends
-  (p50, p99), and the go's size (its schedule, to every agent);
+  (p50, p99), and the go's size: the largest one an agent got, and all of them together;
 - restart: SIGKILL the controller, start it again on the same port and state file; the time
   until all N are back (from the kill and from the new controller's ready line).
 
@@ -138,13 +138,29 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
             out.update(await collective(fleet, stub, args))
             progress(n, "pushed a job and passed its barrier", out)
             out.update(await restart(fleet, stub, ctl, n, args))
-            out["fleet_errors"] = (await fleet.stats())["errors"]
+            stats = await fleet.stats()
+            out["fleet_errors"] = stats["errors"]
+            out["fleet_beat_gap_max_s"] = stats["beat_gap_max_s"]
         finally:
             await fleet.close()
             await operator.close()
-    log = (workdir / "controller.log").read_text(errors="replace")
-    out["declared_dead"] = log.count("stopped answering")
+            if args.keep_logs:
+                controller_log(workdir, n, args.keep_logs)
+    log = controller_log(workdir, n, args.keep_logs)
+    # one line of the registry's per loss (the device log repeats each: not counted)
+    out["declared_dead"] = sum(1 for line in log.splitlines()
+                               if "agent_registry" in line and "stopped answering" in line)
+    out["sweeps_held"] = log.count("sweep held")
     return out
+
+
+def controller_log(workdir: Path, n: int, keep: str | None) -> str:
+    """The controller's log (both of its runs), copied to `keep` as controller-N.log."""
+    log = (workdir / "controller.log").read_text(errors="replace")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / f"controller-{n}.log").write_text(log, encoding="utf-8")
+    return log
 
 
 async def measure_all(sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -177,7 +193,7 @@ async def collective(fleet: Crowd, stub: pb_grpc.ControllerStub,
     lat = np.array([(t - sent) / 1e9 for t in gone["at"]])
     return {"push_s": round(max(push), 4), "barrier_p50_s": round(float(np.percentile(lat, 50)), 4),
             "barrier_p99_s": round(float(np.percentile(lat, 99)), 4),
-            "go_bytes": gone["bytes"], "job": job.id}
+            "go_bytes": gone["bytes"], "go_bytes_total": gone["bytes_total"], "job": job.id}
 
 
 async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
@@ -209,7 +225,7 @@ def _s(value: float | None) -> str:
 
 def table(summary: dict[str, Any]) -> list[str]:
     head = (f"{'N':>5} {'register s':>10} {'CPU %':>6} {'RSS MB':>7} {'kB/agent':>8} "
-            f"{'µs/beat':>7} {'push s':>7} {'go p50 s':>8} {'go p99 s':>8} {'go kB':>7} "
+            f"{'µs/beat':>7} {'push s':>7} {'go p50 s':>8} {'go p99 s':>8} {'go kB':>7} {'all MB':>7} "
             f"{'back s':>7} {'dead':>5}")
     lines = [f"control plane: {summary['collective']} job of all N, heartbeat "
              f"{summary.get('heartbeat_s', 1.0)} s, 4 clock probes per beat", head]
@@ -218,7 +234,8 @@ def table(summary: dict[str, Any]) -> list[str]:
                      f"{r['rss_mb']:>7.1f} {r['rss_kb_per_agent']:>8.1f} "
                      f"{r['cpu_us_per_heartbeat']:>7.0f} {r['push_s']:>7.3f} "
                      f"{r['barrier_p50_s']:>8.3f} {r['barrier_p99_s']:>8.3f} "
-                     f"{r['go_bytes'] / 1e3:>7.1f} {_s(r['back_after_kill_s']):>7} "
+                     f"{r['go_bytes'] / 1e3:>7.1f} "
+                     f"{r.get('go_bytes_total', r['go_bytes'] * r['n']) / 1e6:>7.2f} {_s(r['back_after_kill_s']):>7} "
                      f"{r.get('declared_dead', 0):>5}")
     return lines
 
@@ -283,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds of heartbeats to measure the load over (default: %(default)s)")
     ap.add_argument("--patience", type=float, default=600.0,
                     help="seconds any one step may take (default: %(default)s)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy each controller's log here")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--plot", metavar="PNG", help="draw each figure against N into PNG")
     ap.add_argument("--replot", nargs="+", metavar="LABEL=JSON",

@@ -10,7 +10,10 @@ wall time, the controller's CPU per retune (what a lab of parallel serial lines 
 pay, in this one process) and the emulator host's CPU (one process for every device: near
 100 % means the emulators, not the controller, set the wall time).
 
-    python benchmarks/bench_retune_scale.py [--sizes 4,16,64,256] [--repeats 5] [--json]
+With --store the DeviceManager keeps its state in SQLite, as `oddl controller serve --state`
+does: every retune then writes each laser's event and verified channel.
+
+    python benchmarks/bench_retune_scale.py [--sizes 4,16,64,256] [--repeats 5] [--store] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bench_control_plane import cpu_s
 
 from oddl.common.config import load_testbed
 from oddl.controller.devices import DeviceManager
+from oddl.controller.store import Store
 from oddl.launch.processes import ProcessGroup
 from oddl.launch.shapes import retune_budget_ms
 from oddl.launch.testbed import emulators_command
@@ -56,14 +60,14 @@ def wss_bank(n: int) -> str:
     return "\n".join(out)
 
 
-def measure(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
+def measure(n: int, repeats: int, workdir: Path, store: bool = False) -> dict[str, Any]:
     path = workdir / f"retune-{n}.toml"
     path.write_text(wss_bank(n), encoding="utf-8")
     resolved = workdir / f"retune-{n}.resolved.toml"
     group = ProcessGroup(workdir)
     group.start("emulators", emulators_command(path, resolved), timeout=300)
     cfg = load_testbed(resolved)
-    dm = DeviceManager(cfg)
+    dm = DeviceManager(cfg, store=Store(workdir / f"state-{n}.sqlite") if store else None)
     try:
         dm.connect()
         lasers = [nd.transmitter for nd in cfg.nodes]
@@ -88,7 +92,7 @@ def measure(n: int, repeats: int, workdir: Path) -> dict[str, Any]:
             "retune_max_ms": round(1e3 * p["max"], 2),
             "controller_cpu_ms": round(1e3 * controller_cpu / repeats, 2),
             "emulator_cpu_pct": round(100 * emulator_cpu / sum(times), 1),
-            "budget_ms": retune_budget_ms(n, lab=False), "repeats": repeats}
+            "budget_ms": retune_budget_ms(n, lab=False), "repeats": repeats, "store": store}
 
 
 def table(summary: dict[str, Any]) -> list[str]:
@@ -106,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="4,16,64,256", help="lasers (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=5, help="retunes per size")
+    ap.add_argument("--store", action="store_true", help="keep state in SQLite, as a controller")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="oddl-retune-") as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
-            results.append(measure(n, args.repeats, Path(tmp)))
+            results.append(measure(n, args.repeats, Path(tmp), args.store))
             print(f"[retune] {results[-1]}", file=sys.stderr, flush=True)
     return emit(run_meta("retune_scale", results=results), args.json, table)
 

@@ -40,16 +40,17 @@ class LocalCrowd:
         await self.fleet.close()
 
     async def stats(self) -> dict[str, Any]:
-        return {"heartbeats": self.fleet.heartbeats, "errors": dict(self.fleet.errors)}
+        return {"heartbeats": self.fleet.heartbeats, "errors": dict(self.fleet.errors),
+                "beat_gap_max_s": round(self.fleet.beat_gap_max_s, 2)}
 
     async def heard(self, kind: str, job: str, since_ns: int, timeout: float) -> dict[str, Any]:
-        """When each agent first heard `kind` of `job` (ns), the first one's size and the
-        errors of gos."""
+        """When each agent first heard `kind` of `job` (ns), the largest one's size, the sum
+        of their sizes and the errors of gos."""
         got = await self.fleet.wait_all(_matches(kind, job), timeout, since_ns)
-        first = next(iter(got.values())).event
+        sizes = [h.event.ByteSize() for h in got.values()]
         errors = sorted({h.event.go.error for h in got.values()} - {""}) if kind == "go" else []
-        return {"at": [h.at_ns for h in got.values()], "bytes": first.ByteSize(),
-                "errors": errors}
+        return {"at": [h.at_ns for h in got.values()], "bytes": max(sizes),
+                "bytes_total": sum(sizes), "errors": errors}
 
     async def ready_all(self, job: str, seq: int, shape: list[int]) -> None:
         await self.fleet.ready_all(job, seq, shape)
@@ -102,12 +103,15 @@ class ProcCrowd:
         for p in parts:
             for k, v in p["errors"].items():
                 errors[k] = errors.get(k, 0) + v
-        return {"heartbeats": sum(p["heartbeats"] for p in parts), "errors": errors}
+        return {"heartbeats": sum(p["heartbeats"] for p in parts), "errors": errors,
+                "beat_gap_max_s": max(p["beat_gap_max_s"] for p in parts)}
 
     async def heard(self, kind: str, job: str, since_ns: int, timeout: float) -> dict[str, Any]:
         parts = await self._all({"op": "heard", "kind": kind, "job": job, "since": since_ns,
                                  "timeout": timeout})
-        return {"at": [t for p in parts for t in p["at"]], "bytes": parts[0]["bytes"],
+        return {"at": [t for p in parts for t in p["at"]],
+                "bytes": max(p["bytes"] for p in parts),
+                "bytes_total": sum(p["bytes_total"] for p in parts),
                 "errors": sorted({e for p in parts for e in p["errors"]})}
 
     async def ready_all(self, job: str, seq: int, shape: list[int]) -> None:

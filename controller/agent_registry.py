@@ -17,14 +17,20 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from oddl.common.config import TestbedConfig
 from oddl.controller.event_queue import EventQueue, wake_all
+from oddl.controller.heartbeat_lateness import Lateness
 from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
+
+BEATS_PER_S = 512.0
+"""At most this many heartbeats a second from all agents together: each costs the controller
+~0.4 ms of CPU with its clock probes (docs/results.md), so a thousand agents beating every
+second would take 40 % of a core that a restart needs (decision record 0034)."""
 
 LogEvent = Callable[[str, str, bool, str], None]
 """Record an event in the device log: (device or node, action, ok, detail)."""
@@ -47,6 +53,8 @@ class AgentRecord:
     """A schedule stream to this agent is open (without one it cannot take part)."""
     instance: str = ""
     """The agent process's own id (`RegisterAgentRequest.instance`; "" from older agents)."""
+    beaten: bool = False
+    """A heartbeat of this session came (until then the agent may still await the reply)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,13 @@ class Lost:
     reason: str
 
 
+def heartbeat_interval(cfg: TestbedConfig) -> float:
+    """The heartbeat interval the controller asks its agents for (`RegisterAgentReply`): the
+    testbed file's, or longer on a testbed whose nodes would beat more than `BEATS_PER_S`
+    times a second (2 s at 1024 nodes)."""
+    return max(cfg.controller.heartbeat_s, len(cfg.nodes) / BEATS_PER_S)
+
+
 class AgentRegistry:
     """The registered agents and their event queues (its own lock guards them)."""
 
@@ -75,6 +90,16 @@ class AgentRegistry:
         self._log_event = log_event
         self._lock = threading.Lock()
         self._nodes = frozenset(n.id for n in cfg.nodes)
+        self.version = 0
+        """Counts registrations: the data addresses may have changed since another count."""
+        self.last_registered = 0.0
+        """When the latest registration was recorded (monotonic)."""
+        self.interval_s = heartbeat_interval(cfg)
+        """The agents' heartbeat interval; three of them silent: dead."""
+        self._dead: set[str] = set()
+        """The nodes whose current record is declared dead (`AgentRecord.dead`)."""
+        self.lateness = Lateness()
+        """How late heartbeats are read (the monitor holds its verdicts while they are)."""
 
     def known_node(self, node_id: str) -> bool:
         """Whether the testbed has this node."""
@@ -82,7 +107,13 @@ class AgentRegistry:
 
     def alive(self, rec: AgentRecord, now: float) -> bool:
         """Whether the agent sent a heartbeat within three intervals of `now` (monotonic)."""
-        return now - rec.last_seen < 3 * self.cfg.controller.heartbeat_s
+        return now - rec.last_seen < 3 * self.interval_s
+
+    def dead_among(self, nodes: tuple[str, ...]) -> list[str]:
+        """The nodes of `nodes` whose agents were declared dead (none: at once, not O(N))."""
+        if not self._dead:
+            return []
+        return [n for n in nodes if n in self._dead]
 
     def dead(self, node_id: str) -> bool:
         """Whether `node_id`'s agent registered and was declared dead since."""
@@ -105,6 +136,16 @@ class AgentRegistry:
                 wakes.append(rec.events.put(event, key))
         wake_all(wakes)
 
+    def push_each(self, events: Mapping[str, pb.ScheduleEvent], key: str = "") -> None:
+        """Queue each registered node's own event (and wake their streams); with `key`, in
+        place of a queued event of the same key (`EventQueue.put`)."""
+        wakes = []
+        for n, event in events.items():
+            rec = self.agents.get(n)
+            if rec is not None:
+                wakes.append(rec.events.put(event, key))
+        wake_all(wakes)
+
     def register(self, request: pb.RegisterAgentRequest) -> tuple[AgentRecord, Lost | None]:
         """A (re)registered agent's record, with a new session (its queue and stream carry
         over), and, when another agent process registered for the node before (a restarted
@@ -118,6 +159,9 @@ class AgentRegistry:
                 rec.stream_generation = old.stream_generation
                 rec.streaming = old.streaming
             self.agents[request.node_id] = rec
+            self._dead.discard(request.node_id)
+            self.last_registered = rec.last_seen
+            self.version += 1
         logger.info("agent %s registered (session %s, data %s)", request.node_id, rec.session,
                     request.data_address or "fabric")
         if old is None or not old.instance or not request.instance \
@@ -131,16 +175,18 @@ class AgentRegistry:
 
     def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
         """Record a heartbeat, and whether it brings back an agent declared dead."""
+        self.lateness.read(request.sent_ns, time.time_ns())
         with self._lock:
             rec = self.agents.get(request.node_id)
             if rec is None or rec.session != request.session:
                 return Heard(known=False)
             rec.last_seen = time.monotonic()
-            rec.heartbeat = request
+            rec.heartbeat, rec.beaten = request, True
             if not rec.dead:
                 return Heard(known=True)
             # back without restarting (a link or a stall that ended)
             rec.dead = False
+            self._dead.discard(rec.node_id)
         logger.info("agent %s answers again", rec.node_id)
         self._log_event(rec.node_id, "agent back", True, "heartbeats resumed")
         return Heard(known=True, back=True)
@@ -189,14 +235,20 @@ class AgentRegistry:
         """End every stream at its next wake (call after setting their `stop`)."""
         wake_all([rec.events.kick() for rec in list(self.agents.values())])
 
-    def sweep(self, now: float) -> list[Lost]:
+    def sweep(self, now: float, since: float = 0.0) -> list[Lost]:
         """Declare dead every agent silent for three heartbeat intervals at `now`
-        (monotonic) and not dead already; each with the reason its peers are told."""
+        (monotonic; silence counted from `since` at the earliest: the controller was behind
+        until then) and not dead already; each with the reason its peers are told. An agent
+        that has not beaten since it registered is counted from the latest registration: its
+        reply may wait behind the others' of a burst (a controller restart, ADR 0034)."""
+        deadline = 3 * self.interval_s
         with self._lock:
-            dying = [rec for rec in self.agents.values()
-                     if not rec.dead and not self.alive(rec, now)]
+            burst = self.last_registered
+            dying = [rec for rec in self.agents.values() if not rec.dead and now - max(
+                rec.last_seen, since, burst if not rec.beaten else 0.0) >= deadline]
             for rec in dying:
                 rec.dead = True
+                self._dead.add(rec.node_id)
         lost = []
         for rec in dying:
             reason = (f"node {rec.node_id} stopped answering (no heartbeat for "

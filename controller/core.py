@@ -8,8 +8,8 @@ call here, and the core asks its parts and acts on their answers:
 - `Admission` (pure): may the job run, and what must the devices hold for it;
 - `BarrierBook` (pure): the nodes' readies and what a complete barrier decides;
 - `Schedules` (pure): the schedules laid out for each job, kept per bucket;
-- `AgentRegistry`: sessions, liveness and each node's event queue, where the core pushes;
-  `Announcer`: a job's peers announced once for a burst of registrations;
+- `AgentRegistry`: sessions, liveness and each node's event queue, where the core pushes
+  (`Announcer`: a job's peers announced once for a burst of registrations);
 - `SlotExecutor`: the slots that retune, on threads of their own, reporting back through
   `SlotReports` (this class: `circuits_ready`, `retuned`, `count_error`); `FlowDesk`: flows;
 - the `DeviceManager` (verified transactions) and the `Store` (SQLite: every job change).
@@ -45,7 +45,7 @@ from oddl.controller.scheduling.slot_grants import standing_refusal
 from oddl.controller.slot_executor import SlotExecutor
 from oddl.controller.store import Store
 from oddl.controller.testbed_model import timing_from_config, topology_from_config
-from oddl.controller.wire_views import assigned_pb, job_pb, status_pb
+from oddl.controller.wire_views import Assignments, go_events, job_pb, peer_lost_pb, status_pb
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import encode_schedule, receive_timeout, schedule_sha256
 
@@ -72,6 +72,7 @@ class ControllerCore:
         self.flows = FlowDesk(cfg, topology, timing, devices, self.count_error)
         self.jobs = JobTable(store)
         self.announcer = Announcer(self._announce)
+        self.assignments = Assignments()
         self._transmitters = {n.id: n.transmitter for n in cfg.nodes}
         self._started: dict[str, int] = {}
         """Per job, the last collective whose slots were launched (barrier or standing)."""
@@ -87,7 +88,6 @@ class ControllerCore:
         with self.lock:
             self.errors[kind] += 1
 
-    # ---- jobs -----------------------------------------------------------------------------
     def admit(self, name: str, nodes: Sequence[str], collective: str, network: str,
               params: Mapping[str, str], now_ns: int) -> tuple[JobRecord, Configuration]:
         """Check, record and store a job; its job-scale configuration, not applied (`submit`)."""
@@ -146,12 +146,12 @@ class ControllerCore:
                              self.devices)
 
     # ---- agents' news -----------------------------------------------------------------------
-    def _assign(self, job: JobRecord, exclude: str = "", to: tuple[str, ...] = ()) -> None:
-        """Tell each registered node of `job` (or of `to`), but `exclude`, its assignment."""
-        peers = self.registry.data_addresses(job.nodes)
-        for n in to or job.nodes:
-            if n != exclude and n in self.registry.agents:
-                self.registry.push((n,), assigned_pb(job, n, peers), key=f"assigned {job.id}")
+    def _assign(self, job: JobRecord, to: tuple[str, ...] = ()) -> None:
+        """Tell each registered node of `job` (or of `to`) its assignment."""
+        nodes = [n for n in to or job.nodes if n in self.registry.agents]
+        self.registry.push_each(self.assignments.events(
+            job, nodes, self.registry.version, lambda: self.registry.data_addresses(job.nodes)),
+            key=f"assigned {job.id}")
 
     def _announce(self, job_ids: set[str]) -> None:
         """Tell the nodes of these jobs, if still running, their peers now (`Announcer`)."""
@@ -192,21 +192,25 @@ class ControllerCore:
                 self._assign(job, to=(node_id,))
             return opened
 
-    def sweep(self, now: float) -> None:
-        """Declare dead the agents silent at `now` (monotonic); their peers learn it."""
+    def sweep(self, now: float, since: float = 0.0) -> None:
+        """Declare dead the agents silent at `now` since `since`; their peers learn it."""
         with self.lock:
-            for lost in self.registry.sweep(now):
-                self.errors["agent lost"] += 1
-                self._peer_lost(lost)
+            losses = self.registry.sweep(now, since)
+            self.errors["agent lost"] += len(losses)
+            self._peer_lost(*losses)
 
-    def _peer_lost(self, lost: Lost) -> None:
-        """A lost or restarted node's collectives end at its peers; only live peers are told."""
-        for job in self.jobs.running_of(lost.node_id):
-            others = tuple(n for n in job.nodes if n != lost.node_id)
-            self._abandon(job, lost.reason, others)
-            live = tuple(n for n in others if not self.registry.dead(n))  # not N² in a mass loss
-            self.registry.push(live, pb.ScheduleEvent(peer_lost=pb.PeerLost(
-                job_id=job.id, node_id=lost.node_id, reason=lost.reason)))
+    def _peer_lost(self, *losses: Lost) -> None:
+        """Lost nodes' collectives end at their live peers, told once per job (ADR 0034)."""
+        by_job: dict[str, tuple[JobRecord, list[Lost]]] = {}
+        for lost in losses:
+            for job in self.jobs.running_of(lost.node_id):
+                by_job.setdefault(job.id, (job, []))[1].append(lost)
+        for job, gone in by_job.values():
+            ids = {x.node_id for x in gone}
+            others = tuple(n for n in job.nodes if n not in ids)
+            self._abandon(job, gone[0].reason, others)
+            dead = set(self.registry.dead_among(others))
+            self.registry.push(tuple(n for n in others if n not in dead), peer_lost_pb(job.id, gone))
 
     def _abandon(self, job: JobRecord, reason: str, nodes: tuple[str, ...]) -> None:
         """Fail every barrier of `job` still waiting (a participant is dead), at `nodes`."""
@@ -221,7 +225,7 @@ class ControllerCore:
             job = self.jobs.entered_by(request.job_id, request.node_id)
             barrier = self._enter(job, request)
             if barrier is None:
-                down = [n for n in job.nodes if self.registry.dead(n)]
+                down = self.registry.dead_among(job.nodes)
                 if down:  # rather than let the others wait for it
                     self._abandon(job, f"node {down[0]} stopped answering (no heartbeat): its "
                                   "agent, host or link is down; it rejoins by itself once its "
@@ -254,9 +258,6 @@ class ControllerCore:
         self.registry.push(job.nodes, pb.ScheduleEvent(go=pb.CollectiveGo(
             job_id=job.id, seq=seq, error=error, caller_steps=caller_steps or {})))
 
-    def _t0_ns(self) -> int:
-        return time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
-
     def _node_channels(self, job: JobRecord) -> dict[str, int | None]:
         """Each node's transmitter channel as last verified (None: unknown)."""
         verified = self.devices.verified.channels
@@ -274,13 +275,14 @@ class ControllerCore:
         except OddlError as exc:
             self._go_error(job, barrier.seq, f"no schedule: {exc}")
             return
-        go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=self._t0_ns(), schedule=wire)
+        t0_ns = time.time_ns() + round(self.cfg.timing.launch_margin_ms * 1e6)
+        go = pb.CollectiveGo(job_id=job.id, seq=barrier.seq, t0_ns=t0_ns, schedule=wire)
         if optinc:
             with self.lock:
                 job.guard_time_s += wire.guard_total_s
         else:
             self._launch(job, barrier.seq, go)
-        self.registry.push(job.nodes, pb.ScheduleEvent(go=go))
+        self.registry.push_each(go_events(go, self.schedules.parts(job, wire)))
         self.jobs.save(job)
         if TRACE.on and not optinc:  # after the executor and the agents have what they need
             trace_hooks.planned(job.id, barrier.seq, job.nodes, go, "barrier start")
@@ -294,7 +296,6 @@ class ControllerCore:
             self.slots.launch(job.id, seq, go, functools.partial(self.jobs.running, job.id))
             job.guard_time_s += go.schedule.guard_total_s
 
-    # ---- standing collectives, reports, schedules -------------------------------------------
     def start_standing(self, request: pb.StartStandingRequest) -> None:
         """Execute a standing collective's slots if the controller would send the schedule
         the agents hold (ADR 0010); otherwise fail it where they first wait (they return to
@@ -365,7 +366,6 @@ class ControllerCore:
             return self.schedules.encoded(job, message_bytes, itemsize, kind, root,
                                           self._node_channels(job))
 
-    # ---- flows and the slot executor's reports ----------------------------------------------
     def request_flow(self, request: pb.RequestFlowRequest) -> pb.FlowGrant:
         """The grant of a point-to-point flow, after the job's collective slots end."""
         with self.lock:

@@ -20,6 +20,7 @@ configuration) ``oddl.controller.device_watch``, the circuit switches' steps
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -131,16 +132,10 @@ class DeviceManager:
             return reconcile(self, stored, stamps)
 
     def persist(self, config: Configuration, devices: list[str], now: int) -> None:
-        """Store the verified setting of each of `devices` (no store: nothing)."""
-        if self.store is None:
-            return
-        for dev in devices:
-            if dev in config.channels:
-                self.store.save_channel(dev, config.channels[dev], now)
-            elif dev in config.wss_tables:
-                self.store.save_table(dev, dict(config.wss_tables[dev]), now)
-            elif dev in config.connections:
-                self.store.save_connections(dev, dict(config.connections[dev]), now)
+        """Store the verified setting of each of `devices`, one commit (no store: nothing)."""
+        if self.store is not None:
+            self.store.save_settings(config.channels, config.wss_tables, config.connections,
+                                     devices, now)
 
     def close(self) -> None:
         """Release every driver (optical state is left as it is) and the worker pool."""
@@ -247,12 +242,13 @@ class DeviceManager:
             self._tune(tx, channel, timeout)
         return self.timed(tx, "read", self.drivers[tx].state)
 
-    def _tune(self, tx: str, channel: int, timeout: float) -> float:
+    def _tune(self, tx: str, channel: int, timeout: float, log: bool = True) -> float:
         drv: TunableTransceiver = self.drivers[tx]
         t_lock = self.timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
         self.reconfigurations += 1
-        self.log_event(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
+        if log:
+            self.log_event(tx, f"tune ch {channel}", True, f"locked in {t_lock * 1000:.2f} ms")
         return t_lock
 
     def read_all(self, target: Configuration) -> dict[str, Any]:
@@ -340,20 +336,25 @@ class DeviceManager:
 
     def _retune(self, channels: Mapping[str, int], timeout: float) -> list[str]:
         self.check_limits(Configuration(channels))
-        futures = {tx: self._pool.submit(self._tune, tx, ch, timeout) for tx, ch in channels.items()}
-        errors = []
+        futures = {tx: self._pool.submit(self._tune, tx, ch, timeout, False)
+                   for tx, ch in channels.items()}
+        outcomes: dict[str, float | OddlError] = {}
         for tx, f in futures.items():
             try:
-                f.result()
+                outcomes[tx] = f.result()
             except OddlError as exc:
-                errors.append(f"{tx}: {exc}")
-                self.log_event(tx, "tune", False, str(exc))
+                outcomes[tx] = exc
+        with self.store.batch() if self.store is not None else contextlib.nullcontext():
+            for tx, o in outcomes.items():  # the events as one commit, after the edge
+                bad = isinstance(o, OddlError)
+                self.log_event(tx, "tune" if bad else f"tune ch {channels[tx]}", not bad,
+                               str(o) if isinstance(o, OddlError) else f"locked in {o * 1e3:.2f} ms")
+        errors = [f"{tx}: {o}" for tx, o in outcomes.items() if isinstance(o, OddlError)]
         with self.lock:
             if not errors:
                 self.verified = Configuration(channels).merged_over(self.verified)
                 now = time.time_ns()
-                for tx in channels:
-                    self.verified_ns[tx] = now
+                self.verified_ns.update(dict.fromkeys(channels, now))
                 self.persist(self.verified, list(channels), now)
         return errors
     # ---- reading ----------------------------------------------------------------------

@@ -26,7 +26,12 @@ from oddl.controller.optinc_schedule import OptincSchedule, optinc_schedule
 from oddl.controller.scheduling import Schedule, TimingModel, Topology, schedule_plan
 from oddl.controller.scheduling.native import native_plan
 from oddl.protos import oddl_pb2 as pb
-from oddl.protos.schedule_wire import encode_optinc_schedule, encode_schedule
+from oddl.protos.schedule_wire import (
+    encode_optinc_schedule,
+    encode_schedule,
+    node_parts,
+    schedule_sha256,
+)
 
 Key = tuple[int, int, tuple[int | None, ...], str, int]
 """(elements, item size, each node's channel at the start, kind, root)."""
@@ -45,6 +50,8 @@ class Schedules:
         """What the encoded schedules tell the agents to wait for a slot's data."""
         self._kept: dict[str, dict[Key, Schedule | OptincSchedule | CircuitSchedule]] = {}
         self._paths: dict[str, frozenset[tuple[str, str]]] = {}
+        self._parts: dict[str, dict[bytes, dict[str, pb.Schedule]]] = {}
+        """Per job, each node's part of the schedules its gos carried, by the whole's digest."""
 
     def _keep(self, job_id: str, key: Key,
               sched: Schedule | OptincSchedule | CircuitSchedule) -> None:
@@ -140,7 +147,21 @@ class Schedules:
             raise OperationRefused(optinc_refusal((kind, "sum", root)))
         return self.wire(job, message_bytes // itemsize, itemsize, kind, root, channels)
 
+    def parts(self, job: JobRecord, wire: pb.Schedule) -> dict[str, pb.Schedule]:
+        """Each node's part of `wire`, a schedule of `job` (`node_parts`, kept: a collective
+        that goes through the barrier every time, as one that retunes and ends elsewhere
+        does, builds its N parts once)."""
+        kept = self._parts.setdefault(job.id, {})
+        digest = schedule_sha256(wire)
+        parts = kept.get(digest)
+        if parts is None:
+            if len(kept) >= KEPT_PER_JOB:
+                kept.clear()
+            parts = kept[digest] = node_parts(wire, job.nodes)
+        return parts
+
     def forget(self, job_id: str) -> None:
         """Drop the schedules of a job that ended."""
         self._kept.pop(job_id, None)
         self._paths.pop(job_id, None)
+        self._parts.pop(job_id, None)

@@ -11,6 +11,7 @@ ones, on the loop (`oddl.controller.aio_service`, which also owns the `WatchSche
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Controller"].full_name
 
@@ -58,6 +60,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.loop_lag: Callable[[], float] = lambda: 0.0
         """How far the server's event loop is behind, s (`ControllerServer` sets it)."""
         self.topology = topology_pb(cfg)
+        self.on_time_since = time.monotonic()
+        """Since when the controller has read its agents on time (`sweep`): its start, or
+        the last sweep it held."""
         """The testbed's topology, built once: every registration and `GetTopology` send it."""
 
     @property
@@ -74,19 +79,32 @@ class ControllerService(pb_grpc.ControllerServicer):
         return self.core.slots.retuning()
 
     def monitor(self) -> None:
-        """Detect dead agents (no heartbeat for three intervals) until the service closes;
-        not while the server's event loop is behind by an interval or more: heartbeats may be
-        waiting there unread, and declaring their agents dead would tell every peer of each
-        (decision record 0032)."""
-        while not self.stopped.wait(self.cfg.controller.heartbeat_s / 2):
+        """Detect dead agents (no heartbeat for three intervals) until the service closes,
+        counting silence only while the controller reads on time (`sweep`)."""
+        while not self.stopped.wait(self.core.registry.interval_s / 2):
             self.sweep(time.monotonic())
 
     def sweep(self, now: float) -> bool:
-        """One round of the monitor at `now` (monotonic); False when held (loop behind)."""
-        if self.loop_lag() >= self.cfg.controller.heartbeat_s:
-            self.core.count_error("sweep held: event loop behind")
+        """One round of the monitor at `now` (monotonic); False when held because the
+        controller is behind: its loop is late, or the heartbeats it reads were sent an
+        interval or more before (decision records 0032, 0034). An agent is dead after three
+        intervals of silence counted from the last time the controller was behind (its
+        start, first): what it did not read while behind may be waiting unread, and telling
+        every peer of each such agent would put it further behind."""
+        interval = self.core.registry.interval_s
+        late = self.core.registry.lateness
+        held = ""
+        if self.loop_lag() >= interval:
+            held = "event loop behind"
+        elif (median := late.median_s()) >= interval:
+            held = "heartbeats read late"
+            logger.warning("sweep held: heartbeats read %.1f s late (median)", median)
+        late.next_period()
+        if held:
+            self.core.count_error(f"sweep held: {held}")
+            self.on_time_since = now
             return False
-        self.core.sweep(now)
+        self.core.sweep(now, self.on_time_since)
         return True
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
@@ -111,7 +129,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._unknown_node(context, request.node_id)
         rec = self.core.register(request)
         return pb.RegisterAgentReply(session=rec.session,
-                                     heartbeat_interval_s=self.cfg.controller.heartbeat_s,
+                                     heartbeat_interval_s=self.core.registry.interval_s,
                                      topology=self.topology,
                                      fabric_address=self.cfg.fabric.address,
                                      link=self.cfg.fabric.link,

@@ -10,6 +10,8 @@ import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,20 @@ class Store:
             raise ConfigError(f"{self.path}: cannot open the controller state database ({exc}); "
                               "check the path and its permissions, or move the broken file "
                               "away to start afresh") from exc
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside as one transaction, one commit: a retune of N lasers writes N
+        events and N channels, not 2N commits (decision record 0034)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         """Close the database."""
@@ -65,6 +80,20 @@ class Store:
         return [json.loads(r[0]) for r in rows]
 
     # ---- verified configuration ---------------------------------------------------------
+    def save_settings(self, channels: Mapping[str, int], tables: Mapping[str, Mapping[int, Route]],
+                      connections: Mapping[str, Mapping[int, int]], devices: Sequence[str],
+                      verified_ns: int) -> None:
+        """Record the verified setting of each of `devices` found in `channels`, `tables` or
+        `connections` (a configuration's), in one transaction."""
+        with self.batch():
+            for dev in devices:
+                if dev in channels:
+                    self.save_channel(dev, channels[dev], verified_ns)
+                elif dev in tables:
+                    self.save_table(dev, dict(tables[dev]), verified_ns)
+                elif dev in connections:
+                    self.save_connections(dev, dict(connections[dev]), verified_ns)
+
     def save_channel(self, transmitter: str, channel: int, verified_ns: int) -> None:
         """Record a transmitter's verified channel."""
         self._save_verified(transmitter, {"channel": channel}, verified_ns)

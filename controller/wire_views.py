@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from oddl.common.config import NodeConfig, TestbedConfig
+from oddl.controller.agent_registry import Lost
 from oddl.controller.devices import DeviceManager
 from oddl.controller.jobs import JobRecord
 from oddl.protos import oddl_pb2 as pb
@@ -28,10 +29,57 @@ def status_pb(testbed: str, agents: list[pb.AgentStatus], jobs: Iterable[JobReco
                      transactions_failed=devices.transactions_failed)
 
 
-def assigned_pb(job: JobRecord, node: str, peers: dict[str, str]) -> pb.ScheduleEvent:
-    """The `JobAssigned` event telling `node` its rank and its peers' data addresses."""
-    return pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job), rank=job.nodes.index(node),
-                                                    peers=peers, next_seq=job.last_seq + 1))
+class Assignments:
+    """`JobAssigned` events for many nodes at once: the job and its peers' addresses built
+    once and copied per node (in C) with its rank, not built again per node in Python; the
+    addresses kept until a registration changes them. A thousand nodes' announcement took
+    0.7 s under the core's lock, each stream opened after a controller restart 0.8 ms
+    (decision record 0034)."""
+
+    def __init__(self) -> None:
+        self._peers: dict[str, tuple[int, pb.JobAssigned]] = {}
+        """Per job: the registry's version and the peers' addresses it had then."""
+
+    def events(self, job: JobRecord, nodes: Iterable[str], version: int,
+               addresses: Callable[[], dict[str, str]]) -> dict[str, pb.ScheduleEvent]:
+        """Each of `nodes`' assignment to `job`; `addresses()` gives its peers' data
+        addresses, called again only when the registry's `version` changed."""
+        kept = self._peers.get(job.id)
+        if kept is None or kept[0] != version:
+            if len(self._peers) >= 64:  # jobs that ended
+                self._peers.clear()
+            kept = self._peers[job.id] = (version, pb.JobAssigned(peers=addresses()))
+        template = pb.ScheduleEvent(assigned=pb.JobAssigned(job=job_pb(job),
+                                                            next_seq=job.last_seq + 1))
+        template.assigned.MergeFrom(kept[1])
+        ranks = {n: r for r, n in enumerate(job.nodes)}
+        out = {}
+        for n in nodes:
+            out[n] = event = pb.ScheduleEvent()
+            event.CopyFrom(template)
+            event.assigned.rank = ranks[n]
+        return out
+
+
+def go_events(go: pb.CollectiveGo, parts: Mapping[str, pb.Schedule]
+              ) -> dict[str, pb.ScheduleEvent]:
+    """Each node's go: the same start, with its own part of the schedule (`node_parts`), so
+    a go to N nodes carries one schedule's bytes in all, not N schedules."""
+    events = {}
+    for n, part in parts.items():
+        events[n] = event = pb.ScheduleEvent()
+        event.go.job_id, event.go.seq, event.go.t0_ns = go.job_id, go.seq, go.t0_ns
+        event.go.schedule.CopyFrom(part)
+    return events
+
+
+def peer_lost_pb(job_id: str, lost: Sequence[Lost]) -> pb.ScheduleEvent:
+    """One `PeerLost` for all of a job's participants lost at once (the first, the rest in
+    `also`)."""
+    first, *more = lost
+    return pb.ScheduleEvent(peer_lost=pb.PeerLost(
+        job_id=job_id, node_id=first.node_id, reason=first.reason,
+        also={x.node_id: x.reason for x in more}))
 
 
 def topology_pb(cfg: TestbedConfig) -> pb.Topology:

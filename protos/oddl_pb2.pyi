@@ -39,7 +39,7 @@ class RegisterAgentReply(_message.Message):
     def __init__(self, session: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., fabric_address: _Optional[str] = ..., link: _Optional[str] = ..., line_rate_bps: _Optional[float] = ..., clock_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "session", "clock_offset_s", "clock_rtt_s", "collectives_done", "collectives_failed", "gate_error_p50_s", "gate_error_p99_s", "bytes_sent", "clock_error_bound_s", "measured_line_rate_gbps")
+    __slots__ = ("node_id", "session", "clock_offset_s", "clock_rtt_s", "collectives_done", "collectives_failed", "gate_error_p50_s", "gate_error_p99_s", "bytes_sent", "clock_error_bound_s", "measured_line_rate_gbps", "sent_ns")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     CLOCK_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class HeartbeatRequest(_message.Message):
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     CLOCK_ERROR_BOUND_S_FIELD_NUMBER: _ClassVar[int]
     MEASURED_LINE_RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    SENT_NS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     session: str
     clock_offset_s: float
@@ -62,7 +63,8 @@ class HeartbeatRequest(_message.Message):
     bytes_sent: int
     clock_error_bound_s: float
     measured_line_rate_gbps: float
-    def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., clock_error_bound_s: _Optional[float] = ..., measured_line_rate_gbps: _Optional[float] = ...) -> None: ...
+    sent_ns: int
+    def __init__(self, node_id: _Optional[str] = ..., session: _Optional[str] = ..., clock_offset_s: _Optional[float] = ..., clock_rtt_s: _Optional[float] = ..., collectives_done: _Optional[int] = ..., collectives_failed: _Optional[int] = ..., gate_error_p50_s: _Optional[float] = ..., gate_error_p99_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., clock_error_bound_s: _Optional[float] = ..., measured_line_rate_gbps: _Optional[float] = ..., sent_ns: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("controller_time_ns", "reregister")
@@ -248,14 +250,23 @@ class JobAssigned(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., rank: _Optional[int] = ..., peers: _Optional[_Mapping[str, str]] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class PeerLost(_message.Message):
-    __slots__ = ("job_id", "node_id", "reason")
+    __slots__ = ("job_id", "node_id", "reason", "also")
+    class AlsoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     node_id: str
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    also: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., reason: _Optional[str] = ..., also: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobEnded(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -423,7 +434,7 @@ class GetScheduleRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., message_bytes: _Optional[int] = ..., itemsize: _Optional[int] = ..., kind: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("job_id", "collective", "n_elems", "itemsize", "slots", "reconfigurations", "guard_total_s", "makespan_s", "efficiency", "steps", "receive_timeout_s")
+    __slots__ = ("job_id", "collective", "n_elems", "itemsize", "slots", "reconfigurations", "guard_total_s", "makespan_s", "efficiency", "steps", "receive_timeout_s", "node_id", "whole_sha256", "whole_retunes", "whole_ends_where_it_starts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     N_ELEMS_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +446,10 @@ class Schedule(_message.Message):
     EFFICIENCY_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_RETUNES_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_ENDS_WHERE_IT_STARTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     collective: str
     n_elems: int
@@ -446,10 +461,14 @@ class Schedule(_message.Message):
     efficiency: float
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     receive_timeout_s: float
-    def __init__(self, job_id: _Optional[str] = ..., collective: _Optional[str] = ..., n_elems: _Optional[int] = ..., itemsize: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., reconfigurations: _Optional[int] = ..., guard_total_s: _Optional[float] = ..., makespan_s: _Optional[float] = ..., efficiency: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., receive_timeout_s: _Optional[float] = ...) -> None: ...
+    node_id: str
+    whole_sha256: bytes
+    whole_retunes: bool
+    whole_ends_where_it_starts: bool
+    def __init__(self, job_id: _Optional[str] = ..., collective: _Optional[str] = ..., n_elems: _Optional[int] = ..., itemsize: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[Slot, _Mapping]]] = ..., reconfigurations: _Optional[int] = ..., guard_total_s: _Optional[float] = ..., makespan_s: _Optional[float] = ..., efficiency: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., receive_timeout_s: _Optional[float] = ..., node_id: _Optional[str] = ..., whole_sha256: _Optional[bytes] = ..., whole_retunes: _Optional[bool] = ..., whole_ends_where_it_starts: _Optional[bool] = ...) -> None: ...
 
 class Slot(_message.Message):
-    __slots__ = ("index", "step", "start_ns", "data_start_ns", "end_ns", "circuits", "changes_circuits", "handoffs")
+    __slots__ = ("index", "step", "start_ns", "data_start_ns", "end_ns", "circuits", "changes_circuits", "handoffs", "keeps_circuits")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +477,7 @@ class Slot(_message.Message):
     CIRCUITS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_CIRCUITS_FIELD_NUMBER: _ClassVar[int]
     HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    KEEPS_CIRCUITS_FIELD_NUMBER: _ClassVar[int]
     index: int
     step: int
     start_ns: int
@@ -466,7 +486,8 @@ class Slot(_message.Message):
     circuits: _containers.RepeatedCompositeFieldContainer[Circuit]
     changes_circuits: bool
     handoffs: _containers.RepeatedCompositeFieldContainer[Handoff]
-    def __init__(self, index: _Optional[int] = ..., step: _Optional[int] = ..., start_ns: _Optional[int] = ..., data_start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., circuits: _Optional[_Iterable[_Union[Circuit, _Mapping]]] = ..., changes_circuits: _Optional[bool] = ..., handoffs: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ...) -> None: ...
+    keeps_circuits: bool
+    def __init__(self, index: _Optional[int] = ..., step: _Optional[int] = ..., start_ns: _Optional[int] = ..., data_start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., circuits: _Optional[_Iterable[_Union[Circuit, _Mapping]]] = ..., changes_circuits: _Optional[bool] = ..., handoffs: _Optional[_Iterable[_Union[Handoff, _Mapping]]] = ..., keeps_circuits: _Optional[bool] = ...) -> None: ...
 
 class Handoff(_message.Message):
     __slots__ = ("slot", "src", "dst")

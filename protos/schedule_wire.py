@@ -188,6 +188,9 @@ class SlotSpec:
     pairs: tuple[tuple[str, str], ...]
     changes_circuits: bool = False
     handoffs: tuple[Handoff, ...] = ()
+    keeps: bool | None = None
+    """Whether the slot keeps every circuit of the slot before it, as the whole schedule
+    says (a node's part carries it); None: decide from the slots at hand."""
 
 
 @dataclass(frozen=True)
@@ -213,9 +216,11 @@ def decode_schedule(schedule: pb.Schedule) -> DecodedSchedule:
     steps = tuple(StepSpec(s.op, tuple(s.src), tuple(s.dst), tuple(s.offset), tuple(s.length),
                            tuple(s.recv_offset))
                   for s in schedule.steps)
+    part = bool(schedule.node_id)
     slots = tuple(SlotSpec(s.index, s.step, s.data_start_ns / 1e9, s.end_ns / 1e9,
                            tuple((c.src, c.dst) for c in s.circuits), s.changes_circuits,
-                           tuple((h.slot, h.src, h.dst) for h in s.handoffs))
+                           tuple((h.slot, h.src, h.dst) for h in s.handoffs),
+                           s.keeps_circuits if part else None)
                   for s in schedule.slots)
     return DecodedSchedule(schedule.collective, steps, slots, schedule.receive_timeout_s,
                            schedule.n_elems)
@@ -230,7 +235,11 @@ def continuing_slots(slots: Iterable[SlotSpec]) -> frozenset[int]:
     """The slots that keep every circuit of the slot before them: they change no circuit and
     carry exactly its (src, dst) pairs, so each transmitter's light already reaches the same
     receiver and no other transmitter can reach it. A send of such a slot needs no slot edge:
-    it may follow the previous slot's sends as soon as its data is ready."""
+    it may follow the previous slot's sends as soon as its data is ready. Slots of a node's
+    part say it themselves (`SlotSpec.keeps`): a part alone cannot tell."""
+    slots = list(slots)
+    if any(s.keeps is not None for s in slots):
+        return frozenset(s.index for s in slots if s.keeps)
     out: set[int] = set()
     previous: SlotSpec | None = None
     for slot in sorted(slots, key=lambda s: s.index):
@@ -250,12 +259,17 @@ def confirmations(slots: Iterable[SlotSpec], node: str) -> frozenset[tuple[int, 
 
 
 def schedule_sha256(schedule: pb.Schedule) -> bytes:
-    """SHA-256 of the schedule's deterministic serialisation: equal digests, same schedule."""
+    """SHA-256 of the whole schedule's deterministic serialisation (of a node's part: the
+    digest of the whole it carries): equal digests, same schedule."""
+    if schedule.node_id:
+        return schedule.whole_sha256
     return hashlib.sha256(schedule.SerializeToString(deterministic=True)).digest()
 
 
 def retunes(schedule: pb.Schedule) -> bool:
-    """Whether any slot of the schedule retunes a transmitter."""
+    """Whether any slot of the (whole) schedule retunes a transmitter."""
+    if schedule.node_id:
+        return schedule.whole_retunes
     return any(c.retune for slot in schedule.slots for c in slot.circuits)
 
 
@@ -268,6 +282,8 @@ def ends_where_it_starts(schedule: pb.Schedule) -> bool:
     """Whether running the schedule leaves every transmitter on the channel it starts on, so
     the same schedule can run again at once: each transmitter's first circuit needs no retune
     (it is already there) and its last circuit is on that same channel."""
+    if schedule.node_id:
+        return schedule.whole_ends_where_it_starts
     first: dict[str, tuple[int, bool]] = {}
     last: dict[str, int] = {}
     for slot in sorted(schedule.slots, key=lambda s: s.start_ns):
@@ -277,3 +293,70 @@ def ends_where_it_starts(schedule: pb.Schedule) -> bool:
             first.setdefault(c.transmitter, (c.channel, c.retune))
             last[c.transmitter] = c.channel
     return all(not retuned and last[tx] == ch for tx, (ch, retuned) in first.items())
+
+
+# ---- each node's part (the controller, for a go) -------------------------------------------
+
+
+def node_parts(whole: pb.Schedule, nodes: Sequence[str]) -> dict[str, pb.Schedule]:
+    """Each node's part of `whole` (`nodes` in rank order), in one pass over it: the slots
+    where the node sends, receives or confirms a hand-off, with only those circuits and
+    hand-offs; every step, with only the node's own transfers (a step keeps its place); the
+    totals, and what only the whole tells, so every node decides alike: its digest, whether
+    it retunes, whether it ends where it starts, which slots keep their circuits."""
+    keeps = continuing_slots(decode_schedule(whole).slots)
+    header = pb.Schedule()
+    header.CopyFrom(whole)
+    header.ClearField("slots")
+    header.ClearField("steps")
+    header.whole_sha256 = schedule_sha256(whole)
+    header.whole_retunes = retunes(whole)
+    header.whole_ends_where_it_starts = ends_where_it_starts(whole)
+    parts: dict[str, pb.Schedule] = {}
+    for n in nodes:
+        parts[n] = part = pb.Schedule()
+        part.CopyFrom(header)
+        part.node_id = n
+    for step in whole.steps:
+        _split_step(step, nodes, parts)
+    for slot in whole.slots:
+        _split_slot(slot, slot.index in keeps, parts)
+    return parts
+
+
+def _split_step(step: pb.PlanStep, nodes: Sequence[str], parts: dict[str, pb.Schedule]
+                ) -> None:
+    """Add to each node's part its own transfers of `step` (an empty step when none)."""
+    mine: list[list[int]] = [[] for _ in nodes]
+    src, dst = list(step.src), list(step.dst)
+    for i, (s, d) in enumerate(zip(src, dst, strict=True)):
+        mine[s].append(i)
+        if d != s:
+            mine[d].append(i)
+    offset, length, landing = list(step.offset), list(step.length), list(step.recv_offset)
+    for rank, n in enumerate(nodes):
+        ix = mine[rank]
+        parts[n].steps.add(op=step.op, src=[src[i] for i in ix], dst=[dst[i] for i in ix],
+                           offset=[offset[i] for i in ix], length=[length[i] for i in ix],
+                           recv_offset=[landing[i] for i in ix] if landing else [])
+
+
+def _split_slot(slot: pb.Slot, keeps: bool, parts: dict[str, pb.Schedule]) -> None:
+    """Add `slot` to the part of each node that sends or receives in it (with its circuits)
+    or confirms one of its hand-offs (with those)."""
+    circuits: dict[str, list[pb.Circuit]] = {}
+    for c in slot.circuits:
+        circuits.setdefault(c.src, []).append(c)
+        if c.dst != c.src:
+            circuits.setdefault(c.dst, []).append(c)
+    confirms: dict[str, list[pb.Handoff]] = {}
+    for h in slot.handoffs:
+        confirms.setdefault(h.dst, []).append(h)
+    for n in circuits.keys() | confirms.keys():
+        part = parts.get(n)
+        if part is None:  # not a node of the job: an optinc device
+            continue
+        part.slots.add(index=slot.index, step=slot.step, start_ns=slot.start_ns,
+                       data_start_ns=slot.data_start_ns, end_ns=slot.end_ns,
+                       circuits=circuits.get(n, ()), changes_circuits=slot.changes_circuits,
+                       handoffs=confirms.get(n, ()), keeps_circuits=keeps)

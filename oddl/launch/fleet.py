@@ -55,6 +55,8 @@ class FleetAgent:
     """When the last registration's reply came (time.time_ns)."""
     instance: str = field(default_factory=lambda: os.urandom(8).hex())
     """This agent's process id, as a real agent sends (a new one: a restarted agent)."""
+    heartbeat_s: float = 0.0
+    """The interval the controller asked for at registration (0: the fleet's own)."""
 
 
 class Fleet:
@@ -74,6 +76,8 @@ class Fleet:
         self.closing = False
         self.heartbeats = 0
         self.probes = 0
+        self.beat_gap_max_s = 0.0
+        """The longest an agent went between two heartbeats it sent (this side's lateness)."""
         self.errors: Counter[str] = Counter()
         """Failed calls, by RPC and status ("Heartbeat DEADLINE_EXCEEDED")."""
 
@@ -108,6 +112,7 @@ class Fleet:
             node_id=a.node, data_address=f"tcp://127.0.0.1:{10000 + len(a.node)}",
             agent_version="fleet", instance=a.instance), timeout=self.timeout)
         a.session, a.clock_port = reply.session, reply.clock_port
+        a.heartbeat_s = reply.heartbeat_interval_s  # as the agent does
         a.registrations += 1
         a.registered_ns = time.time_ns()
 
@@ -134,19 +139,26 @@ class Fleet:
     async def _beat(self, a: FleetAgent) -> None:
         """Every interval: a burst of UDP clock probes, then a heartbeat (as the agent)."""
         await asyncio.sleep(self.heartbeat_s * (hash(a.node) % 1000) / 1000)  # spread them
+        last = 0.0
         while not self.closing:
             if a.session:
+                now = time.monotonic()
+                if last:
+                    self.beat_gap_max_s = max(self.beat_gap_max_s, now - last)
+                last = now
                 self._probe(a)
                 try:
+                    # on the controller's host: its clock is the controller's
                     reply = await a.stub.Heartbeat(pb.HeartbeatRequest(
-                        node_id=a.node, session=a.session), timeout=self.timeout)
+                        node_id=a.node, session=a.session, sent_ns=time.time_ns()),
+                        timeout=self.timeout)
                     self.heartbeats += 1
                     if reply.reregister:  # as the agent does: register again at once
                         self.errors["Heartbeat reregister"] += 1
                         await self.register(a)
                 except grpc.aio.AioRpcError as exc:
                     self.errors[f"Heartbeat {exc.code().name}"] += 1
-            await asyncio.sleep(self.heartbeat_s)
+            await asyncio.sleep(a.heartbeat_s or self.heartbeat_s)
 
     def _probe(self, a: FleetAgent) -> None:
         if not a.clock_port or self._udp is None:

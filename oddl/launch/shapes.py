@@ -16,6 +16,7 @@ fibres go to one N×N optical circuit switch (host k's port j: ingress ``ports·
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from oddl.common.config.devices import MAX_OCS_SIZE
@@ -64,13 +65,33 @@ def emulated_line_rate_gbps(hosts: int) -> float:
     return min(3.0, max(0.25, round(8.0 / hosts, 2)))
 
 
+RETUNE_MEASURED_MS = ((4, 3.8), (16, 20.4), (32, 86.5), (64, 420.0))
+"""The slowest retune of N emulated lasers at once (ms), every laser on the one emulator host:
+`python benchmarks/bench_retune_scale.py --sizes 4,16,32,64 --repeats 3` on the shared 2-vCPU
+VM, 2026-11-28 (docs/results.md, "One controller for a thousand agents")."""
+
+
+def measured_retune_ms(lasers: int) -> float:
+    """`RETUNE_MEASURED_MS` at `lasers`: interpolated on a log-log scale between the measured
+    sizes, and beyond the largest as N² (the emulator host answers every laser's frames in
+    one process, so the wall time grows as N²; the smallest size's below it)."""
+    points = RETUNE_MEASURED_MS
+    n = max(lasers, points[0][0])
+    for (n0, t0), (n1, t1) in zip(points, points[1:], strict=False):
+        if n <= n1:
+            return t0 * (t1 / t0) ** (math.log(n / n0) / math.log(n1 / n0))
+    n_last, t_last = points[-1]
+    return t_last * (n / n_last) ** 2
+
+
 def retune_budget_ms(hosts: int, lab: bool) -> float:
-    """``command_ms``: the hand-off and the retune of every laser at once. Four emulated lasers
-    take 3.5–4.5 ms on a loaded 2-core machine (8 ms budgeted); each more adds about one
-    command round trip. On 9600-baud serial lines a round trip is ~5 ms."""
+    """``command_ms``: the hand-off and the retune of every laser at once. Emulated: twice the
+    slowest retune measured for that many lasers (`measured_retune_ms`; 8 ms for four, 41 for
+    16, 173 for 32, 840 for 64). Lab: on 9600-baud serial lines a round trip is ~5 ms, one
+    per laser more than four (not measured here)."""
     if lab:
         return 20.0 + 5.0 * max(0, hosts - 4)
-    return 8.0 + 1.0 * max(0, hosts - 4)
+    return float(math.ceil(2.0 * measured_retune_ms(hosts)))
 
 
 def oddl_wss(shape: Shape) -> str:

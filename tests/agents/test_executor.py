@@ -128,18 +128,21 @@ def test_a_schedule_that_returns_its_lasers_can_stand_one_that_moves_them_cannot
     assert not ends_where_it_starts(_wire_schedule([[("a", 2, True)], [("a", 2, False)]]))
 
 
-def _decoded(collective: str, elems: int = 1000):
-    """The nodes and the decoded schedule of `collective` on a 4-node single-WSS testbed."""
+def _decoded(collective: str, elems: int = 1000, parts: bool = False):
+    """The nodes and the decoded schedule of `collective` on a 4-node single-WSS testbed
+    (with `parts`: each node's part of it, by node, as its go carries it)."""
     from oddl.controller.scheduling import Grid, TimingModel, Topology, schedule_plan
-    from oddl.protos.schedule_wire import decode_schedule, encode_schedule
+    from oddl.protos.schedule_wire import decode_schedule, encode_schedule, node_parts
 
     timing = TimingModel(tune_s=1e-3, skew_s=1e-4, cdr_s=1e-5, command_s=1e-3,
                          wss_settle_s=0.01, slot_margin_s=1e-4, line_rate_bps=10e9)
     topo = Topology.single_wss(4, Grid(193.1, 100.0, 48))
     nodes = tuple(topo.node_ids)
     plan = make_plan(collective, 4, elems)
-    return nodes, decode_schedule(encode_schedule(schedule_plan(plan, nodes, topo, timing, 8),
-                                                  "job-1", 2.0))
+    wire = encode_schedule(schedule_plan(plan, nodes, topo, timing, 8), "job-1", 2.0)
+    if parts:
+        return nodes, {n: decode_schedule(p) for n, p in node_parts(wire, nodes).items()}
+    return nodes, decode_schedule(wire)
 
 
 class _Recorder:
@@ -174,8 +177,9 @@ class _Recorder:
 
 def _run_gated(nodes, decoded, elems: int, circuits_standing: bool = False
                ) -> tuple[_Recorder, float]:
-    """Run the decoded schedule on real stream links from t0 = now + 0.2 s, check the exact
-    sum at every node; return what each node waited for and confirmed, and t0."""
+    """Run the decoded schedule (or each node its own, given a dict by node) on real stream
+    links from t0 = now + 0.2 s, check the exact sum at every node; return what each node
+    waited for and confirmed, and t0."""
     seen = _Recorder(nodes)
     links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
     for link in links.values():
@@ -185,8 +189,9 @@ def _run_gated(nodes, decoded, elems: int, circuits_standing: bool = False
     t0 = time.time() + 0.2
 
     def go(r: int) -> None:
-        run = CollectiveRun("job-1", 1, r, nodes, decoded.steps, decoded.slots, t0_local=t0,
-                            receive_timeout_s=decoded.receive_timeout_s,
+        mine = decoded[nodes[r]] if isinstance(decoded, dict) else decoded
+        run = CollectiveRun("job-1", 1, r, nodes, mine.steps, mine.slots, t0_local=t0,
+                            receive_timeout_s=mine.receive_timeout_s,
                             circuits_standing=circuits_standing)
         outs[r] = run_collective(run, arrays[r], links[nodes[r]], seen.gate(nodes[r]),
                                  handoffs=seen.handoffs(nodes[r]))
@@ -239,3 +244,24 @@ def test_a_run_on_standing_circuits_waits_for_no_edge_at_all():
     seen, t0 = _run_gated(nodes, decoded, 100_000, circuits_standing=True)
     assert all(seen.edges[node] == [] for node in nodes), seen.edges
     assert all(c[0] != "wait" for node in nodes for c in seen.calls[node])
+
+
+@pytest.mark.parametrize("collective", ["halving-doubling", "ring"])
+def test_each_node_runs_on_its_own_part_of_the_schedule(collective):
+    # a go carries each node only its part (decision record 0034): the same waits, hand-off
+    # confirmations and slot edges as on the whole schedule, and the exact sum
+    nodes, whole = _decoded(collective, 100_000)
+    _, parts = _decoded(collective, 100_000, parts=True)
+    for node, part in parts.items():
+        assert all(node in pair for s in part.slots for pair in s.pairs)
+        assert len(part.steps) == len(whole.steps)
+    seen, t0 = _run_gated(nodes, parts, 100_000)
+    for node in nodes:
+        calls = seen.calls[node]
+        assert {c[1:] for c in calls if c[0] == "confirm"} == {
+            (j, src) for s in whole.slots for j, src, dst in s.handoffs if dst == node}
+        assert {c[1] for c in calls if c[0] == "wait"} == {
+            s.index for s in whole.slots if s.changes_circuits
+            and any(a == node for a, _b in s.pairs)}
+    if collective == "ring":  # slots 1-5 keep the first slot's circuits: one edge each
+        assert all(seen.edges[n] == [t0 + whole.slots[0].data_start_s] for n in nodes)

@@ -65,13 +65,31 @@ def test_a_complete_barrier_pushes_one_go_to_every_node(core: ControllerCore):
     assert all(events(core, n) == [] for n in NODES)  # the barrier waits for n3
     ready(core, job.id, 1, "n3", [1000])
     gos = [go_of(core, n) for n in NODES]
-    assert all(g == gos[0] for g in gos)
+    # the same start, each node with its own part of the schedule (decision record 0034)
+    assert len({(g.job_id, g.seq, g.t0_ns) for g in gos}) == 1
+    assert [g.schedule.node_id for g in gos] == list(NODES)
+    assert len({g.schedule.whole_sha256 for g in gos}) == 1
     go = gos[0]
     assert (go.job_id, go.seq, go.error) == (job.id, 1, "")
     assert go.schedule.n_elems == 1000 and go.t0_ns > 0
     assert not core.slots.retuning()  # ring keeps the circuits admission made
     assert job.last_seq == 1 and job.guard_time_s == go.schedule.guard_total_s
     assert core.store is not None and core.store.jobs()[0]["last_seq"] == 1
+
+
+def test_a_bucket_through_the_barrier_again_reuses_its_nodes_parts(core: ControllerCore):
+    job = _ring(core)
+    gos = []
+    for seq in (1, 2):
+        for n in NODES:
+            ready(core, job.id, seq, n, [1000])
+        gos.append({n: go_of(core, n) for n in NODES})
+    assert [g["n2"].seq for g in gos] == [1, 2]
+    assert gos[0]["n2"].schedule == gos[1]["n2"].schedule  # the same part, built once
+    wire = core.schedules.wire(job, 1000, 4, "all_reduce", 0, core._node_channels(job))
+    parts = core.schedules.parts(job, wire)
+    assert parts is core.schedules.parts(job, wire)
+    assert parts["n2"] == gos[1]["n2"].schedule and parts["n2"].node_id == "n2"
 
 
 def test_mismatched_readies_are_refused_with_the_reason_at_every_node(core: ControllerCore):
@@ -93,7 +111,8 @@ def test_a_dead_node_abandons_the_waiting_barrier_once(core: ControllerCore):
     job = _ring(core)
     for n in NODES[:-1]:
         ready(core, job.id, 1, n, [1000])
-    core.registry.agents["n3"].last_seen -= 100  # silent for 100 s
+    core.registry.agents["n3"].last_seen -= 100  # it beat, then was silent for 100 s
+    core.registry.agents["n3"].beaten = True
     core.sweep(time.monotonic())
     core.sweep(time.monotonic())  # already dead: nothing more
     assert core.errors["agent lost"] == 1
@@ -290,7 +309,8 @@ def test_a_mass_loss_is_news_only_to_the_live(core: ControllerCore):
     for n in ("n0", "n1"):
         core.registry.agents[n].last_seen = later  # they beat; n2 and n3 fell silent
     core.sweep(later)
-    for n in ("n0", "n1"):
-        lost = sorted(e.peer_lost.node_id for e in events(core, n) if e.HasField("peer_lost"))
-        assert lost == ["n2", "n3"]
+    for n in ("n0", "n1"):  # one event each for both losses (decision record 0034)
+        (lost,) = [e.peer_lost for e in events(core, n) if e.HasField("peer_lost")]
+        assert sorted([lost.node_id, *lost.also]) == ["n2", "n3"]
+        assert all("stopped answering" in r for r in [lost.reason, *lost.also.values()])
     assert all(_kinds(core, n) <= {"go"} for n in ("n2", "n3"))

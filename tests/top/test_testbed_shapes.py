@@ -174,3 +174,16 @@ def test_config_show_draws_hosts_ports_and_the_switch(capsys: pytest.CaptureFixt
     text = capsys.readouterr().out
     assert "testbed emulated-8node: 8 hosts" in text
     assert re.search(r"n7\s+127\.0\.0\.1\s+laser7\s+8\s+193\.8000\s+wss0\s+8", text)
+
+
+def test_the_emulated_retune_budget_comes_from_the_measured_retunes() -> None:
+    # command_ms of a generated emulated file: twice the slowest retune measured for that
+    # many lasers on the emulator host (ADR 0034), never less than the measurement
+    from oddl.launch.shapes import RETUNE_MEASURED_MS, measured_retune_ms, retune_budget_ms
+
+    for lasers, worst_ms in RETUNE_MEASURED_MS:
+        assert abs(measured_retune_ms(lasers) - worst_ms) < 1e-9
+        assert retune_budget_ms(lasers, lab=False) >= 2 * worst_ms
+    budgets = [retune_budget_ms(n, lab=False) for n in range(2, 129)]
+    assert budgets == sorted(budgets) and budgets[0] == 8.0
+    assert retune_budget_ms(128, lab=False) >= 4 * retune_budget_ms(64, lab=False) - 1
