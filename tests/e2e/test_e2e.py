@@ -123,7 +123,8 @@ def test_wrong_route_loses_data_and_is_reported(testbed: RunningTestbed, job: di
         outs = allreduce_all(testbed.clients, _ints(8, 1000))
         errors = [o for o in outs if isinstance(o, CollectiveError)]
         assert errors, outs
-        assert any("lost data" in str(e) and "nothing from n0" in str(e) for e in errors)
+        assert any("lost data" in str(e) and "nothing from n0" in str(e) for e in errors), \
+            [str(e) for e in errors]
         status = testbed.clients[1].status()
         assert status["collectives_failed"] >= 1
     finally:
