@@ -1,7 +1,9 @@
 """torchrun as labs run it (issue 33): `--max-restarts 1` with a rank that crashes mid-run.
 The elastic agent stops the survivors and starts every rank again; the new process group
 pairs with the same agents, and every all-reduce of the new attempt is exact — no call of the
-restarted ranks pairs with a step of the dead attempt."""
+restarted ranks pairs with a step of the dead attempt. The survivor's agent voids the call its
+stopped training process left waiting for the crashed rank, and the new group numbers its calls
+after every step the agents saw (decision record 0033)."""
 
 from __future__ import annotations
 
@@ -22,12 +24,6 @@ RANKS = 2
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect (issue 33, left open): the survivor killed by torchrun leaves its agent "
-    "waiting in the controller's barrier for the dead attempt's collective, so the restarted "
-    "ranks' first call pairs with that stale entry and is refused as StepPassed ('n0 is "
-    "already at step 4'); the agent must void a dead training process's pending call and the "
-    "job's collective numbering re-align when every rank restarts"))
 def test_a_rank_that_crashes_is_restarted_and_the_new_group_pairs_cleanly(
         tmp_path: Path) -> None:
     from oddl.launch.testbed import RunningTestbed
