@@ -10,8 +10,8 @@ process is a child process killed while the agent holds its call.
 from __future__ import annotations
 
 import subprocess
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 
