@@ -99,8 +99,8 @@ class CollectiveRunner:
 
     def void(self, reason: str) -> bool:
         """Void the call in flight (its training process is gone), if it still waits for its
-        peers: it fails with `reason` here and, like any collective given up in the ready
-        exchange, on every node (decision record 0033). False if it was past that."""
+        peers: it fails with `reason` as a collective given up in the ready exchange does (its
+        number used up, the failure reported; decision record 0033). False if it was past."""
         return self.voids.void(f"{self.node_id}: {reason}")
 
     # ---- the call ---------------------------------------------------------------------
