@@ -210,7 +210,7 @@ class Agent:
         self.ctl.heartbeat_loop(self._heartbeat_counters, self.register)
 
     def _api_loop(self) -> None:
-        self.local.api_loop(self.status)
+        self.local.api_loop(self.status, self.runner.void)
 
     def _work_loop(self) -> None:
         self._gate_thread_setup()  # small collectives gate their sends on this thread
@@ -226,7 +226,8 @@ class Agent:
         if job_id is not None and (not isinstance(job_id, str) or not job_id):
             raise OperationRefused("malformed world request: job is not a job id")
         job = self.runner.job_for(job_id)
-        return {"job": job.id, "rank": job.rank, "nodes": list(job.nodes)}
+        return {"job": job.id, "rank": job.rank, "nodes": list(job.nodes),
+                "last_step": job.last_step}
 
     def _heartbeat_counters(self) -> dict[str, Any]:
         p50, p99, _ = self.gate.percentiles()
@@ -350,6 +351,7 @@ class Agent:
                 "last_error": self.last_error, "jobs": sorted(self.jobs.jobs),
                 "misrouted_frames": self.links.misrouted,
                 "local_api_bytes": self.local.api_bytes,
+                "call_in_flight": self.local.in_flight(), "calls_voided": self.local.voided,
                 "shared_memory_bytes": runner.shared_bytes,
                 "buckets_mapped": {str(pid): n for pid, n in self.buckets.holders().items()},
                 "gate_scheduling": self.gate_scheduling, "tracing": TRACE.on,

@@ -22,6 +22,9 @@ class AgentJob:
     network: str
     collective: str
     next_seq: int = 1
+    last_step: int = 0
+    """The highest step number a call of the job had here: a new process group's ranks
+    number their calls after it (the torch backend's realign, decision record 0033)."""
     ended: str = ""
     plans: dict[tuple[int, str, str, int], pb.Schedule] = field(default_factory=dict)
     standing: dict[tuple[int, str, str, int], pb.Schedule] = field(default_factory=dict)

@@ -34,6 +34,7 @@ from oddl.agents.client.buckets import Bucket, ClientBuckets, Named
 from oddl.agents.client.connection import CONNECT_GRACE_S, AgentSocket
 from oddl.agents.client.connection import error as error_of_reply
 from oddl.agents.client.steps import StepCount
+from oddl.agents.local_api import callers
 from oddl.agents.local_api import wire as localapi
 from oddl.common.call_marks import MARKS
 from oddl.common.errors import AgentRestarted, BucketUnavailable, CollectiveError, OperationRefused
@@ -58,6 +59,9 @@ class AgentClient:
         """The job and step the agent took the call in flight as (from its reply)."""
         self._worlds: dict[str | None, tuple[int, int]] = {}
         """Per job argument, (rank, world) as the agent said (`world`)."""
+        self._caller = callers.identity()
+        """This process, as its requests name it: the agent voids the call in flight of a
+        process that is gone (decision record 0033)."""
         # a client nobody closes (`AgentClient(...).allreduce(a)`) lets go when collected
         self._finalizer = weakref.finalize(self, _release, self._conn, self._buckets)
 
@@ -188,6 +192,8 @@ class AgentClient:
                                   "root": peer, "tag": channel[0], "session": channel[1]}
         if job:
             header["job"] = job
+        if self._caller is not None:
+            header["caller"] = self._caller
         usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
         try:
             try:
@@ -205,6 +211,14 @@ class AgentClient:
             info = self._conn.query(b"world", {"job": job} if job else {})
             self._worlds[job] = (int(info["rank"]), len(info["nodes"]))
         return self._worlds[job]
+
+    def steps_seen(self, job: str | None = None) -> tuple[str, int]:
+        """(the job a call naming `job` runs on, the highest step number a call of that job
+        had at this node's agent, from any process): a new process group's ranks number
+        their calls after it (decision record 0033). Asked anew each time."""
+        self._conn.ensure_connected()
+        info = self._conn.query(b"world", {"job": job} if job else {})
+        return str(info["job"]), int(info.get("last_step", 0))
 
     def in_bucket(self, array: np.ndarray) -> bool:
         """Whether `array` lives in this client's shared-memory bucket."""
@@ -249,6 +263,8 @@ class AgentClient:
             header["step"] = step
         if job:
             header["job"] = job
+        if self._caller is not None:
+            header["caller"] = self._caller
         self._sent, self._resolved, refused = False, None, False
         try:
             try:

@@ -25,7 +25,8 @@ from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.execute import Execution, execute
-from oddl.agents.collective.standing import Ready, agree, exchange
+from oddl.agents.collective.standing import Ready, agree, exchange, start_request
+from oddl.agents.collective.void import VoidWindow
 from oddl.agents.controller_link import ControllerLink
 from oddl.agents.links.choice import DataLinks
 from oddl.agents.links.stream_wire import PeerAhead, PeerGaveUp
@@ -45,7 +46,6 @@ from oddl.protos.schedule_wire import (
     ends_where_it_starts,
     first_data_start,
     retunes,
-    schedule_sha256,
 )
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,8 @@ class CollectiveRunner:
         self._cancel = threading.Event()
         self._running = threading.Event()
         self._abort_reason = ""
+        self.voids = VoidWindow(self._cancel)
+        """Whether the call in flight may still be voided, and why it was (decision 0033)."""
 
     def close(self) -> None:
         """Release the shared-memory buckets."""
@@ -96,9 +98,22 @@ class CollectiveRunner:
             self._abort_reason = reason
             self._cancel.set()
 
+    def void(self, reason: str) -> bool:
+        """Void the call in flight (its training process is gone), if it still waits for its
+        peers: it fails with `reason` as a collective given up in the ready exchange does (its
+        number used up, the failure reported; decision record 0033). False if it was past."""
+        return self.voids.void(f"{self.node_id}: {reason}")
+
     # ---- the call ---------------------------------------------------------------------
     def serve_collective(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         """Run one call (an all-reduce, or another kind or op) on its job; its result."""
+        self.voids.open()
+        try:
+            return self._serve_collective(header, payload)
+        finally:
+            self.voids.close()
+
+    def _serve_collective(self, header: dict[str, Any], payload: bytes) -> np.ndarray:
         self._called_at = wallclock.now()
         req = localapi.parse_allreduce(header)
         array = request_array(req, payload, self.buckets, self.bucket_files)
@@ -129,6 +144,7 @@ class CollectiveRunner:
                      req.world)  # OperationRefused, unrun, unless the job can serve it
         # the caller's number for this call: its own, or its count of calls on this job
         step = req.step or req.steps.get(job.id, 0) + 1
+        job.last_step = max(job.last_step, step)  # where a restarted job's ranks go on
         header["resolved"] = {"job": job.id, "step": step}  # told back to the client
         self._step = step  # for the trace
         MARKS.note(node=self.node_id, job=job.id, step=step, bytes=array.nbytes)
@@ -188,6 +204,8 @@ class CollectiveRunner:
         deadline = time.monotonic() + timeout_s
         with self.ctl.cond:
             while job.down and not job.ended and not self.ctl.stop.is_set():
+                if self.voids.reason:
+                    raise OperationRefused(f"{self.voids.reason}; it was not run")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     peer, reason = next(iter(job.down.items()))
@@ -230,11 +248,13 @@ class CollectiveRunner:
             seq = job.next_seq
             job.next_seq += 1  # the peers gave this collective up too
             error = self._aborted(job, seq) or exc
+            self.voids.close()
             # the controller counts it, so a restarted peer continues after it
             self._report(job, seq, False, str(error), {})
             raise error from exc
         finally:
             self._running.clear()
+        self.voids.close()  # the peers count on this node now
         # retuning nothing, it needs no common instant: it starts at once (decision 0022)
         keeps_circuits = schedule is not None and not retunes(schedule)
         try:
@@ -249,7 +269,8 @@ class CollectiveRunner:
         job.next_seq += 1
         self.standing_runs += 1
         if retunes(schedule) and job.rank == 0:
-            self._announce_standing(job, seq, t0, array, schedule)
+            self.ctl.start_standing(start_request(self.node_id, job.id, seq, t0, array,
+                                                  schedule, self._call))
         return self._run(job, seq, array, schedule, t0 - self.ctl.clock.offset_s,
                          circuits_standing=keeps_circuits)
 
@@ -280,20 +301,6 @@ class CollectiveRunner:
                                       f"{mine.step}: its training process is behind this "
                                       "rank's (it skipped or repeated calls)") from exc
 
-    def _announce_standing(self, job: AgentJob, seq: int, t0: float, array: np.ndarray,
-                           schedule: pb.Schedule) -> None:
-        """Tell the controller the agreed start of a standing collective that retunes, without
-        waiting: its first retune is a slot away, and a refusal or a lost message fails the
-        collective where the agents wait for the retune. Every node computes the same start,
-        so one (rank 0) says it: four copies would cost the controller CPU at the moment the
-        agents need it for their first sends."""
-        req = pb.StartStandingRequest(node_id=self.node_id, job_id=job.id, seq=seq,
-                                      t0_ns=round(t0 * 1e9), message_bytes=array.nbytes,
-                                      itemsize=array.dtype.itemsize,
-                                      schedule_sha256=schedule_sha256(schedule),
-                                      kind=self._call[0], root=self._call[2])
-        self.ctl.start_standing(req)
-
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
         key = self._key(array)
         schedule = job.plans.get(key)
@@ -310,18 +317,21 @@ class CollectiveRunner:
         self._current_job = job.id
         self._abort_reason = ""
         self._cancel.clear()
+        self.voids.rearm()  # a void that came before this phase ends it at once
         self._running.set()
 
     def _aborted(self, job: AgentJob, seq: int) -> CollectiveError | None:
         """The error naming why the collective ended, when a lost peer ended it."""
-        if not self._abort_reason:
+        reason = self._abort_reason or self.voids.reason
+        if not reason:
             return None
         return CollectiveError(f"{self.node_id}: collective {seq} of job {job.id} ended: "
-                               f"{self._abort_reason}")
+                               f"{reason}")
 
     def _run(self, job: AgentJob, seq: int, array: np.ndarray, schedule: pb.Schedule,
              t0_local: float, circuits_standing: bool = False) -> np.ndarray:
         self._data_moved = True
+        self.voids.close()
         decoded = decode_schedule(schedule)
         run = CollectiveRun(
             job_id=job.id, seq=seq, rank=job.rank, nodes=job.nodes, steps=decoded.steps,

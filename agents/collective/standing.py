@@ -32,6 +32,8 @@ from oddl.agents.links.stream_wire import READY_STEP, ChunkHead, PeerAhead, node
 from oddl.common.collective_kinds import ALL_REDUCE, call_mismatch
 from oddl.common.errors import CollectiveError, StepMismatch, StepPassed
 from oddl.common.pairing import step_mismatch, step_passed
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import schedule_sha256
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,16 @@ def agree(job: str, seq: int, mine: Ready, theirs: Sequence[Ready], margin_s: fl
     same = all((r.elements, r.dtype) == (mine.elements, mine.dtype) for r in theirs)
     return same and all(r.standing for r in everyone), \
         max(r.ready_s for r in everyone) + margin_s
+
+
+def start_request(node: str, job: str, seq: int, t0: float, array: Any, schedule: pb.Schedule,
+                  call: tuple[str, str, int]) -> pb.StartStandingRequest:
+    """The agreed start of a standing collective that retunes, for the controller (sent
+    without waiting: its first retune is a slot away, and a refusal or a lost message fails
+    the collective where the agents wait for the retune). Every node computes the same
+    start, so one (rank 0) says it: four copies would cost the controller CPU at the moment
+    the agents need it for their first sends."""
+    return pb.StartStandingRequest(node_id=node, job_id=job, seq=seq, t0_ns=round(t0 * 1e9),
+                                   message_bytes=array.nbytes, itemsize=array.dtype.itemsize,
+                                   schedule_sha256=schedule_sha256(schedule), kind=call[0],
+                                   root=call[2])

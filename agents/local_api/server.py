@@ -22,6 +22,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from oddl.agents.local_api import callers
 from oddl.agents.local_api import wire as localapi
 from oddl.agents.local_api.bucket_server import BucketRegistry, BucketServer
 from oddl.common.call_marks import MARKS
@@ -56,6 +58,13 @@ OnFailure = Callable[[str, str], None]
 "internal")
 and the message."""
 
+Void = Callable[[str], bool]
+"""Voids the call in flight (the reason): True if it was still waiting for its peers, so it
+ends with that reason (`oddl.agents.collective.runner.CollectiveRunner.void`)."""
+
+WATCH_S = 0.5
+"""How often the local API looks whether the training process of the call in flight is gone."""
+
 
 @dataclass
 class _Request:
@@ -65,6 +74,9 @@ class _Request:
     shared: bool = False
     query: bool = False
     """A question about the job (`world`), not a collective."""
+    caller: callers.Caller | None = None
+    """The training process that made it, when this agent can watch it (decision 0033)."""
+    voided: bool = False
 
 
 class LocalServer:
@@ -96,6 +108,10 @@ class LocalServer:
         self._receives: queue.Queue[_Request | None] = queue.Queue()
         """Point-to-point receives: served on a thread of their own, since a receive waits
         for its peer's send, which may come after this node's next collective or send."""
+        self._serving: _Request | None = None
+        """The collectives thread's request in flight (its caller is watched)."""
+        self.voided = 0
+        """Calls voided because their training process was gone."""
 
     def close(self) -> None:
         """Release the sockets (after the threads ended) and the socket file."""
@@ -113,13 +129,18 @@ class LocalServer:
         """Take the clients' bucket descriptors until `stop`."""
         self._bucket_socket.serve(self.stop)
 
-    def api_loop(self, status: Callable[[], dict[str, Any]]) -> None:
-        """Serve the socket until `stop`: replies out, requests in."""
+    def api_loop(self, status: Callable[[], dict[str, Any]], void: Void | None = None) -> None:
+        """Serve the socket until `stop`: replies out, requests in; every `WATCH_S`, void the
+        call in flight if its training process is gone (`void`)."""
         poller = zmq.Poller()
         poller.register(self._api, zmq.POLLIN)
         poller.register(self._results, zmq.POLLIN)
+        watched_at = time.monotonic()
         while not self.stop.is_set():
             ready = dict(poller.poll(100))
+            if void is not None and time.monotonic() - watched_at >= WATCH_S:
+                watched_at = time.monotonic()
+                self._watch_caller(void)
             if self._results in ready:
                 while True:
                     try:
@@ -169,11 +190,36 @@ class LocalServer:
             self.api_bytes += len(frames[3])
             work = self._receives if header.get("kind") in ("recv", "recv_any") else self._work
             work.put(_Request(ident, header, frames[3],
-                              shared="shm" in header or "bucket" in header))
+                              shared="shm" in header or "bucket" in header,
+                              caller=callers.watched(header.get("caller"))))
         else:
             self._api.send_multipart([ident, b"error", _err(
                 "bad-request", f"unknown request {op!r}; use oddl.agents.client.agent_client.AgentClient",
                 None)])
+
+    def _watch_caller(self, void: Void) -> None:
+        """Void the call in flight when the training process that made it is gone: its reply
+        has nobody to go to, and a call waiting for peers that will never make it (they were
+        stopped too: torchrun restarts every rank) would keep this node's next caller behind
+        it until its timeout (decision record 0033)."""
+        req = self._serving
+        if req is None or req.caller is None or req.voided or not callers.gone(req.caller):
+            return
+        req.voided = True
+        reason = (f"the training process that made this call (pid {req.caller[0]}) is gone, "
+                  "so the call was voided before its data moved (decision record 0033)")
+        if void(reason):
+            self.voided += 1
+            logger.warning("%s: %s", self.node_id, reason)
+
+    def in_flight(self) -> dict[str, Any] | None:
+        """The collectives thread's request in flight (its kind, and the pid of the training
+        process that made it when the agent watches that process), or None."""
+        req = self._serving
+        if req is None:
+            return None
+        return {"kind": "world" if req.query else req.header.get("kind", "all_reduce"),
+                "pid": req.caller[0] if req.caller is not None else None}
 
     def work_loop(self, serve: ServeCall, on_failure: OnFailure,
                   world: World | None = None) -> None:
@@ -196,7 +242,12 @@ class LocalServer:
                 if req is None:
                     return
                 MARKS.mark("agent_picked")
-                push.send_multipart(self._serve(req, serve, on_failure, world))
+                if work is self._work:
+                    self._serving = req
+                try:
+                    push.send_multipart(self._serve(req, serve, on_failure, world))
+                finally:
+                    self._serving = None
                 MARKS.mark("reply_pushed")
         finally:
             push.close(0)
@@ -206,6 +257,11 @@ class LocalServer:
         """The reply frames to one request."""
         rid = req.header.get("rid")
         rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+        if req.caller is not None and callers.gone(req.caller):
+            return [req.ident, b"error", _err("refused", (
+                f"{self.node_id}: the training process that made this call (pid "
+                f"{req.caller[0]}) was gone before the call started: not run (decision "
+                "record 0033)"), rid)]
         try:
             if req.query:
                 if world is None:

@@ -275,17 +275,21 @@ def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
     collective broke goes on from there (a failed call used up its number on the ranks that
     made it, not on the others: decision record 0030)."""
     steps = channel.client.steps
-    job = channel.job or steps.last_job
-    mine = steps.last.get(job, 0) if job else 0
-    # keys of this process's n-th group over the job: a store an earlier group (or a
-    # destroyed world group) left keys in never answers for this one
+    # the agent's highest step of the job, from any process: the calls of an attempt
+    # torchrun stopped (decision record 0033) sit at their numbers in the peers' ready
+    # exchanges; the new group's calls must come after them
+    job, seen = channel.client.steps_seen(channel.job or steps.last_job)
+    own = steps.last.get(job, 0)
+    # keys of this process's n-th group over the job in this attempt: a store an earlier
+    # group (or a destroyed world group, or the attempt before a torchrun restart: its
+    # agent's store outlives the workers) left keys in never answers for this one
     channel.groups += 1
-    key = f"oddl-steps/{channel.groups}"
-    store.set(f"{key}/{rank}", json.dumps([job, mine]))
+    key = f"oddl-steps/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{channel.groups}"
+    store.set(f"{key}/{rank}", json.dumps([job, max(own, seen)]))
     theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]
     jobs = {j for j, _ in theirs if j}
     top = max(n for _, n in theirs)
-    if len(jobs) == 1 and top > mine:  # numbers only move forward
+    if len(jobs) == 1 and top > own:  # numbers only move forward
         steps.resume_at(jobs.pop(), top)
     if channel.failed:
         logger.warning("oddl: a new process group goes on after step %d of the job (the "

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from oddl.torch.channel import FutureWork, count
+from oddl.torch.eager import eager_under_compile
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ _FORWARDED = ("allreduce", "broadcast", "allgather", "allgather_coalesced", "_al
               *_GLOO_NAME)
 
 
+@eager_under_compile
 class GlooServedGroup(dist.ProcessGroup):
     """A subgroup of the oddl world, served by a gloo group of its ranks (module docstring)."""
 

@@ -89,8 +89,8 @@ def test_a_receive_from_any_source_that_ends_before_its_work_exists_names_its_se
     """The receive runs on the receives' thread and may finish before `recv_anysource` has
     made its work (a loaded machine does this: PyTorch's any-source profiler test once hit
     "cannot access free variable 'work'"). Here it finishes inside the submission."""
-    import oddl.torch.backend as ob
     import oddl.torch.channel as oc
+    import oddl.torch.process_group as opg
 
     class AtOnce:  # a channel whose receive lane runs the call before returning
         job = None
@@ -100,8 +100,8 @@ def test_a_receive_from_any_source_that_ends_before_its_work_exists_names_its_se
             fut.set_result(fn(None))
             return fut
 
-    monkeypatch.setattr(ob.native, "recv_any", lambda *args: 2)
-    group = ob.OddlProcessGroup(0, 4, cast(oc.Channel, AtOnce()))
+    monkeypatch.setattr(opg.native, "recv_any", lambda *args: 2)
+    group = opg.OddlProcessGroup(0, 4, cast(oc.Channel, AtOnce()))
     work = group.recv_anysource([torch.empty(3)], 0)
     assert work.wait() and work._source_rank() == 2
 

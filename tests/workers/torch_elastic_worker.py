@@ -20,7 +20,8 @@ import torch.distributed as dist
 import oddl.torch.backend  # noqa: F401  registers "oddl"
 
 STEPS = 6
-CRASH_AT = 3
+CRASH_AT = int(os.environ.get("ODDL_TEST_CRASH_AT", "3"))
+"""The step at which rank 1 of the first attempt dies (0: it never does)."""
 
 
 def main() -> int:
