@@ -45,6 +45,26 @@ def test_oddl_keeps_passing_what_it_passed(tmp_path: Path, monkeypatch: pytest.M
         _what_the_run_logged(tmp_path, list(lost)))
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("world", sorted(set(torch_suite.BARRIER_TIMEOUTS.values())))
+def test_the_barrier_timeout_tests_pass_with_the_gloo_gate_lifted(
+        world: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """PyTorch's `test_barrier_timeout_*` skip every backend but gloo ("Only gloo backend
+    supports timeouts"); lifted, they run on oddl and must pass: a barrier rank 0 alone makes
+    raises "Timed out" no sooner than the group's timeout, and the next test's new group
+    pairs cleanly although rank 0's agent used steps the other ranks never made."""
+    names = [n for n, w in torch_suite.BARRIER_TIMEOUTS.items() if w == world]
+    monkeypatch.setenv("TORCH_SUITE_LOGS", str(tmp_path))
+    monkeypatch.setenv(torch_suite.LIFT_GATES, "1")
+    results = torch_suite.run_suite(names, ["oddl"], world, workdir=tmp_path)["oddl"]
+    outcome = {n: (results.get(n, {}).get("status"), torch_suite.reason_of(results[n])
+                   if n in results else "not run") for n in names}
+    failed = [n for n, (status, _) in outcome.items() if status != "passed"]
+    assert not failed, f"{json.dumps(outcome, indent=1)}\n" + "\n".join(
+        _what_the_run_logged(tmp_path, failed))
+
+
 def _what_the_run_logged(folder: Path, failed: list[str]) -> list[str]:
     """The ranks' output of each failed test and the warnings of every service (CI keeps no
     files: the assertion message is all a reader of a red run gets)."""
