@@ -117,36 +117,36 @@ class AgentClient:
                    job: str | None = None, step: int | None = None,
                    timeout_s: float | None = None) -> np.ndarray:
         """Every rank's `array` in rank order: shape (world, *array.shape)."""
-        return kinds.all_gather(self, array, out, _opts(job, step, timeout_s))
+        return kinds.all_gather(self, array, out, kinds.options(job, step, timeout_s))
 
     def reduce_scatter(self, array: np.ndarray, *, op: str = "sum",
                        out: np.ndarray | None = None, job: str | None = None,
                        step: int | None = None, timeout_s: float | None = None) -> np.ndarray:
         """This rank's block of the reduction of every rank's (world, *s) `array`: (*s)."""
-        return kinds.reduce_scatter(self, array, op, out, _opts(job, step, timeout_s))
+        return kinds.reduce_scatter(self, array, op, out, kinds.options(job, step, timeout_s))
 
     def broadcast(self, array: np.ndarray, *, root: int, job: str | None = None,
                   step: int | None = None, timeout_s: float | None = None) -> np.ndarray:
         """Rank `root`'s `array` on every rank, in place when `array` is writable."""
-        return kinds.broadcast(self, array, root, _opts(job, step, timeout_s))
+        return kinds.broadcast(self, array, root, kinds.options(job, step, timeout_s))
 
     def all_to_all(self, array: np.ndarray, *, out: np.ndarray | None = None,
                    job: str | None = None, step: int | None = None,
                    timeout_s: float | None = None) -> np.ndarray:
         """`array` (world, *s): block j goes to rank j; result[i] came from rank i."""
-        return kinds.all_to_all(self, array, out, _opts(job, step, timeout_s))
+        return kinds.all_to_all(self, array, out, kinds.options(job, step, timeout_s))
 
     def gather(self, array: np.ndarray, *, root: int, out: np.ndarray | None = None,
                job: str | None = None, step: int | None = None,
                timeout_s: float | None = None) -> np.ndarray | None:
         """Every rank's `array` at `root` as (world, *array.shape); None on other ranks."""
-        return kinds.gather(self, array, root, out, _opts(job, step, timeout_s))
+        return kinds.gather(self, array, root, out, kinds.options(job, step, timeout_s))
 
     def scatter(self, array: np.ndarray | None, *, root: int, out: np.ndarray | None = None,
                 job: str | None = None, step: int | None = None,
                 timeout_s: float | None = None) -> np.ndarray:
         """Block `rank` of the root's (world, *s) `array`; other ranks pass None and `out`."""
-        return kinds.scatter(self, array, root, out, _opts(job, step, timeout_s))
+        return kinds.scatter(self, array, root, out, kinds.options(job, step, timeout_s))
 
     def send(self, array: np.ndarray, dst: int, *, tag: int = 0, job: str | None = None,
              session: str = "", timeout_s: float | None = None) -> None:
@@ -162,16 +162,12 @@ class AgentClient:
              session: str = "", timeout_s: float | None = None) -> np.ndarray:
         """Receive the next flow from rank `src` on `tag` into `out` (a writable array of the
         sender's shape and dtype); returns `out`."""
-        if not out.flags.writeable or not out.flags.c_contiguous:
-            raise ValueError("recv needs a writable, contiguous out array")
         return self.call_p2p(out, "recv", src, (tag, session), job, out, timeout_s)
 
     def recv_any(self, out: np.ndarray, *, tag: int = 0, job: str | None = None,
                  session: str = "", timeout_s: float | None = None) -> tuple[np.ndarray, int]:
         """Receive the first flow from any rank on `tag` into `out`; (`out`, its sender's
         rank)."""
-        if not out.flags.writeable or not out.flags.c_contiguous:
-            raise ValueError("recv_any needs a writable, contiguous out array")
         self.call_p2p(out, "recv_any", 0, (tag, session), job, out, timeout_s)
         source = localapi.reply_field(self._last_reply, "source")
         if not isinstance(source, int):
@@ -186,23 +182,15 @@ class AgentClient:
         `allreduce` returns one (the received array; for a send, nothing to read)."""
         if isinstance(peer, bool) or not isinstance(peer, int) or peer < 0:
             raise ValueError(f"the peer of a {kind} must be a rank number, not {peer!r}")
+        if kind != "send" and not (array.flags.writeable and array.flags.c_contiguous):
+            raise ValueError(f"{kind} needs a writable, contiguous out array")
         a = np.ascontiguousarray(array)
         header: dict[str, Any] = {"dtype": a.dtype.str, "shape": list(a.shape),
                                   "timeout_s": timeout_s or self.timeout_s, "kind": kind,
                                   "root": peer, "tag": channel[0], "session": channel[1]}
-        if job:
-            header["job"] = job
-        if self._caller is not None:
-            header["caller"] = self._caller
-        usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
-        try:
-            try:
-                return self._allreduce_once(a, header, out)
-            except AgentRestarted:
-                self._conn.generation = None  # refused unrun by a restarted agent: once more
-                return self._allreduce_once(a, header, out)
-        finally:
-            self._conn.timeout_s = usual
+        self._origin(header, job)
+        with self._conn.waiting(timeout_s):
+            return self._request(a, header, out)
 
     def world(self, job: str | None = None) -> tuple[int, int]:
         """(this node's rank, the number of ranks) of the job a call naming `job` runs on."""
@@ -237,14 +225,12 @@ class AgentClient:
         (`oddl.agents.client.collectives`); the result as `allreduce` returns it."""
         call = {k: v for k, v in (("kind", kind), ("op", op), ("root", root), ("world", world))
                 if v not in (None, "all_reduce", "sum", 0)}  # the defaults go unsaid
-        usual, self._conn.timeout_s = self._conn.timeout_s, timeout_s or self._conn.timeout_s
         try:
-            return self._call(array, call, job, step, out)
+            with self._conn.waiting(timeout_s):
+                return self._call(array, call, job, step, out)
         except OperationRefused:
             self._worlds.clear()  # maybe laid out for a job that changed: ask anew next time
             raise
-        finally:
-            self._conn.timeout_s = usual
 
     def _call(self, array: np.ndarray, call: dict[str, Any], job: str | None,
               step: int | None, out: np.ndarray | None) -> np.ndarray:
@@ -261,25 +247,34 @@ class AgentClient:
                                   **call}
         if step is not None:
             header["step"] = step
-        if job:
-            header["job"] = job
-        if self._caller is not None:
-            header["caller"] = self._caller
+        self._origin(header, job)
         self._sent, self._resolved, refused = False, None, False
         try:
-            try:
-                return self._allreduce_once(a, header, out)
-            except AgentRestarted:
-                # the request reached the agent after it restarted and was not run: learn the
-                # new generation and call once more
-                self._conn.generation = None
-                return self._allreduce_once(a, header, out)
+            return self._request(a, header, out)
         except OperationRefused:
             refused = True  # refused unrun: the number is not used up
             raise
         finally:
             if self._sent and not refused:
                 self.steps.note(self._resolved, job, step)
+
+    def _origin(self, header: dict[str, Any], job: str | None) -> None:
+        """Say in a request's header which job it is for and which process makes it (the
+        agent voids the call of a process that is gone: decision record 0033)."""
+        if job:
+            header["job"] = job
+        if self._caller is not None:
+            header["caller"] = self._caller
+
+    def _request(self, a: np.ndarray, header: dict[str, Any], out: np.ndarray | None
+                 ) -> np.ndarray:
+        """Make the request; once more when it reached an agent that had restarted and was
+        refused unrun (the client learns the new generation first)."""
+        try:
+            return self._allreduce_once(a, header, out)
+        except AgentRestarted:
+            self._conn.generation = None
+            return self._allreduce_once(a, header, out)
 
     def _allreduce_once(self, a: np.ndarray, header: dict[str, Any], out: np.ndarray | None
                         ) -> np.ndarray:
@@ -400,7 +395,3 @@ def _release(conn: AgentSocket, buckets: ClientBuckets) -> None:
 class _NoSharedMemory(Exception):
     """The agent cannot reach this client's bucket (another host, another mount of
     /dev/shm, a bucket socket this user may not open)."""
-
-
-def _opts(job: str | None, step: int | None, timeout_s: float | None) -> dict[str, Any]:
-    return {"job": job, "step": step, "timeout_s": timeout_s}

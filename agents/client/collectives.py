@@ -53,6 +53,11 @@ class CollectiveClient(Protocol):
         ...
 
 
+def options(job: str | None, step: int | None, timeout_s: float | None) -> Opts:
+    """What every collective passes on to `call_collective` beside its own arguments."""
+    return {"job": job, "step": step, "timeout_s": timeout_s}
+
+
 def _work(client: CollectiveClient, shape: tuple[int, ...], dtype: np.dtype,
           out: np.ndarray | None = None) -> np.ndarray:
     """A work buffer of `shape`: `out` when the agent reaches it already (the bucket, or

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import zmq
@@ -74,6 +76,15 @@ class AgentSocket:
         if frames[0] != b"ok":
             raise error(frames)
         return json.loads(frames[1])
+
+    @contextmanager
+    def waiting(self, timeout_s: float | None) -> Iterator[None]:
+        """Within the block, a reply is waited for up to `timeout_s` (None: as usual)."""
+        usual, self.timeout_s = self.timeout_s, timeout_s or self.timeout_s
+        try:
+            yield
+        finally:
+            self.timeout_s = usual
 
     def stamp(self, header: dict[str, Any]) -> None:
         """A fresh request id, and the generation of the agent the request is meant for."""
