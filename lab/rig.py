@@ -127,10 +127,14 @@ def remove_rig(run_dir: Path, netns: list[str], made_users: list[str]) -> list[s
             delete_netns(name)
         except Exception as exc:  # keep tearing down
             problems.append(f"{name}: {exc}")
-    if made_users and not other_live_rigs(run_dir):
-        users.remove_made(made_users)
+    if not other_live_rigs(run_dir):  # the last rig removes what earlier ones left it
+        made = list(dict.fromkeys(made_users + users.take_owed(STATE_ROOT)))
+        if made:
+            users.remove_made(made)
     elif made_users:
-        problems.append(f"left users {made_users}: another rig is up")
+        users.owe(made_users, STATE_ROOT)
+        problems.append(f"left users {made_users} for the last rig to remove: another rig "
+                        "is up")
     shutil.rmtree(run_dir, ignore_errors=True)
     return problems
 

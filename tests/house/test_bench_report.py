@@ -47,7 +47,8 @@ def test_each_run_carries_its_date_or_its_command() -> None:
     text = report.render()
     assert text.startswith(report.BEGIN) and text.endswith(report.END)
     assert "Run 2026-11-25T03:57:37+0000 on 2 CPUs" in text
-    assert "Run 2026-11-26T14:59:39+0000: `make lab`" in text
+    lab_run = json.loads((RESULTS / "lab.json").read_text(encoding="utf-8"))["time"]
+    assert f"Run {lab_run}: `make lab`" in text
     assert "Command: `python benchmarks/soak.py --minutes 10" in text
     assert "| agent SIGKILL, restarted 1 s later (`agent-kill`) | 6 |" in text
 
