@@ -33,24 +33,12 @@ from typing import Protocol
 
 import numpy as np
 
+from oddl.protos.schedule_shapes import StepShape
 
-class PlanStep(Protocol):
-    """The parts of a plan's step this proof reads (a scheduling `Step` or the agent's)."""
 
-    @property
-    def src(self) -> np.ndarray: ...
-
-    @property
-    def dst(self) -> np.ndarray: ...
-
-    @property
-    def offset(self) -> np.ndarray: ...
-
-    @property
-    def length(self) -> np.ndarray: ...
-
-    @property
-    def op(self) -> str: ...
+class PlanStep(StepShape, Protocol):
+    """The parts of a plan's step this proof reads (a scheduling `Step` or the agent's): the
+    encoders' step and where each transfer lands."""
 
     @property
     def landing(self) -> np.ndarray: ...
