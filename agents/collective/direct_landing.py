@@ -35,9 +35,8 @@ from functools import lru_cache
 import numpy as np
 
 from oddl.agents.collective.chunks import ChunkOp, ChunkPlan, chunk_plan
+from oddl.agents.collective.context import COPY
 from oddl.protos.schedule_wire import StepSpec
-
-COPY = "copy"
 
 
 @lru_cache(maxsize=32)

@@ -21,20 +21,24 @@ The ``optinc`` collective has no plan steps and runs through the device (`oddl.a
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from oddl.agents.clock import wall as wallclock
-from oddl.agents.collective.chunks import chunk_plan
+from oddl.agents.collective.chunks import ChunkPlan, chunk_plan
 from oddl.agents.collective.context import (
+    COPY,
     CancelEither,
     ChunkLink,
     CollectiveRun,
     Handoffs,
     RunContext,
 )
+from oddl.agents.collective.direct_landing import direct_chunks
 from oddl.agents.collective.pipelined import run_pipelined
 from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps
 from oddl.agents.collective.step_marks import MarkedLink
@@ -45,6 +49,25 @@ from oddl.common.call_marks import MARKS
 from oddl.common.tracing import TRACE
 
 __all__ = ["run_collective"]
+
+DIRECT_LANDING = os.environ.get("ODDL_DIRECT_LANDING", "1") != "0"
+"""Whether runs post their proved COPY chunks (decision record 0039); ``ODDL_DIRECT_LANDING=0``
+in an agent's environment turns it off, for measuring the difference."""
+
+PROOF_EVENTS = 4096
+"""Ranks × this rank's chunks above which a run does not prove its direct landings: the
+proof grows as its square (decision record 0039) and is paid at a plan's first call."""
+
+
+@runtime_checkable
+class LandingLink(Protocol):
+    """A link that can read a posted chunk straight into the destination
+    (`oddl.agents.links.streams.StreamLink`)."""
+
+    def post_landing(self, job: str, src: str, chunk: tuple[int, int, int],
+                     into: memoryview) -> bool: ...
+
+    def end_landings(self, job: str, seq: int) -> None: ...
 
 
 def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate: SlotGate,
@@ -60,6 +83,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     """
     flat = np.ascontiguousarray(buffer).reshape(-1)
     buf = flat if inplace else flat.copy()
+    wire = link
     own_sender = sender is None
     if sender is None:
         sender = ThreadPoolExecutor(1, thread_name_prefix=f"{run.me}-send")
@@ -81,6 +105,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
                   default=0) * buf.itemsize
     ok = False
+    posted = biggest > INLINE_SEND and _post_landings(run, buf, wire, plan, chunk)
     try:
         if plan.pipelined and biggest > INLINE_SEND:
             run_pipelined(ctx, plan)
@@ -88,6 +113,9 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
             run_steps(ctx)
         ok = True
     finally:
+        if posted:
+            assert isinstance(wire, LandingLink)
+            wire.end_landings(run.job_id, run.seq)
         if own_sender:
             sender.shutdown(wait=True)
         if trace is not None:
@@ -95,6 +123,26 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     run.stats["duration_s"] = wallclock.now() - started
     run.stats["gate_error_max_s"] = ctx.worst_gate_s
     return buf.reshape(buffer.shape)
+
+
+def _post_landings(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, plan: ChunkPlan,
+                   chunk: int) -> bool:
+    """Post every COPY chunk the proof lets land straight in `buf` (decision record 0039);
+    False when none was posted (a link that cannot, emulated optics, a plan too big to
+    prove)."""
+    if not DIRECT_LANDING or not isinstance(link, LandingLink) \
+            or len(run.nodes) * (len(plan.sends) + len(plan.recvs)) > PROOF_EVENTS \
+            or not any(run.steps[op.step].op == COPY for op in plan.recvs):
+        return False
+    posted = False
+    for j in sorted(direct_chunks(run.steps, len(run.nodes), run.rank, chunk)):
+        op = plan.recvs[j]
+        into = buf[op.landing:op.landing + op.n].data.cast("B")
+        if not link.post_landing(run.job_id, run.nodes[op.peer], (run.seq, op.step, op.offset),
+                                 into):
+            return posted
+        posted = True
+    return posted
 
 
 def _send_order(ctx: RunContext, k: int) -> tuple[int, ...]:

@@ -107,6 +107,24 @@ def describe_step(step: int, seq: int) -> str:
     return f"step {step} of collective {seq}"
 
 
+def missing_data(node_id: str, job: str, src: str, seq: int, step: int, lost: str,
+                 direct: bool) -> str:
+    """Why a chunk from `src` did not come in time, and what to check: on direct links
+    (the circuit is the host link) or on emulated optics (`lost`: the last loss there)."""
+    where = f" for {describe_step(step, seq)}" if seq >= 0 else ""
+    if direct:
+        return (f"{node_id}: lost data: nothing from {src}{where} (job {job}) in "
+                f"time; host {src} did not send it (its agent or training process "
+                "stopped or is behind: `oddl status`) or the link between the two hosts "
+                "dropped it (check the link and the address of both nodes in the "
+                "testbed file)")
+    why = f" (last loss on the emulated wire: {lost})" if lost else ""
+    return (f"{node_id}: lost data: nothing from {src}{where} (job {job}) in time"
+            f"{why}; the emulated light path does not reach this node (check the "
+            "transmitter channel and the WSS route, or the circuit switch's connections, "
+            "`oddl status`) or the peer failed")
+
+
 class PeerGaveUp(CollectiveError):
     """A peer announced that a collective failed at its end (`oddl.agents.collective.outcome`)."""
 

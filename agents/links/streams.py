@@ -4,8 +4,9 @@ A collective's transfers are cut into chunks (`oddl.agents.links.stream_wire.CHU
 goes on the wire as a fixed binary header (`ChunkHead`) followed by its payload, on a
 persistent TCP connection from the sender to the receiver that belongs to one job. At the
 receiver a thread per stream reads every chunk as soon as it arrives into a recycled buffer (no
-allocation, no page faults per message) and queues it; the collective executor takes chunks in
-order and reduces each into the bucket. One kernel copy in, one out, per hop. Because every
+allocation, no page faults per message), or straight into the bucket where the executor posted
+it (`post_landing`, decision record 0039), and queues it; the collective executor takes chunks
+in order and reduces each into the bucket. One kernel copy in, one out, per hop. Because every
 stream is always drained, a sender never waits for the receiver to turn to it: a node that
 hears several senders in one step cannot deadlock them through full socket buffers.
 
@@ -40,9 +41,9 @@ from functools import partial
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import outcome
 from oddl.agents.links.line_rate import LineRateMeter
-from oddl.agents.links.stream_auth import MAC_BYTES, NONCE_BYTES, AuthError, StreamAuth
-from oddl.agents.links.stream_auth import REPLY as AUTH_REPLY
-from oddl.agents.links.stream_inbound import BufferPool, Inbound
+from oddl.agents.links.stream_auth import AuthError, StreamAuth
+from oddl.agents.links.stream_hello import announce, prove_to_client
+from oddl.agents.links.stream_inbound import BufferPool, Inbound, Landing, Landings
 from oddl.agents.links.stream_wire import (
     DONE_STEP,
     HELLO,
@@ -53,6 +54,7 @@ from oddl.agents.links.stream_wire import (
     Phy,
     describe_step,
     drain_and_close,
+    missing_data,
     node_tag,
     parse_address,
     recv_exact_blocking,
@@ -88,6 +90,7 @@ class StreamLink:
         self._out: dict[tuple[str, str], socket.socket] = {}
         self._in: dict[tuple[str, str], list[Inbound]] = {}
         self._pool = BufferPool()
+        self._landings = Landings()
         self.rate = LineRateMeter()
         """What the received chunks say the links carry (oddl.agents.links.line_rate)."""
         self._cond = threading.Condition()
@@ -97,6 +100,8 @@ class StreamLink:
         self.received_bytes = 0
         self.sent_by_peer: Counter[str] = Counter()
         self.misrouted = self.malformed = self.stale = self.refused_auth = 0
+        self.landed_chunks = 0
+        """Chunks read straight into their place in the destination (`post_landing`)."""
         self._thread = threading.Thread(target=self._accept_loop, name=f"{node_id}-streams",
                                         daemon=True)
         self._thread.start()
@@ -128,7 +133,7 @@ class StreamLink:
                                   "is its agent running?") from exc
         tune(sock)
         try:
-            self._hello(sock, job, dst)
+            announce(sock, self.auth, self.node_id, job, dst)
         except (OSError, AuthError) as exc:
             sock.close()
             raise CollectiveError(f"{self.node_id}: {dst} at {address} refused the data "
@@ -141,24 +146,6 @@ class StreamLink:
                 old.close()
             self._out[(job, dst)] = sock
         return sock
-
-    def _hello(self, sock: socket.socket, job: str, dst: str) -> None:
-        """Announce the stream; in secure mode, prove who we are and check who answers."""
-        msg: dict[str, str] = {"job": job, "src": self.node_id}
-        if self.auth is None:
-            raw = json.dumps(msg).encode()
-            sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
-            return
-        cn = self.auth.nonce()
-        msg["nonce"] = cn.hex()
-        raw = json.dumps(msg).encode()
-        sock.sendall(HELLO + struct.pack("<H", len(raw)) + raw)
-        reply = recv_exact_blocking(sock, len(AUTH_REPLY) + NONCE_BYTES + MAC_BYTES)
-        if reply[:len(AUTH_REPLY)] != AUTH_REPLY:
-            raise AuthError("the peer does not run secure mode")
-        sn = reply[len(AUTH_REPLY):len(AUTH_REPLY) + NONCE_BYTES]
-        self.auth.check_server(dst, job, cn, sn, reply[-MAC_BYTES:])
-        sock.sendall(self.auth.client_proof(dst, job, cn, sn))
 
     def _drop_out(self, job: str, dst: str, sock: socket.socket) -> None:
         with self._out_lock:
@@ -189,7 +176,7 @@ class StreamLink:
             hello = json.loads(recv_exact_blocking(sock, n))
             key = (str(hello["job"]), str(hello["src"]))
             if self.auth is not None:
-                self._prove(sock, hello, key)
+                prove_to_client(sock, self.auth, hello, key)
         except AuthError as exc:
             self.refused_auth += 1
             logger.warning("%s: refused a data stream: %s", self.node_id, exc)
@@ -210,22 +197,9 @@ class StreamLink:
             # full comes first
             self._in.setdefault(key, []).append(Inbound(
                 sock, self._pool, self._cond, f"{self.node_id}-from-{key[1]}",
-                partial(self._malformed, key[1]), self.rate.add))
+                partial(self._malformed, key[1]), self.rate.add,
+                None if self.phy is not None else partial(self._landings.take, key)))
             self._cond.notify_all()
-
-    def _prove(self, sock: socket.socket, hello: dict, key: tuple[str, str]) -> None:
-        """Server side of the secure hello: prove this node, check the client's proof."""
-        assert self.auth is not None
-        job, src = key
-        if "nonce" not in hello:
-            raise AuthError(f"a stream from {src!r} came without authentication; start its "
-                            "agent with the lab's [security] certs")
-        cn = bytes.fromhex(str(hello["nonce"]))
-        if len(cn) != NONCE_BYTES:
-            raise AuthError(f"a stream from {src!r} sent a malformed nonce")
-        sn = self.auth.nonce()
-        sock.sendall(AUTH_REPLY + sn + self.auth.server_proof(src, job, cn, sn))
-        self.auth.check_client(src, job, cn, sn, recv_exact_blocking(sock, MAC_BYTES))
 
     # ---- sending ----------------------------------------------------------------------
     def send_chunk(self, job: str, dst: str, head: ChunkHead, payload: memoryview,
@@ -304,9 +278,10 @@ class StreamLink:
                     if not ok:
                         raise outcome.gave_up(self.node_id, src, job, seq, reason)
                 if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
-                    raise LostData(self._missing(job, src, seq, step, lost))
+                    raise LostData(missing_data(self.node_id, job, src, seq, step, lost, self.phy is None))
                 conn.queue.popleft()
-                conn.lent = buf
+                conn.lent = buf if isinstance(buf, bytearray) else None
+                self.landed_chunks += conn.lent is None
             self.received_bytes += head.nbytes
             if (head.seq, head.step) < (seq, step):
                 self.stale += 1
@@ -323,6 +298,30 @@ class StreamLink:
                                "(misrouted circuit)", self.node_id, src)
                 continue
             return head, memoryview(buf)[:head.nbytes]
+
+    def post_landing(self, job: str, src: str, chunk: Landing, into: memoryview) -> bool:
+        """Let the chunk (seq, step, sender's offset) from `src` be read straight into
+        `into` when it arrives (decision record 0039); False on emulated optics, where a
+        chunk is checked against the light only once it is in."""
+        if self.phy is not None:
+            return False
+        with self._cond:
+            self._landings.post(job, src, chunk, into)
+        return True
+
+    def end_landings(self, job: str, seq: int) -> None:
+        """Withdraw what collective `seq` posted. A stream still writing one of its chunks
+        into the destination (the run failed before taking it) is closed and its reader
+        awaited, so nothing lands after the run has returned; its sender opens a new one."""
+        with self._cond:
+            self._landings.withdraw(job, seq)
+            busy = [conn for key, conns in self._in.items() if key[0] == job
+                    for conn in conns if conn.landing_seq == seq]
+        for conn in busy:
+            conn.close()
+            if not conn.join(5.0):
+                logger.error("%s: a stream's reader did not stop after its collective %d "
+                             "ended", self.node_id, seq)
 
     def reset_peer(self, dst: str) -> None:
         """Drop every stream to `dst`: it came back after being declared down (restarted,
@@ -342,21 +341,7 @@ class StreamLink:
         if cancel is not None and cancel.is_set():
             return CollectiveError(f"{self.node_id}: collective {seq} of job {job} was "
                                    "cancelled")
-        return LostData(self._missing(job, src, seq, step, lost))
-
-    def _missing(self, job: str, src: str, seq: int, step: int, lost: str) -> str:
-        where = f" for {describe_step(step, seq)}" if seq >= 0 else ""
-        if self.phy is None:  # direct links: the circuit is the host link
-            return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in "
-                    f"time; host {src} did not send it (its agent or training process "
-                    "stopped or is behind: `oddl status`) or the link between the two hosts "
-                    "dropped it (check the link and the address of both nodes in the "
-                    "testbed file)")
-        why = f" (last loss on the emulated wire: {lost})" if lost else ""
-        return (f"{self.node_id}: lost data: nothing from {src}{where} (job {job}) in time"
-                f"{why}; the emulated light path does not reach this node (check the "
-                "transmitter channel and the WSS route, or the circuit switch's connections, "
-                "`oddl status`) or the peer failed")
+        return LostData(missing_data(self.node_id, job, src, seq, step, lost, self.phy is None))
 
     def forget_job(self, job: str) -> None:
         """Close the streams of a job that ended (its flows' too, `oddl.agents.point_to_point`)."""
@@ -366,6 +351,7 @@ class StreamLink:
             for key in [k for k in self._in if of_job(k[0])]:
                 for conn in self._in.pop(key):
                     conn.close()
+                self._landings.forget(key[0])
         with self._out_lock:
             for key in [k for k in self._out if of_job(k[0])]:
                 self._out.pop(key).close()
@@ -380,6 +366,7 @@ class StreamLink:
                 for conn in conns:
                     conn.close()
             self._in.clear()
+            self._landings.forget()
         with self._out_lock:
             for sock in self._out.values():
                 sock.close()

@@ -136,6 +136,8 @@ def test_chunks_go_where_the_light_goes(emulated):
         # the ideal network ignores the light: named destination
         _send(links["n0"], "n3", 3, b"c" * 10, optical=False)
         assert bytes(links["n3"].recv_chunk("j", "n0", 3, 0, time.time() + 10)[1]) == b"c" * 10
+        # a chunk on the emulated light is checked once it is in: nothing lands in place
+        assert not links["n1"].post_landing("j", "n0", (4, 0, 0), memoryview(bytearray(10)))
     finally:
         for link in links.values():
             link.close()
