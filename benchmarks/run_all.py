@@ -56,6 +56,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "trace": (["bench_trace.py"], ["--rounds", "8"], ["--rounds", "3"]),
     "p2p": (["bench_p2p.py"], [], ["--sizes-mb", "0.004,16", "--repeats", "3"]),
     "broadcast": (["bench_broadcast.py"], [], ["--sizes-mb", "16", "--repeats", "3"]),
+    "direct-landing": (["bench_direct_landing.py"], [], ["--sizes-mb", "16", "--repeats", "3",
+                                                         "--rounds", "1"]),
     "call-breakdown": (["bench_call_breakdown.py"], [], ["--sizes-mb", "0.004096,16",
                                                          "--repeats", "3"]),
     "control-plane": (["bench_control_plane.py"], ["--sizes", "4,16,64,256,1024"],
