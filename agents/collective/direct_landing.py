@@ -30,6 +30,7 @@ over a 4-rank ring). REDUCE receives never land directly. Pure; cached per plan 
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -52,10 +53,11 @@ def direct_chunks(steps: tuple[StepSpec, ...], n_ranks: int, me: int, chunk: int
     if before is None:
         return frozenset()
     mine = plans[me]
+    keys = Counter((op.step, op.peer, op.offset) for op in mine.recvs)
     safe = []
     for j, op in enumerate(mine.recvs):
-        if steps[op.step].op != COPY:
-            continue
+        if steps[op.step].op != COPY or keys[(op.step, op.peer, op.offset)] > 1:
+            continue  # a chunk the link could not tell from another of the same key
         sender = graph.send_id(op.peer, op.step, me, op.offset)
         if sender is None:
             continue
@@ -89,15 +91,18 @@ class _ChunkGraph:
             self.preds.extend([] for _ in plan.sends)
             self.recv_base.append(len(self.preds))
             self.preds.extend([] for _ in plan.recvs)
-            self._sends_by_key.append({(op.step, op.peer, op.offset): i
-                                       for i, op in enumerate(plan.sends)})
+            by_key: dict[tuple[int, int, int], int] = {}
+            for i, op in enumerate(plan.sends):  # a key sent twice matches nothing
+                key = (op.step, op.peer, op.offset)
+                by_key[key] = -1 if key in by_key else i
+            self._sends_by_key.append(by_key)
         for r, plan in enumerate(plans):
             self._rank_edges(r, plan)
 
     def send_id(self, rank: int, step: int, peer: int, offset: int) -> int | None:
         """The node of `rank`'s send chunk of `step` to `peer` at `offset`."""
-        i = self._sends_by_key[rank].get((step, peer, offset))
-        return None if i is None else self.send_base[rank] + i
+        i = self._sends_by_key[rank].get((step, peer, offset), -1)
+        return None if i < 0 else self.send_base[rank] + i
 
     def _rank_edges(self, r: int, plan: ChunkPlan) -> None:
         s0, r0 = self.send_base[r], self.recv_base[r]
