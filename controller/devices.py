@@ -20,17 +20,17 @@ configuration) ``oddl.controller.device_watch``, the circuit switches' steps
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from oddl.common.config import TestbedConfig
 from oddl.common.errors import DeviceError, OddlError
+from oddl.controller import device_retune
 from oddl.controller.device_drivers import open_driver
 from oddl.controller.device_limits import check_limits
 from oddl.controller.device_reconcile import adopt_switches, reconcile
@@ -44,6 +44,7 @@ from oddl.controller.device_types import (
 from oddl.controller.device_watch import DeviceWatch
 from oddl.controller.store import Store
 from oddl.drivers.command_trace import traced
+from oddl.drivers.device_host_link import DeviceHostLink, RemoteTransceiver
 from oddl.drivers.interfaces import (
     Route,
     TransceiverState,
@@ -52,6 +53,7 @@ from oddl.drivers.interfaces import (
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["DeviceManager"]
 
@@ -80,6 +82,8 @@ class DeviceManager:
         """Held by a transaction or a retune (the watch skips a round while it is)."""
         self._pool = ThreadPoolExecutor(max_workers=max(4, len(cfg.devices)),
                                         thread_name_prefix="devices")
+        self.host_links = {h.id: DeviceHostLink(h.id, h.address) for h in cfg.device_hosts}
+        """The device hosts' links (decision record 0036): their lasers' drivers are proxies."""
         self.watch = DeviceWatch(self)
 
     def check(self) -> list[str]:
@@ -93,6 +97,10 @@ class DeviceManager:
         failures = []
         for dev in self.cfg.devices:
             if dev.id in self.drivers:
+                continue
+            host = self.cfg.device_host(dev.id)
+            if host is not None:
+                self.drivers[dev.id] = RemoteTransceiver(self.host_links[host.id], dev.id)
                 continue
             try:
                 self.drivers[dev.id] = open_driver(dev, self.cfg.grid)
@@ -144,6 +152,8 @@ class DeviceManager:
                 drv.close()
             except Exception:  # closing must never raise during shutdown
                 logger.exception("closing a driver failed")
+        for link in self.host_links.values():
+            link.close()
         self._pool.shutdown(wait=False)
     # ---- validation -------------------------------------------------------------------
     def check_limits(self, target: Configuration, change: Configuration | None = None) -> None:
@@ -239,10 +249,11 @@ class DeviceManager:
     def _tune_and_read(self, tx: str, channel: int, changed: bool, timeout: float
                        ) -> TransceiverState:
         if changed:
-            self._tune(tx, channel, timeout)
+            self.tune(tx, channel, timeout)
         return self.timed(tx, "read", self.drivers[tx].state)
 
-    def _tune(self, tx: str, channel: int, timeout: float, log: bool = True) -> float:
+    def tune(self, tx: str, channel: int, timeout: float, log: bool = True) -> float:
+        """Tune one transmitter, wait for its lock; the time-to-lock (s)."""
         drv: TunableTransceiver = self.drivers[tx]
         t_lock = self.timed(tx, "tune", lambda: drv.set_channel(channel, timeout=timeout))
         self.tune_times.append(t_lock)
@@ -335,28 +346,12 @@ class DeviceManager:
             return self._retune(channels, timeout)
 
     def _retune(self, channels: Mapping[str, int], timeout: float) -> list[str]:
-        self.check_limits(Configuration(channels))
-        futures = {tx: self._pool.submit(self._tune, tx, ch, timeout, False)
-                   for tx, ch in channels.items()}
-        outcomes: dict[str, float | OddlError] = {}
-        for tx, f in futures.items():
-            try:
-                outcomes[tx] = f.result()
-            except OddlError as exc:
-                outcomes[tx] = exc
-        with self.store.batch() if self.store is not None else contextlib.nullcontext():
-            for tx, o in outcomes.items():  # the events as one commit, after the edge
-                bad = isinstance(o, OddlError)
-                self.log_event(tx, "tune" if bad else f"tune ch {channels[tx]}", not bad,
-                               str(o) if isinstance(o, OddlError) else f"locked in {o * 1e3:.2f} ms")
-        errors = [f"{tx}: {o}" for tx, o in outcomes.items() if isinstance(o, OddlError)]
-        with self.lock:
-            if not errors:
-                self.verified = Configuration(channels).merged_over(self.verified)
-                now = time.time_ns()
-                self.verified_ns.update(dict.fromkeys(channels, now))
-                self.persist(self.verified, list(channels), now)
-        return errors
+        return device_retune.retune(self, channels, timeout)
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Run `fn(*args)` on the device pool."""
+        return self._pool.submit(fn, *args)
+
     # ---- reading ----------------------------------------------------------------------
     def read_states(self) -> dict[str, dict[str, Any]]:
         """Read every transmitter and WSS back; unreachable devices carry their error."""

@@ -26,6 +26,7 @@ from oddl.common.config.schema import (
     Attachment,
     ControllerConfig,
     DeviceConfig,
+    DeviceHostConfig,
     Endpoint,
     FabricConfig,
     FibreConfig,
@@ -40,7 +41,7 @@ from oddl.common.config.schema import (
 
 __all__ = [
     "DEVICE_KINDS", "EMULATED", "LINK_KINDS", "OCS", "OPTINC", "OPTINC_MAX_INPUTS", "TRANSPORTS",
-    "AgentConfig", "Attachment", "ControllerConfig", "DeviceConfig", "Endpoint", "FabricConfig",
+    "AgentConfig", "Attachment", "ControllerConfig", "DeviceConfig", "DeviceHostConfig", "Endpoint", "FabricConfig",
     "FibreConfig", "FixedPlan", "GridConfig", "NodeConfig", "OptincDeviceConfig", "PortLink",
     "SecurityConfig", "TestbedConfig", "TimingConfig", "UnmappedChannel", "channel_map",
     "dump_testbed", "load_testbed", "parse_testbed",

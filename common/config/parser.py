@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from oddl.common.config.device_hosts import device_hosts
 from oddl.common.config.devices import DEVICE_KEYS_BY_KIND, DeviceSections
 from oddl.common.config.reader import REQUIRED, TableReader
 from oddl.common.config.schema import (
@@ -65,6 +66,9 @@ def dump_testbed(cfg: TestbedConfig) -> str:
         "security": as_table(cfg.security),
         "agent": as_table(cfg.agent),
     }
+    if cfg.device_hosts:
+        doc["device_hosts"] = [{"id": h.id, "address": h.address, "devices": list(h.devices)}
+                               for h in cfg.device_hosts]
     for d in cfg.devices:
         entry = {k: v for k, v in as_table(d).items() if k in DEVICE_KEYS_BY_KIND[d.kind]}
         entry = {k: list(v) if isinstance(v, tuple) else v for k, v in entry.items()}
@@ -97,7 +101,7 @@ class TestbedParser:
     def testbed(self, doc: dict[str, Any]) -> TestbedConfig:
         """The whole document: its sections, in the order they depend on each other."""
         sections = {"testbed", "grid", "timing", "fabric", "controller", "nodes", "devices",
-                    "fibres", "security", "agent"}
+                    "fibres", "security", "agent", "device_hosts"}
         for name in doc:
             if name not in sections:
                 near = difflib.get_close_matches(name, list(sections), n=1)
@@ -138,6 +142,6 @@ class TestbedParser:
         cfg = TestbedConfig(self.path, head["name"], grid, timing, fabric, controller,
                             nodes, devices, fibres, head["seed"], security,
                             tuple(self.device_sections.optinc),
-                            agent)
+                            agent, device_hosts(self.read, doc.get("device_hosts"), devices))
         self.wiring.check_attachments(cfg)
         return cfg

@@ -262,6 +262,18 @@ class Attachment:
 
 
 @dataclass(frozen=True)
+class DeviceHostConfig:
+    """A process that owns some transmitters' drivers on its own machine (a rack's lasers on
+    that rack's serial lines) and serves them to the controller (`oddl devices host`,
+    decision record 0036)."""
+
+    id: str
+    address: str
+    """host:port where the controller reaches it (and where it listens by default)."""
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TestbedConfig:
     """A validated testbed file."""
 
@@ -281,6 +293,12 @@ class TestbedConfig:
     optinc: tuple[OptincDeviceConfig, ...] = ()
     """OptINC in-network averaging devices (`kind = "optinc"` entries of [[devices]])."""
     agent: AgentConfig = field(default_factory=AgentConfig)
+    device_hosts: tuple[DeviceHostConfig, ...] = ()
+    """Device hosts (`[[device_hosts]]`); a device in none is driven by the controller."""
+
+    def device_host(self, device_id: str) -> DeviceHostConfig | None:
+        """The device host that owns this device, or None (the controller drives it)."""
+        return next((h for h in self.device_hosts if device_id in h.devices), None)
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""

@@ -100,7 +100,7 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
     try:
         for i, dev in enumerate(cfg.devices):
             if dev.emulated:
-                _start_device(tb, dev, cfg.seed * 1000 + i, host, ports.get(dev.id, 0))
+                start_device(tb, dev, cfg.seed * 1000 + i, host, ports.get(dev.id, 0))
         if not any(n.on_wss or n.ports for n in cfg.nodes):
             return tb  # no host transmits on the optical core: the devices only
         missing = [n.transmitter for n in cfg.nodes
@@ -122,7 +122,7 @@ def start_emulated_testbed(cfg: TestbedConfig, host: str = "127.0.0.1",
     return tb
 
 
-def _start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
+def start_device(tb: EmulatedTestbed, dev: DeviceConfig, seed: int, host: str,
                   port: int) -> None:
     """Start the emulator of one emulated device and its TCP server (`port` 0: any)."""
     from oddl.drivers.emulators.itla import ItlaEmulator
@@ -304,4 +304,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EmulatedTestbed", "add_arguments", "run", "start_emulated_testbed"]
+__all__ = ["EmulatedTestbed", "add_arguments", "run", "start_device", "start_emulated_testbed"]

@@ -283,6 +283,7 @@ def sub_with_controller(group: Any, name: str, **kw: Any) -> argparse.ArgumentPa
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `oddl status`, `topology`, `devices` (with `devices probe`), `watch`, `jobs` and
     `reconfigure`."""
+    from oddl.cli import devices as devices_cli
     from oddl.cli import probe as probe_cli
 
     with_controller(sub.add_parser("status", help="agents, jobs, counters")).set_defaults(
@@ -297,6 +298,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dlog.add_argument("--limit", type=int, default=50)
     dev.set_defaults(func=cmd_devices)
     probe_cli.register(dsub)
+    devices_cli.register(dsub)
     w = with_controller(sub.add_parser("watch", help="live view of circuits, slots, devices"))
     w.add_argument("--interval", type=float, default=1.0)
     w.add_argument("--once", action="store_true", help="print one frame and exit")
