@@ -97,8 +97,10 @@ class DeviceHost:
         return tb.resources[dev.id]
 
     def _close_emulators(self) -> None:
-        for tb in self._emulated:
-            tb.close()
+        """Stop the emulators at once (each waits for its accept thread's next tick)."""
+        if self._emulated:
+            with ThreadPoolExecutor(len(self._emulated)) as pool:
+                list(pool.map(lambda tb: tb.close(), self._emulated))
         self._emulated.clear()
 
     # ---- serving ----------------------------------------------------------------------

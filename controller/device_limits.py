@@ -52,7 +52,7 @@ def _device(cfg: TestbedConfig, device_id: str, kind: str) -> DeviceConfig:
 
 
 def _node_of(cfg: TestbedConfig, transmitter: str) -> str:
-    for n in cfg.nodes:
-        if n.transmitter == transmitter:
-            return n.id
+    node = cfg.node_of(transmitter)
+    if node is not None:
+        return node
     raise SafetyLimitError(f"{transmitter} is not the transmitter of any node")

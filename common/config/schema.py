@@ -263,13 +263,11 @@ class Attachment:
 
 @dataclass(frozen=True)
 class DeviceHostConfig:
-    """A process that owns some transmitters' drivers on its own machine (a rack's lasers on
-    that rack's serial lines) and serves them to the controller (`oddl devices host`,
-    decision record 0036)."""
+    """A process that drives some transmitters on its own machine (a rack's lasers) for the
+    controller (`oddl devices host`, decision record 0036); `address`: host:port."""
 
     id: str
     address: str
-    """host:port where the controller reaches it (and where it listens by default)."""
     devices: tuple[str, ...]
 
 
@@ -298,15 +296,29 @@ class TestbedConfig:
 
     def device_host(self, device_id: str) -> DeviceHostConfig | None:
         """The device host that owns this device, or None (the controller drives it)."""
-        return next((h for h in self.device_hosts if device_id in h.devices), None)
+        return self._index["hosts"].get(device_id)
 
     def node(self, node_id: str) -> NodeConfig:
         """The node with this id, or ConfigError listing the known ids."""
-        return _by_id(self.path, "node", node_id, self.nodes)
+        return self._index["nodes"].get(node_id) or _by_id(self.path, "node", node_id, self.nodes)
 
     def device(self, device_id: str) -> DeviceConfig:
         """The device with this id, or ConfigError listing the known ids."""
-        return _by_id(self.path, "device", device_id, self.devices)
+        return (self._index["devices"].get(device_id)
+                or _by_id(self.path, "device", device_id, self.devices))
+
+    @cached_property
+    def _index(self) -> dict[str, dict[str, Any]]:
+        """Lookups by id, built once: a slot edge of a thousand lasers asks a thousand times."""
+        return {"nodes": {n.id: n for n in self.nodes},
+                "devices": {d.id: d for d in self.devices},
+                "hosts": {d: h for h in self.device_hosts for d in h.devices},
+                "attachments": _attachments(self),
+                "node_of": {n.transmitter: n.id for n in self.nodes if n.transmitter}}
+
+    def node_of(self, transmitter: str) -> str | None:
+        """The node whose transmitter this is, or None."""
+        return self._index["node_of"].get(transmitter)
 
     def optinc_device(self, device_id: str | None = None) -> OptincDeviceConfig | None:
         """The OptINC device with this id (default: the first), or None if there is none."""
@@ -321,7 +333,7 @@ class TestbedConfig:
 
     def attachment(self, node_id: str) -> Attachment:
         """The WSS and out-port that serve a node (derived from the fibres)."""
-        return _attachments(self)[node_id]
+        return self._index["attachments"][node_id]
 
     def port_links(self) -> tuple[PortLink, ...]:
         """Every wired host port on a circuit switch, in node and port order."""
@@ -358,10 +370,8 @@ class TestbedConfig:
         return replace(self, devices=devices, fabric=fabric)
 
     def _kind(self, owner: str) -> str:
-        for d in self.devices:
-            if d.id == owner:
-                return d.kind
-        return "node"
+        dev = self._index["devices"].get(owner)
+        return dev.kind if dev is not None else "node"
 
 
 def as_table(obj: Any) -> dict[str, Any]:
