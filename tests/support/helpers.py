@@ -135,7 +135,24 @@ def run_ranks(argv: list[str], apis: list[str], timeout: float,
               env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Start one process per agent API as torchrun would (rank r on `apis`, a fresh
     rendezvous port, `env` added), each running `argv` from the project's root; their last
-    stdout lines as JSON, in rank order. Fails naming a rank's error output; kills the others."""
+    stdout lines as JSON, in rank order. Fails naming a rank's error output; kills the others.
+    A rendezvous port another process took between its choice and rank 0's bind (torch's
+    store says EADDRINUSE before any rank reaches its agent) is chosen again, up to 3 times."""
+    for attempt in range(3):
+        try:
+            return _run_ranks_once(argv, apis, timeout, env)
+        except _PortTaken:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(AssertionError):
+    """Rank 0 could not bind the rendezvous port (another process took it)."""
+
+
+def _run_ranks_once(argv: list[str], apis: list[str], timeout: float,
+                    env: dict[str, str] | None) -> list[dict[str, Any]]:
     from oddl.launch.processes import free_port
     from oddl.launch.testbed import torchrun_env
 
@@ -148,6 +165,8 @@ def run_ranks(argv: list[str], apis: list[str], timeout: float,
     try:
         for p in procs:
             out, err = p.communicate(timeout=timeout)
+            if p.returncode != 0 and "EADDRINUSE" in err and p is procs[0]:
+                raise _PortTaken(err[-3000:])
             assert p.returncode == 0, err[-3000:]
             results.append(json.loads(out.strip().splitlines()[-1]))
     finally:
