@@ -65,6 +65,8 @@ class DeviceHost:
         self._done = ctx.socket(zmq.PULL)
         self._done.bind(self._done_addr)
         self._local = threading.local()
+        self.served = {"call": 0, "retune": 0, "lasers_retuned": 0}
+        """Requests answered, by op (the exit line reports them)."""
         self._pushes: list[zmq.Socket[bytes]] = []
         self._lock = threading.Lock()
 
@@ -145,11 +147,16 @@ class DeviceHost:
             if not isinstance(req, dict):
                 raise ValueError("not a JSON object")
             if req.get("op") == "retune":
-                return {"ok": True, "result": self.retune(req["channels"],
-                                                          float(req.get("timeout", 1.0)))}
+                result = self.retune(req["channels"], float(req.get("timeout", 1.0)))
+                with self._lock:
+                    self.served["retune"] += 1
+                    self.served["lasers_retuned"] += len(result)
+                return {"ok": True, "result": result}
             if req.get("op") == "call":
-                return {"ok": True, "result": self.call(str(req["device"]),
-                                                        str(req["method"]), req.get("args", []))}
+                result = self.call(str(req["device"]), str(req["method"]), req.get("args", []))
+                with self._lock:
+                    self.served["call"] += 1
+                return {"ok": True, "result": result}
             raise ValueError(f"unknown op {req.get('op')!r} (call, retune)")
         except OddlError as exc:
             return {"ok": False, "error": error_reply(exc)}

@@ -4,6 +4,8 @@ record 0036). Prints one JSON ready line (and writes it to --ready-file) once it
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from oddl.cli.exit_codes import EXIT_OK
 from oddl.cli.serve import print_ready
@@ -24,6 +26,10 @@ def cmd_devices_host(args: argparse.Namespace) -> int:
             host.serve(lambda: stop.received is not None)
     finally:
         host.close()
+        # on stderr, the process's log: what it served (a test or an operator checks that the
+        # controller drove the rack through it)
+        print(f"device host {host.spec.id} stopped; served {json.dumps(host.served)}",
+              file=sys.stderr, flush=True)
     return EXIT_OK
 
 

@@ -137,6 +137,7 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     rec = ["--trace", str(trace)] if trace is not None else []
     emulators = group.start("emulators", emulators_command(config, resolved) + rec,
                             timeout=timeout, detach=detach)
+    start_device_hosts(group, resolved, timeout=timeout, detach=detach)
     say(2, total, "controller")
     ctl = group.start("controller", controller_command(resolved, state=state) + rec,
                       timeout=timeout, detach=detach)
@@ -148,6 +149,29 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
             resolved, node.id, ctl["address"], verbose_agents) + rec, timeout=timeout, detach=detach,
             env=(agent_env or {}).get(node.id))
     return Launched(resolved, cfg, ctl["address"], agents, emulators, ctl)
+
+
+def start_device_hosts(group: ProcessGroup, resolved: Path, *, timeout: float = 30.0,
+                       detach: bool = False) -> dict[str, str]:
+    """One `oddl devices host` per `[[device_hosts]]` entry of the resolved file, each on a
+    loopback port of its choice and driving the emulator host's lasers; the file is rewritten
+    with the addresses they listen on, so the controller started after reaches them (decision
+    record 0036). Their addresses by id (none without device hosts)."""
+    from dataclasses import replace
+
+    from oddl.common.config import dump_testbed
+
+    cfg = load_testbed(resolved)
+    placed = []
+    for host in cfg.device_hosts:
+        info = group.start(f"device-host-{host.id}", oddl_command(
+            "devices", "host", "--config", str(resolved), "--host", host.id, "--listen",
+            "127.0.0.1:0"), timeout=timeout, detach=detach)
+        placed.append(replace(host, address=str(info["address"])))
+    if placed:
+        resolved.write_text(dump_testbed(replace(cfg, device_hosts=tuple(placed))),
+                            encoding="utf-8")
+    return {h.id: h.address for h in placed}
 
 
 def write_config(source: Path, dest: Path, replace: Mapping[str, str] | None = None,
