@@ -104,9 +104,9 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     # chunk; large ones pipeline their chunks across steps on the sender thread
     biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
                   default=0) * buf.itemsize
-    ok = False
-    posted = biggest > INLINE_SEND and _post_landings(run, buf, wire, plan, chunk)
+    ok = posted = False
     try:
+        posted = biggest > INLINE_SEND and _post_landings(run, buf, wire, plan, chunk)
         if plan.pipelined and biggest > INLINE_SEND:
             run_pipelined(ctx, plan)
         else:
