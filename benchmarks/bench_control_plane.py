@@ -206,10 +206,10 @@ async def collective(fleet: Crowd, stub: pb_grpc.ControllerStub,
 async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
                   args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL the controller and start it again; the time until all N are back. With
-    --kill-in-restart K, K agents are killed as soon as the new controller took a heartbeat
-    of theirs (while it catches up), and the time until it declares them dead is measured."""
+    --kill-in-restart K, the first K agents whose heartbeat the new controller took are
+    killed (while it catches up), and the time until it declares them dead is measured."""
     before = await fleet.registrations()
-    victims = fleet.nodes[1::max(1, n // max(1, args.kill_in_restart))][:args.kill_in_restart]
+    victims: list[str] = []
     killed = time.perf_counter()
     ctl.kill()
     log_from = ctl.log.stat().st_size
@@ -221,11 +221,13 @@ async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n
     try:
         while True:
             regs, beats = await fleet.registrations(), await fleet.beats()
-            if (found or not victims) and all(c > before[node] for node, c in regs.items()
-                                              if node not in victims):
+            if (found or not args.kill_in_restart) and all(
+                    c > before[node] for node, c in regs.items() if node not in victims):
                 break
-            if victims and not found and all(regs[v] > before[v] and beats[v] >= 1
-                                             for v in victims):
+            beaten = [v for v, c in regs.items() if c > before[v] and beats[v] >= 1]
+            if args.kill_in_restart and not found and len(beaten) >= args.kill_in_restart and (
+                    args.kill_at == "beaten" or held_seen(ctl.log, log_from)):
+                victims = beaten[:args.kill_in_restart]
                 await fleet.kill(victims)
                 out["killed_after_ready_s"] = round(time.perf_counter() - ready, 3)
                 found = asyncio.create_task(declared_dead(ctl.log, log_from, victims,
@@ -240,11 +242,36 @@ async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n
         if found is not None:
             times = await found
             out.update(killed_in_restart=len(victims), killed_found=len(times),
-                       killed_found_s=round(max(times.values()), 2) if times else None)
+                       killed_found_s=round(max(times.values()), 2) if times else None,
+                       killed_nodes=victims, killed_found_held=found_held(ctl.log, victims))
     except TimeoutError as exc:  # measured as not back, not a crash of the whole run
         out.update(back_after_ready_s=None, back_after_kill_s=None,
                    restart_error=f"{exc} ({args.patience:.0f} s)")
     return out
+
+
+def held_seen(log: Path, offset: int) -> bool:
+    """Whether the controller's log (from `offset`) tells of a held sweep."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return b"sweep held" in f.read()
+
+
+def found_held(log: Path, nodes: list[str]) -> int:
+    """How many of `nodes` a held sweep declared dead: their line follows a "sweep held"
+    line of the same sweep (within 0.2 s; only a held sweep logs a line before its verdicts)."""
+    held_at, found = -1.0, set()
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            hms = line.split()[1].replace(",", ".").split(":")
+            at = 3600 * int(hms[0]) + 60 * int(hms[1]) + float(hms[2])
+        except (IndexError, ValueError):
+            continue
+        if "sweep held" in line:
+            held_at = at
+        elif "stopped answering" in line and "agent_registry" in line and 0 <= at - held_at < 0.2:
+            found.update(v for v in nodes if f"node {v} stopped answering" in line)
+    return len(found)
 
 
 async def declared_dead(log: Path, offset: int, nodes: list[str], since: float,
@@ -349,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-in-restart", type=int, default=0, metavar="K",
                     help="kill K agents while the restarted controller catches up and time "
                          "until it declares them dead (default: %(default)s)")
+    ap.add_argument("--kill-at", choices=("beaten", "held"), default="beaten",
+                    help="kill them once they beat to the new controller, or once it also "
+                         "held a sweep (default: %(default)s)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each controller's log here")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--plot", metavar="PNG", help="draw each figure against N into PNG")

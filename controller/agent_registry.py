@@ -273,14 +273,16 @@ class AgentRegistry:
 
     def _behind(self, now: float, since: float, behind: Behind) -> list[AgentRecord]:
         """The agents a held sweep finds dead (`Behind`; the caller holds the lock): sent
-        three intervals before the send front and read three intervals ago, or, once the
-        hold is capped, read-silent three intervals and the grace since `since`."""
+        three intervals before the send front and read-silent three intervals since `since`
+        (the hold's start: what waited while the controller fell behind is read in a burst,
+        most agents' first), or, once the hold is capped, read-silent three intervals and
+        the grace since `since`."""
         deadline = 3 * self.interval_s
         live = [rec for rec in self.agents.values() if not rec.dead]
         front = send_front_ns([rec.sent_ns for rec in live if rec.beaten])
         dying = []
         for rec in live:
-            silent = now - rec.last_seen >= deadline
+            silent = now - max(rec.last_seen, since) >= deadline
             by_send = rec.beaten and rec.sent_ns > 0 and front - rec.sent_ns >= deadline * 1e9
             by_cap = behind.capped and now - max(
                 rec.last_seen, since, self.last_registered if not rec.beaten else 0.0

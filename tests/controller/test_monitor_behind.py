@@ -145,3 +145,34 @@ def test_the_send_front_is_what_most_agents_sent_by() -> None:
     assert send_front_ns([5, 1, 9, 7]) == 5  # three of four sent at 5 or later
     assert send_front_ns([0, 0, 0, 8]) == 0  # most send no times: no front
     assert send_front_ns([3]) == 3
+
+
+def test_a_backlog_read_after_a_stall_is_not_a_death(tmp_path: Path) -> None:
+    # the whole controller stalls eight intervals (its loop and its monitor); then it reads
+    # the waiting beats, most agents' first: the one read last is not dead, its beats waited
+    service, interval = service_of(tmp_path)
+    clocks = Clocks()
+    registry = service.core.registry
+    for t in (1.0, 2.0, 3.0, 4.0):
+        clocks.t = t * interval
+        for n in NODES:
+            beat(service, clocks, n, clocks.t)
+        service.sweep(clocks.mono)
+    clocks.t = 12 * interval
+    service.loop_lag = lambda: 8 * interval
+    assert not service.sweep(clocks.mono)  # the monitor wakes to a loop eight intervals late
+    service.loop_lag = lambda: 0.0
+    clocks.t = 12.5 * interval
+    for sent in range(5, 13):
+        for n in NODES[:4]:
+            beat(service, clocks, n, sent * interval)
+    assert not service.sweep(clocks.mono)
+    assert not any(registry.dead(n) for n in NODES)  # n4's beats still wait unread
+    clocks.t = 14 * interval
+    for sent in range(5, 14):
+        beat(service, clocks, "n4", sent * interval)
+    for n in NODES[:4]:
+        beat(service, clocks, n, 13 * interval)
+    service.sweep(clocks.mono)
+    assert not any(registry.dead(n) for n in NODES)
+    service.close()
