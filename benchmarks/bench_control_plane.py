@@ -37,6 +37,7 @@ import numpy as np
 from bench_common import emit, run_meta
 from controller_log import declared_dead, found_held, held_seen
 from fleet_procs import LocalCrowd, ProcCrowd
+from throttle import throttled
 
 from oddl.launch.processes import ProcessGroup, free_port
 from oddl.launch.shapes import control_plane
@@ -143,6 +144,10 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
             out.update(await collective(fleet, stub, args))
             progress(n, "pushed a job and passed its barrier", out)
             out.update(await restart(fleet, stub, ctl, n, args))
+            if args.throttle_s:
+                out.update(await throttled(fleet, ctl.pid, ctl.log, args.kill_in_restart or 4,
+                                           out.get("killed_nodes", []), args.throttle_s, 4.0,
+                                           args.patience))
             stats = await fleet.stats()
             out["fleet_errors"] = stats["errors"]
             out["fleet_beat_gap_max_s"] = stats["beat_gap_max_s"]
@@ -340,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-at", choices=("beaten", "held"), default="beaten",
                     help="kill them once they beat to the new controller, or once it also "
                          "held a sweep (default: %(default)s)")
+    ap.add_argument("--throttle-s", type=float, default=0.0, metavar="S",
+                    help="then keep the controller behind for S s (SIGSTOP 3 s of every 4), "
+                         "kill agents and time until it declares them dead (benchmarks/"
+                         "throttle.py; default: not)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each controller's log here")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--plot", metavar="PNG", help="draw each figure against N into PNG")
