@@ -14,7 +14,11 @@ protocol, one connection each, no data plane) on this process's event loop. Meas
 - barrier: all N send `ReadyCollective` at once; each agent's go arrives t after the sends
   (p50, p99), and the go's size: the largest one an agent got, and all of them together;
 - restart: SIGKILL the controller, start it again on the same port and state file; the time
-  until all N are back (from the kill and from the new controller's ready line).
+  until all N are back (from the kill and from the new controller's ready line); with
+  --kill-in-restart K, K agents killed while it catches up and the time until it declares
+  them dead (--kill-at held: once it held a sweep);
+- with --throttle-s S, the controller kept behind for S s (benchmarks/throttle.py), agents
+  killed meanwhile, and the time until it declares them dead (decision record 0038).
 
     python benchmarks/bench_control_plane.py [--sizes 4,16,64,256,1024] [--json] [--plot PNG]
     python benchmarks/bench_control_plane.py --replot after=a.json before=b.json --plot PNG
