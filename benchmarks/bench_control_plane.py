@@ -14,7 +14,11 @@ protocol, one connection each, no data plane) on this process's event loop. Meas
 - barrier: all N send `ReadyCollective` at once; each agent's go arrives t after the sends
   (p50, p99), and the go's size: the largest one an agent got, and all of them together;
 - restart: SIGKILL the controller, start it again on the same port and state file; the time
-  until all N are back (from the kill and from the new controller's ready line).
+  until all N are back (from the kill and from the new controller's ready line); with
+  --kill-in-restart K, K agents killed while it catches up and the time until it declares
+  them dead (--kill-at held: once it held a sweep);
+- with --throttle-s S, the controller kept behind for S s (benchmarks/throttle.py), agents
+  killed meanwhile, and the time until it declares them dead (decision record 0038).
 
     python benchmarks/bench_control_plane.py [--sizes 4,16,64,256,1024] [--json] [--plot PNG]
     python benchmarks/bench_control_plane.py --replot after=a.json before=b.json --plot PNG
@@ -35,7 +39,9 @@ from typing import Any
 import grpc
 import numpy as np
 from bench_common import emit, run_meta
+from controller_log import declared_dead, found_held, held_seen
 from fleet_procs import LocalCrowd, ProcCrowd
+from throttle import throttled
 
 from oddl.launch.processes import ProcessGroup, free_port
 from oddl.launch.shapes import control_plane
@@ -100,6 +106,10 @@ class Controller:
         self.group.procs.remove(self.proc)
 
     @property
+    def log(self) -> Path:
+        return self.group.log_dir / "controller.log"
+
+    @property
     def pid(self) -> int:
         return self.proc.proc.pid
 
@@ -138,6 +148,10 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
             out.update(await collective(fleet, stub, args))
             progress(n, "pushed a job and passed its barrier", out)
             out.update(await restart(fleet, stub, ctl, n, args))
+            if args.throttle_s:
+                out.update(await throttled(fleet, ctl.pid, ctl.log, args.kill_in_restart or 4,
+                                           out.get("killed_nodes", []), args.throttle_s, 4.0,
+                                           args.patience))
             stats = await fleet.stats()
             out["fleet_errors"] = stats["errors"]
             out["fleet_beat_gap_max_s"] = stats["beat_gap_max_s"]
@@ -150,6 +164,9 @@ async def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
     # one line of the registry's per loss (the device log repeats each: not counted)
     out["declared_dead"] = sum(1 for line in log.splitlines()
                                if "agent_registry" in line and "stopped answering" in line)
+    out["declared_dead_nodes"] = sorted({line.split("node ", 1)[1].split()[0]
+                                         for line in log.splitlines() if "agent_registry" in line
+                                         and "stopped answering" in line})[:50]
     out["sweeps_held"] = log.count("sweep held")
     return out
 
@@ -198,25 +215,49 @@ async def collective(fleet: Crowd, stub: pb_grpc.ControllerStub,
 
 async def restart(fleet: Crowd, stub: pb_grpc.ControllerStub, ctl: Controller, n: int,
                   args: argparse.Namespace) -> dict[str, Any]:
-    """SIGKILL the controller and start it again; the time until all N are back."""
+    """SIGKILL the controller and start it again; the time until all N are back. With
+    --kill-in-restart K, the first K agents whose heartbeat the new controller took are
+    killed (while it catches up), and the time until it declares them dead is measured."""
     before = await fleet.registrations()
+    victims: list[str] = []
     killed = time.perf_counter()
     ctl.kill()
+    log_from = ctl.log.stat().st_size
     ctl.start()
     ready = time.perf_counter()
     deadline = ready + args.patience
+    out: dict[str, Any] = {"restart_start_s": round(ready - killed, 3)}
+    found: asyncio.Task[dict[str, float]] | None = None
     try:
-        while any(c <= before[node] for node, c in (await fleet.registrations()).items()):
+        while True:
+            regs, beats = await fleet.registrations(), await fleet.beats()
+            if (found or not args.kill_in_restart) and all(
+                    c > before[node] for node, c in regs.items() if node not in victims):
+                break
+            beaten = [v for v, c in regs.items() if c > before[v] and beats[v] >= 1]
+            if args.kill_in_restart and not found and len(beaten) >= args.kill_in_restart and (
+                    args.kill_at == "beaten" or held_seen(ctl.log, log_from)):
+                victims = beaten[:args.kill_in_restart]
+                await fleet.kill(victims)
+                out["killed_after_ready_s"] = round(time.perf_counter() - ready, 3)
+                found = asyncio.create_task(declared_dead(ctl.log, log_from, victims,
+                                                          time.perf_counter(), deadline))
             if time.perf_counter() > deadline:
                 raise TimeoutError("agents did not re-register after the restart")
             await asyncio.sleep(0.2)
-        await until_alive(stub, n, max(1.0, deadline - time.perf_counter()))
+        await until_alive(stub, n - len(victims), max(1.0, deadline - time.perf_counter()))
+        back = time.perf_counter()
+        out.update(back_after_ready_s=round(back - ready, 3), back_after_kill_s=round(
+            back - killed, 3))
+        if found is not None:
+            times = await found
+            out.update(killed_in_restart=len(victims), killed_found=len(times),
+                       killed_found_s=round(max(times.values()), 2) if times else None,
+                       killed_nodes=victims, killed_found_held=found_held(ctl.log, victims))
     except TimeoutError as exc:  # measured as not back, not a crash of the whole run
-        return {"restart_start_s": round(ready - killed, 3), "back_after_ready_s": None,
-                "back_after_kill_s": None, "restart_error": f"{exc} ({args.patience:.0f} s)"}
-    back = time.perf_counter()
-    return {"restart_start_s": round(ready - killed, 3), "back_after_ready_s": round(back - ready, 3),
-            "back_after_kill_s": round(back - killed, 3)}
+        out.update(back_after_ready_s=None, back_after_kill_s=None,
+                   restart_error=f"{exc} ({args.patience:.0f} s)")
+    return out
 
 
 def _s(value: float | None) -> str:
@@ -226,7 +267,7 @@ def _s(value: float | None) -> str:
 def table(summary: dict[str, Any]) -> list[str]:
     head = (f"{'N':>5} {'register s':>10} {'CPU %':>6} {'RSS MB':>7} {'kB/agent':>8} "
             f"{'µs/beat':>7} {'push s':>7} {'go p50 s':>8} {'go p99 s':>8} {'go kB':>7} {'all MB':>7} "
-            f"{'back s':>7} {'dead':>5}")
+            f"{'back s':>7} {'dead':>5} {'held':>5} killed found, s")
     lines = [f"control plane: {summary['collective']} job of all N, heartbeat "
              f"{summary.get('heartbeat_s', 1.0)} s, 4 clock probes per beat", head]
     for r in summary["results"]:
@@ -236,7 +277,9 @@ def table(summary: dict[str, Any]) -> list[str]:
                      f"{r['barrier_p50_s']:>8.3f} {r['barrier_p99_s']:>8.3f} "
                      f"{r['go_bytes'] / 1e3:>7.1f} "
                      f"{r.get('go_bytes_total', r['go_bytes'] * r['n']) / 1e6:>7.2f} {_s(r['back_after_kill_s']):>7} "
-                     f"{r.get('declared_dead', 0):>5}")
+                     f"{r.get('declared_dead', 0):>5} {r.get('sweeps_held', 0):>5} "
+                     f"{r.get('killed_found', 0)}/{r.get('killed_in_restart', 0)} "
+                     f"{_s(r.get('killed_found_s'))}")
     return lines
 
 
@@ -300,6 +343,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds of heartbeats to measure the load over (default: %(default)s)")
     ap.add_argument("--patience", type=float, default=600.0,
                     help="seconds any one step may take (default: %(default)s)")
+    ap.add_argument("--kill-in-restart", type=int, default=0, metavar="K",
+                    help="kill K agents while the restarted controller catches up and time "
+                         "until it declares them dead (default: %(default)s)")
+    ap.add_argument("--kill-at", choices=("beaten", "held"), default="beaten",
+                    help="kill them once they beat to the new controller, or once it also "
+                         "held a sweep (default: %(default)s)")
+    ap.add_argument("--throttle-s", type=float, default=0.0, metavar="S",
+                    help="then keep the controller behind for S s (SIGSTOP 3 s of every 4), "
+                         "kill agents and time until it declares them dead (benchmarks/"
+                         "throttle.py; default: not)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each controller's log here")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--plot", metavar="PNG", help="draw each figure against N into PNG")

@@ -58,6 +58,12 @@ class LocalCrowd:
     async def registrations(self) -> dict[str, int]:
         return {a.node: a.registrations for a in self.fleet.agents.values()}
 
+    async def beats(self) -> dict[str, int]:
+        return {a.node: a.beats for a in self.fleet.agents.values()}
+
+    async def kill(self, nodes: list[str]) -> None:
+        await self.fleet.kill([n for n in nodes if n in self.fleet.agents])
+
 
 class ProcCrowd:
     """The agents of `nodes` spread over `procs` worker processes."""
@@ -123,6 +129,15 @@ class ProcCrowd:
             out.update(p)
         return out
 
+    async def beats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in await self._all({"op": "beats"}):
+            out.update(p)
+        return out
+
+    async def kill(self, nodes: list[str]) -> None:
+        await self._all({"op": "kill", "nodes": nodes})
+
 
 async def _serve(address: str, heartbeat_s: float, nodes: list[str]) -> None:
     """A worker: a LocalCrowd driven by JSON lines on stdin."""
@@ -141,6 +156,10 @@ async def _serve(address: str, heartbeat_s: float, nodes: list[str]) -> None:
                 result = await crowd.ready_all(c["job"], c["seq"], c["shape"])
             elif c["op"] == "registrations":
                 result = await crowd.registrations()
+            elif c["op"] == "beats":
+                result = await crowd.beats()
+            elif c["op"] == "kill":
+                result = await crowd.kill(c["nodes"])
             elif c["op"] == "stats":
                 result = await crowd.stats()
             else:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from oddl.common.config import TestbedConfig
 from oddl.controller.event_queue import EventQueue, wake_all
-from oddl.controller.heartbeat_lateness import Lateness
+from oddl.controller.heartbeat_lateness import Behind, Lateness, send_front_ns
 from oddl.protos import oddl_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ class AgentRecord:
     """The agent process's own id (`RegisterAgentRequest.instance`; "" from older agents)."""
     beaten: bool = False
     """A heartbeat of this session came (until then the agent may still await the reply)."""
+    sent_ns: int = 0
+    """When the newest heartbeat read from this session was sent, on the controller's clock
+    as the agent estimates it (0: none, or its agent does not know the clock)."""
 
 
 @dataclass(frozen=True)
@@ -173,15 +176,18 @@ class AgentRegistry:
         self._log_event(request.node_id, "agent restarted", False, reason)
         return rec, Lost(request.node_id, reason)
 
-    def heartbeat(self, request: pb.HeartbeatRequest) -> Heard:
-        """Record a heartbeat, and whether it brings back an agent declared dead."""
-        self.lateness.read(request.sent_ns, time.time_ns())
+    def heartbeat(self, request: pb.HeartbeatRequest, now: float | None = None,
+                  now_ns: int | None = None) -> Heard:
+        """Record a heartbeat read at `now` (monotonic) and `now_ns` (the wall clock; both
+        read here when not given), and whether it brings back an agent declared dead."""
+        self.lateness.read(request.sent_ns, time.time_ns() if now_ns is None else now_ns)
         with self._lock:
             rec = self.agents.get(request.node_id)
             if rec is None or rec.session != request.session:
                 return Heard(known=False)
-            rec.last_seen = time.monotonic()
+            rec.last_seen = time.monotonic() if now is None else now
             rec.heartbeat, rec.beaten = request, True
+            rec.sent_ns = max(rec.sent_ns, request.sent_ns)
             if not rec.dead:
                 return Heard(known=True)
             # back without restarting (a link or a stall that ended)
@@ -235,17 +241,22 @@ class AgentRegistry:
         """End every stream at its next wake (call after setting their `stop`)."""
         wake_all([rec.events.kick() for rec in list(self.agents.values())])
 
-    def sweep(self, now: float, since: float = 0.0) -> list[Lost]:
+    def sweep(self, now: float, since: float = 0.0, behind: Behind | None = None
+              ) -> list[Lost]:
         """Declare dead every agent silent for three heartbeat intervals at `now`
         (monotonic; silence counted from `since` at the earliest: the controller was behind
         until then) and not dead already; each with the reason its peers are told. An agent
         that has not beaten since it registered is counted from the latest registration: its
-        reply may wait behind the others' of a burst (a controller restart, ADR 0034)."""
+        reply may wait behind the others' of a burst (a controller restart, ADR 0034).
+        `behind`: the controller reads late, judge as `Behind` says (ADR 0038)."""
         deadline = 3 * self.interval_s
         with self._lock:
             burst = self.last_registered
-            dying = [rec for rec in self.agents.values() if not rec.dead and now - max(
-                rec.last_seen, since, burst if not rec.beaten else 0.0) >= deadline]
+            if behind is None:
+                dying = [rec for rec in self.agents.values() if not rec.dead and now - max(
+                    rec.last_seen, since, burst if not rec.beaten else 0.0) >= deadline]
+            else:
+                dying = self._behind(now, since, behind)
             for rec in dying:
                 rec.dead = True
                 self._dead.add(rec.node_id)
@@ -259,6 +270,26 @@ class AgentRegistry:
             self._log_event(rec.node_id, "agent lost", False, reason)
             lost.append(Lost(rec.node_id, reason))
         return lost
+
+    def _behind(self, now: float, since: float, behind: Behind) -> list[AgentRecord]:
+        """The agents a held sweep finds dead (`Behind`; the caller holds the lock): sent
+        three intervals before the send front and read-silent three intervals since `since`
+        (the hold's start: what waited while the controller fell behind is read in a burst,
+        most agents' first), or, once the hold is capped, read-silent three intervals and
+        the grace since `since`."""
+        deadline = 3 * self.interval_s
+        live = [rec for rec in self.agents.values() if not rec.dead]
+        front = send_front_ns([rec.sent_ns for rec in live if rec.beaten])
+        dying = []
+        for rec in live:
+            silent = now - max(rec.last_seen, since) >= deadline
+            by_send = rec.beaten and rec.sent_ns > 0 and front - rec.sent_ns >= deadline * 1e9
+            by_cap = behind.capped and now - max(
+                rec.last_seen, since, self.last_registered if not rec.beaten else 0.0
+            ) >= deadline + behind.grace_s
+            if silent and (by_send or by_cap):
+                dying.append(rec)
+        return dying
 
     def status(self, now: float) -> list[pb.AgentStatus]:
         """Every node's agent as `GetStatus` reports it (`now` monotonic)."""

@@ -33,7 +33,7 @@ from oddl.common.metrics import Metrics
 from oddl.common.tracing import TRACE
 from oddl.controller import trace_hooks
 from oddl.controller.admission import Admission, optinc_bucket_refusal
-from oddl.controller.agent_registry import AgentRecord, AgentRegistry, Lost
+from oddl.controller.agent_registry import AgentRecord, AgentRegistry, Behind, Lost
 from oddl.controller.announcer import Announcer
 from oddl.controller.barriers import Agreed, Barrier, BarrierBook, Refusal
 from oddl.controller.device_types import Configuration
@@ -192,10 +192,10 @@ class ControllerCore:
                 self._assign(job, to=(node_id,))
             return opened
 
-    def sweep(self, now: float, since: float = 0.0) -> None:
+    def sweep(self, now: float, since: float = 0.0, behind: Behind | None = None) -> None:
         """Declare dead the agents silent at `now` since `since`; their peers learn it."""
         with self.lock:
-            losses = self.registry.sweep(now, since)
+            losses = self.registry.sweep(now, since, behind)
             self.errors["agent lost"] += len(losses)
             self._peer_lost(*losses)
 

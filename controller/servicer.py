@@ -26,6 +26,7 @@ from oddl.controller.core import ControllerCore
 from oddl.controller.device_switches import check_connections, describe_ports
 from oddl.controller.device_types import Configuration, TransactionError
 from oddl.controller.devices import DeviceManager
+from oddl.controller.heartbeat_lateness import HOLD_CAP_INTERVALS, Behind
 from oddl.controller.store import Store
 from oddl.controller.trace_switch import set_trace
 from oddl.controller.wire_views import device_log_pb, device_states_pb, job_pb, topology_pb
@@ -60,10 +61,12 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.loop_lag: Callable[[], float] = lambda: 0.0
         """How far the server's event loop is behind, s (`ControllerServer` sets it)."""
         self.topology = topology_pb(cfg)
+        """The testbed's topology, built once: every registration and `GetTopology` send it."""
         self.on_time_since = time.monotonic()
         """Since when the controller has read its agents on time (`sweep`): its start, or
         the last sweep it held."""
-        """The testbed's topology, built once: every registration and `GetTopology` send it."""
+        self.held_since: float | None = None
+        """When the monitor's current hold began (None: not held; `sweep`)."""
 
     @property
     def stopped(self) -> threading.Event:
@@ -90,22 +93,29 @@ class ControllerService(pb_grpc.ControllerServicer):
         interval or more before (decision records 0032, 0034). An agent is dead after three
         intervals of silence counted from the last time the controller was behind (its
         start, first): what it did not read while behind may be waiting unread, and telling
-        every peer of each such agent would put it further behind."""
+        every peer of each such agent would put it further behind. A held sweep judges by
+        the agents' send times, and after `HOLD_CAP_INTERVALS` by read silence with the
+        lateness as grace (`Behind`, decision record 0038)."""
         interval = self.core.registry.interval_s
         late = self.core.registry.lateness
-        held = ""
-        if self.loop_lag() >= interval:
-            held = "event loop behind"
-        elif (median := late.median_s()) >= interval:
-            held = "heartbeats read late"
-            logger.warning("sweep held: heartbeats read %.1f s late (median)", median)
+        lag, median = self.loop_lag(), late.median_s()
+        held = ("event loop behind" if lag >= interval
+                else "heartbeats read late" if median >= interval else "")
         late.next_period()
-        if held:
-            self.core.count_error(f"sweep held: {held}")
-            self.on_time_since = now
-            return False
-        self.core.sweep(now, self.on_time_since)
-        return True
+        if not held:
+            self.held_since = None
+            self.core.sweep(now, self.on_time_since)
+            return True
+        if self.held_since is None:
+            self.held_since = now
+        capped = now - self.held_since >= HOLD_CAP_INTERVALS * interval
+        logger.warning("sweep held: %s (heartbeats read %.1f s late (median), loop %.1f s "
+                       "behind, held for %.1f s%s)", held, median, lag, now - self.held_since,
+                       ", capped" if capped else "")
+        self.core.count_error(f"sweep held: {held}")
+        self.core.sweep(now, self.held_since, Behind(capped, 2 * max(lag, median)))
+        self.on_time_since = now
+        return False
 
     def _refuse(self, context: grpc.ServicerContext, exc: OddlError) -> NoReturn:
         self.core.count_error(type(exc).__name__)

@@ -57,6 +57,8 @@ class FleetAgent:
     """This agent's process id, as a real agent sends (a new one: a restarted agent)."""
     heartbeat_s: float = 0.0
     """The interval the controller asked for at registration (0: the fleet's own)."""
+    beats: int = 0
+    """Heartbeats the controller took since the last registration."""
 
 
 class Fleet:
@@ -71,6 +73,7 @@ class Fleet:
         self.timeout = rpc_timeout_s
         self.agents = {n: self._agent(n) for n in nodes}
         self._tasks: list[asyncio.Task[None]] = []
+        self._own: dict[str, list[asyncio.Task[None]]] = {}
         self._changed = asyncio.Event()
         self._udp: socket.socket | None = None
         self.closing = False
@@ -93,8 +96,19 @@ class Fleet:
                                   socket.SOCK_DGRAM)
         self._udp.setblocking(False)
         for a in self.agents.values():
-            self._tasks.append(asyncio.create_task(self._link(a)))
-            self._tasks.append(asyncio.create_task(self._beat(a)))
+            own = [asyncio.create_task(self._link(a)), asyncio.create_task(self._beat(a))]
+            self._own[a.node] = own
+            self._tasks.extend(own)
+
+    async def kill(self, nodes: Iterable[str]) -> None:
+        """Stop `nodes`' agents at once, as a SIGKILL would: no goodbye, their connections
+        closed, no more heartbeats."""
+        gone = [self.agents[n] for n in nodes]
+        tasks = [t for a in gone for t in self._own.get(a.node, [])]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(a.channel.close() for a in gone), return_exceptions=True)
 
     async def close(self) -> None:
         """Stop every agent and close its connection."""
@@ -115,6 +129,7 @@ class Fleet:
         a.heartbeat_s = reply.heartbeat_interval_s  # as the agent does
         a.registrations += 1
         a.registered_ns = time.time_ns()
+        a.beats = 0
 
     async def _link(self, a: FleetAgent) -> None:
         """Register, follow the stream; on its end register again (the controller restarted)."""
@@ -156,6 +171,8 @@ class Fleet:
                     if reply.reregister:  # as the agent does: register again at once
                         self.errors["Heartbeat reregister"] += 1
                         await self.register(a)
+                    else:
+                        a.beats += 1
                 except grpc.aio.AioRpcError as exc:
                     self.errors[f"Heartbeat {exc.code().name}"] += 1
             await asyncio.sleep(a.heartbeat_s or self.heartbeat_s)
