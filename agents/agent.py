@@ -41,7 +41,7 @@ from oddl.agents.slot_gate import SlotGate
 from oddl.agents.trace import switch as trace_switch
 from oddl.common.collective_kinds import P2P, check_on_job
 from oddl.common.config import TestbedConfig
-from oddl.common.errors import OperationRefused
+from oddl.common.errors import ControllerUnavailable, OperationRefused
 from oddl.common.listen_errors import ListenOrigin, listen_error
 from oddl.common.metrics import Metrics, counter, gauge
 from oddl.common.tracing import TRACE
@@ -59,6 +59,10 @@ def _data_origin(cfg: TestbedConfig, node_id: str, data_bind: str | None) -> Lis
     return ListenOrigin(who, f"[[nodes]] host of node {node_id} in {cfg.path}",
                         f"[[nodes]] data_port of node {node_id} in {cfg.path}",
                         f"[[nodes]] host/data_port of node {node_id} in {cfg.path}")
+
+
+START_PATIENCE_S = 60.0
+"""How long a starting agent keeps asking a controller that does not answer its registration."""
 
 
 class Agent:
@@ -181,9 +185,23 @@ class Agent:
         self.runner.close()
         self.local.close()
 
-    def register(self) -> None:
-        """Announce this node to the controller (raises OperationRefused for unknown nodes)."""
-        self.ctl.register(self.data_address, self.local_api)
+    def register(self, patience_s: float = START_PATIENCE_S) -> None:
+        """Announce this node to the controller (OperationRefused for an unknown node). A
+        controller that does not answer in time — busy with hundreds of registrations, or
+        not up yet — is asked again after a growing pause for `patience_s`, each retry
+        logged; then ControllerUnavailable, naming the address."""
+        deadline = time.monotonic() + patience_s
+        pause = 0.5
+        while True:
+            try:
+                self.ctl.register(self.data_address, self.local_api)
+                return
+            except ControllerUnavailable as exc:
+                if self._stop.is_set() or time.monotonic() + pause > deadline:
+                    raise
+                logger.warning("%s; asking again in %.1f s", exc, pause)
+                self._stop.wait(pause)
+                pause = min(2 * pause, 5.0)
 
     def sync_clock(self, samples: int = 8) -> ClockEstimate:
         """Estimate the controller-minus-agent clock offset from a few exchanges."""
