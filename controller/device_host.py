@@ -13,6 +13,7 @@ process per device host, as a rack's lasers answer on their own machine.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
@@ -42,13 +43,30 @@ def host_config(cfg: TestbedConfig, host_id: str) -> DeviceHostConfig:
                       "add a [[device_hosts]] entry or fix the name")
 
 
+def check_listen(listen: str, insecure: bool) -> None:
+    """ConfigError for a non-loopback `listen` without `insecure`: the device host's wire is
+    not authenticated, and whoever reaches it can tune the rack's lasers."""
+    host = listen.rpartition(":")[0].strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not insecure:
+        raise ConfigError(f"device host listen address {listen!r} is not loopback, and its "
+                          "wire is not authenticated (anyone who reaches the port can tune the "
+                          "rack's lasers): keep it on a control network only the controller "
+                          "reaches and pass --insecure, or run it on loopback")
+
+
 class DeviceHost:
     """Serves the drivers of one device host's lasers (see the module docstring)."""
 
     def __init__(self, cfg: TestbedConfig, host_id: str, listen: str | None = None,
-                 drivers: Mapping[str, Any] | None = None):
+                 drivers: Mapping[str, Any] | None = None, *, insecure: bool = False):
         self.spec = host_config(cfg, host_id)
         self.cfg = cfg
+        bind = listen or self.spec.address
+        check_listen(bind, insecure)
         self._emulated: list[Any] = []
         self.drivers: dict[str, Any] = dict(drivers) if drivers is not None else \
             self._open([cfg.device(d) for d in self.spec.devices])
@@ -57,7 +75,7 @@ class DeviceHost:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(f"tcp://{listen or self.spec.address}")
+        self._sock.bind(f"tcp://{bind}")
         endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.address = endpoint.removeprefix("tcp://")
         """Where it listens (host:port; port 0 in `listen` becomes the one chosen)."""
@@ -69,6 +87,7 @@ class DeviceHost:
         """Requests answered, by op (the exit line reports them)."""
         self._pushes: list[zmq.Socket[bytes]] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def _open(self, devices: list[DeviceConfig]) -> dict[str, Any]:
         """The real driver of each laser; an emulator here first for `emulated` ones."""
@@ -197,7 +216,10 @@ class DeviceHost:
 
     def close(self) -> None:
         """Close the socket, the drivers (at once: pyserial's socket link pauses 0.3 s as it
-        closes) and any emulators; the optical state is left as it is."""
+        closes) and any emulators; the optical state is left as it is. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         list(self._pool.map(_close_quietly, self.drivers.values()))
         self._pool.shutdown(wait=True)
         with self._lock:

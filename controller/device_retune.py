@@ -61,6 +61,8 @@ def retune(dm: DeviceManager, channels: Mapping[str, int], timeout: float) -> li
             dm.log_event(tx, "tune" if bad else f"tune ch {channels[tx]}", not bad,
                          str(o) if isinstance(o, OddlError) else f"locked in {o * 1e3:.2f} ms")
     errors = [f"{tx}: {o}" for tx, o in outcomes.items() if isinstance(o, OddlError)]
+    if errors:
+        errors += _send_back(dm, channels, outcomes, timeout)
     with dm.lock:
         if not errors:
             dm.verified = Configuration(channels).merged_over(dm.verified)
@@ -68,6 +70,23 @@ def retune(dm: DeviceManager, channels: Mapping[str, int], timeout: float) -> li
             dm.verified_ns.update(dict.fromkeys(channels, now))
             dm.persist(dm.verified, list(channels), now)
     return errors
+
+
+def _send_back(dm: DeviceManager, channels: Mapping[str, int],
+               outcomes: Mapping[str, float | OddlError], timeout: float) -> list[str]:
+    """After a retune that failed somewhere, tune the lasers that did move back to their
+    verified channels (the slot's collective fails; the next one starts from the verified
+    configuration); the errors of those that could not be sent back."""
+    back = {tx: dm.verified.channels[tx] for tx, o in outcomes.items()
+            if not isinstance(o, OddlError) and tx in dm.verified.channels
+            and dm.verified.channels[tx] != channels[tx]}
+    out = []
+    for tx, o in _tune_all(dm, back, timeout).items():
+        ok = not isinstance(o, OddlError)
+        dm.log_event(tx, f"tune back ch {back[tx]}", ok, "after a failed retune" if ok else str(o))
+        if not ok:
+            out.append(f"{tx}: could not be tuned back to channel {back[tx]} ({o})")
+    return out
 
 
 def _tune_all(dm: DeviceManager, channels: Mapping[str, int], timeout: float

@@ -18,7 +18,7 @@ def cmd_devices_host(args: argparse.Namespace) -> int:
     from oddl.controller.device_host import DeviceHost
 
     cfg = load_testbed(args.config)
-    host = DeviceHost(cfg, args.host, listen=args.listen)
+    host = DeviceHost(cfg, args.host, listen=args.listen, insecure=args.insecure)
     try:
         with StopSignals() as stop:
             print_ready({"ready": True, "host": host.spec.id, "address": host.address,
@@ -42,4 +42,7 @@ def register(devices: argparse._SubParsersAction) -> None:
     host.add_argument("--listen", help="HOST:PORT to bind (default: the entry's address; port 0: "
                       "any, printed in the ready line)")
     host.add_argument("--ready-file", help="also write the ready line to this file")
+    host.add_argument("--insecure", action="store_true",
+                      help="listen on a non-loopback address although the device host's wire "
+                      "is not authenticated (a control network only the controller reaches)")
     host.set_defaults(func=cmd_devices_host)

@@ -100,11 +100,15 @@ def test_a_host_that_stops_answering_fails_its_lasers_and_changes_nothing(bench)
     dm.host_links["rack0"].timeout_s = 0.5
     before = dict(dm.verified.channels)
     running.close()
-    errors = dm.retune({"laser0": 3, "laser1": 4})
+    errors = dm.retune({"laser0": 3, "laser1": 4, "laser2": 1})
     assert len(errors) == 2
     assert all("device host rack0 at" in e and "did not answer" in e for e in errors)
     assert dm.verified.channels == before
     assert tb.lasers["laser0"].optical_output().frequency_thz == pytest.approx(193.1)
+    # the controller's own laser did move, and was sent back with the rest failing
+    assert tb.lasers["laser2"].optical_output().frequency_thz == pytest.approx(193.3)
+    assert any(e.device == "laser2" and e.action == "tune back ch 3" and e.ok
+               for e in dm.events)
 
 
 def test_a_request_for_a_device_it_does_not_drive_is_refused_by_name(bench):
@@ -126,6 +130,9 @@ def test_the_testbed_file_names_unknown_hosts_and_wrong_devices():
     cfg = parse_testbed(text)
     with pytest.raises(ConfigError, match="no device host 'rack9'"):
         DeviceHost(cfg, "rack9")
+    open_wire = _with_host(cfg, "0.0.0.0:0")
+    with pytest.raises(ConfigError, match="is not loopback.*--insecure"):
+        DeviceHost(open_wire, "rack0")
 
 
 def test_the_cli_host_emulates_its_lasers_serves_and_stops_on_sigterm(tmp_path):
