@@ -183,6 +183,11 @@ class DeviceHost:
             return {"ok": False, "error": {"type": "ProtocolError", "message": (
                 f"device host {self.spec.id}: malformed request ({exc}); use "
                 "oddl.drivers.device_host_link.DeviceHostLink")}}
+        except Exception as exc:  # a driver's defect: answer it rather than go silent
+            logger.exception("device host %s: a request failed unexpectedly", self.spec.id)
+            return {"ok": False, "error": {"type": "DeviceError", "message": (
+                f"device host {self.spec.id}: internal error ({exc!r}); it keeps serving — "
+                "please report this with its log")}}
 
     def call(self, device: str, method: str, args: list[Any]) -> Any:
         """One driver call of one of this host's lasers."""
