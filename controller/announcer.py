@@ -28,12 +28,15 @@ class Announcer:
     """Calls `announce(job_ids)` with every job asked for (`later`) once they pause."""
 
     def __init__(self, announce: Callable[[set[str]], None], quiet_s: float = QUIET_S,
-                 longest_s: float = LONGEST_S):
+                 longest_s: float = LONGEST_S, clock: Callable[[], float] = time.monotonic):
         self._announce = announce
         self._quiet_s, self._longest_s = quiet_s, longest_s
+        self._clock = clock
         self._cond = threading.Condition()
         self._pending: set[str] = set()
-        self._first = self._last = 0.0
+        self._first = self._last = clock()
+        """Made counts as the last registration: a controller that starts (or restarts) is
+        about to hear a burst, so its first registration is gathered, not a leading edge."""
         self._flushed = -float("inf")
         self._leading = False
         """The pending jobs came after a quiet spell: announce them at once."""
@@ -47,7 +50,7 @@ class Announcer:
         with self._cond:
             if self._closed:
                 return
-            now = time.monotonic()
+            now = self._clock()
             if not self._pending:
                 self._first = now
                 self._leading = now - max(self._flushed, self._last) > self._quiet_s
@@ -68,8 +71,8 @@ class Announcer:
         while True:
             with self._cond:
                 while not self._closed and (not self._pending
-                                            or self._due(time.monotonic()) > 0):
-                    self._cond.wait(self._due(time.monotonic()) if self._pending else None)
+                                            or self._due(self._clock()) > 0):
+                    self._cond.wait(self._due(self._clock()) if self._pending else None)
                 if self._closed:
                     return
             self.flush()
@@ -78,7 +81,7 @@ class Announcer:
         """Announce what is pending now."""
         with self._cond:
             pending, self._pending = self._pending, set()
-            self._flushed, self._leading = time.monotonic(), False
+            self._flushed, self._leading = self._clock(), False
             self._announcing += 1
         try:
             if pending:
