@@ -58,6 +58,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "broadcast": (["bench_broadcast.py"], [], ["--sizes-mb", "16", "--repeats", "3"]),
     "direct-landing": (["bench_direct_landing.py"], [], ["--sizes-mb", "16", "--repeats", "3",
                                                          "--rounds", "1"]),
+    "in-rank": (["bench_in_rank.py"], [], ["--sizes-mb", "0.004096,16", "--repeats", "3"]),
     "call-breakdown": (["bench_call_breakdown.py"], [], ["--sizes-mb", "0.004096,16",
                                                          "--repeats", "3"]),
     "control-plane": (["bench_control_plane.py"], ["--sizes", "4,16,64,256,1024"],
