@@ -29,6 +29,7 @@ from oddl.agents.agent_jobs import JobTable
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.clock.excursion import Excursion
 from oddl.agents.clock.offset_filter import ClockEstimate
+from oddl.agents.collective.lease import lease
 from oddl.agents.collective.runner import CollectiveRunner
 from oddl.agents.controller_link import ControllerLink
 from oddl.agents.links.choice import open_links
@@ -244,8 +245,12 @@ class Agent:
         if job_id is not None and (not isinstance(job_id, str) or not job_id):
             raise OperationRefused("malformed world request: job is not a job id")
         job = self.runner.job_for(job_id)
-        return {"job": job.id, "rank": job.rank, "nodes": list(job.nodes),
-                "last_step": job.last_step}
+        world = {"job": job.id, "rank": job.rank, "nodes": list(job.nodes),
+                 "last_step": job.last_step}
+        if "lease" in header:  # the rank asks to move its own bytes (decision record 0040)
+            world["lease"] = lease(job, self.links, header["lease"], self.ctl.get_schedule,
+                                   self.cfg.fabric.line_rate_gbps * 1e9)
+        return world
 
     def _heartbeat_counters(self) -> dict[str, Any]:
         p50, p99, _ = self.gate.percentiles()

@@ -152,12 +152,16 @@ def ranks_on_direct_links(script: str, config: Any, job: str, collective: str, n
         return results, tb.cfg.fabric.line_rate_gbps * 1e9
 
 
-def join_oddl_and_gloo() -> tuple[int, Any]:
+def join_oddl_and_gloo(rank_path: bool = False) -> tuple[int, Any]:
     """In a rank worker (torchrun's environment and ODDL_LOCAL_API set by the parent): one
     torch thread, `init_process_group("oddl")` and a gloo group of the same ranks beside;
-    (this rank, the gloo group)."""
+    (this rank, the gloo group). Without `rank_path` the agents move every call's bytes
+    (``ODDL_IN_RANK=0``: what these benchmarks measure), with it the ranks move their
+    all-reduces' bytes where the job allows it (decision record 0040)."""
     import datetime
     import os
+
+    os.environ["ODDL_IN_RANK"] = "1" if rank_path else "0"
 
     import torch
     import torch.distributed as dist

@@ -1,20 +1,16 @@
-"""What the rank moving its own bytes would buy: oddl's executor inside the training process,
-against the agent path and gloo, in the same run (issue 36, decision record 0040).
+"""The rank moving its own bytes (decision record 0040) against the agent path and gloo, in
+the same run (issue 36).
 
 Starts the emulated testbed with direct links and a ring job on its first `--ranks` nodes,
 and the rank processes with torchrun's environment. Each joins `init_process_group("oddl")`
-and a gloo group of the same ranks, opens a stream link of its own on loopback (the
-addresses exchanged over the gloo group, as gloo exchanges its own through the store), and
-per size times in alternation, float32, after the same barrier, `--repeats` times each:
+and a gloo group of the same ranks (`oddl.torch.in_rank`: the agents lease the data path to
+the ranks), and per size times in alternation, float32, after the
+same barrier, `--repeats` times each:
 - gloo: `dist.all_reduce(t, group=gloo)`;
-- agent: `dist.all_reduce(t)` of an adopted tensor (the agent moves the bytes: the path
-  users run today);
-- in_rank: the same ring plan run by the agents' own executor (`run_collective`, pipelined
-  chunks, posted landings) over the rank's stream link, then the outcome round of decision
-  record 0016 over the same streams: every part of a call's data path, with no local hop, no
-  agent thread hand-off and no agent process in the chunks' way. What it leaves out: the
-  start (an ideal network starts at once), the slot gate (open on the ideal network) and the
-  report to the controller (off the critical path).
+- agent: `dist.all_reduce(t)` of an adopted tensor with the group's rank path set aside (the
+  agent moves the bytes, as with ``ODDL_IN_RANK=0``);
+- in_rank: `dist.all_reduce(t)` on the rank path: the job's schedule, leased once per size,
+  run by the agents' executor and outcome round in the rank, over its own stream link.
 Every result is checked exact against the expected sum. Prints rank 0's medians and the
 ratios to gloo.
 
@@ -37,60 +33,6 @@ from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_l
 MODES = ("gloo", "agent", "in_rank")
 
 
-def _ring_steps(world: int, n_elems: int) -> tuple[Any, ...]:
-    """The ring plan's steps as an agent decodes them from its schedule."""
-    from oddl.controller.scheduling import make_plan
-    from oddl.protos.schedule_wire import StepSpec
-
-    plan = make_plan("ring", world, n_elems)
-    return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                          tuple(s.offset.tolist()), tuple(s.length.tolist()))
-                 for s in plan.steps)
-
-
-class InRankRing:
-    """The agents' executor and outcome round, run by this rank over its own stream link."""
-
-    def __init__(self, rank: int, world: int, gloo: Any):
-        from concurrent.futures import ThreadPoolExecutor
-
-        import torch.distributed as dist
-
-        from oddl.agents.links.streams import StreamLink
-
-        self.rank, self.nodes = rank, tuple(f"r{i}" for i in range(world))
-        self.link = StreamLink(self.nodes[rank], "127.0.0.1:0")
-        addresses: list[Any] = [None] * world
-        dist.all_gather_object(addresses, self.link.address, group=gloo)
-        self.link.set_peers({n: a for n, a in zip(self.nodes, addresses, strict=True)})
-        self.sender = ThreadPoolExecutor(1, thread_name_prefix="in-rank-send")
-        self.seq = 0
-        self._steps: dict[int, tuple[Any, ...]] = {}
-
-    def all_reduce(self, t: Any) -> None:
-        from oddl.agents.clock import wall
-        from oddl.agents.collective.context import CollectiveRun
-        from oddl.agents.collective.outcome import agree_outcome
-        from oddl.agents.collective.plan_run import run_collective
-        from oddl.agents.slot_gate import SlotGate
-
-        n = t.numel()
-        steps = self._steps.get(n)
-        if steps is None:
-            steps = self._steps[n] = _ring_steps(len(self.nodes), n)
-        self.seq += 1
-        run = CollectiveRun("in-rank", self.seq, self.rank, self.nodes, steps,
-                            network="ideal", receive_timeout_s=30)
-        run_collective(run, t.numpy(), self.link, SlotGate(), inplace=True, sender=self.sender)
-        me = self.nodes[self.rank]
-        agree_outcome(self.link, me, "in-rank", self.seq, [p for p in self.nodes if p != me],
-                      wall.now() + 60, None, ("all_reduce", "sum", 0))
-
-    def close(self) -> None:
-        self.sender.shutdown(wait=True)
-        self.link.close()
-
-
 def rank_main(sizes_mb: list[float], repeats: int) -> None:
     """One rank (RANK, WORLD_SIZE, MASTER_*, ODDL_LOCAL_API set by the parent)."""
     import torch
@@ -98,21 +40,23 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
 
     import oddl.torch.channel as oc
 
-    rank, gloo = join_oddl_and_gloo()
+    rank, gloo = join_oddl_and_gloo(rank_path=True)
     world = dist.get_world_size()
-    assert oc._channel is not None
-    promoter = oc._channel.promoter
-    in_rank = InRankRing(rank, world, gloo)
+    channel = oc._channel
+    assert channel is not None
+    path = channel.rank_path
+    if path is None:
+        raise SystemExit("the agents did not lease the data path to the ranks (see the "
+                         "ranks' log): this benchmark needs direct links, the ideal network")
     out: dict[str, Any] = {"rank": rank, "sizes": {}}
 
     def call(mode: str, t: torch.Tensor) -> float:
         t.fill_(float(rank + 1))
+        channel.rank_path = path if mode == "in_rank" else None
+        channel.promoter.enabled = mode == "agent"
         dist.barrier(group=gloo)
         start = time.perf_counter()
-        if mode == "in_rank":
-            in_rank.all_reduce(t)
-        else:
-            dist.all_reduce(t, group=gloo if mode == "gloo" else None)
+        dist.all_reduce(t, group=gloo if mode == "gloo" else None)
         took = time.perf_counter() - start
         want = world * (world + 1) / 2
         if float(t[0]) != want or float(t[-1]) != want or float(t[len(t) // 2]) != want:
@@ -132,9 +76,9 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
                     times[m].append(call(m, tensors[m]))
             out["sizes"][str(mb)] = times
             del tensors
-        out["promoted"] = promoter.promoted
+        out["rank_path_calls"] = path.calls
     finally:
-        in_rank.close()
+        channel.rank_path = path
         dist.destroy_process_group()
     print(json.dumps(out), flush=True)
 

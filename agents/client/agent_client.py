@@ -195,22 +195,25 @@ class AgentClient:
     def world(self, job: str | None = None) -> tuple[int, int]:
         """(this node's rank, the number of ranks) of the job a call naming `job` runs on."""
         if job not in self._worlds:
-            self._conn.ensure_connected()
-            info = self._conn.query(b"world", {"job": job} if job else {})
+            info = self.ask_world(job)
             self._worlds[job] = (int(info["rank"]), len(info["nodes"]))
         return self._worlds[job]
+
+    def ask_world(self, job: str | None = None, **more: Any) -> dict[str, Any]:
+        """The agent's answer on `job`: id, rank, nodes, last step, and `more` (ADR 0040)."""
+        self._conn.ensure_connected()
+        return self._conn.query(b"world", {**({"job": job} if job else {}), **more})
 
     def steps_seen(self, job: str | None = None) -> tuple[str, int]:
         """(the job a call naming `job` runs on, the highest step number a call of that job
         had at this node's agent, from any process): a new process group's ranks number
         their calls after it (decision record 0033). Asked anew each time."""
-        self._conn.ensure_connected()
-        info = self._conn.query(b"world", {"job": job} if job else {})
+        info = self.ask_world(job)
         return str(info["job"]), int(info.get("last_step", 0))
 
     def in_bucket(self, array: np.ndarray) -> bool:
         """Whether `array` lives in this client's shared-memory bucket."""
-        return self._buckets.bucket is not None and self._buckets.bucket.owns(array)
+        return (bucket := self._buckets.bucket) is not None and bucket.owns(array)
 
     def holds(self, array: np.ndarray) -> bool:
         """Whether the agent reaches `array` where it is (the bucket, or memory this client

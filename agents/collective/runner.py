@@ -25,6 +25,7 @@ from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.execute import Execution, execute
+from oddl.agents.collective.lease import schedule_for
 from oddl.agents.collective.standing import Ready, agree, exchange, start_request
 from oddl.agents.collective.void import VoidWindow
 from oddl.agents.controller_link import ControllerLink
@@ -302,13 +303,9 @@ class CollectiveRunner:
                                       "rank's (it skipped or repeated calls)") from exc
 
     def _run_ideal(self, job: AgentJob, seq: int, array: np.ndarray) -> np.ndarray:
-        key = self._key(array)
-        schedule = job.plans.get(key)
-        if schedule is None:
-            schedule = self.ctl.get_schedule(job.id, array.size * array.dtype.itemsize,
-                                             array.dtype.itemsize, self._call[0], self._call[2])
-            job.plans[key] = schedule
-            MARKS.mark("schedule")
+        schedule = schedule_for(job, self._key(array), array.dtype.itemsize,
+                                self.ctl.get_schedule)
+        MARKS.mark("schedule")
         return self._run(job, seq, array, schedule, 0.0)
 
     # ---- running it -------------------------------------------------------------------

@@ -57,6 +57,8 @@ def create(dist_opts: Any, backend_opts: Any = None) -> dist.ProcessGroup:
     if dist.is_initialized() and ranks and len(ranks) != dist.get_world_size():
         return _subgroup(dist_opts, rank, world, timeout_s, name, ranks)
     channel, shaken = joined_channel(rank, world, timeout_s, HANDSHAKE_TIMEOUT_S, dist_opts.store)
+    channel.submit("rank path", lambda: channel.lease_rank_path(dist_opts.store, rank, world),
+                   collective=False, after_failure=True).wait()
     _WORLD.update(to_job=shaken.to_job, session=shaken.session)
     fallback = None
     mode = os.environ.get(ENV_FALLBACK, "").strip().lower()

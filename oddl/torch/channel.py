@@ -26,6 +26,8 @@ import torch.distributed as dist
 from oddl.agents.client.agent_client import AgentClient
 from oddl.common.errors import CollectiveError, ConfigError
 from oddl.torch.adopt import Promoter, array_of
+from oddl.torch.counters import count, counters, reset_counters
+from oddl.torch.in_rank import RankPath, open_rank_path
 from oddl.torch.timeouts import GO_ON
 
 logger = logging.getLogger(__name__)
@@ -41,39 +43,6 @@ ENV_SUBGROUPS = "ODDL_TORCH_SUBGROUPS"
 
 class UnsupportedCollective(CollectiveError):
     """A collective (or reduction) the optical all-reduce cannot carry, with no fallback."""
-
-
-# ---- counters -----------------------------------------------------------------------------
-
-_counter_lock = threading.Lock()
-_counters: dict[str, dict[str, int]] = {}
-
-
-def count(kind: str, optical: int = 0, fallback: int = 0) -> None:
-    """Count one call of `kind` and the bytes it sent over the optics or the fallback."""
-    with _counter_lock:
-        c = _counters.setdefault(kind, {"calls": 0, "optical_bytes": 0, "fallback_calls": 0,
-                                        "fallback_bytes": 0})
-        c["calls"] += 1
-        c["optical_bytes"] += optical
-        c["fallback_bytes"] += fallback
-        c["fallback_calls"] += bool(fallback)
-
-
-def counters() -> dict[str, Any]:
-    """This process's counters per collective kind, and totals: calls, bytes handed to the
-    agent (over the optical circuits), calls and bytes that went to the gloo fallback."""
-    with _counter_lock:
-        kinds = {k: dict(v) for k, v in _counters.items()}
-    total = {f: sum(v[f] for v in kinds.values())
-             for f in ("calls", "optical_bytes", "fallback_calls", "fallback_bytes")}
-    return {"kinds": kinds, "total": total}
-
-
-def reset_counters() -> None:
-    """Zero the counters (e.g. at the start of an iteration)."""
-    with _counter_lock:
-        _counters.clear()
 
 
 # ---- work objects ---------------------------------------------------------------------------
@@ -132,6 +101,22 @@ class Channel:
         self._lanes: dict[str, tuple[AgentClient, ThreadPoolExecutor]] = {}
         """Receive lanes (`submit_receive`): a client and a thread each."""
         self._timeout_s = timeout_s
+        self.rank_path: RankPath | None = None
+        """The world group's all-reduces in this process (decision record 0040), if leased."""
+
+    def lease_rank_path(self, store: Any, rank: int, world: int) -> None:
+        """A new world group (on the worker thread): its all-reduces move in this process when
+        every rank gets the lease (`oddl.torch.in_rank`; ``ODDL_IN_RANK=0`` keeps them with
+        the agent), else through the agent."""
+        if self.rank_path is not None:
+            self.rank_path.close()
+            self.rank_path = None
+        key = f"oddl-rank-path/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.groups}"
+        self.rank_path = open_rank_path(self.client, self.job, store, rank, world, key)
+
+    def _moved(self) -> tuple[int, int]:
+        """Calls whose data went out: through the agent, and in this process."""
+        return self.client.steps.used, self.rank_path.seq if self.rank_path else 0
 
     def sum_(self, array: np.ndarray) -> np.ndarray:
         """Sum `array` across the job's nodes, in place (worker thread only). An empty array
@@ -207,13 +192,13 @@ class Channel:
                     f"{what} not sent: an earlier collective failed after its data had gone "
                     f"to the agent ({self.failed}); {GO_ON}"))
                 return
-            used = self.client.steps.used
+            used = self._moved()
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to the caller through the future
                 # a call refused before its data went to the agent (an argument, a dtype, a
                 # root; or refused unrun by the agent) used up no step: the sequence holds
-                if collective and self.client.steps.used != used and not self.failed:
+                if collective and self._moved() != used and not self.failed:
                     self.failed = f"{what}: {exc}"
                     exc.add_note(f"oddl: {GO_ON}")
                 logger.error("oddl %s failed: %s", what, exc)
@@ -235,6 +220,9 @@ class Channel:
         if self._executor is not None:
             self._executor.shutdown(wait=not self.failed, cancel_futures=bool(self.failed))
             self._executor = None
+            if self.rank_path is not None:
+                self.rank_path.close()
+                self.rank_path = None
             self.client.close()
         for receiver, receives in self._lanes.values():
             receives.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,156 @@
+"""The rank moves its own bytes (decision record 0040): the world group's all-reduces run in
+the training process, over a stream link of its own, on the schedule its agent leases it.
+
+Unless ``ODDL_IN_RANK=0`` is in the ranks' environment, each rank asks its agent at the world
+group's creation whether the job's data path can be leased (`oddl.agents.collective.lease`:
+the ideal network on direct, unauthenticated TCP streams), opens a stream listener on the host
+its agent's streams use, and publishes the address on the group's store. Only when every
+rank got the lease does the group use it — every rank or none, so no call is ever run one
+way on one rank and the other way on another. Then each all-reduce asks its agent once per
+bucket size for the job's schedule, and runs it with the agents' own executor
+(`run_collective`: chunks pipelined across steps, reduced in place) and their outcome round
+(decision record 0016: the call succeeds only where every rank succeeded), with no local hop,
+no bucket and no agent process in the chunks' way. The agent keeps the controller link, the
+clock and every other call; a crashed training process takes only its own streams with it,
+and its peers fail the call in flight by their outcome round or its receive deadline.
+
+Calls are numbered per group, in the order every rank makes them (as c10d requires), on a
+stream namespace of their own (``<job>/rank-path``), apart from the agent's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.clock import wall
+from oddl.agents.collective import outcome
+from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.links.stream_wire import PeerGaveUp
+from oddl.agents.links.streams import StreamLink
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.errors import CollectiveError
+from oddl.protos import oddl_pb2 as pb
+from oddl.protos.schedule_wire import StepSpec, decode_schedule
+
+logger = logging.getLogger(__name__)
+
+ENV_IN_RANK = "ODDL_IN_RANK"
+"""``0``: every call goes through the agent, even where the job's data path can be leased."""
+
+NAMESPACE = "rank-path"
+"""The stream namespace of the rank's calls: ``<job>/rank-path``."""
+
+
+def wanted() -> bool:
+    """Whether this process moves its own bytes where the job allows it (not
+    ``ODDL_IN_RANK=0``)."""
+    return os.environ.get(ENV_IN_RANK, "1").strip() != "0"
+
+
+class RankPath:
+    """One group's all-reduces run by this rank (see the module docstring)."""
+
+    def __init__(self, client: AgentClient, job: str, rank: int, nodes: tuple[str, ...],
+                 link: StreamLink, line_rate_bps: float):
+        self.client, self.job, self.rank, self.nodes = client, job, rank, nodes
+        self.link = link
+        self.line_rate_bps = line_rate_bps
+        self.label = f"{job}/{NAMESPACE}"
+        self.seq = 0
+        """Calls whose data started to move (the group's numbering)."""
+        self.calls = 0
+        self._plans: dict[tuple[int, str], tuple[tuple[StepSpec, ...], float, str] | None] = {}
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="oddl-rank-send")
+
+    def all_reduce(self, a: np.ndarray, op: str) -> bool:
+        """Reduce `a` (contiguous, writable) in place with `op` across the job; False, with
+        nothing sent, when this size's schedule stays with the agent (every rank alike)."""
+        plan = self._plan(a)
+        if plan is None:
+            return False
+        steps, receive_timeout_s, collective = plan
+        self.seq += 1
+        run = CollectiveRun(self.label, self.seq, self.rank, self.nodes, steps,
+                            network="ideal", receive_timeout_s=receive_timeout_s,
+                            line_rate_bps=self.line_rate_bps, reduce_op=op,
+                            collective=collective)
+        me, peers = self.nodes[self.rank], [n for n in self.nodes if n != self.nodes[self.rank]]
+        try:
+            run_collective(run, a, self.link, SlotGate(), inplace=True, sender=self._sender)
+            outcome.agree_outcome(self.link, me, self.label, self.seq, peers,
+                                  wall.now() + max(2 * receive_timeout_s, 5.0), None,
+                                  ("all_reduce", op, 0))
+        except CollectiveError as exc:
+            if not isinstance(exc, PeerGaveUp):
+                outcome.tell_failure(self.link, self.label, self.seq, peers, str(exc))
+            raise
+        self.calls += 1
+        return True
+
+    def _plan(self, a: np.ndarray) -> tuple[tuple[StepSpec, ...], float, str] | None:
+        """This size's steps, receive timeout and collective, leased once (None: the agent
+        keeps this size)."""
+        key = (a.size, a.dtype.str)
+        if key not in self._plans:
+            info = self.client.ask_world(self.job, lease={
+                "n": a.size, "dtype": a.dtype.str, "itemsize": a.dtype.itemsize,
+                "kind": "all_reduce", "root": 0})["lease"]
+            if not info.get("granted") or "schedule" not in info:
+                logger.info("oddl: all_reduce of %d x %s stays with the agent: %s", a.size,
+                            a.dtype, info.get("why", "no schedule leased"))
+                self._plans[key] = None
+            else:
+                schedule = pb.Schedule.FromString(base64.b64decode(info["schedule"]))
+                decoded = decode_schedule(schedule)
+                self._plans[key] = (decoded.steps, decoded.receive_timeout_s,
+                                    decoded.collective)
+        return self._plans[key]
+
+    def close(self) -> None:
+        """Stop the sender and the link (the group is gone)."""
+        self._sender.shutdown(wait=True)
+        self.link.close()
+
+
+def open_rank_path(client: AgentClient, job: str | None, store: Any, rank: int, world: int,
+                   key: str) -> RankPath | None:
+    """The group's rank path when every rank got the lease, else None (every rank alike).
+    `store` is the group's c10d store; `key` names this group's entries in it. A rank that
+    declines (``ODDL_IN_RANK=0``) still says so there, so the others do not wait for it."""
+    info = client.ask_world(job, lease={"n": 0}) if wanted() else client.ask_world(job)
+    lease = info.get("lease") or {"why": f"{ENV_IN_RANK}=0" if not wanted() else
+                                  "the agent runs an older oddl that leases nothing"}
+    nodes = tuple(info["nodes"])
+    link: StreamLink | None = None
+    why = lease.get("why", "")
+    if lease.get("granted") and len(nodes) != world:
+        why = f"the job has {len(nodes)} nodes for a group of {world} ranks"
+    elif lease.get("granted"):
+        link = StreamLink(nodes[int(info["rank"])], f"{lease['host']}:0")
+    store.set(f"{key}/{rank}", json.dumps([int(info["rank"]), link.address if link else "",
+                                           why]))
+    theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]
+    refused = [(r, w) for r, (_jr, address, w) in enumerate(theirs) if not address]
+    if refused:
+        if link is not None:
+            link.close()
+        if rank == 0:
+            r, w = refused[0]
+            logger.info("oddl: the agents move the bytes (rank %d: %s)", r, w)
+        return None
+    assert link is not None
+    link.set_peers({nodes[job_rank]: address for job_rank, address, _ in theirs})
+    if rank == 0:
+        logger.info("oddl: the ranks move their own bytes on job %s (decision record 0040)",
+                    info["job"])
+    return RankPath(client, str(info["job"]), int(info["rank"]), nodes, link,
+                    float(lease.get("line_rate_bps", 0.0)))

@@ -1,0 +1,169 @@
+"""The rank moves its own bytes (decision record 0040): the lease an agent gives or refuses,
+and the world group's all-reduces run in the training processes over direct links.
+
+Four rank processes (tests/workers/rank_path_worker.py) join `init_process_group("oddl")` on
+the emulated testbed with direct links and a ring job on the ideal network; the checks here
+compute the expected values from the same inputs.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import EMULATED, run_ranks
+
+from oddl.agents.agent_jobs import AgentJob
+from oddl.agents.collective.lease import lease, refusal
+from oddl.agents.links.choice import DataLinks
+from oddl.agents.links.streams import StreamLink
+from oddl.common.errors import OperationRefused
+from oddl.protos import oddl_pb2 as pb
+
+torch = pytest.importorskip("torch")
+
+WORKER = Path(__file__).resolve().parents[1] / "workers" / "rank_path_worker.py"
+WORLD = 4
+
+
+# ---- the lease, without a testbed ------------------------------------------------------------
+
+
+@pytest.fixture
+def stream_links() -> Iterator[DataLinks]:
+    link = StreamLink("n0", "127.0.0.1:0")
+    yield DataLinks(link)
+    link.close()
+
+
+def _job(network: str) -> AgentJob:
+    return AgentJob("job-1", ("n0", "n1"), 0, network, "ring")
+
+
+def _no_fetch(*_args: Any) -> pb.Schedule:
+    raise AssertionError("the schedule is asked for only when a size is leased")
+
+
+def test_the_lease_is_granted_on_direct_streams_of_the_ideal_network(stream_links):
+    fetched: list[tuple[Any, ...]] = []
+
+    def fetch(*args: Any) -> pb.Schedule:
+        fetched.append(args)
+        return pb.Schedule(job_id="job-1", collective="ring", n_elems=1000)
+
+    job = _job("ideal")
+    assert lease(job, stream_links, {"n": 0}, _no_fetch, 1e9) == {
+        "granted": True, "host": "127.0.0.1", "line_rate_bps": 1e9}
+    ask = {"n": 1000, "dtype": "<f4", "itemsize": 4, "kind": "all_reduce", "root": 0}
+    got = lease(job, stream_links, ask, fetch, 1e9)
+    assert got["granted"]
+    assert pb.Schedule.FromString(base64.b64decode(got["schedule"])).collective == "ring"
+    lease(job, stream_links, ask, fetch, 1e9)
+    assert fetched == [("job-1", 4000, 4, "all_reduce", 0)], "asked of the controller once"
+
+
+def test_the_lease_is_refused_where_the_agent_must_stay_in_the_way(stream_links):
+    assert "optical network" in refusal(_job("optical"), stream_links)
+    assert "circuit network" in refusal(_job("circuit"), stream_links)
+    for kind in ("all_gather", "broadcast"):
+        got = lease(_job("ideal"), stream_links, {"n": 8, "kind": kind, "itemsize": 4},
+                    _no_fetch, 0.0)
+        assert got == {"granted": False,
+                       "why": f"{kind} stays with the agent; only the all-reduce is leased"}
+
+    def forwarded(*_args: Any) -> pb.Schedule:
+        return pb.Schedule(collective="ring", n_elems=12)  # relays keep segments past n
+
+    got = lease(_job("ideal"), stream_links, {"n": 8, "itemsize": 4}, forwarded, 0.0)
+    assert not got["granted"] and "forwards through hosts" in got["why"]
+    with pytest.raises(OperationRefused, match="malformed lease request"):
+        lease(_job("ideal"), stream_links, {"n": "many"}, _no_fetch, 0.0)
+    with pytest.raises(OperationRefused, match="itemsize must be positive"):
+        lease(_job("ideal"), stream_links, {"n": 8}, _no_fetch, 0.0)
+
+
+def test_authenticated_streams_are_not_leased():
+    import zmq
+
+    from oddl.agents.links.stream_auth import StreamAuth
+
+    public, secret = zmq.curve_keypair()
+    link = StreamLink("n0", "127.0.0.1:0", auth=StreamAuth("n0", secret, {"n0": public}))
+    try:
+        assert "certificates stay with the agent" in refusal(_job("ideal"), DataLinks(link))
+    finally:
+        link.close()
+
+
+# ---- four ranks over direct links -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def apis(tmp_path_factory) -> Iterator[list[str]]:
+    """The emulated testbed with direct links and a ring job on the ideal network."""
+    from oddl.launch.testbed import RunningTestbed, write_config
+
+    tmp = tmp_path_factory.mktemp("rank-path")
+    config = write_config(EMULATED, tmp / "direct.toml", {'link = "fabric"': 'link = "direct"'})
+    with RunningTestbed(tmp, config) as tb:
+        job = tb.operator.submit("rank-path", tb.launched.node_ids, "ring", "ideal")
+        yield tb.launched.apis
+        tb.operator.cancel(job["id"])
+
+
+def _world(apis: list[str], scenario: str) -> list[dict[str, Any]]:
+    return run_ranks([sys.executable, str(WORKER), scenario], apis, 300)
+
+
+def _inputs(rank: int, n: int) -> np.ndarray:
+    return np.random.default_rng(300 + rank + n).integers(-100, 100, n).astype(np.float64)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
+    res = _world(apis, "exact")
+    assert all(r["leased"] for r in res), "every rank took the lease"
+    for n in (1, 7, 1000, 300_001):
+        stacked = np.stack([_inputs(r, n) for r in range(WORLD)])
+        want = {"SUM": stacked.sum(0), "MAX": stacked.max(0), "AVG": stacked.sum(0) / WORLD}
+        for key, got in res[0]["results"].items():
+            if not key.startswith(f"{n}/"):
+                continue
+            op = key.rsplit("/", 1)[1]
+            expect = torch.from_numpy(want[op])
+            if "bfloat16" in key:  # summed as float32, rounded once (oddl.torch.native)
+                expect = expect.float().to(torch.bfloat16)
+            np.testing.assert_array_equal(np.array(got), expect.float().numpy(), err_msg=key)
+            assert all(r["results"][key] == got for r in res), f"{key}: every rank alike"
+    strided = np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0)
+    assert res[0]["results"]["strided"] == strided.astype(np.float32).tolist()
+    for r in res:  # the agents ran none of them (the handshake's sums came before)
+        assert r["agent_done_after"] == r["agent_done_before"], r
+        assert r["rank_path_calls"] == 4 * 5 + 1
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]):
+    res = _world(apis, "one-declines")
+    assert not any(r["leased"] for r in res)
+    assert all(r["agent_done_after"] - r["agent_done_before"] == 4 * 5 + 1 for r in res)
+    assert res[0]["results"] == res[2]["results"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_a_rank_that_leaves_fails_the_call_on_every_other_rank(apis: list[str]):
+    res = _world(apis, "crash")
+    survivors = [r for r in res if not r.get("left")]
+    assert len(survivors) == 3 and all(r["leased"] for r in survivors)
+    for r in survivors:
+        assert r["error"], f"rank {r['rank']} returned a result without rank 3"
+        assert r["took_s"] < 60, r
+    assert any("n3" in r["error"] for r in survivors), [r["error"] for r in survivors]

@@ -1,0 +1,99 @@
+"""One rank of the rank-path tests: `python tests/workers/rank_path_worker.py SCENARIO`.
+
+Started four times by tests/top/test_rank_path.py with torchrun's environment and
+ODDL_LOCAL_API, on a testbed with direct links and a job on the ideal network (decision record
+0040); joins `init_process_group("oddl")`, runs the scenario and prints one JSON line.
+- ``exact``: all-reduces of several sizes, dtypes and reductions (integers, exact in every
+  dtype), and what the agent counted meanwhile;
+- ``one-declines``: rank 1 runs with ODDL_IN_RANK=0, so no rank takes the lease;
+- ``crash``: rank 3 leaves (os._exit) before the third all-reduce; the others report how
+  their call ended and how long it took.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import oddl.torch.backend  # noqa: F401  (registers the backend)
+import oddl.torch.channel as oc
+
+SIZES = (1, 7, 1000, 300_001)
+"""Elements: one, an odd few, small, and more than one 1 MB chunk of float32 per step."""
+
+
+def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank `rank`'s tensor: integers, exact in every dtype used."""
+    g = np.random.default_rng(300 + rank + n)
+    return torch.from_numpy(g.integers(-100, 100, n)).to(dtype)
+
+
+def _agent_done(channel: oc.Channel) -> int:
+    return int(channel.client.status().get("collectives_done", -1))
+
+
+def exact(rank: int) -> dict[str, Any]:
+    channel = oc._channel
+    assert channel is not None
+    out: dict[str, Any] = {"leased": channel.rank_path is not None,
+                           "agent_done_before": _agent_done(channel), "results": {}}
+    for n in SIZES:
+        for dtype, op in ((torch.int64, "SUM"), (torch.float32, "SUM"), (torch.float64, "MAX"),
+                          (torch.float32, "AVG"), (torch.bfloat16, "SUM")):
+            t = inputs(rank, n, dtype)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            out["results"][f"{n}/{dtype}/{op}"] = t.float().tolist()
+    strided = inputs(rank, 2000, torch.float32)[::2]  # not contiguous: a copy goes and returns
+    dist.all_reduce(strided)
+    out["results"]["strided"] = strided.tolist()
+    out["agent_done_after"] = _agent_done(channel)
+    out["rank_path_calls"] = channel.rank_path.calls if channel.rank_path else 0
+    return out
+
+
+def crash(rank: int) -> dict[str, Any]:
+    channel = oc._channel
+    assert channel is not None
+    t = torch.ones(300_001)
+    for _ in range(2):
+        dist.all_reduce(t)
+    if rank == 3:
+        print(json.dumps({"rank": rank, "left": True}), flush=True)
+        os._exit(0)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        error = ""
+    except Exception as exc:  # what the caller sees
+        error = f"{type(exc).__name__}: {exc}"
+    return {"leased": channel.rank_path is not None, "error": error,
+            "took_s": time.monotonic() - start}
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    if scenario == "one-declines" and rank == 1:
+        os.environ["ODDL_IN_RANK"] = "0"
+    torch.set_num_threads(1)
+    dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=120))
+    try:
+        result = crash(rank) if scenario == "crash" else exact(rank)
+    finally:
+        if scenario != "crash":
+            dist.destroy_process_group()
+    print(json.dumps({"rank": rank, **result}), flush=True)
+    if scenario == "crash":
+        os._exit(0)  # a peer is gone: leave without the group's goodbyes
+
+
+if __name__ == "__main__":
+    main()
