@@ -11,8 +11,9 @@ same barrier, `--repeats` times each:
   agent moves the bytes, as with ``ODDL_IN_RANK=0``);
 - in_rank: `dist.all_reduce(t)` on the rank path: the job's schedule, leased once per size,
   run by the agents' executor and outcome round in the rank, over its own stream link.
-Every result is checked exact against the expected sum. Prints rank 0's medians and the
-ratios to gloo.
+Every result is checked exact against the expected sum. Prints rank 0's medians, the ratios
+to gloo, and the CPU time rank 0's process spent in a gloo call and in a call on the rank
+path (all its threads; the agent path's work is in the agent, not counted there).
 
     python benchmarks/bench_in_rank.py [--sizes-mb 0.004096,1,16,64] [--repeats 9]
         [--ranks 4] [--json]
@@ -48,20 +49,20 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     if path is None:
         raise SystemExit("the agents did not lease the data path to the ranks (see the "
                          "ranks' log): this benchmark needs direct links, the ideal network")
-    out: dict[str, Any] = {"rank": rank, "sizes": {}}
+    out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}}
 
-    def call(mode: str, t: torch.Tensor) -> float:
+    def call(mode: str, t: torch.Tensor) -> tuple[float, float]:
         t.fill_(float(rank + 1))
         channel.rank_path = path if mode == "in_rank" else None
         channel.promoter.enabled = mode == "agent"
         dist.barrier(group=gloo)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         dist.all_reduce(t, group=gloo if mode == "gloo" else None)
-        took = time.perf_counter() - start
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
         want = world * (world + 1) / 2
         if float(t[0]) != want or float(t[-1]) != want or float(t[len(t) // 2]) != want:
             raise SystemExit(f"{mode}: wrong sum {float(t[0])}, {float(t[-1])}, want {want}")
-        return took
+        return took, cpu
 
     try:
         for mb in sizes_mb:
@@ -70,11 +71,12 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
             for m in MODES:  # warm-up; the agent's tensor is adopted at its first call
                 call(m, tensors[m])
                 call(m, tensors[m])
-            times: dict[str, list[float]] = {m: [] for m in MODES}
+            times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
             for _ in range(repeats):
                 for m in MODES:
                     times[m].append(call(m, tensors[m]))
-            out["sizes"][str(mb)] = times
+            out["sizes"][str(mb)] = {m: [t for t, _ in v] for m, v in times.items()}
+            out["cpu"][str(mb)] = {m: [c for _, c in v] for m, v in times.items()}
             del tensors
         out["rank_path_calls"] = path.calls
     finally:
@@ -93,7 +95,9 @@ def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[s
     rows = []
     for mb in sizes_mb:
         med = {m: median(r0["sizes"][str(mb)][m]) for m in MODES}
+        cpu = {m: median(r0["cpu"][str(mb)][m]) for m in MODES}
         rows.append({"size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
+                     **{f"{m}_cpu_ms": cpu[m] * 1e3 for m in MODES},
                      "agent_x_gloo": med["agent"] / med["gloo"],
                      "in_rank_x_gloo": med["in_rank"] / med["gloo"]})
     return {"bench": "in_rank", "collective": "ring", "links": "direct", "repeats": repeats,
@@ -115,9 +119,10 @@ def table(summary: dict[str, Any]) -> list[str]:
     return [f"all-reduce, ring on direct links, {summary['nodes']} ranks, float32, median of "
             f"{summary['repeats']} (rank 0); load {summary['load']}",
             f"{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
-            f"{'in rank/gloo':>14}",
+            f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}",
             *(f"{r['size_mb']:>8g}MB{r['gloo_ms']:>8.2f}ms{r['agent_ms']:>8.2f}ms"
               f"{r['in_rank_ms']:>8.2f}ms{r['agent_x_gloo']:>12.2f}{r['in_rank_x_gloo']:>14.2f}"
+              f"{r['gloo_cpu_ms']:>21.2f} / {r['in_rank_cpu_ms']:.2f}"
               for r in summary["rows"])]
 
 

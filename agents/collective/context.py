@@ -20,7 +20,7 @@ import numpy as np
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import step_marks
 from oddl.agents.collective.chunks import busiest_port_bytes
-from oddl.agents.links.stream_wire import ChunkHead
+from oddl.agents.links.stream_wire import CHUNK_BYTES, ChunkHead
 from oddl.agents.slot_gate import Cancel, SlotGate
 from oddl.common.call_marks import MARKS
 from oddl.common.collective_kinds import UFUNCS
@@ -97,6 +97,9 @@ class CollectiveRun:
     """The schedule's collective (``ring``, ...), for the trace."""
     caller_step: int = 0
     """The training process's number for this call, for the trace."""
+    chunk_bytes: int = CHUNK_BYTES
+    """The largest chunk a transfer is cut into; the same at every rank of a run (the
+    receivers check each chunk's place against their own plan)."""
     circuits_standing: bool = False
     """Every circuit the slots use is up before the run and none changes during it (a
     standing schedule that retunes nothing, decision record 0022): no send waits for a slot

@@ -42,7 +42,6 @@ from oddl.agents.collective.direct_landing import direct_chunks
 from oddl.agents.collective.pipelined import run_pipelined
 from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps
 from oddl.agents.collective.step_marks import MarkedLink
-from oddl.agents.links.stream_wire import CHUNK_BYTES
 from oddl.agents.slot_gate import SlotGate
 from oddl.agents.trace.events import RunTrace, TracedLink
 from oddl.common.call_marks import MARKS
@@ -97,7 +96,7 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     started = wallclock.now()
     if not run.gated:
         ctx.ideal_timing(started)
-    chunk = max(1, CHUNK_BYTES // buf.itemsize)
+    chunk = max(1, run.chunk_bytes // buf.itemsize)
     order = tuple(_send_order(ctx, k) for k in range(len(run.steps)))
     plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
     # small collectives run step by step with inline sends: one thread, no hand-over per

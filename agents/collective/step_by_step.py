@@ -14,7 +14,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from oddl.agents.collective.context import RunContext
-from oddl.agents.links.stream_wire import CHUNK_BYTES, ChunkHead, node_tag
+from oddl.agents.links.stream_wire import ChunkHead, node_tag
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
                sends: Segments) -> None:
     """Send step k to each peer in slot order, each gated into its slot."""
     run = ctx.run
-    chunk = max(1, CHUNK_BYTES // source.itemsize)
+    chunk = max(1, run.chunk_bytes // source.itemsize)
     for d in order:
         dst = run.nodes[d]
         if run.gated:
@@ -99,7 +99,7 @@ def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int, int]]
     each chunk due by `RunContext.due` plus the receive timeout (the schedule, not how far
     this node has got)."""
     run, buf = ctx.run, ctx.buf
-    chunk = max(1, CHUNK_BYTES // buf.itemsize)
+    chunk = max(1, run.chunk_bytes // buf.itemsize)
     for at, n, off in segs:
         for o in range(at, at + n, chunk):
             m = min(chunk, at + n - o)

@@ -46,6 +46,12 @@ logger = logging.getLogger(__name__)
 ENV_IN_RANK = "ODDL_IN_RANK"
 """``0``: every call goes through the agent, even where the job's data path can be leased."""
 
+RANK_CHUNK_BYTES = 8 << 20
+"""The rank path's largest chunk. Each chunk costs the executor's threads a few wake-ups and
+some Python; with the agents' 1 MB chunks a rank spent ×1.15–1.25 gloo's CPU time per call
+at 16–256 MB, with 4 MB about gloo's, with 8 MB below it at 64 and 256 MB, 4 ranks, ideal
+network (docs/results.md, decision record 0040). A transfer smaller than this is one chunk."""
+
 NAMESPACE = "rank-path"
 """The stream namespace of the rank's calls: ``<job>/rank-path``."""
 
@@ -82,7 +88,7 @@ class RankPath:
         run = CollectiveRun(self.label, self.seq, self.rank, self.nodes, steps,
                             network="ideal", receive_timeout_s=receive_timeout_s,
                             line_rate_bps=self.line_rate_bps, reduce_op=op,
-                            collective=collective)
+                            collective=collective, chunk_bytes=RANK_CHUNK_BYTES)
         me, peers = self.nodes[self.rank], [n for n in self.nodes if n != self.nodes[self.rank]]
         try:
             run_collective(run, a, self.link, SlotGate(), inplace=True, sender=self._sender)
