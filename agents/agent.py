@@ -29,7 +29,7 @@ from oddl.agents.agent_jobs import JobTable
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.clock.excursion import Excursion
 from oddl.agents.clock.offset_filter import ClockEstimate
-from oddl.agents.collective.lease import lease
+from oddl.agents.collective.lease import LeasedCalls, lease
 from oddl.agents.collective.runner import CollectiveRunner
 from oddl.agents.controller_link import ControllerLink
 from oddl.agents.links.choice import open_links
@@ -86,6 +86,8 @@ class Agent:
         self.gate = SlotGate(on_release=self.metrics.gate_error.observe,
                              on_overrun=self.metrics.overrun.observe)
         self.failed = 0
+        self.leased = LeasedCalls()
+        """What ranks ran on their leased data path (decision record 0040), as reported."""
         self.last_error = ""
         self.gate_scheduling = "normal"
         self.rate_excursion = Excursion()
@@ -250,12 +252,16 @@ class Agent:
         if "lease" in header:  # the rank asks to move its own bytes (decision record 0040)
             world["lease"] = lease(job, self.links, header["lease"], self.ctl.get_schedule,
                                    self.cfg.fabric.line_rate_gbps * 1e9)
+        if "report" in header:  # what a rank ran on its leased path
+            self.leased.report(header["report"])
         return world
 
     def _heartbeat_counters(self) -> dict[str, Any]:
         p50, p99, _ = self.gate.percentiles()
         self.check_line_rate()
-        return {"collectives_done": self.runner.done, "collectives_failed": self.failed,
+        in_ranks, failed_in_ranks, _ = self.leased.totals()
+        return {"collectives_done": self.runner.done + in_ranks,
+                "collectives_failed": self.failed + failed_in_ranks,
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99,
                 "bytes_sent": getattr(self.links.link, "sent_bytes", 0),
                 "measured_line_rate_gbps": (self.measured_line_rate_bps() or 0.0) / 1e9}
@@ -368,6 +374,8 @@ class Agent:
                 "measured_line_rate_gbps": _gbps(self.measured_line_rate_bps()),
                 "gate_error_p50_s": p50, "gate_error_p99_s": p99, "gate_error_max_s": worst,
                 "collectives_done": runner.done, "collectives_failed": self.failed,
+                "collectives_in_ranks": dict(zip(("done", "failed", "bytes"),
+                                                 self.leased.totals(), strict=True)),
                 "flows_sent": self.flows.sent, "flows_received": self.flows.received,
                 "flows_that_retuned": self.flows.retuned,
                 "flows_missed_windows": self.flows.missed_windows,

@@ -90,3 +90,29 @@ def lease(job: AgentJob, links: DataLinks, ask: Any, fetch: FetchSchedule,
         return {"granted": False, "why": "the schedule runs on a device or forwards through "
                                          "hosts: it stays with the agent"}
     return {**granted, "schedule": base64.b64encode(schedule.SerializeToString()).decode("ascii")}
+
+
+class LeasedCalls:
+    """The calls ranks ran on a leased data path, as they report them: totals per group
+    (a report repeats its group's totals, so a lost or repeated one changes nothing)."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, tuple[int, int, int]] = {}
+
+    def report(self, raw: Any) -> None:
+        """Take a rank's report {"group", "done", "failed", "bytes"}."""
+        try:
+            group = str(raw["group"])
+            counts = (int(raw["done"]), int(raw["failed"]), int(raw["bytes"]))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise OperationRefused(f"malformed rank-path report ({exc!r}): give group, done, "
+                                   "failed and bytes") from exc
+        if min(counts) < 0:
+            raise OperationRefused(f"a rank-path report with negative counts {counts}")
+        self._by_group[group] = counts
+
+    def totals(self) -> tuple[int, int, int]:
+        """(calls done, calls failed, bytes reduced) over every group reported."""
+        groups = list(self._by_group.values())
+        return (sum(g[0] for g in groups), sum(g[1] for g in groups),
+                sum(g[2] for g in groups))

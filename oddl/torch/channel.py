@@ -113,6 +113,8 @@ class Channel:
             self.rank_path = None
         key = f"oddl-rank-path/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.groups}"
         self.rank_path = open_rank_path(self.client, self.job, store, rank, world, key)
+        if self.rank_path is not None:
+            self.rank_path.report_to(self.api, f"{os.getpid()}/{key}")
 
     def _moved(self) -> tuple[int, int]:
         """Calls whose data went out: through the agent, and in this process."""

@@ -24,6 +24,7 @@ import base64
 import json
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,7 +38,7 @@ from oddl.agents.collective.plan_run import run_collective
 from oddl.agents.links.stream_wire import PeerGaveUp
 from oddl.agents.links.streams import StreamLink
 from oddl.agents.slot_gate import SlotGate
-from oddl.common.errors import CollectiveError
+from oddl.common.errors import CollectiveError, OddlError
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos.schedule_wire import StepSpec, decode_schedule
 
@@ -62,6 +63,46 @@ def wanted() -> bool:
     return os.environ.get(ENV_IN_RANK, "1").strip() != "0"
 
 
+REPORT_S = 1.0
+"""How often a rank tells its agent what it ran on the rank path (for `oddl status`)."""
+
+
+class _Reporter:
+    """Tells the agent, from a thread and a client of its own, the group's totals on the
+    rank path every `REPORT_S` while they change, and once more at the end: the agent's
+    heartbeat then counts them, so `oddl status` shows the calls the ranks ran."""
+
+    def __init__(self, api: str, job: str, group: str, path: RankPath):
+        self._client = AgentClient(api, timeout_s=10.0)
+        self._job, self._group, self._path = job, group, path
+        self._sent: tuple[int, int, int] = (0, 0, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="oddl-rank-report",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(REPORT_S):
+            self._flush()
+
+    def _flush(self) -> None:
+        counts = (self._path.calls, self._path.failed, self._path.bytes)
+        if counts == self._sent:
+            return
+        try:
+            self._client.ask_world(self._job, report=dict(
+                zip(("done", "failed", "bytes"), counts, strict=True), group=self._group))
+            self._sent = counts
+        except OddlError as exc:  # the agent restarting: the next report says it all
+            logger.debug("oddl: the rank path's report to the agent failed: %s", exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10.0)
+        self._flush()
+        self._client.close()
+
+
 class RankPath:
     """One group's all-reduces run by this rank (see the module docstring)."""
 
@@ -74,8 +115,11 @@ class RankPath:
         self.seq = 0
         """Calls whose data started to move (the group's numbering)."""
         self.calls = 0
+        self.failed = 0
+        self.bytes = 0
         self._plans: dict[tuple[int, str], tuple[tuple[StepSpec, ...], float, str] | None] = {}
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="oddl-rank-send")
+        self._reporter: _Reporter | None = None
 
     def all_reduce(self, a: np.ndarray, op: str) -> bool:
         """Reduce `a` (contiguous, writable) in place with `op` across the job; False, with
@@ -96,10 +140,12 @@ class RankPath:
                                   wall.now() + max(2 * receive_timeout_s, 5.0), None,
                                   ("all_reduce", op, 0))
         except CollectiveError as exc:
+            self.failed += 1
             if not isinstance(exc, PeerGaveUp):
                 outcome.tell_failure(self.link, self.label, self.seq, peers, str(exc))
             raise
         self.calls += 1
+        self.bytes += a.nbytes
         return True
 
     def _plan(self, a: np.ndarray) -> tuple[tuple[StepSpec, ...], float, str] | None:
@@ -121,10 +167,16 @@ class RankPath:
                                     decoded.collective)
         return self._plans[key]
 
+    def report_to(self, api: str, group: str) -> None:
+        """Tell the agent at `api` what this group runs (`_Reporter`), from now on."""
+        self._reporter = _Reporter(api, self.job, group, self)
+
     def close(self) -> None:
-        """Stop the sender and the link (the group is gone)."""
+        """Stop the sender and the link (the group is gone), and report the last calls."""
         self._sender.shutdown(wait=True)
         self.link.close()
+        if self._reporter is not None:
+            self._reporter.close()
 
 
 def open_rank_path(client: AgentClient, job: str | None, store: Any, rank: int, world: int,

@@ -100,6 +100,21 @@ def test_authenticated_streams_are_not_leased():
         link.close()
 
 
+def test_reports_of_leased_calls_are_totals_per_group():
+    from oddl.agents.collective.lease import LeasedCalls
+
+    leased = LeasedCalls()
+    leased.report({"group": "1/a", "done": 3, "failed": 1, "bytes": 12})
+    leased.report({"group": "1/a", "done": 3, "failed": 1, "bytes": 12})  # repeated: the same
+    leased.report({"group": "2/a", "done": 2, "failed": 0, "bytes": 8})
+    assert leased.totals() == (5, 1, 20)
+    for bad in ({"group": "x", "done": "many", "failed": 0, "bytes": 0}, {"done": 1},
+                {"group": "x", "done": -1, "failed": 0, "bytes": 0}, None):
+        with pytest.raises(OperationRefused, match="rank-path report"):
+            leased.report(bad)
+    assert leased.totals() == (5, 1, 20)
+
+
 # ---- four ranks over direct links -----------------------------------------------------------
 
 
@@ -143,9 +158,11 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
             assert all(r["results"][key] == got for r in res), f"{key}: every rank alike"
     strided = np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0)
     assert res[0]["results"]["strided"] == strided.astype(np.float32).tolist()
-    for r in res:  # the agents ran none of them (the handshake's sums came before)
+    for r in res:  # the agents ran none of them (the handshake's sums came before)...
         assert r["agent_done_after"] == r["agent_done_before"], r
         assert r["rank_path_calls"] == 4 * 5 + 1
+        # ...and heard of every one from the rank's reports (for `oddl status`)
+        assert r["in_ranks_after"] - r["in_ranks_before"] == r["rank_path_calls"], r
 
 
 @pytest.mark.e2e

@@ -40,11 +40,24 @@ def _agent_done(channel: oc.Channel) -> int:
     return int(channel.client.status().get("collectives_done", -1))
 
 
+def _in_ranks(channel: oc.Channel) -> int:
+    return int(channel.client.status()["collectives_in_ranks"]["done"])
+
+
+def _reported(channel: oc.Channel, want: int, within_s: float = 60.0) -> int:
+    """The rank-path calls the agent heard of, once they reach `want` (or the deadline)."""
+    deadline = time.monotonic() + within_s
+    while (got := _in_ranks(channel)) < want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return got
+
+
 def exact(rank: int) -> dict[str, Any]:
     channel = oc._channel
     assert channel is not None
     out: dict[str, Any] = {"leased": channel.rank_path is not None,
-                           "agent_done_before": _agent_done(channel), "results": {}}
+                           "agent_done_before": _agent_done(channel),
+                           "in_ranks_before": _in_ranks(channel), "results": {}}
     for n in SIZES:
         for dtype, op in ((torch.int64, "SUM"), (torch.float32, "SUM"), (torch.float64, "MAX"),
                           (torch.float32, "AVG"), (torch.bfloat16, "SUM")):
@@ -55,7 +68,8 @@ def exact(rank: int) -> dict[str, Any]:
     dist.all_reduce(strided)
     out["results"]["strided"] = strided.tolist()
     out["agent_done_after"] = _agent_done(channel)
-    out["rank_path_calls"] = channel.rank_path.calls if channel.rank_path else 0
+    out["rank_path_calls"] = calls = channel.rank_path.calls if channel.rank_path else 0
+    out["in_ranks_after"] = _reported(channel, out["in_ranks_before"] + calls)
     return out
 
 
