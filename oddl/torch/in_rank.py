@@ -49,9 +49,9 @@ ENV_IN_RANK = "ODDL_IN_RANK"
 
 RANK_CHUNK_BYTES = 8 << 20
 """The rank path's largest chunk. Each chunk costs the executor's threads a few wake-ups and
-some Python; with the agents' 1 MB chunks a rank spent ×1.15–1.25 gloo's CPU time per call
-at 16–256 MB, with 4 MB about gloo's, with 8 MB below it at 64 and 256 MB, 4 ranks, ideal
-network (docs/results.md, decision record 0040). A transfer smaller than this is one chunk."""
+some Python; with the agents' 1 MB chunks a rank spent ×1.15–1.47 gloo's CPU time per call
+at 16–256 MB, with 4 MB ×0.84–1.12, with 8 MB ×0.89 at 64 and 256 MB, 4 ranks, ideal network
+(docs/results.md, decision record 0040). A transfer smaller than this is one chunk."""
 
 NAMESPACE = "rank-path"
 """The stream namespace of the rank's calls: ``<job>/rank-path``."""
