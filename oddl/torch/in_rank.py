@@ -73,7 +73,7 @@ class _Reporter:
     heartbeat then counts them, so `oddl status` shows the calls the ranks ran."""
 
     def __init__(self, api: str, job: str, group: str, path: RankPath):
-        self._client = AgentClient(api, timeout_s=10.0)
+        self._client = AgentClient(api, timeout_s=2.0)  # a gone agent delays no exit long
         self._job, self._group, self._path = job, group, path
         self._sent: tuple[int, int, int] = (0, 0, 0)
         self._stop = threading.Event()
