@@ -56,7 +56,7 @@ def cmd_config_new(args: argparse.Namespace) -> int:
     """Write a testbed file of ODDL's shape with any number of hosts."""
     from oddl.launch.shapes import Shape, check_shape, oddl_wss, switched
 
-    shape = Shape(args.hosts, lab=args.lab, ports=args.ports, named=args.name)
+    shape = Shape(args.hosts, lab=args.lab, ports=args.ports, named=args.name, rack=args.rack)
     problem = check_shape(shape)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -87,6 +87,7 @@ def register(sub: Any) -> None:
                          "laser each, one 1xN WSS) to standard output",
                          description="oddl config new --hosts 16 > emulated-16node.toml; "
                          "oddl config new --hosts 12 --ports 4 > topoopt-12node.toml; "
+                         "oddl config new --hosts 48 --rack 16 > racked.toml; "
                          "oddl config new --hosts 8 --lab > testbed.toml (then edit it to the "
                          "bench and run oddl config check)")
     new.add_argument("--hosts", type=int, required=True, help="number of hosts, 2..48")
@@ -95,6 +96,10 @@ def register(sub: Any) -> None:
                      "shape); without it, ODDL's shape")
     new.add_argument("--name", default="", help="the testbed's name (default: from the shape, "
                      "e.g. emulated-8node)")
+    new.add_argument("--rack", type=int, default=None, metavar="K",
+                     help="every K consecutive lasers on one device host ([[device_hosts]] "
+                     "rack0, rack1, ...; ODDL's shape only), command_ms budgeting one request "
+                     "per rack")
     new.add_argument("--lab", action="store_true",
                      help="serial and LAN resources, direct links, security (else emulated)")
     new.set_defaults(func=cmd_config_new)

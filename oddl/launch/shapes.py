@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from oddl.common.config.devices import MAX_OCS_SIZE
+from oddl.launch.racks import check_rack, device_hosts_toml, rack_budget_ms
 
 MAX_WSS_HOSTS = 48
 """A host's receiver owns one channel of the 48-channel 100 GHz grid."""
@@ -37,6 +38,9 @@ class Shape:
     """Fixed ports per host on a circuit switch (0: ODDL's shape, one laser on a WSS)."""
     named: str = ""
     """The testbed's name ("": from the shape)."""
+    rack: int | None = None
+    """Lasers per device host (`--rack K`, `oddl.launch.racks`; None: the controller drives
+    every laser itself)."""
 
     @property
     def name(self) -> str:
@@ -47,6 +51,11 @@ class Shape:
 
 def check_shape(shape: Shape) -> str:
     """Why this shape cannot be written ("" if it can)."""
+    problem = _check_hosts(shape)
+    return problem or check_rack(shape.rack, shape.hosts, shape.ports)
+
+
+def _check_hosts(shape: Shape) -> str:
     if shape.ports:
         if shape.hosts < 2 or shape.ports < 1 or shape.hosts * shape.ports > MAX_SWITCH_SIZE:
             return (f"--hosts {shape.hosts} --ports {shape.ports}: a switched testbed has at "
@@ -100,9 +109,11 @@ def oddl_wss(shape: Shape) -> str:
     if problem:
         raise ValueError(problem)
     n, lab = shape.hosts, shape.lab
-    parts = [_header(shape), _timing(n, lab), _fabric(n, lab), _controller(lab)]
+    parts = [_header(shape), _timing(n, lab, shape.rack), _fabric(n, lab), _controller(lab)]
     parts += [_node(k, lab) for k in range(n)]
     parts += [_laser(k, lab) for k in range(n)]
+    if shape.rack:
+        parts.append(device_hosts_toml(n, shape.rack, lab))
     parts += [_wss(n, lab), _meters(n, lab), _fibres(n)]
     return "\n".join(parts)
 
@@ -112,10 +123,12 @@ def _header(shape: Shape) -> str:
     kind = "Lab" if shape.lab else "Emulated"
     named = f" --name {shape.named}" if shape.named else ""
     channels = min(2 * n, MAX_WSS_HOSTS)
-    return f"""# {kind} ODDL testbed with {n} hosts, written by `oddl config new --hosts {n}{' --lab' if shape.lab else ''}{named}`.
+    rack = f" --rack {shape.rack}" if shape.rack else ""
+    racked = _racked_header(shape.rack, shape.lab) if shape.rack else ""
+    return f"""# {kind} ODDL testbed with {n} hosts, written by `oddl config new --hosts {n}{' --lab' if shape.lab else ''}{named}{rack}`.
 # Topology (TT-FR, as emulated-4node): each host has a tunable transmitter (ITLA) and a fixed
 # receiver that owns one channel; every transmitter enters the common port of one 1x{n} WSS,
-# whose out-port k feeds host k's receiver. Jobs on disjoint hosts run at once, isolated.
+# whose out-port k feeds host k's receiver. Jobs on disjoint hosts run at once, isolated.{racked}
 
 [testbed]
 name = "{shape.name}"
@@ -130,14 +143,39 @@ channels = 48
 """
 
 
-def _timing(n: int, lab: bool) -> str:
+def _racked_header(rack: int, lab: bool) -> str:
+    covers = ("one rack's serial round trips and the controller's fan-out, every rack on a "
+              "machine\n# of its own (not measured)" if lab else
+              "the hand-off and the retune of every laser through the racks: twice the "
+              "slowest\n# retune measured with racks (oddl.launch.racks)")
+    return (f"\n# Every {rack} transmitters are one rack on a device host ([[device_hosts]], "
+            "after the lasers):\n# the controller sends one retune request per rack. "
+            f"command_ms budgets\n# {covers}.")
+
+
+def _command_ms(n: int, lab: bool, rack: int | None) -> str:
+    """The ``command_ms`` line and the comment that says what it covers."""
+    if rack and lab:
+        return (f"command_ms = {rack_budget_ms(n, rack, lab)}         # one rack's 9600-baud "
+                f"round trips ({rack} lasers) + the controller's fan-out")
+    if rack:
+        return (f"command_ms = {rack_budget_ms(n, rack, lab)}         # the hand-off and the "
+                f"retune of {n} lasers, one request per rack of {rack}")
+    if lab:
+        return (f"command_ms = {retune_budget_ms(n, lab)}         # 9600-baud ITLA round "
+                f"trips for {n} lasers")
+    return (f"command_ms = {retune_budget_ms(n, lab)}         # the hand-off and the retune of "
+            f"{n} lasers at once")
+
+
+def _timing(n: int, lab: bool, rack: int | None = None) -> str:
     if lab:
         return f"""[timing]
 laser_tune_ms = 50.0      # measure the module's time-to-lock (oddl logs it per tune)
 wss_settle_ms = 150.0
 clock_skew_us = 50.0      # chrony on the lab LAN; use PTP for less
 cdr_lock_us = 100.0
-command_ms = {retune_budget_ms(n, lab)}         # 9600-baud ITLA round trips for {n} lasers
+{_command_ms(n, lab, rack)}
 slot_margin_us = 1000.0
 launch_margin_ms = 20.0
 receive_timeout_ms = 5000.0
@@ -147,7 +185,7 @@ laser_tune_ms = 2.0
 wss_settle_ms = 100.0
 clock_skew_us = 100.0
 cdr_lock_us = 10.0
-command_ms = {retune_budget_ms(n, lab)}         # the hand-off and the retune of {n} lasers at once
+{_command_ms(n, lab, rack)}
 slot_margin_us = 600.0
 launch_margin_ms = 5.0
 receive_timeout_ms = 2000.0
