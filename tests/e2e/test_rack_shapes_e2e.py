@@ -1,0 +1,41 @@
+"""`oddl demo` on a file `oddl config new --hosts 8 --rack 4` wrote (decision record 0036):
+the launcher starts its two device hosts in place of the placeholder ports, and both serve
+retunes while a demo trains with exact results."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from oddl.common.config import load_testbed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_demo_on_a_generated_racked_file_retunes_through_both_racks(tmp_path):
+    config = tmp_path / "racked.toml"
+    new = subprocess.run([sys.executable, "-m", "oddl", "config", "new", "--hosts", "8",
+                          "--rack", "4"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert new.returncode == 0, new.stderr
+    config.write_text(new.stdout, encoding="utf-8")
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "oddl", "demo", "--config", str(config),
+                           "--iterations", "2", "--json", "--run-dir", str(run)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["all_results_exact"] and result["optical"]["mismatches"] == 0
+    assert result["device_retunes_total"] > 0
+    resolved = load_testbed(run / "testbed.resolved.toml")
+    assert [h.id for h in resolved.device_hosts] == ["rack0", "rack1"]
+    assert not {h.address for h in resolved.device_hosts} & {"127.0.0.1:7100", "127.0.0.1:7101"}, \
+        "the launcher wrote the ports the hosts listen on"
+    for rack in ("rack0", "rack1"):
+        log = (run / f"device-host-{rack}.log").read_text(encoding="utf-8")
+        found = re.search(r"stopped; served (\{.*\})", log)
+        assert found, log[-2000:]
+        served = json.loads(found.group(1))
+        assert served["retune"] > 0 and served["lasers_retuned"] > 0, log[-2000:]
