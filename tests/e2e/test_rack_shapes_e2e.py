@@ -1,6 +1,7 @@
 """`oddl demo` on a file `oddl config new --hosts 8 --rack 4` wrote (decision record 0036):
 the launcher starts its two device hosts in place of the placeholder ports, and both serve
-retunes while a demo trains with exact results."""
+retunes while a demo trains with exact results (halving-doubling: a ring never retunes, its
+channels are set once when the job starts, so its racks would serve only calls)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def test_a_demo_on_a_generated_racked_file_retunes_through_both_racks(tmp_path):
     config.write_text(new.stdout, encoding="utf-8")
     run = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "oddl", "demo", "--config", str(config),
-                           "--iterations", "2", "--json", "--run-dir", str(run)],
+                           "--iterations", "2", "--collective", "halving-doubling", "--json",
+                           "--run-dir", str(run)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
