@@ -7,6 +7,8 @@ one 1×N WSS, out-port k to host k's receiver, a power-meter channel on every ou
 emulated variant sizes what a 2-core machine carries (line rate shared among the hosts) and
 budgets the retune of every laser at once into ``command_ms``; the lab variant has serial
 resources, LAN addresses, direct links and the security section, to edit to the bench.
+With `rack` (`--rack K`) every K lasers are one device host's (`oddl.launch.racks`) and
+``command_ms`` budgets one request per rack instead.
 
 `switched(shape)` is TopoOpt's shape (its prototype: 12 hosts with four 25 Gbit/s ports each,
 patched by a reconfigurable switch into the topology its search chose): every host port's
