@@ -2,8 +2,9 @@
 
 A slot edge that retunes N lasers is one `DeviceManager.retune` of N channels: the controller
 sends every laser its new channel in parallel and waits until each reports locked. Its time
-is what the testbed file's `command_ms` must budget (the emulated files budget
-8 + (N − 4) ms, `oddl.launch.shapes.retune_budget_ms`). Here N emulated ITLAs (the emulator
+is what the testbed file's `command_ms` must budget (the generated emulated files budget
+twice the slowest retune measured, `oddl.launch.shapes.retune_budget_ms`, or with racks
+`oddl.launch.racks.rack_budget_ms`). Here N emulated ITLAs (the emulator
 host a process of its own, the real driver over its wire protocol) hang on ⌈N/32⌉ WSS of 32 ports;
 all N retune at once, --repeats times, to a channel off their current one. Reported: the
 wall time, the controller's CPU per retune (what a lab of parallel serial lines would still
