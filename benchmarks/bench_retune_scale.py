@@ -106,16 +106,9 @@ def measure(n: int, repeats: int, workdir: Path, store: bool = False, per_host: 
         lasers = [nd.transmitter for nd in cfg.nodes]
         for k, tx in enumerate(lasers):
             dm.bring_up(tx, k % PER_WSS + 1)
-        times = []
         emulators = group.procs[0].proc.pid
         c0, e0, h0 = cpu_s(os.getpid()), cpu_s(emulators), sum(cpu_s(p) for p in hosts)
-        for r in range(repeats):
-            target = {tx: (k + r + 1) % PER_WSS + 1 for k, tx in enumerate(lasers)}
-            t0 = time.perf_counter()
-            errors = dm.retune(target, timeout=max(1.0, n * 0.05))
-            times.append(time.perf_counter() - t0)
-            if errors:
-                raise RuntimeError(f"retune of {n} lasers failed: {errors[0]}")
+        times = timed_retunes(dm, lasers, repeats, n, 1, f"{n} lasers")
         controller_cpu, emulator_cpu = cpu_s(os.getpid()) - c0, cpu_s(emulators) - e0
         hosts_cpu = sum(cpu_s(p) for p in hosts) - h0
         rack = one_rack(dm, cfg, lasers, repeats, n) if per_host else []
@@ -137,14 +130,21 @@ def one_rack(dm: DeviceManager, cfg: TestbedConfig, lasers: list[str], repeats: 
              ) -> list[float]:
     """The retune of the first device host's lasers alone, `repeats` times (s each)."""
     rack = [tx for tx in lasers if tx in cfg.device_hosts[0].devices]
+    return timed_retunes(dm, rack, repeats, n, 7, "one rack")
+
+
+def timed_retunes(dm: DeviceManager, lasers: list[str], repeats: int, n: int, shift: int,
+                  what: str) -> list[float]:
+    """`repeats` retunes of `lasers` at once, each to a channel off the last (`shift` apart
+    from another series'); the seconds each took. RuntimeError naming `what` if one fails."""
     times = []
     for r in range(repeats):
-        target = {tx: (k + r + 7) % PER_WSS + 1 for k, tx in enumerate(rack)}
+        target = {tx: (k + r + shift) % PER_WSS + 1 for k, tx in enumerate(lasers)}
         t0 = time.perf_counter()
         errors = dm.retune(target, timeout=max(1.0, n * 0.05))
         times.append(time.perf_counter() - t0)
         if errors:
-            raise RuntimeError(f"retune of one rack failed: {errors[0]}")
+            raise RuntimeError(f"retune of {what} failed: {errors[0]}")
     return times
 
 

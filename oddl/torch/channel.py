@@ -111,10 +111,17 @@ class Channel:
         if self.rank_path is not None:
             self.rank_path.close()
             self.rank_path = None
-        key = f"oddl-rank-path/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.groups}"
+        key = self.group_key("oddl-rank-path")
         self.rank_path = open_rank_path(self.client, self.job, store, rank, world, key)
         if self.rank_path is not None:
             self.rank_path.report_to(self.api, f"{os.getpid()}/{key}")
+
+    def group_key(self, what: str) -> str:
+        """The c10d store key of `what` for this process's newest group over the job in this
+        attempt: a store an earlier group (or a destroyed world group, or the attempt before
+        a torchrun restart: its agent's store outlives the workers) left keys in never
+        answers for this one."""
+        return f"{what}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.groups}"
 
     def _moved(self) -> tuple[int, int]:
         """Calls whose data went out: through the agent, and in this process."""
@@ -270,11 +277,8 @@ def realign(channel: Channel, store: Any, rank: int, world: int) -> None:
     # exchanges; the new group's calls must come after them
     job, seen = channel.client.steps_seen(channel.job or steps.last_job)
     own = steps.last.get(job, 0)
-    # keys of this process's n-th group over the job in this attempt: a store an earlier
-    # group (or a destroyed world group, or the attempt before a torchrun restart: its
-    # agent's store outlives the workers) left keys in never answers for this one
     channel.groups += 1
-    key = f"oddl-steps/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{channel.groups}"
+    key = channel.group_key("oddl-steps")
     store.set(f"{key}/{rank}", json.dumps([job, max(own, seen)]))
     theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]
     jobs = {j for j, _ in theirs if j}

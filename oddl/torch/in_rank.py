@@ -184,9 +184,11 @@ def open_rank_path(client: AgentClient, job: str | None, store: Any, rank: int, 
     """The group's rank path when every rank got the lease, else None (every rank alike).
     `store` is the group's c10d store; `key` names this group's entries in it. A rank that
     declines (``ODDL_IN_RANK=0``) still says so there, so the others do not wait for it."""
-    info = client.ask_world(job, lease={"n": 0}) if wanted() else client.ask_world(job)
-    lease = info.get("lease") or {"why": f"{ENV_IN_RANK}=0" if not wanted() else
-                                  "the agent runs an older oddl that leases nothing"}
+    if wanted():
+        info = client.ask_world(job, lease={"n": 0})
+        lease = info.get("lease") or {"why": "the agent runs an older oddl that leases nothing"}
+    else:
+        info, lease = client.ask_world(job), {"why": f"{ENV_IN_RANK}=0"}
     nodes = tuple(info["nodes"])
     link: StreamLink | None = None
     why = lease.get("why", "")
