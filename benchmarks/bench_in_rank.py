@@ -1,19 +1,22 @@
 """The rank moving its own bytes (decision record 0040) against the agent path and gloo, in
-the same run (issue 36).
+the same run (issue 36): all-reduce, all-gather and reduce-scatter.
 
 Starts the emulated testbed with direct links and a ring job on its first `--ranks` nodes,
 and the rank processes with torchrun's environment. Each joins `init_process_group("oddl")`
 and a gloo group of the same ranks (`oddl.torch.in_rank`: the agents lease the data path to
-the ranks), and per size times in alternation, float32, after the
+the ranks), and per kind and size S (as nccl-tests counts it: the all-reduce's tensor, the
+all-gather's output, the reduce-scatter's input) times in alternation, float32, after the
 same barrier, `--repeats` times each:
-- gloo: `dist.all_reduce(t, group=gloo)`;
-- agent: `dist.all_reduce(t)` of an adopted tensor with the group's rank path set aside (the
-  agent moves the bytes, as with ``ODDL_IN_RANK=0``);
-- in_rank: `dist.all_reduce(t)` on the rank path: the job's schedule, leased once per size,
+- gloo: the call on the gloo group;
+- agent: the call on the oddl group with its rank path set aside (the agent moves the
+  bytes, as with ``ODDL_IN_RANK=0``; reused tensors adopted into shared memory);
+- in_rank: the call on the rank path: the job's schedule, leased once per size and kind,
   run by the agents' executor and outcome round in the rank, over its own stream link.
-Every result is checked exact against the expected sum. Prints rank 0's medians, the ratios
-to gloo, and the CPU time rank 0's process spent in a gloo call and in a call on the rank
-path (all its threads; the agent path's work is in the agent, not counted there).
+The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)` and
+`dist.reduce_scatter_tensor(block, whole)`. Every result is checked exact. Prints rank 0's
+medians, the ratios to gloo, and the CPU time rank 0's process spent in a gloo call and in a
+call on the rank path (all its threads; the agent path's work is in the agent, not counted
+there).
 
     python benchmarks/bench_in_rank.py [--sizes-mb 0.004096,1,16,64] [--repeats 9]
         [--ranks 4] [--json]
@@ -32,6 +35,7 @@ from typing import Any
 from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 MODES = ("gloo", "agent", "in_rank")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def rank_main(sizes_mb: list[float], repeats: int) -> None:
@@ -50,39 +54,60 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         raise SystemExit("the agents did not lease the data path to the ranks (see the "
                          "ranks' log): this benchmark needs direct links, the ideal network")
     out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}}
+    total = world * (world + 1) / 2
 
-    def call(mode: str, t: torch.Tensor) -> tuple[float, float]:
-        t.fill_(float(rank + 1))
+    def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor
+             ) -> tuple[float, float]:
+        (block if kind == "all_gather" else whole).fill_(float(rank + 1))
         channel.rank_path = path if mode == "in_rank" else None
         channel.promoter.enabled = mode == "agent"
+        group = gloo if mode == "gloo" else None
         dist.barrier(group=gloo)
         start, cpu = time.perf_counter(), time.process_time()
-        dist.all_reduce(t, group=gloo if mode == "gloo" else None)
+        if kind == "all_reduce":
+            dist.all_reduce(whole, group=group)
+        elif kind == "all_gather":
+            dist.all_gather_into_tensor(whole, block, group=group)
+        else:
+            dist.reduce_scatter_tensor(block, whole, group=group)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
-        want = world * (world + 1) / 2
-        if float(t[0]) != want or float(t[-1]) != want or float(t[len(t) // 2]) != want:
-            raise SystemExit(f"{mode}: wrong sum {float(t[0])}, {float(t[-1])}, want {want}")
+        _check(kind, mode, whole, block, world, total)
         return took, cpu
 
     try:
         for mb in sizes_mb:
-            n = max(1, int(mb * 1e6) // 4)
-            tensors = {m: torch.ones(n, dtype=torch.float32) for m in MODES}
-            for m in MODES:  # warm-up; the agent's tensor is adopted at its first call
-                call(m, tensors[m])
-                call(m, tensors[m])
-            times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
-            for _ in range(repeats):
-                for m in MODES:
-                    times[m].append(call(m, tensors[m]))
-            out["sizes"][str(mb)] = {m: [t for t, _ in v] for m, v in times.items()}
-            out["cpu"][str(mb)] = {m: [c for _, c in v] for m, v in times.items()}
-            del tensors
+            n = max(world, int(mb * 1e6) // 4 // world * world)
+            for kind in KINDS:
+                tensors = {m: (torch.ones(n), torch.ones(n // world)) for m in MODES}
+                for m in MODES:  # warm-up; the agent's tensor is adopted at its first calls
+                    call(kind, m, *tensors[m])
+                    call(kind, m, *tensors[m])
+                times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+                for _ in range(repeats):
+                    for m in MODES:
+                        times[m].append(call(kind, m, *tensors[m]))
+                at = f"{kind} {mb}"
+                out["sizes"][at] = {m: [t for t, _ in v] for m, v in times.items()}
+                out["cpu"][at] = {m: [c for _, c in v] for m, v in times.items()}
+                del tensors
         out["rank_path_calls"] = path.calls
     finally:
         channel.rank_path = path
         dist.destroy_process_group()
     print(json.dumps(out), flush=True)
+
+
+def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: float) -> None:
+    """SystemExit unless the call's result is exact (spot checks at both ends and inside)."""
+    if kind == "all_gather":
+        got = [float(whole[i]) for i in (0, len(whole) // 2, len(whole) - 1)]
+        want = [1.0, float(world // 2 + 1), float(world)]
+    else:
+        t = whole if kind == "all_reduce" else block
+        got = [float(t[i]) for i in (0, len(t) // 2, len(t) - 1)]
+        want = [total] * 3
+    if got != want:
+        raise SystemExit(f"{mode} {kind}: got {got}, want {want}")
 
 
 def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[str, Any]:
@@ -93,13 +118,14 @@ def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[s
                                            sizes_mb, repeats, ranks)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
-    for mb in sizes_mb:
-        med = {m: median(r0["sizes"][str(mb)][m]) for m in MODES}
-        cpu = {m: median(r0["cpu"][str(mb)][m]) for m in MODES}
-        rows.append({"size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
-                     **{f"{m}_cpu_ms": cpu[m] * 1e3 for m in MODES},
-                     "agent_x_gloo": med["agent"] / med["gloo"],
-                     "in_rank_x_gloo": med["in_rank"] / med["gloo"]})
+    for kind in KINDS:
+        for mb in sizes_mb:
+            med = {m: median(r0["sizes"][f"{kind} {mb}"][m]) for m in MODES}
+            cpu = {m: median(r0["cpu"][f"{kind} {mb}"][m]) for m in MODES}
+            rows.append({"kind": kind, "size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
+                         **{f"{m}_cpu_ms": cpu[m] * 1e3 for m in MODES},
+                         "agent_x_gloo": med["agent"] / med["gloo"],
+                         "in_rank_x_gloo": med["in_rank"] / med["gloo"]})
     return {"bench": "in_rank", "collective": "ring", "links": "direct", "repeats": repeats,
             "nodes": ranks, "rows": rows, "load": [round(x, 2) for x in os.getloadavg()]}
 
@@ -116,11 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
-    return [f"all-reduce, ring on direct links, {summary['nodes']} ranks, float32, median of "
+    return [f"ring on direct links, {summary['nodes']} ranks, float32, median of "
             f"{summary['repeats']} (rank 0); load {summary['load']}",
-            f"{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
+            f"{'kind':>15}{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
             f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}",
-            *(f"{r['size_mb']:>8g}MB{r['gloo_ms']:>8.2f}ms{r['agent_ms']:>8.2f}ms"
+            *(f"{r['kind']:>15}{r['size_mb']:>8g}MB{r['gloo_ms']:>8.2f}ms{r['agent_ms']:>8.2f}ms"
               f"{r['in_rank_ms']:>8.2f}ms{r['agent_x_gloo']:>12.2f}{r['in_rank_x_gloo']:>14.2f}"
               f"{r['gloo_cpu_ms']:>21.2f} / {r['in_rank_cpu_ms']:.2f}"
               for r in summary["rows"])]

@@ -8,8 +8,8 @@ table, and every job on which the lease is refused. A lease is refused, naming w
 the agent must stay in the bytes' way: the slots of an optical network (the agent gates them
 into their windows), the emulated light layer (it lives in the agent), links that are not
 streams, authenticated streams (the certificates stay with the agent's service user:
-decision record 0008), collectives other than the all-reduce, and schedules that run on a
-device (OptINC) or forward through hosts.
+decision record 0008), collectives other than those in `LEASED_KINDS`, and schedules that run
+on a device (OptINC) or forward through hosts.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from oddl.protos import oddl_pb2 as pb
 
 PlanKey = tuple[int, str, str, int]
 """(elements, dtype, kind, root): the key of a job's cached schedule (`AgentJob.plans`)."""
+
+LEASED_KINDS = (ALL_REDUCE, "all_gather", "reduce_scatter", "broadcast")
+"""The collectives a rank may run itself: those a training loop makes every step (DDP's and
+FSDP's buckets) and the broadcast that starts it. The others (all-to-all, gather, scatter and
+point-to-point) stay with the agent."""
 
 FetchSchedule = Callable[[str, int, int, str, int], pb.Schedule]
 """The controller's `GetSchedule`: (job, bytes, itemsize, kind, root) → its schedule."""
@@ -75,8 +80,8 @@ def lease(job: AgentJob, links: DataLinks, ask: Any, fetch: FetchSchedule,
         raise OperationRefused(f"malformed lease request ({exc}): give n, dtype, itemsize, "
                                "kind, root as numbers and names") from exc
     why = refusal(job, links)
-    if not why and key[2] != ALL_REDUCE:
-        why = f"{key[2]} stays with the agent; only the all-reduce is leased"
+    if not why and key[2] not in LEASED_KINDS:
+        why = f"{key[2]} stays with the agent; only {', '.join(LEASED_KINDS)} are leased"
     if why:
         return {"granted": False, "why": why}
     granted = {"granted": True, "host": parse_address(links.address)[0],

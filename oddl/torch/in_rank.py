@@ -1,13 +1,13 @@
-"""The rank moves its own bytes (decision record 0040): the world group's all-reduces run in
-the training process, over a stream link of its own, on the schedule its agent leases it.
+"""The rank moves its own bytes (decision record 0040): the world group's all-reduces,
+all-gathers, reduce-scatters and broadcasts (`LEASED_KINDS`) run in the training process, over a stream link of its own, on the schedule its agent leases it.
 
 Unless ``ODDL_IN_RANK=0`` is in the ranks' environment, each rank asks its agent at the world
 group's creation whether the job's data path can be leased (`oddl.agents.collective.lease`:
 the ideal network on direct, unauthenticated TCP streams), opens a stream listener on the host
 its agent's streams use, and publishes the address on the group's store. Only when every
 rank got the lease does the group use it — every rank or none, so no call is ever run one
-way on one rank and the other way on another. Then each all-reduce asks its agent once per
-bucket size for the job's schedule, and runs it with the agents' own executor
+way on one rank and the other way on another. Then each such call asks its agent once per
+size, kind and root for the job's schedule, and runs it with the agents' own executor
 (`run_collective`: chunks pipelined across steps, reduced in place) and their outcome round
 (decision record 0016: the call succeeds only where every rank succeeded), with no local hop,
 no bucket and no agent process in the chunks' way. The agent keeps the controller link, the
@@ -34,6 +34,7 @@ from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.clock import wall
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.lease import PlanKey
 from oddl.agents.collective.plan_run import run_collective
 from oddl.agents.links.stream_wire import PeerGaveUp
 from oddl.agents.links.streams import StreamLink
@@ -117,48 +118,52 @@ class RankPath:
         self.calls = 0
         self.failed = 0
         self.bytes = 0
-        self._plans: dict[tuple[int, str], tuple[tuple[StepSpec, ...], float, str] | None] = {}
+        self._plans: dict[PlanKey, tuple[tuple[StepSpec, ...], float, str] | None] = {}
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="oddl-rank-send")
         self._reporter: _Reporter | None = None
 
-    def all_reduce(self, a: np.ndarray, op: str) -> bool:
-        """Reduce `a` (contiguous, writable) in place with `op` across the job; False, with
-        nothing sent, when this size's schedule stays with the agent (every rank alike)."""
-        plan = self._plan(a)
+    def run(self, work: np.ndarray, kind: str, op: str = "sum", root: int = 0) -> bool:
+        """Run the collective `kind` (`LEASED_KINDS`) on the work buffer `work` (contiguous,
+        writable, laid out as the agent's client lays it out:
+        `oddl.common.collective_kinds.work_blocks`; `root` a job rank) in place across the
+        job; False, with nothing sent, when this call's schedule stays with the agent (every
+        rank alike)."""
+        plan = self._plan(work, kind, root)
         if plan is None:
             return False
         steps, receive_timeout_s, collective = plan
         self.seq += 1
         run = CollectiveRun(self.label, self.seq, self.rank, self.nodes, steps,
                             network="ideal", receive_timeout_s=receive_timeout_s,
-                            line_rate_bps=self.line_rate_bps, reduce_op=op,
+                            line_rate_bps=self.line_rate_bps, reduce_op=op, kind=kind,
                             collective=collective, chunk_bytes=RANK_CHUNK_BYTES)
         me, peers = self.nodes[self.rank], [n for n in self.nodes if n != self.nodes[self.rank]]
         try:
-            run_collective(run, a, self.link, SlotGate(), inplace=True, sender=self._sender)
+            run_collective(run, work, self.link, SlotGate(), inplace=True, sender=self._sender)
             outcome.agree_outcome(self.link, me, self.label, self.seq, peers,
                                   wall.now() + max(2 * receive_timeout_s, 5.0), None,
-                                  ("all_reduce", op, 0))
+                                  (kind, op, root))
         except CollectiveError as exc:
             self.failed += 1
             if not isinstance(exc, PeerGaveUp):
                 outcome.tell_failure(self.link, self.label, self.seq, peers, str(exc))
             raise
         self.calls += 1
-        self.bytes += a.nbytes
+        self.bytes += work.nbytes
         return True
 
-    def _plan(self, a: np.ndarray) -> tuple[tuple[StepSpec, ...], float, str] | None:
-        """This size's steps, receive timeout and collective, leased once (None: the agent
-        keeps this size)."""
-        key = (a.size, a.dtype.str)
+    def _plan(self, work: np.ndarray, kind: str, root: int
+              ) -> tuple[tuple[StepSpec, ...], float, str] | None:
+        """This call's steps, receive timeout and collective, leased once per size, kind and
+        root (None: the agent keeps them)."""
+        key = (work.size, work.dtype.str, kind, root)
         if key not in self._plans:
             info = self.client.ask_world(self.job, lease={
-                "n": a.size, "dtype": a.dtype.str, "itemsize": a.dtype.itemsize,
-                "kind": "all_reduce", "root": 0})["lease"]
+                "n": work.size, "dtype": work.dtype.str, "itemsize": work.dtype.itemsize,
+                "kind": kind, "root": root})["lease"]
             if not info.get("granted") or "schedule" not in info:
-                logger.info("oddl: all_reduce of %d x %s stays with the agent: %s", a.size,
-                            a.dtype, info.get("why", "no schedule leased"))
+                logger.info("oddl: %s of %d x %s stays with the agent: %s", kind, work.size,
+                            work.dtype, info.get("why", "no schedule leased"))
                 self._plans[key] = None
             else:
                 schedule = pb.Schedule.FromString(base64.b64decode(info["schedule"]))

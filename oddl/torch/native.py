@@ -33,6 +33,7 @@ from oddl.torch.dtypes import (
     check_reduction,
     numpy_reducible,
 )
+from oddl.torch.in_rank import RankPath
 
 __all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
            "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
@@ -159,8 +160,8 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
         return
     a = as_numpy(t, what)
     if a.size:
-        path = getattr(ch, "rank_path", None)  # the world group's, if leased (ADR 0040)
-        if path is not None and path.all_reduce(a, OPS[name]):
+        path = _rank_path(ch)
+        if path is not None and path.run(a, "all_reduce", OPS[name]):
             res = a
         else:
             res = ch.client.allreduce(a, op=OPS[name], job=ch.job, out=a)
@@ -171,10 +172,21 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
     count(f"{what}({name})", optical=a.nbytes)
 
 
+def _rank_path(ch: Channel) -> RankPath | None:
+    """The group's rank path: the world group's, if its ranks leased it (decision record
+    0040); its calls lay their work buffer out in job order, as the agent's client does."""
+    return getattr(ch, "rank_path", None)
+
+
 def broadcast(ch: Channel, ranks: Ranks, t: torch.Tensor, root: int) -> None:
     a = raw(t, "broadcast")
     if a.size:
-        res = ch.client.broadcast(a, root=ranks.job(root), job=ch.job)
+        path = _rank_path(ch)
+        if path is not None and a.flags.writeable and path.run(a, "broadcast",
+                                                               root=ranks.job(root)):
+            res = a
+        else:
+            res = ch.client.broadcast(a, root=ranks.job(root), job=ch.job)
         if not in_place(res, t):
             store(t, res)
     count("broadcast", optical=a.nbytes)
@@ -185,6 +197,12 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
     count(what, optical=flat_in.nbytes * len(ranks.to_job))
     if flat_in.size == 0:
         return np.empty((len(ranks.to_job), 0), flat_in.dtype)
+    path = _rank_path(ch)
+    if path is not None:
+        work = np.empty((len(ranks.to_job), flat_in.size), flat_in.dtype)
+        work[path.rank] = flat_in
+        if path.run(work, "all_gather"):
+            return ranks.to_group_order(work)
     return ranks.to_group_order(ch.client.all_gather(flat_in, job=ch.job))
 
 
@@ -198,13 +216,18 @@ def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torc
     world = len(ranks.to_job)
     direct = ranks.identity and output.is_contiguous() and output.device.type == "cpu" \
         and input.numel() > 0
-    if direct and ch.promoter is not None and ch.promoter.enabled:  # none in a subgroup
-        ch.promoter.before_in_place(output)
+    path = _rank_path(ch)
+    if direct and path is None and ch.promoter is not None and ch.promoter.enabled:
+        ch.promoter.before_in_place(output)  # none in a subgroup, none needed on the rank path
     flat = raw(input, what).reshape(-1)
     if direct:
         out = raw(output, what).reshape(world, -1)
         if out.dtype == flat.dtype and out.shape[1] == flat.size:
             count(what, optical=flat.nbytes * world)
+            if path is not None:  # the rank gathers straight into output's memory
+                out[path.rank] = flat  # (nothing to do where the input lies there: FSDP)
+                if path.run(out, "all_gather"):
+                    return
             ch.client.all_gather(flat, out=out, job=ch.job)  # `out` is output's memory
             return
     store(output, all_gather(ch, ranks, flat, what))
@@ -241,10 +264,22 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
     count(f"{what}({name})", optical=a.nbytes)
     if a.size == 0:
         return
-    mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
+    mine = _reduce_scatter_in_rank(_rank_path(ch), ranks, a, OPS[name])
+    if mine is None:
+        mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
     store(out, mine)
     if name == "AVG":
         average(out, world)
+
+
+def _reduce_scatter_in_rank(path: RankPath | None, ranks: Ranks, a: np.ndarray, op: str
+                            ) -> np.ndarray | None:
+    """This rank's reduced block of `a` (world, n) by group rank, reduced on the rank path;
+    None where the agent reduces it."""
+    if path is None:
+        return None
+    work = a.copy() if ranks.identity else ranks.to_job_order(a)  # the input stays as it was
+    return work[path.rank] if path.run(work, "reduce_scatter", op) else None
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],

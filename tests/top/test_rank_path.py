@@ -70,11 +70,12 @@ def test_the_lease_is_granted_on_direct_streams_of_the_ideal_network(stream_link
 def test_the_lease_is_refused_where_the_agent_must_stay_in_the_way(stream_links):
     assert "optical network" in refusal(_job("optical"), stream_links)
     assert "circuit network" in refusal(_job("circuit"), stream_links)
-    for kind in ("all_gather", "broadcast"):
+    for kind in ("all_to_all", "gather", "scatter", "send"):
         got = lease(_job("ideal"), stream_links, {"n": 8, "kind": kind, "itemsize": 4},
                     _no_fetch, 0.0)
         assert got == {"granted": False,
-                       "why": f"{kind} stays with the agent; only the all-reduce is leased"}
+                       "why": f"{kind} stays with the agent; only all_reduce, all_gather, "
+                              "reduce_scatter, broadcast are leased"}
 
     def forwarded(*_args: Any) -> pb.Schedule:
         return pb.Schedule(collective="ring", n_elems=12)  # relays keep segments past n
@@ -158,11 +159,37 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
             assert all(r["results"][key] == got for r in res), f"{key}: every rank alike"
     strided = np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0)
     assert res[0]["results"]["strided"] == strided.astype(np.float32).tolist()
+    _other_kinds_exact(res)
     for r in res:  # the agents ran none of them (the handshake's sums came before)...
         assert r["agent_done_after"] == r["agent_done_before"], r
-        assert r["rank_path_calls"] == 4 * 5 + 1
+        assert r["rank_path_calls"] == r["calls"] > 4 * 5 + 1
         # ...and heard of every one from the rank's reports (for `oddl status`)
         assert r["in_ranks_after"] - r["in_ranks_before"] == r["rank_path_calls"], r
+
+
+def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
+    """The all-gathers, reduce-scatters and broadcasts of the worker's `other_kinds`: what
+    the inputs say, on every rank."""
+    for n in (1, 1000, 300_001):
+        for dtype in (torch.int64, torch.float32, torch.bfloat16):
+            tag = f"{n}/{dtype}"
+            ins = [_inputs(r, n) for r in range(WORLD)]
+            blocks = np.stack([_inputs(r, WORLD * n).reshape(WORLD, n) for r in range(WORLD)])
+            for r in res:
+                got = r["results"]
+                assert got[f"gather/{tag}"] == np.concatenate(ins).tolist(), tag
+                assert got[f"gather-list/{tag}"] == got[f"gather/{tag}"], tag
+                assert got[f"broadcast/{tag}"] == ins[2].tolist(), tag
+                assert got[f"scatter-input-kept/{tag}"], f"{tag}: the input was written"
+                for op, fold in (("SUM", np.sum), ("MAX", np.max)):
+                    key = f"scatter/{tag}/{op}"
+                    if dtype == torch.int64 and op == "MAX":
+                        assert key not in got  # the worker reduces int64 with SUM only
+                        continue
+                    expect = torch.from_numpy(fold(blocks, axis=0)[r["rank"]])
+                    if dtype == torch.bfloat16:  # reduced as float32, rounded once
+                        expect = expect.float().to(torch.bfloat16)
+                    assert got[key] == expect.float().tolist(), (tag, op)
 
 
 @pytest.mark.e2e
@@ -170,8 +197,11 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
 def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]):
     res = _world(apis, "one-declines")
     assert not any(r["leased"] for r in res)
-    assert all(r["agent_done_after"] - r["agent_done_before"] == 4 * 5 + 1 for r in res)
-    assert res[0]["results"] == res[2]["results"]
+    assert all(r["agent_done_after"] - r["agent_done_before"] == r["calls"] for r in res)
+    alike = [{k: v for k, v in r["results"].items() if not k.startswith("scatter/")}
+             for r in res]  # each rank's reduce-scatter block is its own
+    assert alike[0] == alike[2]
+    _other_kinds_exact(res)
 
 
 @pytest.mark.e2e

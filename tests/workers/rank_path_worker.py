@@ -4,7 +4,8 @@ Started four times by tests/top/test_rank_path.py with torchrun's environment an
 ODDL_LOCAL_API, on a testbed with direct links and a job on the ideal network (decision record
 0040); joins `init_process_group("oddl")`, runs the scenario and prints one JSON line.
 - ``exact``: all-reduces of several sizes, dtypes and reductions (integers, exact in every
-  dtype), and what the agent counted meanwhile;
+  dtype), then all-gathers (into one tensor and into a list), reduce-scatters and broadcasts,
+  and what the agent counted meanwhile;
 - ``one-declines``: rank 1 runs with ODDL_IN_RANK=0, so no rank takes the lease;
 - ``crash``: rank 3 leaves (os._exit) before the third all-reduce; the others report how
   their call ended and how long it took.
@@ -28,6 +29,9 @@ import oddl.torch.channel as oc
 
 SIZES = (1, 7, 1000, 300_001)
 """Elements: one, an odd few, small, and more than one 1 MB chunk of float32 per step."""
+KIND_SIZES = (1, 1000, 300_001)
+"""Elements per rank of the all-gathers, reduce-scatters and broadcasts."""
+KIND_DTYPES = (torch.int64, torch.float32, torch.bfloat16)
 
 
 def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -67,10 +71,38 @@ def exact(rank: int) -> dict[str, Any]:
     strided = inputs(rank, 2000, torch.float32)[::2]  # not contiguous: a copy goes and returns
     dist.all_reduce(strided)
     out["results"]["strided"] = strided.tolist()
+    out["calls"] = len(SIZES) * 5 + 1 + other_kinds(rank, out["results"])
     out["agent_done_after"] = _agent_done(channel)
     out["rank_path_calls"] = calls = channel.rank_path.calls if channel.rank_path else 0
     out["in_ranks_after"] = _reported(channel, out["in_ranks_before"] + calls)
     return out
+
+
+def other_kinds(rank: int, results: dict[str, Any]) -> int:
+    """All-gathers, reduce-scatters and broadcasts of `KIND_SIZES` x `KIND_DTYPES` into
+    `results`; how many calls they made."""
+    world, calls = dist.get_world_size(), 0
+    for n in KIND_SIZES:
+        for dtype in KIND_DTYPES:
+            mine, tag = inputs(rank, n, dtype), f"{n}/{dtype}"
+            whole = torch.empty(world * n, dtype=dtype)
+            dist.all_gather_into_tensor(whole, mine)  # straight into the output's memory
+            listed = [torch.empty(n, dtype=dtype) for _ in range(world)]
+            dist.all_gather(listed, mine)  # through a work buffer of its own
+            results[f"gather/{tag}"] = whole.float().tolist()
+            results[f"gather-list/{tag}"] = torch.cat(listed).float().tolist()
+            blocks = inputs(rank, world * n, dtype)
+            kept = blocks.clone()
+            for op in ("SUM", "MAX") if dtype != torch.int64 else ("SUM",):
+                part = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(part, blocks, op=getattr(dist.ReduceOp, op))
+                results[f"scatter/{tag}/{op}"] = part.float().tolist()
+                calls += 1
+            results[f"scatter-input-kept/{tag}"] = bool(torch.equal(blocks, kept))
+            dist.broadcast(mine, src=2)
+            results[f"broadcast/{tag}"] = mine.float().tolist()
+            calls += 3
+    return calls
 
 
 def crash(rank: int) -> dict[str, Any]:
