@@ -59,8 +59,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor
              ) -> tuple[float, float]:
         (block if kind == "all_gather" else whole).fill_(float(rank + 1))
-        channel.rank_path = path if mode == "in_rank" else None
-        channel.promoter.enabled = mode == "agent"
+        channel.rank_path = path if mode == "in_rank" else None  # as users get each
         group = gloo if mode == "gloo" else None
         dist.barrier(group=gloo)
         start, cpu = time.perf_counter(), time.process_time()

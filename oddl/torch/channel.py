@@ -323,9 +323,10 @@ def _close_channel() -> None:
 
 # ---- tensors <-> numpy ---------------------------------------------------------------------
 
-def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
+def as_numpy(t: torch.Tensor, what: str, promote: bool = True) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor (of at least one dimension: a 0-d tensor is one
-    element); a clear error for what numpy cannot hold."""
+    element); a clear error for what numpy cannot hold. An all-reduce's tensor may move into
+    shared memory for the agent (`oddl.torch.adopt`) unless not `promote`."""
     if t.device.type != "cpu":
         raise UnsupportedCollective(f"{what}: the oddl backend carries CPU tensors, not "
                                     f"{t.device}; register it for cpu and move tensors there")
@@ -333,8 +334,8 @@ def as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
             and t.dtype not in (torch.float16, torch.float32, torch.float64):
         raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
                                     f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
-    if what == "all_reduce" and _channel is not None and _channel.promoter.enabled \
-            and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
+    if what == "all_reduce" and promote and _channel is not None \
+            and _channel.promoter.enabled and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
         _channel.promoter.before_in_place(t)
         a = array_of(t)
     else:

@@ -158,9 +158,9 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
         fallback.allreduce([t], opts).wait()
         count(f"{what}({name}) (fallback)", fallback=t.numel() * t.element_size())
         return
-    a = as_numpy(t, what)
+    path = _rank_path(ch)
+    a = as_numpy(t, what, promote=path is None)  # the rank path needs no shared memory
     if a.size:
-        path = _rank_path(ch)
         if path is not None and path.run(a, "all_reduce", OPS[name]):
             res = a
         else:
