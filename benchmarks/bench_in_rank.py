@@ -14,9 +14,10 @@ same barrier, `--repeats` times each:
   run by the agents' executor and outcome round in the rank, over its own stream link.
 The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)` and
 `dist.reduce_scatter_tensor(block, whole)`. Every result is checked exact. Prints rank 0's
-medians, the ratios to gloo, and the CPU time rank 0's process spent in a gloo call and in a
+medians, the ratios to gloo, the CPU time rank 0's process spent in a gloo call and in a
 call on the rank path (all its threads; the agent path's work is in the agent, not counted
-there).
+there), and what each mode's first call of a size and kind took over its median (a new
+tensor: the rank path leases the schedule then, the agent adopts the tensor's memory).
 
     python benchmarks/bench_in_rank.py [--sizes-mb 0.004096,1,16,64] [--repeats 9]
         [--ranks 4] [--json]
@@ -53,7 +54,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     if path is None:
         raise SystemExit("the agents did not lease the data path to the ranks (see the "
                          "ranks' log): this benchmark needs direct links, the ideal network")
-    out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}}
+    out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}, "first": {}}
     total = world * (world + 1) / 2
 
     def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor
@@ -78,8 +79,9 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
             n = max(world, int(mb * 1e6) // 4 // world * world)
             for kind in KINDS:
                 tensors = {m: (torch.ones(n), torch.ones(n // world)) for m in MODES}
+                first = {}
                 for m in MODES:  # warm-up; the agent's tensor is adopted at its first calls
-                    call(kind, m, *tensors[m])
+                    first[m] = call(kind, m, *tensors[m])[0]
                     call(kind, m, *tensors[m])
                 times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
                 for _ in range(repeats):
@@ -88,6 +90,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
                 at = f"{kind} {mb}"
                 out["sizes"][at] = {m: [t for t, _ in v] for m, v in times.items()}
                 out["cpu"][at] = {m: [c for _, c in v] for m, v in times.items()}
+                out["first"][at] = first
                 del tensors
         out["rank_path_calls"] = path.calls
     finally:
@@ -123,6 +126,8 @@ def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[s
             cpu = {m: median(r0["cpu"][f"{kind} {mb}"][m]) for m in MODES}
             rows.append({"kind": kind, "size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
                          **{f"{m}_cpu_ms": cpu[m] * 1e3 for m in MODES},
+                         **{f"{m}_first_extra_ms": (r0["first"][f"{kind} {mb}"][m] - med[m]) * 1e3
+                            for m in MODES},
                          "agent_x_gloo": med["agent"] / med["gloo"],
                          "in_rank_x_gloo": med["in_rank"] / med["gloo"]})
     return {"bench": "in_rank", "collective": "ring", "links": "direct", "repeats": repeats,
@@ -144,10 +149,13 @@ def table(summary: dict[str, Any]) -> list[str]:
     return [f"ring on direct links, {summary['nodes']} ranks, float32, median of "
             f"{summary['repeats']} (rank 0); load {summary['load']}",
             f"{'kind':>15}{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
-            f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}",
+            f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}"
+            f"{'first call +ms: gloo / agent / in rank':>42}",
             *(f"{r['kind']:>15}{r['size_mb']:>8g}MB{r['gloo_ms']:>8.2f}ms{r['agent_ms']:>8.2f}ms"
               f"{r['in_rank_ms']:>8.2f}ms{r['agent_x_gloo']:>12.2f}{r['in_rank_x_gloo']:>14.2f}"
-              f"{r['gloo_cpu_ms']:>21.2f} / {r['in_rank_cpu_ms']:.2f}"
+              f"{r['gloo_cpu_ms']:>21.2f} / {r['in_rank_cpu_ms']:<6.2f}"
+              f"{r['gloo_first_extra_ms']:>20.1f} / {r['agent_first_extra_ms']:.1f} / "
+              f"{r['in_rank_first_extra_ms']:.1f}"
               for r in summary["rows"])]
 
 
