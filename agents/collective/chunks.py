@@ -95,8 +95,10 @@ def chunk_plan(steps: tuple[StepSpec, ...], rank: int, chunk: int,
                     step_of.append(k)
     # dependencies are between ranges of this node's buffer: where a send reads, where a
     # receive lands
-    bounds = np.unique(np.array([0] + [o for c in sends + recvs for o in (c[6], c[6] + c[3])],
-                                dtype=np.int64))
+    # (sorted in Python: `np.unique` imports numpy.ma at its first use, 16 ms of a process's
+    # first call)
+    bounds = np.array(sorted({0, *(o for c in sends + recvs for o in (c[6], c[6] + c[3]))}),
+                      dtype=np.int64)
     last_recv = np.zeros(len(bounds), dtype=np.int64)  # recv chunks done before (count)
     last_send = np.zeros(len(bounds), dtype=np.int64)
     send_after = [0] * len(sends)

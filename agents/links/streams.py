@@ -117,6 +117,14 @@ class StreamLink:
                             self._out.pop(key).close()
                     self._peers[node] = address
 
+    def connect(self, job: str) -> None:
+        """Open `job`'s streams to every known peer now, so that its first chunks pay no
+        connection (CollectiveError naming the peer that cannot be reached)."""
+        with self._out_lock:
+            peers = list(self._peers)
+        for dst in peers:
+            self._connect(job, dst)
+
     def _connect(self, job: str, dst: str) -> socket.socket:
         with self._out_lock:
             sock = self._out.get((job, dst))

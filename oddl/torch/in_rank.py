@@ -217,5 +217,10 @@ def open_rank_path(client: AgentClient, job: str | None, store: Any, rank: int, 
     if rank == 0:
         logger.info("oddl: the ranks move their own bytes on job %s (decision record 0040)",
                     info["job"])
-    return RankPath(client, str(info["job"]), int(info["rank"]), nodes, link,
+    path = RankPath(client, str(info["job"]), int(info["rank"]), nodes, link,
                     float(lease.get("line_rate_bps", 0.0)))
+    try:  # every listener is up (its address is on the store): the first call connects none
+        link.connect(path.label)
+    except CollectiveError as exc:  # the first call tries again, and names the peer
+        logger.warning("oddl: the rank path's streams did not open at once: %s", exc)
+    return path

@@ -235,6 +235,24 @@ def test_a_forgotten_job_closes_its_streams_and_a_new_collective_reconnects():
         b.close()
 
 
+def test_connect_opens_a_jobs_streams_before_its_first_chunk():
+    a, b, c = (StreamLink(n, "127.0.0.1:0") for n in ("n0", "n1", "n2"))
+    try:
+        a.set_peers({"n1": b.address, "n2": c.address})
+        a.connect("j")
+        opened = {dst: a._out[("j", dst)] for dst in ("n1", "n2")}
+        _send(a, "n1", 1, b"x" * 10, optical=False)
+        assert bytes(b.recv_chunk("j", "n0", 1, 0, time.time() + 10)[1]) == b"x" * 10
+        assert a._out[("j", "n1")] is opened["n1"], "the chunk went on the opened stream"
+        c.close()  # a peer that is gone is named
+        a.set_peers({"n2": "127.0.0.1:1"})
+        with pytest.raises(CollectiveError, match="cannot reach n2"):
+            a.connect("k")
+    finally:
+        for link in (a, b, c):
+            link.close()
+
+
 def test_a_killed_hosts_light_table_is_swept_at_the_next_start(tmp_path):
     """An emulator host killed with SIGKILL cannot remove its table; the next one to create a
     table in that folder removes it, and leaves a live host's table alone."""
