@@ -1,4 +1,4 @@
-"""What a training process needs to run its job's all-reduces itself (decision record 0040).
+"""What a training process needs to run its job's collectives itself (decision record 0040).
 
 On a job whose data moves over direct TCP streams with no slots to gate (the ideal network),
 the agent can lease the data path to the rank: it answers, for one bucket size, the job's
@@ -7,9 +7,13 @@ stream listens on. The agent keeps everything else: the controller link, the clo
 table, and every job on which the lease is refused. A lease is refused, naming why, where
 the agent must stay in the bytes' way: the slots of an optical network (the agent gates them
 into their windows), the emulated light layer (it lives in the agent), links that are not
-streams, authenticated streams (the certificates stay with the agent's service user:
-decision record 0008), collectives other than those in `LEASED_KINDS`, and schedules that run
+streams, collectives other than those in `LEASED_KINDS`, and schedules that run
 on a device (OptINC) or forward through hosts.
+
+Where the agent's streams are authenticated (a lab's certificates, decision record 0008), the
+lease carries the job's rank-path keys, derived per peer from the node's shared secrets
+(decision record 0042): the ranks prove each other with them, and the node's secret key stays
+with the agent.
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ from typing import Any
 
 from oddl.agents.agent_jobs import AgentJob
 from oddl.agents.links.choice import DataLinks
+from oddl.agents.links.stream_auth import AuthError, StreamAuth
 from oddl.agents.links.stream_wire import parse_address
 from oddl.agents.links.streams import StreamLink
 from oddl.common.collective_kinds import ALL_REDUCE
 from oddl.common.config import OPTINC
 from oddl.common.errors import OperationRefused
 from oddl.protos import oddl_pb2 as pb
+
+NAMESPACE = "rank-path"
+"""The stream namespace of the ranks' calls: ``<job>/rank-path``, apart from the agent's."""
 
 PlanKey = tuple[int, str, str, int]
 """(elements, dtype, kind, root): the key of a job's cached schedule (`AgentJob.plans`)."""
@@ -58,9 +66,8 @@ def refusal(job: AgentJob, links: DataLinks) -> str:
                 "into its slot")
     if not isinstance(link, StreamLink) or link.phy is not None:
         return "the agent's links are not direct TCP streams (emulated light or a relay)"
-    if link.auth is not None:
-        return ("the data streams are authenticated and their certificates stay with the "
-                "agent (decision record 0008)")
+    if link.auth is not None and not isinstance(link.auth, StreamAuth):
+        return "the agent's streams are themselves keyed for one job"
     return ""
 
 
@@ -84,10 +91,10 @@ def lease(job: AgentJob, links: DataLinks, ask: Any, fetch: FetchSchedule,
         why = f"{key[2]} stays with the agent; only {', '.join(LEASED_KINDS)} are leased"
     if why:
         return {"granted": False, "why": why}
-    granted = {"granted": True, "host": parse_address(links.address)[0],
-               "line_rate_bps": line_rate_bps}
+    granted: dict[str, Any] = {"granted": True, "host": parse_address(links.address)[0],
+                               "line_rate_bps": line_rate_bps}
     if key[0] <= 0:
-        return granted
+        return _keyed(granted, job, links)
     if itemsize <= 0:
         raise OperationRefused("malformed lease request: itemsize must be positive")
     schedule = schedule_for(job, key, itemsize, fetch)
@@ -95,6 +102,20 @@ def lease(job: AgentJob, links: DataLinks, ask: Any, fetch: FetchSchedule,
         return {"granted": False, "why": "the schedule runs on a device or forwards through "
                                          "hosts: it stays with the agent"}
     return {**granted, "schedule": base64.b64encode(schedule.SerializeToString()).decode("ascii")}
+
+
+def _keyed(granted: dict[str, Any], job: AgentJob, links: DataLinks) -> dict[str, Any]:
+    """`granted`, with the job's rank-path keys (hex) where the agent's streams are
+    authenticated (decision record 0042); refused, naming the peer, where a peer has no key
+    or a revoked one."""
+    auth = getattr(links.link, "auth", None)
+    if not isinstance(auth, StreamAuth):
+        return granted
+    try:
+        keys = auth.job_keys(f"{job.id}/{NAMESPACE}", job.nodes)
+    except AuthError as exc:
+        return {"granted": False, "why": f"the job's rank-path streams cannot be keyed: {exc}"}
+    return {**granted, "keys": {peer: key.hex() for peer, key in keys.items()}}
 
 
 class LeasedCalls:

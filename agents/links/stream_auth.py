@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -37,28 +37,15 @@ class AuthError(ValueError):
     """A stream whose peer could not prove who it is (the message says which check failed)."""
 
 
-@dataclass
-class StreamAuth:
-    """This node's key pair and the public keys of the lab's nodes (z85, from the manifest)."""
+class PairAuth:
+    """The proofs of a stream's two ends (the module docstring) from the key each pair of
+    nodes shares (`_shared`): `StreamAuth` computes it from the nodes' key pairs, `JobKeys`
+    holds the keys derived for one job's rank path."""
 
     node_id: str
-    secret_z85: bytes
-    peers: Mapping[str, bytes]
-    revoked: set[bytes] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self._secret = X25519PrivateKey.from_private_bytes(z85.decode(self.secret_z85))
 
     def _shared(self, peer: str) -> bytes:
-        key = self.peers.get(peer)
-        if key is None:
-            raise AuthError(f"node {peer!r} has no key in the lab's certificates; run "
-                            "`oddl certs init` with every node id and copy the folder to "
-                            "every host")
-        if key in self.revoked:
-            raise AuthError(f"the key of node {peer!r} is revoked; issue it a new one "
-                            "(`oddl certs rotate`)")
-        return self._secret.exchange(X25519PublicKey.from_public_bytes(z85.decode(key)))
+        raise NotImplementedError
 
     @staticmethod
     def nonce() -> bytes:
@@ -93,6 +80,55 @@ class StreamAuth:
         if not hmac.compare_digest(want, proof):
             raise AuthError(f"a stream claiming to come from {src} did not prove it (wrong "
                             "key: a host outside the lab, or a revoked node)")
+
+
+@dataclass
+class StreamAuth(PairAuth):
+    """This node's key pair and the public keys of the lab's nodes (z85, from the manifest)."""
+
+    node_id: str
+    secret_z85: bytes
+    peers: Mapping[str, bytes]
+    revoked: set[bytes] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._secret = X25519PrivateKey.from_private_bytes(z85.decode(self.secret_z85))
+
+    def _shared(self, peer: str) -> bytes:
+        key = self.peers.get(peer)
+        if key is None:
+            raise AuthError(f"node {peer!r} has no key in the lab's certificates; run "
+                            "`oddl certs init` with every node id and copy the folder to "
+                            "every host")
+        if key in self.revoked:
+            raise AuthError(f"the key of node {peer!r} is revoked; issue it a new one "
+                            "(`oddl certs rotate`)")
+        return self._secret.exchange(X25519PublicKey.from_public_bytes(z85.decode(key)))
+
+    def job_keys(self, job: str, nodes: Iterable[str]) -> dict[str, bytes]:
+        """The keys of `job`'s rank path (decision record 0042), per peer among `nodes`:
+        HMAC-SHA256(K, "oddl-rank-path-v1" | job). Both ends of a pair derive the same key
+        from their shared secret K; it proves only that pair, only on that job, and reveals
+        neither node's secret key. AuthError for a peer without a key or with a revoked one."""
+        label = b"oddl-rank-path-v1\0" + job.encode()
+        return {peer: hmac.new(self._shared(peer), label, hashlib.sha256).digest()
+                for peer in nodes if peer != self.node_id}
+
+
+class JobKeys(PairAuth):
+    """A training process's proofs on its job's rank path: the keys its agent derived for it
+    (`StreamAuth.job_keys`), not the node's secret key."""
+
+    def __init__(self, node_id: str, keys: Mapping[str, bytes]):
+        self.node_id = node_id
+        self._keys = dict(keys)
+
+    def _shared(self, peer: str) -> bytes:
+        key = self._keys.get(peer)
+        if key is None:
+            raise AuthError(f"node {peer!r} is not a peer of this job's rank path (its agent "
+                            "handed no key for it)")
+        return key
 
 
 def _mac(key: bytes, role: bytes, cn: bytes, sn: bytes, job: str, src: str, dst: str) -> bytes:

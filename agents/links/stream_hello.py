@@ -7,11 +7,11 @@ import json
 import socket
 import struct
 
-from oddl.agents.links.stream_auth import MAC_BYTES, NONCE_BYTES, REPLY, AuthError, StreamAuth
+from oddl.agents.links.stream_auth import MAC_BYTES, NONCE_BYTES, REPLY, AuthError, PairAuth
 from oddl.agents.links.stream_wire import HELLO, recv_exact_blocking
 
 
-def announce(sock: socket.socket, auth: StreamAuth | None, node_id: str, job: str,
+def announce(sock: socket.socket, auth: PairAuth | None, node_id: str, job: str,
              dst: str) -> None:
     """The sender's side: announce the stream; in secure mode, prove who we are and check
     who answers."""
@@ -32,7 +32,7 @@ def announce(sock: socket.socket, auth: StreamAuth | None, node_id: str, job: st
     sock.sendall(auth.client_proof(dst, job, cn, sn))
 
 
-def prove_to_client(sock: socket.socket, auth: StreamAuth, hello: dict,
+def prove_to_client(sock: socket.socket, auth: PairAuth, hello: dict,
                     key: tuple[str, str]) -> None:
     """The receiver's side of the secure hello: prove this node, check the sender's proof."""
     job, src = key

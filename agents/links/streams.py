@@ -41,7 +41,7 @@ from functools import partial
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import outcome
 from oddl.agents.links.line_rate import LineRateMeter
-from oddl.agents.links.stream_auth import AuthError, StreamAuth
+from oddl.agents.links.stream_auth import AuthError, PairAuth
 from oddl.agents.links.stream_hello import announce, prove_to_client
 from oddl.agents.links.stream_inbound import BufferPool, Inbound, Landing, Landings
 from oddl.agents.links.stream_wire import (
@@ -73,7 +73,7 @@ class StreamLink:
     """Chunk streams over TCP between this node and its peers (see the module docstring)."""
 
     def __init__(self, node_id: str, bind: str, *, phy: Phy | None = None,
-                 auth: StreamAuth | None = None):
+                 auth: PairAuth | None = None):
         self.node_id = node_id
         self.auth = auth
         self.tag = node_tag(node_id)

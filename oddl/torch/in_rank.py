@@ -3,7 +3,8 @@ all-gathers, reduce-scatters and broadcasts (`LEASED_KINDS`) run in the training
 
 Unless ``ODDL_IN_RANK=0`` is in the ranks' environment, each rank asks its agent at the world
 group's creation whether the job's data path can be leased (`oddl.agents.collective.lease`:
-the ideal network on direct, unauthenticated TCP streams), opens a stream listener on the host
+the ideal network on direct TCP streams; where they are authenticated, with the job's
+rank-path keys), opens a stream listener on the host
 its agent's streams use, and publishes the address on the group's store. Only when every
 rank got the lease does the group use it — every rank or none, so no call is ever run one
 way on one rank and the other way on another. Then each such call asks its agent once per
@@ -34,8 +35,9 @@ from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.clock import wall
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
-from oddl.agents.collective.lease import PlanKey
+from oddl.agents.collective.lease import NAMESPACE, PlanKey
 from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.links.stream_auth import JobKeys
 from oddl.agents.links.stream_wire import PeerGaveUp
 from oddl.agents.links.streams import StreamLink
 from oddl.agents.slot_gate import SlotGate
@@ -53,9 +55,6 @@ RANK_CHUNK_BYTES = 8 << 20
 some Python; with the agents' 1 MB chunks a rank spent ×1.15–1.47 gloo's CPU time per call
 at 16–256 MB, with 4 MB ×0.84–1.12, with 8 MB ×0.89 at 64 and 256 MB, 4 ranks, ideal network
 (docs/results.md, decision record 0040). A transfer smaller than this is one chunk."""
-
-NAMESPACE = "rank-path"
-"""The stream namespace of the rank's calls: ``<job>/rank-path``."""
 
 
 def wanted() -> bool:
@@ -200,7 +199,10 @@ def open_rank_path(client: AgentClient, job: str | None, store: Any, rank: int, 
     if lease.get("granted") and len(nodes) != world:
         why = f"the job has {len(nodes)} nodes for a group of {world} ranks"
     elif lease.get("granted"):
-        link = StreamLink(nodes[int(info["rank"])], f"{lease['host']}:0")
+        keys = lease.get("keys")  # the lab's streams are authenticated (decision record 0042)
+        auth = None if keys is None else JobKeys(
+            nodes[int(info["rank"])], {peer: bytes.fromhex(k) for peer, k in keys.items()})
+        link = StreamLink(nodes[int(info["rank"])], f"{lease['host']}:0", auth=auth)
     store.set(f"{key}/{rank}", json.dumps([int(info["rank"]), link.address if link else "",
                                            why]))
     theirs = [json.loads(store.get(f"{key}/{r}")) for r in range(world)]

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +54,7 @@ def _start(tmp: Path, link: str, transport: str = ""
         tb = launch_emulated(group, config, tmp, resolved_name="resolved.toml")
         clients = [AgentClient(api, timeout_s=30) for api in tb.apis]
         return group, OperatorClient(tb.controller, certs=str(certs)), clients, {
-            "address": tb.controller, "certs": certs, "fabric": tb.fabric}
+            "address": tb.controller, "certs": certs, "fabric": tb.fabric, "apis": tb.apis}
     except BaseException:
         group.stop_all()
         raise
@@ -157,6 +158,29 @@ def test_secure_direct_links(tmp_path):
         assert _exact(clients, 2)
         # the lab path keeps its speed in secure mode: streams whose ends proved their keys
         assert {c.status()["data_path"] for c in clients} == {"tcp streams, authenticated"}
+
+
+@pytest.mark.timeout(450)
+def test_the_ranks_of_a_secure_lab_move_their_bytes_with_the_jobs_keys(tmp_path):
+    """An ideal-network job on authenticated streams: every rank gets the job's rank-path keys
+    with its lease (decision record 0042) and the ranks reduce exactly, the agents running
+    none of the calls."""
+    from helpers import run_ranks
+
+    worker = Path(__file__).resolve().parents[1] / "workers" / "rank_path_worker.py"
+    with _running(tmp_path, "direct") as (op, _clients, info):
+        op.submit("secure-rank-path", [], "ring", "ideal")
+        res = run_ranks([sys.executable, str(worker), "exact"], info["apis"], 400)
+    assert all(r["leased"] for r in res), "every rank took the lease"
+    assert {r["auth"] for r in res} == {"JobKeys"}, "their streams proved both ends"
+    for r in res:
+        assert r["agent_done_after"] == r["agent_done_before"], r
+        assert r["rank_path_calls"] == r["calls"], r
+    for n in (1, 7, 1000, 300_001):
+        want = sum(np.random.default_rng(300 + rank + n).integers(-100, 100, n)
+                   for rank in range(4))
+        assert all(r["results"][f"{n}/torch.int64/SUM"] == want.astype(float).tolist()
+                   for r in res), n
 
 
 def test_secure_direct_links_encrypted(tmp_path):

@@ -22,7 +22,7 @@ from oddl.agents.agent_jobs import AgentJob
 from oddl.agents.collective.lease import lease, refusal
 from oddl.agents.links.choice import DataLinks
 from oddl.agents.links.streams import StreamLink
-from oddl.common.errors import OperationRefused
+from oddl.common.errors import CollectiveError, OperationRefused
 from oddl.protos import oddl_pb2 as pb
 
 torch = pytest.importorskip("torch")
@@ -88,15 +88,58 @@ def test_the_lease_is_refused_where_the_agent_must_stay_in_the_way(stream_links)
         lease(_job("ideal"), stream_links, {"n": 8}, _no_fetch, 0.0)
 
 
-def test_authenticated_streams_are_not_leased():
+def _lab_auth(nodes: tuple[str, ...], revoked: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Each node's StreamAuth in one lab (fresh CURVE key pairs)."""
     import zmq
 
     from oddl.agents.links.stream_auth import StreamAuth
 
-    public, secret = zmq.curve_keypair()
-    link = StreamLink("n0", "127.0.0.1:0", auth=StreamAuth("n0", secret, {"n0": public}))
+    pairs = {n: zmq.curve_keypair() for n in nodes}
+    publics = {n: public for n, (public, _secret) in pairs.items()}
+    return {n: StreamAuth(n, secret, publics, {publics[r] for r in revoked})
+            for n, (_public, secret) in pairs.items()}
+
+
+def test_authenticated_streams_are_leased_with_the_jobs_keys():
+    from oddl.agents.links.stream_auth import JobKeys
+
+    auth = _lab_auth(("n0", "n1"))
+    links = [StreamLink(n, "127.0.0.1:0", auth=auth[n]) for n in ("n0", "n1")]
     try:
-        assert "certificates stay with the agent" in refusal(_job("ideal"), DataLinks(link))
+        job = _job("ideal")
+        got = lease(job, DataLinks(links[0]), {"n": 0}, _no_fetch, 0.0)
+        assert got["granted"] and set(got["keys"]) == {"n1"}
+        # both ends derive the same key; another job's differs; no node's secret goes out
+        assert bytes.fromhex(got["keys"]["n1"]) == auth["n1"].job_keys(
+            "job-1/rank-path", ["n0"])["n0"]
+        assert auth["n0"].job_keys("job-2/rank-path", ["n1"]) != auth["n0"].job_keys(
+            "job-1/rank-path", ["n1"])
+        assert auth["n0"].secret_z85.hex() not in str(got)
+        # the ranks prove each other with them, and a rank with another job's keys is refused
+        ranks = [StreamLink(n, "127.0.0.1:0", auth=JobKeys(n, auth[n].job_keys(
+            "job-1/rank-path", ["n0", "n1"]))) for n in ("n0", "n1")]
+        stranger = StreamLink("n0", "127.0.0.1:0", auth=JobKeys("n0", auth["n0"].job_keys(
+            "job-2/rank-path", ["n1"])))
+        try:
+            for link in (ranks[0], stranger):
+                link.set_peers({"n1": ranks[1].address})
+            ranks[0].connect("job-1/rank-path")
+            with pytest.raises(CollectiveError, match="failed to prove its identity"):
+                stranger.connect("job-1/rank-path")
+        finally:
+            for link in (*ranks, stranger):
+                link.close()
+    finally:
+        for link in links:
+            link.close()
+
+
+def test_a_revoked_peer_is_named_and_the_job_not_leased():
+    auth = _lab_auth(("n0", "n1"), revoked=("n1",))
+    link = StreamLink("n0", "127.0.0.1:0", auth=auth["n0"])
+    try:
+        got = lease(_job("ideal"), DataLinks(link), {"n": 0}, _no_fetch, 0.0)
+        assert not got["granted"] and "node 'n1' is revoked" in got["why"]
     finally:
         link.close()
 
@@ -145,6 +188,7 @@ def _inputs(rank: int, n: int) -> np.ndarray:
 def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
     res = _world(apis, "exact")
     assert all(r["leased"] for r in res), "every rank took the lease"
+    assert {r["auth"] for r in res} == {"NoneType"}, "unauthenticated agents, plain streams"
     for n in (1, 7, 1000, 300_001):
         stacked = np.stack([_inputs(r, n) for r in range(WORLD)])
         want = {"SUM": stacked.sum(0), "MAX": stacked.max(0), "AVG": stacked.sum(0) / WORLD}

@@ -60,6 +60,8 @@ def exact(rank: int) -> dict[str, Any]:
     channel = oc._channel
     assert channel is not None
     out: dict[str, Any] = {"leased": channel.rank_path is not None,
+                           "auth": type(channel.rank_path.link.auth).__name__
+                           if channel.rank_path else "",
                            "agent_done_before": _agent_done(channel),
                            "in_ranks_before": _in_ranks(channel), "results": {}}
     for n in SIZES:
