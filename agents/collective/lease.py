@@ -38,10 +38,10 @@ NAMESPACE = "rank-path"
 PlanKey = tuple[int, str, str, int]
 """(elements, dtype, kind, root): the key of a job's cached schedule (`AgentJob.plans`)."""
 
-LEASED_KINDS = (ALL_REDUCE, "all_gather", "reduce_scatter", "broadcast")
+LEASED_KINDS = (ALL_REDUCE, "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 """The collectives a rank may run itself: those a training loop makes every step (DDP's and
-FSDP's buckets) and the broadcast that starts it. The others (all-to-all, gather, scatter and
-point-to-point) stay with the agent."""
+FSDP's buckets, a mixture of experts' all-to-all) and the broadcast that starts it. Gather,
+scatter and point to point stay with the agent."""
 
 FetchSchedule = Callable[[str, int, int, str, int], pb.Schedule]
 """The controller's `GetSchedule`: (job, bytes, itemsize, kind, root) → its schedule."""

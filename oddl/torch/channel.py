@@ -127,10 +127,14 @@ class Channel:
         """Calls whose data went out: through the agent, and in this process."""
         return self.client.steps.used, self.rank_path.seq if self.rank_path else 0
 
-    def sum_(self, array: np.ndarray) -> np.ndarray:
-        """Sum `array` across the job's nodes, in place (worker thread only). An empty array
-        (every rank's is, for a collective that is well formed) needs no agent call."""
+    def sum_(self, array: np.ndarray, in_rank: bool = True) -> np.ndarray:
+        """Sum `array` (contiguous, writable) across the job's nodes, in place (worker thread
+        only): on the rank path where there is one and `in_rank` (not for a new group's
+        handshake, which must not lean on the group before it). An empty array (every rank's
+        is, for a collective that is well formed) needs no call."""
         if array.size == 0:
+            return array
+        if in_rank and self.rank_path is not None and self.rank_path.run(array, "all_reduce"):
             return array
         out = self.client.allreduce(array, job=self.job, out=array)
         if out.shape != array.shape or out.dtype != array.dtype:
@@ -365,7 +369,7 @@ def handshake(channel: Channel, rank: int, world: int, job_rank: int | None = No
     if rank == 0:
         v[-1] = secrets.randbits(62)
     try:
-        channel.sum_(v)
+        channel.sum_(v, in_rank=False)
     except CollectiveError as exc:
         raise CollectiveError(f"the oddl backend's first all-reduce failed ({exc}); does the "
                               f"agent's job ({ENV_JOB}={channel.job or 'its only job'}) have "

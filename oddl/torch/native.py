@@ -310,9 +310,26 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
     count(what, optical=blocks.nbytes)
     if cap == 0:
         return
-    got = ranks.to_group_order(ch.client.all_to_all(ranks.to_job_order(blocks), job=ch.job))
+    by_job = ranks.to_job_order(blocks)
+    got = _all_to_all_in_rank(_rank_path(ch), by_job)
+    if got is None:
+        got = ch.client.all_to_all(by_job, job=ch.job)
+    got = ranks.to_group_order(got)
     for i, o in enumerate(outs):
         store(o, got[i, :o.numel()])
+
+
+def _all_to_all_in_rank(path: RankPath | None, blocks: np.ndarray) -> np.ndarray | None:
+    """`blocks` (world, n) by job rank exchanged on the rank path: block i from job rank i;
+    None where the agent exchanges them. The work buffer is laid out as the agent's client
+    lays it out: the input blocks, then the output's, this rank's own already in place."""
+    if path is None:
+        return None
+    world = len(blocks)
+    work = np.empty((2 * world, blocks.shape[1]), blocks.dtype)
+    work[:world] = blocks
+    work[world + path.rank] = blocks[path.rank]
+    return work[world:] if path.run(work, "all_to_all") else None
 
 
 def gather(ch: Channel, ranks: Ranks, me: int, t: torch.Tensor, root: int,

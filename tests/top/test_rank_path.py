@@ -70,12 +70,12 @@ def test_the_lease_is_granted_on_direct_streams_of_the_ideal_network(stream_link
 def test_the_lease_is_refused_where_the_agent_must_stay_in_the_way(stream_links):
     assert "optical network" in refusal(_job("optical"), stream_links)
     assert "circuit network" in refusal(_job("circuit"), stream_links)
-    for kind in ("all_to_all", "gather", "scatter", "send"):
+    for kind in ("gather", "scatter", "send"):
         got = lease(_job("ideal"), stream_links, {"n": 8, "kind": kind, "itemsize": 4},
                     _no_fetch, 0.0)
         assert got == {"granted": False,
                        "why": f"{kind} stays with the agent; only all_reduce, all_gather, "
-                              "reduce_scatter, broadcast are leased"}
+                              "reduce_scatter, broadcast, all_to_all are leased"}
 
     def forwarded(*_args: Any) -> pb.Schedule:
         return pb.Schedule(collective="ring", n_elems=12)  # relays keep segments past n
@@ -212,8 +212,8 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
 
 
 def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
-    """The all-gathers, reduce-scatters and broadcasts of the worker's `other_kinds`: what
-    the inputs say, on every rank."""
+    """The all-gathers, reduce-scatters, broadcasts and all-to-alls of the worker's
+    `other_kinds`: what the inputs say, on every rank."""
     for n in (1, 1000, 300_001):
         for dtype in (torch.int64, torch.float32, torch.bfloat16):
             tag = f"{n}/{dtype}"
@@ -225,6 +225,9 @@ def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
                 assert got[f"gather-list/{tag}"] == got[f"gather/{tag}"], tag
                 assert got[f"broadcast/{tag}"] == ins[2].tolist(), tag
                 assert got[f"scatter-input-kept/{tag}"], f"{tag}: the input was written"
+                me = r["rank"]  # rank i sent `me` + 1 rows of its input of that size
+                assert got[f"all_to_all/{tag}"] == [
+                    _inputs(i, (me + 1) * n).tolist() for i in range(WORLD)], tag
                 for op, fold in (("SUM", np.sum), ("MAX", np.max)):
                     key = f"scatter/{tag}/{op}"
                     if dtype == torch.int64 and op == "MAX":
@@ -242,8 +245,9 @@ def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]
     res = _world(apis, "one-declines")
     assert not any(r["leased"] for r in res)
     assert all(r["agent_done_after"] - r["agent_done_before"] == r["calls"] for r in res)
-    alike = [{k: v for k, v in r["results"].items() if not k.startswith("scatter/")}
-             for r in res]  # each rank's reduce-scatter block is its own
+    alike = [{k: v for k, v in r["results"].items()
+              if not k.startswith(("scatter/", "all_to_all/"))}
+             for r in res]  # each rank's reduce-scatter block and all-to-all rows are its own
     assert alike[0] == alike[2]
     _other_kinds_exact(res)
 

@@ -81,8 +81,8 @@ def exact(rank: int) -> dict[str, Any]:
 
 
 def other_kinds(rank: int, results: dict[str, Any]) -> int:
-    """All-gathers, reduce-scatters and broadcasts of `KIND_SIZES` x `KIND_DTYPES` into
-    `results`; how many calls they made."""
+    """All-gathers, reduce-scatters, broadcasts, all-to-alls and barriers of `KIND_SIZES` x
+    `KIND_DTYPES` into `results`; how many calls they made (an all-to-all makes two)."""
     world, calls = dist.get_world_size(), 0
     for n in KIND_SIZES:
         for dtype in KIND_DTYPES:
@@ -103,7 +103,14 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             results[f"scatter-input-kept/{tag}"] = bool(torch.equal(blocks, kept))
             dist.broadcast(mine, src=2)
             results[f"broadcast/{tag}"] = mine.float().tolist()
-            calls += 3
+            # block j to rank j, uneven: rank r sends j + 1 rows of n to rank j (a sum of
+            # the sizes, then the exchange)
+            ins = [inputs(rank, (j + 1) * n, dtype) for j in range(world)]
+            outs = [torch.empty((rank + 1) * n, dtype=dtype) for _ in range(world)]
+            dist.all_to_all(outs, ins)
+            results[f"all_to_all/{tag}"] = [o.float().tolist() for o in outs]
+            dist.barrier()
+            calls += 3 + 3
     return calls
 
 
