@@ -1,5 +1,7 @@
 """The rank moves its own bytes (decision record 0040): the world group's all-reduces,
-all-gathers, reduce-scatters and broadcasts (`LEASED_KINDS`) run in the training process, over a stream link of its own, on the schedule its agent leases it.
+all-gathers, reduce-scatters, broadcasts and all-to-alls
+(`oddl.agents.collective.lease.LEASED_KINDS`) run in the training process, over a stream link
+of its own, on the schedule its agent leases it.
 
 Unless ``ODDL_IN_RANK=0`` is in the ranks' environment, each rank asks its agent at the world
 group's creation whether the job's data path can be leased (`oddl.agents.collective.lease`:
