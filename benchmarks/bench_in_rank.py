@@ -1,19 +1,19 @@
 """The rank moving its own bytes (decision record 0040) against the agent path and gloo, in
-the same run (issue 36): all-reduce, all-gather and reduce-scatter.
+the same run (issue 36): all-reduce, all-gather, reduce-scatter and all-to-all.
 
 Starts the emulated testbed with direct links and a ring job on its first `--ranks` nodes,
 and the rank processes with torchrun's environment. Each joins `init_process_group("oddl")`
 and a gloo group of the same ranks (`oddl.torch.in_rank`: the agents lease the data path to
 the ranks), and per kind and size S (as nccl-tests counts it: the all-reduce's tensor, the
-all-gather's output, the reduce-scatter's input) times in alternation, float32, after the
+all-gather's output, the reduce-scatter's and the all-to-all's input) times in alternation, float32, after the
 same barrier, `--repeats` times each:
 - gloo: the call on the gloo group;
 - agent: the call on the oddl group with its rank path set aside (the agent moves the
   bytes, as with ``ODDL_IN_RANK=0``; reused tensors adopted into shared memory);
 - in_rank: the call on the rank path: the job's schedule, leased once per size and kind,
   run by the agents' executor and outcome round in the rank, over its own stream link.
-The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)` and
-`dist.reduce_scatter_tensor(block, whole)`. Every result is checked exact. Prints rank 0's
+The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)`,
+`dist.reduce_scatter_tensor(block, whole)` and `dist.all_to_all_single(out, whole)`. Every result is checked exact. Prints rank 0's
 medians, the ratios to gloo, the CPU time rank 0's process spent in a gloo call and in a
 call on the rank path (all its threads; the agent path's work is in the agent, not counted
 there), and what each mode's first call of a size and kind took over its median (a new
@@ -36,7 +36,7 @@ from typing import Any
 from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 MODES = ("gloo", "agent", "in_rank")
-KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def rank_main(sizes_mb: list[float], repeats: int) -> None:
@@ -57,8 +57,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}, "first": {}}
     total = world * (world + 1) / 2
 
-    def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor
-             ) -> tuple[float, float]:
+    def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor,
+             exchanged: torch.Tensor) -> tuple[float, float]:
         (block if kind == "all_gather" else whole).fill_(float(rank + 1))
         channel.rank_path = path if mode == "in_rank" else None  # as users get each
         group = gloo if mode == "gloo" else None
@@ -68,17 +68,20 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
             dist.all_reduce(whole, group=group)
         elif kind == "all_gather":
             dist.all_gather_into_tensor(whole, block, group=group)
-        else:
+        elif kind == "reduce_scatter":
             dist.reduce_scatter_tensor(block, whole, group=group)
+        else:
+            dist.all_to_all_single(exchanged, whole, group=group)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
-        _check(kind, mode, whole, block, world, total)
+        _check(kind, mode, exchanged if kind == "all_to_all" else whole, block, world, total)
         return took, cpu
 
     try:
         for mb in sizes_mb:
             n = max(world, int(mb * 1e6) // 4 // world * world)
             for kind in KINDS:
-                tensors = {m: (torch.ones(n), torch.ones(n // world)) for m in MODES}
+                tensors = {m: (torch.ones(n), torch.ones(n // world), torch.ones(n))
+                           for m in MODES}
                 first = {}
                 for m in MODES:  # warm-up; the agent's tensor is adopted at its first calls
                     first[m] = call(kind, m, *tensors[m])[0]
@@ -101,7 +104,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
 
 def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: float) -> None:
     """SystemExit unless the call's result is exact (spot checks at both ends and inside)."""
-    if kind == "all_gather":
+    if kind in ("all_gather", "all_to_all"):  # block i from rank i
         got = [float(whole[i]) for i in (0, len(whole) // 2, len(whole) - 1)]
         want = [1.0, float(world // 2 + 1), float(world)]
     else:
