@@ -29,10 +29,13 @@ def _s(value: Any) -> str:
 def table(report: dict[str, Any]) -> str:
     m = report.get("measurements", {})
     lines = ["| all-reduce | size | time (median of 4 after the first) | × line-rate bound "
-             "| first call | first − rest |", "|---|---|---|---|---|---|"]
+             "| × TCP payload bound at the MTU | first call | first − rest |",
+             "|---|---|---|---|---|---|---|"]
     for row in m.get("allreduce", []):
+        tcp = (f"×{row['ratio_tcp']:.2f} (MTU {row['mtu']}, {row['tcp_bound_s'] * 1e3:.0f} ms)"
+               if "ratio_tcp" in row else "-")
         lines.append(f"| {row['collective']} | {row['size_mb']} MB | {row['rest_s'] * 1e3:.0f} ms "
-                     f"| ×{row['ratio']:.2f} (bound {row['bound_s'] * 1e3:.0f} ms) "
+                     f"| ×{row['ratio']:.2f} (bound {row['bound_s'] * 1e3:.0f} ms) | {tcp} "
                      f"| {row['first_s'] * 1e3:.0f} ms | {row['first_over_rest_s'] * 1e3:+.0f} ms |")
     lines += ["", "| fault | first failure after | exact again after the repair | all agents "
               "alive after | calls exact / wrong / failed |", "|---|---|---|---|---|"]
@@ -46,10 +49,11 @@ def table(report: dict[str, Any]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "lab.json"))
+    p.add_argument("--mtu", type=int, default=1500, help="the rig's links' MTU")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "report.json"
-        code = rehearse(["--bench", "--json", str(path)])
+        code = rehearse(["--bench", "--json", str(path), "--mtu", str(args.mtu)])
         if code == 2 or not path.exists():
             return code
         report = json.loads(path.read_text(encoding="utf-8"))

@@ -77,8 +77,8 @@ class Hosts:
         br = self.plan.bridge_netns
         run(["ip", "netns", "add", host.netns])
         run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
-        run(["ip", "-n", br, "link", "add", host.bridge_port, "type", "veth", "peer", "name",
-             HOST_IF, "netns", host.netns])
+        run(["ip", "-n", br, "link", "add", host.bridge_port, "mtu", str(self.plan.mtu), "type",
+             "veth", "peer", "name", HOST_IF, "mtu", str(self.plan.mtu), "netns", host.netns])
         run(["ip", "-n", br, "link", "set", host.bridge_port, "master", BRIDGE, "up"])
         run(["ip", "-n", host.netns, "addr", "add", host.cidr, "dev", HOST_IF])
         run(["ip", "-n", host.netns, "link", "set", HOST_IF, "up"])

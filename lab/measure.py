@@ -13,7 +13,7 @@ from typing import Any
 from lab import jobs
 from lab.report import CheckFailed, Report
 from lab.rig import Rig
-from lab.rig_plan import LINE_RATE_GBPS, line_rate_bound_s
+from lab.rig_plan import LINE_RATE_GBPS, line_rate_bound_s, tcp_bound_s
 
 SIZES_MB = (1, 16, 64)
 CALLS = 5     # the first call of the size, then four more
@@ -36,9 +36,11 @@ def measure_size(rig: Rig, job: str, collective: str, size_mb: int) -> dict[str,
     if len(times) != CALLS:
         raise CheckFailed(f"{tag}: {len(times)} complete steps of {CALLS} ({summary})")
     bound = line_rate_bound_s(nbytes, len(rig.plan.nodes))
+    tcp = tcp_bound_s(nbytes, len(rig.plan.nodes), rig.plan.mtu)
     rest = statistics.median(times[1:])
     return {"collective": collective, "size_mb": size_mb, "first_s": times[0], "rest_s": rest,
-            "bound_s": bound, "ratio": rest / bound, "first_over_rest_s": times[0] - rest}
+            "bound_s": bound, "ratio": rest / bound, "first_over_rest_s": times[0] - rest,
+            "mtu": rig.plan.mtu, "tcp_bound_s": tcp, "ratio_tcp": rest / tcp}
 
 
 def run(rig: Rig, report: Report) -> None:

@@ -19,7 +19,7 @@ from lab.hosts import Hosts
 from lab.install import CACHE_ROOT, build_wheel, prune, venv_for
 from lab.report import Report
 from lab.rig import REPO, Rig, clean_stale, other_live_rigs
-from lab.rig_plan import plan_lab
+from lab.rig_plan import DEFAULT_MTU, plan_lab
 from lab.shell import missing_prerequisite
 
 
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="leave the rig up for debugging")
     p.add_argument("--down", action="store_true", help="remove kept (and crashed) rigs, exit")
     p.add_argument("--bench", action="store_true", help="also measure (benchmarks/bench_lab.py)")
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help="the links' MTU (default "
+                   "%(default)s; a training network often runs jumbo frames, 9000)")
     args = p.parse_args(argv)
     why = missing_prerequisite()
     if why:
@@ -120,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note removed the leftovers of a crashed run: {name}")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
-    report, rig = Report(), Rig(plan_lab(os.getpid()))
+    try:
+        plan = plan_lab(os.getpid(), mtu=args.mtu)
+    except ValueError as exc:
+        p.error(str(exc))
+    report, rig = Report(), Rig(plan)
     rig.save_state()
     print(f"lab rig {rig.plan.tag}: logs under {rig.logs}", flush=True)
     start = time.monotonic()

@@ -16,6 +16,9 @@ CONTROLLER_OCTET = 10
 FIRST_NODE_OCTET = 11
 SHAPE = ("rate", "1gbit", "burst", "256kb", "latency", "20ms")
 LINE_RATE_GBPS = 1.0          # what SHAPE lets through, for the benchmark's bound
+DEFAULT_MTU = 1500            # the links' MTU; a lab's training network often runs 9000
+ETHERNET_HEADER = 14          # what tbf counts beside the IP packet on a veth
+TCP_IP_HEADERS = 52           # IPv4 20 + TCP 20 + the timestamp option 12
 NAME_PREFIX = "oddl-lab-"
 STATE_ROOT = Path("/var/tmp")
 
@@ -46,6 +49,7 @@ class LabPlan:
     run_id: int
     nodes: tuple[str, ...]
     hosts: tuple[Host, ...]
+    mtu: int = DEFAULT_MTU
 
     @property
     def tag(self) -> str:
@@ -79,14 +83,18 @@ class LabPlan:
         return self.run_dir / "hosts" / host.name
 
 
-def plan_lab(run_id: int, nodes: tuple[str, ...] = ("n0", "n1", "n2", "n3")) -> LabPlan:
-    """The controller host and one training host per node, addresses in order."""
+def plan_lab(run_id: int, nodes: tuple[str, ...] = ("n0", "n1", "n2", "n3"),
+             mtu: int = DEFAULT_MTU) -> LabPlan:
+    """The controller host and one training host per node, addresses in order; every link
+    of `mtu` bytes (ValueError outside what a veth takes)."""
+    if not 576 <= mtu <= 65535:
+        raise ValueError(f"--mtu {mtu}: give 576..65535 (1500 Ethernet's, 9000 jumbo frames)")
     tag = f"{NAME_PREFIX}{run_id}"
     hosts = [Host("ctl", f"{tag}-ctl", f"{SUBNET}.{CONTROLLER_OCTET}", "p-ctl")]
     for i, node in enumerate(nodes):
         hosts.append(Host(node, f"{tag}-{node}", f"{SUBNET}.{FIRST_NODE_OCTET + i}",
                           f"p-{node}", node=node))
-    return LabPlan(run_id, nodes, tuple(hosts))
+    return LabPlan(run_id, nodes, tuple(hosts), mtu)
 
 
 def run_id_of(netns_or_dir: str) -> int | None:
@@ -100,3 +108,11 @@ def run_id_of(netns_or_dir: str) -> int | None:
 def line_rate_bound_s(nbytes: int, nodes: int, gbps: float = LINE_RATE_GBPS) -> float:
     """The all-reduce lower bound on links of `gbps`: 2(N-1)/N * S * 8 / rate."""
     return 2 * (nodes - 1) / nodes * nbytes * 8 / (gbps * 1e9)
+
+
+def tcp_bound_s(nbytes: int, nodes: int, mtu: int, gbps: float = LINE_RATE_GBPS) -> float:
+    """The same bound for TCP payload on the shaped links: each full packet carries
+    mtu - 52 bytes of payload and costs mtu + 14 on the wire tbf shapes (its acks, on the
+    other direction of a ring host's link, not counted)."""
+    return line_rate_bound_s(nbytes, nodes, gbps) * (mtu + ETHERNET_HEADER) / (
+        mtu - TCP_IP_HEADERS)

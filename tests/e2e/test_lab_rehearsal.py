@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.rig_plan import line_rate_bound_s, plan_lab, run_id_of
+from lab.rig_plan import line_rate_bound_s, plan_lab, run_id_of, tcp_bound_s
 from lab.shell import missing_prerequisite
 from lab.testbed_file import edit_lab_file
 from lab.units import load_unit, parse_unit
@@ -32,6 +32,15 @@ def test_every_name_carries_the_run_id_and_addresses_are_distinct() -> None:
 
 def test_line_rate_bound_is_two_n_minus_one_over_n() -> None:
     assert line_rate_bound_s(16_000_000, 4, 1.0) == pytest.approx(1.5 * 16e6 * 8 / 1e9)
+
+
+def test_the_tcp_bound_counts_the_headers_of_a_full_packet_at_the_mtu() -> None:
+    line = line_rate_bound_s(16_000_000, 4, 1.0)
+    assert tcp_bound_s(16_000_000, 4, 1500) == pytest.approx(line * 1514 / 1448)
+    assert tcp_bound_s(16_000_000, 4, 9000) == pytest.approx(line * 9014 / 8948)
+    assert plan_lab(4242, mtu=9000).mtu == 9000 and plan_lab(4242).mtu == 1500
+    with pytest.raises(ValueError, match="--mtu 70000: give 576..65535"):
+        plan_lab(4242, mtu=70000)
 
 
 def test_units_are_read_from_deploy_as_shipped() -> None:

@@ -192,10 +192,12 @@ busy work (a sender that wakes later than the margin after its window gives the 
 it must, and after ten such windows fails the call: `oddl.agents.point_to_point`)."""
 
 
-def testbed_file(world: int, workdir: Path) -> Path:
+def testbed_file(world: int, workdir: Path, direct: bool = False) -> Path:
     """The emulated testbed of `world` nodes with the suite's slot margin: the shipped four-node
     file, or for another size the same testbed widened (a node, laser, WSS port and meter
-    channel per rank; no OptINC device, which is built for four inputs)."""
+    channel per rank; no OptINC device, which is built for four inputs); with `direct`, the
+    nodes' links direct TCP streams (where an ideal-network job leases the ranks their data
+    path: decision record 0040)."""
     import tomllib
 
     import tomli_w
@@ -203,6 +205,8 @@ def testbed_file(world: int, workdir: Path) -> Path:
     cfg = tomllib.loads(EMULATED.read_text())
     cfg["timing"]["slot_margin_us"] = max(cfg["timing"].get("slot_margin_us", 0.0),
                                           SUITE_MARGIN_US)
+    if direct:
+        cfg["fabric"]["link"] = "direct"
     if world == 4:
         path = workdir / "emulated-4node.toml"
         path.write_text(tomli_w.dumps(cfg))
@@ -226,18 +230,21 @@ def testbed_file(world: int, workdir: Path) -> Path:
 
 
 def run_suite(names: list[str], backends: list[str], world: int = 4,
-              workdir: Path | None = None, parallel: bool = False, fallback: bool = False
-              ) -> dict[str, dict[str, dict[str, Any]]]:
+              workdir: Path | None = None, parallel: bool = False, fallback: bool = False,
+              rank_path: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
     """Start the emulated testbed with a job on its nodes and run `names` per backend (the
-    backends one after the other, or side by side when `parallel`)."""
+    backends one after the other, or side by side when `parallel`): a ring on the optical
+    network, or with `rank_path` on the ideal network over direct links, where the ranks move
+    their own bytes."""
     from oddl.launch.testbed import RunningTestbed
 
     with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp, \
-            RunningTestbed(workdir or Path(tmp), testbed_file(world, Path(tmp))) as tb:
+            RunningTestbed(workdir or Path(tmp), testbed_file(world, Path(tmp), rank_path)) as tb:
         nodes = tb.launched.node_ids
         if len(nodes) != world:
             raise SystemExit(f"the testbed has {len(nodes)} nodes, the world is {world}")
-        job = tb.operator.submit("torch-suite", nodes, "ring", "optical")
+        job = tb.operator.submit("torch-suite", nodes, "ring",
+                                 "ideal" if rank_path else "optical")
         try:
             with ThreadPoolExecutor(len(backends) if parallel else 1) as pool:
                 runs = {b: pool.submit(run_backend, b, names, world, tb.launched.apis,
@@ -262,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lift-gates", action="store_true",
                    help="run on oddl the tests the suite gates to gloo by name for what oddl "
                    "does too (timeouts: torch_suite_spawn.GLOO_GATES)")
+    p.add_argument("--rank-path", action="store_true", help="an ideal-network job over direct "
+                   "links: the ranks move their own bytes (decision record 0040)")
     p.add_argument("--json", type=Path, help="write every outcome and the summary here")
     a = p.parse_args(argv)
     if a.lift_gates:
@@ -271,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     backends = a.backends.split(",")
     print(f"{len(names)} tests x {backends}", flush=True)
     started = time.monotonic()
-    results = run_suite(names, backends, a.world, parallel=a.parallel, fallback=a.fallback)
+    results = run_suite(names, backends, a.world, parallel=a.parallel, fallback=a.fallback,
+                        rank_path=a.rank_path)
     print(f"{time.monotonic() - started:.0f} s", flush=True)
     summary = summarize(results)
     print_summary(summary, backends)
