@@ -45,6 +45,31 @@ def test_oddl_keeps_passing_what_it_passed(tmp_path: Path, monkeypatch: pytest.M
         _what_the_run_logged(tmp_path, list(lost)))
 
 
+RANK_PATH_FAMILIES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier",
+                      "all_to_all", "DDP")
+"""The families whose calls the ranks run themselves on an ideal-network job (decision record
+0040): what the agent path passes of them in the fast run, the rank path must pass too."""
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_the_ranks_moving_their_own_bytes_pass_what_the_agents_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    recorded = set(json.loads(torch_suite.PASSES.read_text())["oddl"])
+    names = [n for n in torch_suite.FAST
+             if n in recorded and torch_suite.family_of(n) in RANK_PATH_FAMILIES]
+    assert len(names) >= 8, names
+    monkeypatch.setenv("TORCH_SUITE_LOGS", str(tmp_path))
+    in_ranks: list[int] = []
+    results = torch_suite.run_suite(names, ["oddl"], workdir=tmp_path, rank_path=True,
+                                    in_ranks=in_ranks)["oddl"]
+    assert len(in_ranks) == 4 and min(in_ranks) > 0, f"ran through the agents: {in_ranks}"
+    lost = {n: torch_suite.reason_of(results[n]) if n in results else "not run"
+            for n in names if results.get(n, {}).get("status") != "passed"}
+    assert not lost, f"on the rank path oddl fails: {json.dumps(lost, indent=1)}\n" + "\n".join(
+        _what_the_run_logged(tmp_path, list(lost)))
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("world", sorted(set(torch_suite.BARRIER_TIMEOUTS.values())))

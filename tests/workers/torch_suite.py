@@ -231,11 +231,13 @@ def testbed_file(world: int, workdir: Path, direct: bool = False) -> Path:
 
 def run_suite(names: list[str], backends: list[str], world: int = 4,
               workdir: Path | None = None, parallel: bool = False, fallback: bool = False,
-              rank_path: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
+              rank_path: bool = False, in_ranks: list[int] | None = None
+              ) -> dict[str, dict[str, dict[str, Any]]]:
     """Start the emulated testbed with a job on its nodes and run `names` per backend (the
     backends one after the other, or side by side when `parallel`): a ring on the optical
     network, or with `rank_path` on the ideal network over direct links, where the ranks move
-    their own bytes."""
+    their own bytes. `in_ranks` gets, per agent, the calls its ranks said they ran
+    themselves (`collectives_in_ranks`)."""
     from oddl.launch.testbed import RunningTestbed
 
     with tempfile.TemporaryDirectory(prefix="torch-suite-") as tmp, \
@@ -249,9 +251,30 @@ def run_suite(names: list[str], backends: list[str], world: int = 4,
             with ThreadPoolExecutor(len(backends) if parallel else 1) as pool:
                 runs = {b: pool.submit(run_backend, b, names, world, tb.launched.apis,
                                         fallback) for b in backends}
-                return {b: run.result() for b, run in runs.items()}
+                results = {b: run.result() for b, run in runs.items()}
+            if in_ranks is not None:
+                in_ranks.extend(_calls_in_ranks(tb.launched.apis))
+            return results
         finally:
             tb.operator.cancel(job["id"])
+
+
+def _calls_in_ranks(apis: list[str], within_s: float = 10.0) -> list[int]:
+    """Each agent's count of the calls its ranks ran themselves, once every count is above
+    0 or after `within_s` (the ranks report each second and when their group closes)."""
+    from oddl.agents.client.agent_client import AgentClient
+
+    clients = [AgentClient(api, timeout_s=10.0) for api in apis]
+    try:
+        deadline = time.monotonic() + within_s
+        while True:
+            counts = [int(c.status()["collectives_in_ranks"]["done"]) for c in clients]
+            if min(counts) > 0 or time.monotonic() > deadline:
+                return counts
+            time.sleep(0.2)
+    finally:
+        for c in clients:
+            c.close()
 
 
 def main(argv: list[str] | None = None) -> int:
