@@ -199,7 +199,7 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
         return np.empty((len(ranks.to_job), 0), flat_in.dtype)
     path = _rank_path(ch)
     if path is not None:
-        work = np.empty((len(ranks.to_job), flat_in.size), flat_in.dtype)
+        work = path.scratch("all_gather", (len(ranks.to_job), flat_in.size), flat_in.dtype)
         work[path.rank] = flat_in
         if path.run(work, "all_gather"):
             return ranks.to_group_order(work)
@@ -278,7 +278,8 @@ def _reduce_scatter_in_rank(path: RankPath | None, ranks: Ranks, a: np.ndarray, 
     None where the agent reduces it."""
     if path is None:
         return None
-    work = a.copy() if ranks.identity else ranks.to_job_order(a)  # the input stays as it was
+    work = path.scratch("reduce_scatter", a.shape, a.dtype)
+    np.copyto(work, ranks.to_job_order(a))  # the input stays as it was
     return work[path.rank] if path.run(work, "reduce_scatter", op) else None
 
 
@@ -326,7 +327,7 @@ def _all_to_all_in_rank(path: RankPath | None, blocks: np.ndarray) -> np.ndarray
     if path is None:
         return None
     world = len(blocks)
-    work = np.empty((2 * world, blocks.shape[1]), blocks.dtype)
+    work = path.scratch("all_to_all", (2 * world, blocks.shape[1]), blocks.dtype)
     work[:world] = blocks
     work[world + path.rank] = blocks[path.rank]
     return work[world:] if path.run(work, "all_to_all") else None
