@@ -16,8 +16,9 @@ The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)`,
 `dist.reduce_scatter_tensor(block, whole)` and `dist.all_to_all_single(out, whole)`. Every result is checked exact. Prints rank 0's
 medians, the ratios to gloo, the CPU time rank 0's process spent in a gloo call and in a
 call on the rank path (all its threads; the agent path's work is in the agent, not counted
-there), and what each mode's first call of a size and kind took over its median (a new
-tensor: the rank path leases the schedule then, the agent adopts the tensor's memory).
+there) and the minor page faults it took in each, and what each mode's first call of a size
+and kind took over its median (a new tensor: the rank path leases the schedule then, the
+agent adopts the tensor's memory).
 
     python benchmarks/bench_in_rank.py [--sizes-mb 0.004096,1,16,64] [--repeats 9]
         [--ranks 4] [--json]
@@ -54,16 +55,16 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     if path is None:
         raise SystemExit("the agents did not lease the data path to the ranks (see the "
                          "ranks' log): this benchmark needs direct links, the ideal network")
-    out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}, "first": {}}
+    out: dict[str, Any] = {"rank": rank, "sizes": {}, "cpu": {}, "faults": {}, "first": {}}
     total = world * (world + 1) / 2
 
     def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor,
-             exchanged: torch.Tensor) -> tuple[float, float]:
+             exchanged: torch.Tensor) -> tuple[float, float, int]:
         (block if kind == "all_gather" else whole).fill_(float(rank + 1))
         channel.rank_path = path if mode == "in_rank" else None  # as users get each
         group = gloo if mode == "gloo" else None
         dist.barrier(group=gloo)
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, faults = time.perf_counter(), time.process_time(), _minor_faults()
         if kind == "all_reduce":
             dist.all_reduce(whole, group=group)
         elif kind == "all_gather":
@@ -73,8 +74,9 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         else:
             dist.all_to_all_single(exchanged, whole, group=group)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
+        faults = _minor_faults() - faults
         _check(kind, mode, exchanged if kind == "all_to_all" else whole, block, world, total)
-        return took, cpu
+        return took, cpu, faults
 
     try:
         for mb in sizes_mb:
@@ -86,13 +88,13 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
                 for m in MODES:  # warm-up; the agent's tensor is adopted at its first calls
                     first[m] = call(kind, m, *tensors[m])[0]
                     call(kind, m, *tensors[m])
-                times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+                times: dict[str, list[tuple[float, float, int]]] = {m: [] for m in MODES}
                 for _ in range(repeats):
                     for m in MODES:
                         times[m].append(call(kind, m, *tensors[m]))
                 at = f"{kind} {mb}"
-                out["sizes"][at] = {m: [t for t, _ in v] for m, v in times.items()}
-                out["cpu"][at] = {m: [c for _, c in v] for m, v in times.items()}
+                for name, i in (("sizes", 0), ("cpu", 1), ("faults", 2)):
+                    out[name][at] = {m: [x[i] for x in v] for m, v in times.items()}
                 out["first"][at] = first
                 del tensors
         out["rank_path_calls"] = path.calls
@@ -100,6 +102,14 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         channel.rank_path = path
         dist.destroy_process_group()
     print(json.dumps(out), flush=True)
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (all threads): a call that maps fresh
+    buffers pays one per page it touches."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: float) -> None:
@@ -127,8 +137,10 @@ def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[s
         for mb in sizes_mb:
             med = {m: median(r0["sizes"][f"{kind} {mb}"][m]) for m in MODES}
             cpu = {m: median(r0["cpu"][f"{kind} {mb}"][m]) for m in MODES}
+            faults = {m: median(r0["faults"][f"{kind} {mb}"][m]) for m in MODES}
             rows.append({"kind": kind, "size_mb": mb, **{f"{m}_ms": med[m] * 1e3 for m in MODES},
                          **{f"{m}_cpu_ms": cpu[m] * 1e3 for m in MODES},
+                         **{f"{m}_minor_faults": faults[m] for m in MODES},
                          **{f"{m}_first_extra_ms": (r0["first"][f"{kind} {mb}"][m] - med[m]) * 1e3
                             for m in MODES},
                          "agent_x_gloo": med["agent"] / med["gloo"],
@@ -153,12 +165,13 @@ def table(summary: dict[str, Any]) -> list[str]:
             f"{summary['repeats']} (rank 0); load {summary['load']}",
             f"{'kind':>15}{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
             f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}"
-            f"{'first call +ms: gloo / agent / in rank':>42}",
+            f"{'first call +ms: gloo / agent / in rank':>42}{'faults: gloo / in rank':>24}",
             *(f"{r['kind']:>15}{r['size_mb']:>8g}MB{r['gloo_ms']:>8.2f}ms{r['agent_ms']:>8.2f}ms"
               f"{r['in_rank_ms']:>8.2f}ms{r['agent_x_gloo']:>12.2f}{r['in_rank_x_gloo']:>14.2f}"
               f"{r['gloo_cpu_ms']:>21.2f} / {r['in_rank_cpu_ms']:<6.2f}"
               f"{r['gloo_first_extra_ms']:>20.1f} / {r['agent_first_extra_ms']:.1f} / "
               f"{r['in_rank_first_extra_ms']:.1f}"
+              f"{r['gloo_minor_faults']:>16g} / {r['in_rank_minor_faults']:g}"
               for r in summary["rows"])]
 
 
