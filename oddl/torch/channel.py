@@ -338,8 +338,9 @@ def as_numpy(t: torch.Tensor, what: str, promote: bool = True) -> np.ndarray:
             and t.dtype not in (torch.float16, torch.float32, torch.float64):
         raise UnsupportedCollective(f"{what}: the agent sums numeric numpy dtypes, not "
                                     f"{t.dtype}; cast to float32 (or set {ENV_FALLBACK}=gloo)")
+    # reduced in place: maybe in its own memory (oddl.torch.adopt)
     if what == "all_reduce" and promote and _channel is not None \
-            and _channel.promoter.enabled and t.is_contiguous():  # reduced in place: maybe in its own memory (torch_adopt)
+            and _channel.promoter.enabled and t.is_contiguous():
         _channel.promoter.before_in_place(t)
         a = array_of(t)
     else:

@@ -6,10 +6,11 @@ of its own, on the schedule its agent leases it.
 Unless ``ODDL_IN_RANK=0`` is in the ranks' environment, each rank asks its agent at the world
 group's creation whether the job's data path can be leased (`oddl.agents.collective.lease`:
 the ideal network on direct TCP streams; where they are authenticated, with the job's
-rank-path keys), opens a stream listener on the host
-its agent's streams use, and publishes the address on the group's store. Only when every
+rank-path keys: decision record 0042), opens a stream listener on the host its agent's
+streams use, and publishes the address on the group's store. Only when every
 rank got the lease does the group use it — every rank or none, so no call is ever run one
-way on one rank and the other way on another. Then each such call asks its agent once per
+way on one rank and the other way on another — and then each rank opens its streams to every
+peer at once (no call pays a connection). Then each such call asks its agent once per
 size, kind and root for the job's schedule, and runs it with the agents' own executor
 (`run_collective`: chunks pipelined across steps, reduced in place) and their outcome round
 (decision record 0016: the call succeeds only where every rank succeeded), with no local hop,
