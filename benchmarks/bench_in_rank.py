@@ -65,14 +65,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         group = gloo if mode == "gloo" else None
         dist.barrier(group=gloo)
         start, cpu, faults = time.perf_counter(), time.process_time(), _minor_faults()
-        if kind == "all_reduce":
-            dist.all_reduce(whole, group=group)
-        elif kind == "all_gather":
-            dist.all_gather_into_tensor(whole, block, group=group)
-        elif kind == "reduce_scatter":
-            dist.reduce_scatter_tensor(block, whole, group=group)
-        else:
-            dist.all_to_all_single(exchanged, whole, group=group)
+        _collective(kind, whole, block, exchanged, group)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
         faults = _minor_faults() - faults
         _check(kind, mode, exchanged if kind == "all_to_all" else whole, block, world, total)
@@ -102,6 +95,20 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         channel.rank_path = path
         dist.destroy_process_group()
     print(json.dumps(out), flush=True)
+
+
+def _collective(kind: str, whole: Any, block: Any, exchanged: Any, group: Any) -> None:
+    """One call of `kind` (the module docstring's) on `group` (None: the oddl world)."""
+    import torch.distributed as dist
+
+    if kind == "all_reduce":
+        dist.all_reduce(whole, group=group)
+    elif kind == "all_gather":
+        dist.all_gather_into_tensor(whole, block, group=group)
+    elif kind == "reduce_scatter":
+        dist.reduce_scatter_tensor(block, whole, group=group)
+    else:
+        dist.all_to_all_single(exchanged, whole, group=group)
 
 
 def _minor_faults() -> int:
