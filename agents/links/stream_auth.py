@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,15 +38,16 @@ class AuthError(ValueError):
     """A stream whose peer could not prove who it is (the message says which check failed)."""
 
 
-class PairAuth:
+class PairAuth(ABC):
     """The proofs of a stream's two ends (the module docstring) from the key each pair of
     nodes shares (`_shared`): `StreamAuth` computes it from the nodes' key pairs, `JobKeys`
     holds the keys derived for one job's rank path."""
 
     node_id: str
 
+    @abstractmethod
     def _shared(self, peer: str) -> bytes:
-        raise NotImplementedError
+        """The key this node shares with `peer` (AuthError when there is none)."""
 
     @staticmethod
     def nonce() -> bytes:
