@@ -25,12 +25,22 @@ def lab_tables(data: dict[str, Any]) -> list[str]:
                      f"{fault['all_alive_after_s']:.2f} s | {fault['exact']} / "
                      f"**{fault['wrong']}** / {fault['failed']} |")
     lines += ["", "| all-reduce on the rig | first call | median of the rest | line-rate "
-              "bound 2(N−1)/N · S · 8 / 1 Gbit/s | rest / bound |", "|---|---|---|---|---|"]
+              "bound 2(N−1)/N · S · 8 / 1 Gbit/s | rest / bound | rest / (TCP payload bound "
+              "+ retune guards) | rest / gloo's |", "|---|---|---|---|---|---|---|"]
     for row in data["measurements"]["allreduce"]:
-        lines.append(f"| {row['collective']}, {row['size_mb']} MB | {row['first_s'] * 1e3:.0f} ms"
+        guarded = (f"×{row['ratio_guarded']:.2f}" if "ratio_guarded" in row else "-")
+        gloo = f"×{row['ratio_gloo']:.2f}" if "ratio_gloo" in row else "-"
+        lines.append(f"| {row_label(row)}, {row['size_mb']} MB | {row['first_s'] * 1e3:.0f} ms"
                      f" | {row['rest_s'] * 1e3:.0f} ms | {row['bound_s'] * 1e3:.0f} ms | "
-                     f"×{row['ratio']:.2f} |")
+                     f"×{row['ratio']:.2f} | {guarded} | {gloo} |")
     return lines
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """A measured row's name, saying which path a `dist.all_reduce` row ran on."""
+    if "rank_path" not in row:
+        return str(row["collective"])
+    return f"{row['collective']} ({'rank path' if row['rank_path'] else 'agent path'})"
 
 
 SOAK_FAULTS = {
@@ -63,3 +73,4 @@ def soak_tables(name: str, data: dict[str, Any]) -> list[str]:
         lines.append(f"| {SOAK_FAULTS.get(fault, fault)} (`{fault}`) | {got['count']} | {detected} | {got['recover_s_median']:.2f} / "
                      f"{got['recover_s_max']:.2f} s | {got['not_recovered']} |")
     return lines
+

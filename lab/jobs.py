@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.hosts import HOST_IF
 from lab.procedure import torchrun, torchrun_elastic
 from lab.report import CheckFailed
 from lab.rig import Rig
@@ -18,10 +19,11 @@ from lab.shell import wait_until
 from lab.steps import TESTBED, ok_or_fail
 
 
-def submit(rig: Rig, collective: str) -> str:
-    done = rig.oddl(rig.plan.controller, "jobs", "submit", "--collective", collective,
+def submit(rig: Rig, collective: str, network: str | None = None) -> str:
+    more = ["--network", network] if network else []
+    done = rig.oddl(rig.plan.controller, "jobs", "submit", "--collective", collective, *more,
                     "--config", TESTBED, "--json")
-    ok_or_fail(done, f"oddl jobs submit --collective {collective}")
+    ok_or_fail(done, f"oddl jobs submit --collective {collective} {' '.join(more)}".strip())
     return str(json.loads(done.stdout)["id"])
 
 
@@ -112,6 +114,33 @@ def exact_allreduces(rig: Rig, job: str, tag: str, count: int, elements: int) ->
     """`count` all-reduces on every host; every one must be the exact sum."""
     procs = start_workers(rig, job, tag, count=count, elements=elements)
     wait_all(procs, 300)
+    return all_exact(rig, tag, count)
+
+
+def torch_allreduces(rig: Rig, tag: str, count: int, elements: int, port: int,
+                     job: str | None = None) -> str:
+    """The same `count` all-reduces as `dist.all_reduce` under torchrun on every host, its
+    static rendezvous on the first at `port`: on torch's gloo backend (what a user would run
+    instead, on the same hosts and links; on the host's data interface), or with `job` on
+    the `oddl` backend. Every one must be the exact sum."""
+    master = rig.plan.training_hosts[0].address
+    procs = []
+    for rank, host in enumerate(rig.plan.training_hosts):
+        assert host.node is not None
+        launcher = torchrun(len(rig.plan.nodes), rank, master, port=port)
+        env = ({"GLOO_SOCKET_IFNAME": HOST_IF} if job is None
+               else {"ODDL_LOCAL_API": api(host.node), "ODDL_JOB": job})
+        procs.append(rig.worker(
+            host, "torch_allreduce.py", ["--backend", "gloo" if job is None else "oddl",
+                                         "--elements", str(elements), "--count", str(count)],
+            f"{tag}-{host.name}.jsonl", env=env, argv0=launcher[0],
+            launcher_args=launcher[1:-1]))
+    wait_all(procs, 300)
+    return all_exact(rig, tag, count)
+
+
+def all_exact(rig: Rig, tag: str, count: int) -> str:
+    """The calls of `tag`: `count` on every host, every one the exact sum, else CheckFailed."""
     calls = read_calls(rig, tag)
     want = count * len(rig.plan.nodes)
     if len(calls.exact) != want or calls.wrong or calls.failed:

@@ -36,10 +36,11 @@ CERTS_INIT_FLAGS = ["--owner", SERVICE_USER]
 CERTS_CHOWN = [ODDL, "certs", "chown", "--certs", CERTS, "--owner", SERVICE_USER]
 
 
-def torchrun(nodes: int, rank: int, master: str, script: str = "train.py") -> list[str]:
+def torchrun(nodes: int, rank: int, master: str, script: str = "train.py",
+             port: int = DDP_PORT) -> list[str]:
     """How every training host starts its rank: static rendezvous on the first host."""
     return [f"{VENV}/bin/torchrun", "--nnodes", str(nodes), "--nproc-per-node", "1",
-            "--node-rank", str(rank), "--master-addr", master, "--master-port", str(DDP_PORT),
+            "--node-rank", str(rank), "--master-addr", master, "--master-port", str(port),
             script]
 
 
