@@ -15,7 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from oddl import __version__
-from oddl.cli.exit_codes import EXIT_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
+from oddl.cli.exit_codes import (
+    EXIT_FAILED,
+    EXIT_PIPE_CLOSED,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 from oddl.common.errors import (
     CollectiveError,
     ConfigError,
@@ -172,6 +178,10 @@ def _guard(fn: Callable[[], int]) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `oddl plan ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the exit's flush does not fail again
+        return EXIT_PIPE_CLOSED
 
 
 if __name__ == "__main__":

@@ -164,3 +164,20 @@ def test_register_plugs_into_a_command_tree() -> None:
 )
 def test_parse_size(text: str, value: int) -> None:
     assert parse_size(text) == value
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`oddl plan … | head -1`: exit 141 as a shell reports SIGPIPE, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oddl", "plan", "ring", "--nodes", "512", "--bytes", "16MB",
+         "--detail", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away with the rest unread
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141, err
+    assert first.startswith(b"ring all-reduce on 512 nodes") and "Traceback" not in err
