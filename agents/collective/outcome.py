@@ -14,6 +14,7 @@ by the deadline.
 from __future__ import annotations
 
 import json
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -31,24 +32,39 @@ Call = tuple[str, str, int]
 """(kind, op, root) of the call a node ran (`oddl.common.collective_kinds`)."""
 
 
+_BINARY = struct.Struct("<4sBBi")
+"""The outcome message: magic, succeeded, whether the call follows, the call's root; then
+kind, op and reason in UTF-8, separated by NULs (no JSON to build or parse per call)."""
+MAGIC = b"ODO1"
+
+
 def encode(ok: bool, reason: str = "", call: Call | None = None) -> bytes:
     """The outcome message's payload."""
-    body: dict[str, Any] = {"ok": ok, "reason": reason[:MAX_REASON]}
-    if call is not None:
-        body["call"] = list(call)
-    return json.dumps(body).encode()
+    kind, op, root = call if call is not None else ("", "", 0)
+    return _BINARY.pack(MAGIC, ok, call is not None, root) + \
+        f"{kind}\0{op}\0{reason[:MAX_REASON]}".encode()
 
 
 def decode(node: str, raw: bytes | memoryview) -> tuple[bool, str, Call | None]:
-    """(succeeded, reason, the call it ran if it says) of a peer's outcome message;
-    CollectiveError if malformed."""
+    """(succeeded, reason, the call it ran if it says) of a peer's outcome message (an older
+    oddl's JSON one too); CollectiveError if malformed."""
     try:
-        d = json.loads(bytes(raw))
-        call = d.get("call")
-        return (bool(d["ok"]), str(d.get("reason", "")),
-                None if call is None else (str(call[0]), str(call[1]), int(call[2])))
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise CollectiveError(f"a malformed outcome message from {node} ({exc})") from exc
+        if bytes(raw[:4]) != MAGIC:
+            return _decode_json(raw)
+        _magic, ok, has_call, root = _BINARY.unpack_from(raw)
+        kind, op, reason = bytes(raw[_BINARY.size:]).decode().split("\0", 2)
+        return bool(ok), reason, (kind, op, root) if has_call else None
+    except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+        raise CollectiveError(f"a malformed outcome message from {node} ({exc}); run the "
+                              "same oddl version on every host") from exc
+
+
+def _decode_json(raw: bytes | memoryview) -> tuple[bool, str, Call | None]:
+    """An outcome message in JSON, as oddl sent it before `MAGIC`."""
+    d = json.loads(bytes(raw))
+    call = d.get("call")
+    return (bool(d["ok"]), str(d.get("reason", "")),
+            None if call is None else (str(call[0]), str(call[1]), int(call[2])))
 
 
 def gave_up(me: str, peer: str, job: str, seq: int, reason: str) -> PeerGaveUp:

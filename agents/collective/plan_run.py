@@ -40,7 +40,7 @@ from oddl.agents.collective.context import (
 )
 from oddl.agents.collective.direct_landing import direct_chunks
 from oddl.agents.collective.pipelined import run_pipelined
-from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps
+from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps, step_shapes
 from oddl.agents.collective.step_marks import MarkedLink
 from oddl.agents.slot_gate import SlotGate
 from oddl.agents.trace.events import RunTrace, TracedLink
@@ -97,16 +97,17 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     if not run.gated:
         ctx.ideal_timing(started)
     chunk = max(1, run.chunk_bytes // buf.itemsize)
-    order = tuple(_send_order(ctx, k) for k in range(len(run.steps)))
-    plan = chunk_plan(tuple(run.steps), run.rank, chunk, order)
     # small collectives run step by step with inline sends: one thread, no hand-over per
-    # chunk; large ones pipeline their chunks across steps on the sender thread
-    biggest = max((sum(op.n for op in plan.sends if op.step == k) for k in range(len(run.steps))),
+    # chunk, and no chunk plan; large ones pipeline their chunks across steps on the sender
+    # thread
+    biggest = max((shape.send_elems for shape in step_shapes(tuple(run.steps), run.rank)),
                   default=0) * buf.itemsize
+    plan = None if biggest <= INLINE_SEND else chunk_plan(
+        tuple(run.steps), run.rank, chunk, tuple(_send_order(ctx, k) for k in range(len(run.steps))))
     ok = posted = False
     try:
-        posted = biggest > INLINE_SEND and _post_landings(run, buf, wire, plan, chunk)
-        if plan.pipelined and biggest > INLINE_SEND:
+        posted = plan is not None and _post_landings(run, buf, wire, plan, chunk)
+        if plan is not None and plan.pipelined:
             run_pipelined(ctx, plan)
         else:
             run_steps(ctx)

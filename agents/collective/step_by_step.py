@@ -10,11 +10,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from oddl.agents.collective.context import RunContext
 from oddl.agents.links.stream_wire import ChunkHead, node_tag
+from oddl.protos.schedule_wire import StepSpec
 
 logger = logging.getLogger(__name__)
 
@@ -28,25 +31,62 @@ Landings = dict[int, list[tuple[int, int, int]]]
 """Per peer rank, the (offset here, length, sender's offset) ranges one step receives."""
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """What one node does in one step, worked out once per plan (`step_shapes`): its sends
+    and receives by peer rank (in transfer order), whether they overlap, and how many
+    elements it sends."""
+
+    sends: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
+    """Per peer rank, the (offset, length) element ranges sent to it."""
+    recvs: tuple[tuple[int, tuple[tuple[int, int, int], ...]], ...]
+    """Per peer rank, the (offset here, length, sender's offset) ranges received from it."""
+    overlap: bool
+    """A range received overlaps one sent in the same step: sends read a snapshot."""
+    send_elems: int
+
+
+@lru_cache(maxsize=256)
+def step_shapes(steps: tuple[StepSpec, ...], rank: int) -> tuple[StepShape, ...]:
+    """Each step's `StepShape` at `rank` (pure; cached per plan, so a call of a plan seen
+    before pays none of this Python)."""
+    shapes = []
+    for step in steps:
+        sends: Segments = defaultdict(list)
+        recvs: Landings = defaultdict(list)
+        for s, d, off, length, at in zip(step.src, step.dst, step.offset, step.length,
+                                         step.landing, strict=True):
+            if s == rank:
+                sends[d].append((off, length))
+            if d == rank:
+                recvs[s].append((at, length, off))  # lands at `at` here; sent from `off`
+        shapes.append(StepShape(
+            tuple((d, tuple(segs)) for d, segs in sends.items()),
+            tuple((p, tuple(segs)) for p, segs in recvs.items()),
+            _overlap(sends, recvs), sum(n for segs in sends.values() for _, n in segs)))
+    return tuple(shapes)
+
+
 def run_steps(ctx: RunContext) -> None:
     """Run the collective's steps one after the other (see the module docstring)."""
-    for k in range(len(ctx.run.steps)):
-        _run_step(ctx, k)
+    for k, shape in enumerate(step_shapes(tuple(ctx.run.steps), ctx.run.rank)):
+        _run_step(ctx, k, shape)
 
 
-def _run_step(ctx: RunContext, k: int) -> None:
+def _run_step(ctx: RunContext, k: int, shape: StepShape) -> None:
     run, buf = ctx.run, ctx.buf
-    sends, recvs = _segments(ctx, k)
-    source = buf.copy() if _overlap(sends, recvs) else buf  # snapshot: sends read the start
-    order = sorted(sends, key=lambda d: ctx.slot_start(k, run.nodes[d]))
-    big = sum(n for segs in sends.values() for _, n in segs) * buf.itemsize > INLINE_SEND
+    source = buf.copy() if shape.overlap else buf  # snapshot: sends read the start
+    order = [d for d, _ in shape.sends]
+    if ctx.slot_of:  # slots: send in the order of their starts
+        order.sort(key=lambda d: ctx.slot_start(k, run.nodes[d]))
+    sends = dict(shape.sends)
     pending: Future[None] | None = None
-    if big and recvs:
+    if shape.send_elems * buf.itemsize > INLINE_SEND and shape.recvs:
         pending = ctx.sender.submit(_send_step, ctx, k, order, source, sends)
     else:
         _send_step(ctx, k, order, source, sends)
     try:
-        for s, segs in recvs.items():
+        for s, segs in shape.recvs:
             src = run.nodes[s]
             _receive(ctx, k, src, segs, run.steps[k].op)
             ctx.confirm(k, src)
@@ -59,22 +99,8 @@ def _run_step(ctx: RunContext, k: int) -> None:
         pending.result()
 
 
-def _segments(ctx: RunContext, k: int) -> tuple[Segments, Landings]:
-    """This node's sends and receives of step k, by peer rank."""
-    step, rank = ctx.run.steps[k], ctx.run.rank
-    sends: Segments = defaultdict(list)
-    recvs: Landings = defaultdict(list)
-    for s, d, off, length, at in zip(step.src, step.dst, step.offset, step.length,
-                                     step.landing, strict=True):
-        if s == rank:
-            sends[d].append((off, length))
-        if d == rank:
-            recvs[s].append((at, length, off))  # lands at `at` here; sent from `off`
-    return sends, recvs
-
-
 def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
-               sends: Segments) -> None:
+               sends: dict[int, tuple[tuple[int, int], ...]]) -> None:
     """Send step k to each peer in slot order, each gated into its slot."""
     run = ctx.run
     chunk = max(1, run.chunk_bytes // source.itemsize)
@@ -90,11 +116,12 @@ def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
                                                                tag),
                                     source[o:o + m].data.cast("B"), run.receive_timeout_s,
                                     ctx.stop, run.gated)
-        logger.debug("%s seq %d step %d: sent to %s", run.me, run.seq, k, dst)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s seq %d step %d: sent to %s", run.me, run.seq, k, dst)
 
 
-def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int, int]], op: str
-             ) -> None:
+def _receive(ctx: RunContext, k: int, src: str, segs: tuple[tuple[int, int, int], ...],
+             op: str) -> None:
     """Receive one peer's segments of step k chunk by chunk and apply each to the buffer,
     each chunk due by `RunContext.due` plus the receive timeout (the schedule, not how far
     this node has got)."""
@@ -108,7 +135,8 @@ def _receive(ctx: RunContext, k: int, src: str, segs: list[tuple[int, int, int]]
             ctx.check_head(head, src, k, off + o - at, m)
             ctx.apply(buf[o:o + m], np.frombuffer(payload, dtype=buf.dtype), op)
             ctx.reduced()
-    logger.debug("%s seq %d step %d: received from %s", run.me, run.seq, k, src)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s seq %d step %d: received from %s", run.me, run.seq, k, src)
 
 
 def _overlap(sends: Segments, recvs: Landings) -> bool:

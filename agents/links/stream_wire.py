@@ -267,11 +267,38 @@ def send_all(sock: socket.socket, data: bytes | memoryview, stall_s: float,
         try:
             sent = sock.send(view[pos:])
         except TimeoutError:
-            if cancel is not None and cancel.is_set():
-                raise CollectiveError("cancelled while sending") from None
-            if stop.is_set() or time.monotonic() - last > stall_s:
-                raise CollectiveError(f"the receiver took nothing for {stall_s:.1f} s "
-                                      "(stalled or failed peer)") from None
+            _stalled(last, stall_s, cancel, stop)
             continue
         pos += sent
         last = time.monotonic()
+
+
+def send_head_and_payload(sock: socket.socket, head: bytes, payload: memoryview,
+                          stall_s: float, cancel: Cancel | None, stop: threading.Event) -> None:
+    """Send a chunk's header and payload in one system call where the socket takes both (one
+    wake-up of the receiver's reader instead of two); what it did not take goes on with
+    `send_all`. CollectiveError as `send_all`'s."""
+    view = payload.cast("B") if payload.format != "B" or payload.ndim != 1 else payload
+    last = time.monotonic()
+    while True:
+        try:
+            sent = sock.sendmsg((head, view))
+            break
+        except TimeoutError:
+            _stalled(last, stall_s, cancel, stop)
+    if sent < len(head):
+        send_all(sock, head[sent:], stall_s, cancel, stop)
+        sent = len(head)
+    if sent - len(head) < len(view):
+        send_all(sock, view[sent - len(head):], stall_s, cancel, stop)
+
+
+def _stalled(last: float, stall_s: float, cancel: Cancel | None,
+             stop: threading.Event) -> None:
+    """Raise if a send that made no progress since `last` should give up (cancelled,
+    stopping, or `stall_s` without progress)."""
+    if cancel is not None and cancel.is_set():
+        raise CollectiveError("cancelled while sending") from None
+    if stop.is_set() or time.monotonic() - last > stall_s:
+        raise CollectiveError(f"the receiver took nothing for {stall_s:.1f} s "
+                              "(stalled or failed peer)") from None

@@ -58,7 +58,7 @@ from oddl.agents.links.stream_wire import (
     node_tag,
     parse_address,
     recv_exact_blocking,
-    send_all,
+    send_head_and_payload,
     tune,
 )
 from oddl.agents.slot_gate import Cancel
@@ -231,8 +231,7 @@ class StreamLink:
         for attempt in (1, 2):
             sock = self._connect(job, to)
             try:
-                send_all(sock, raw, deadline_s, cancel, self._stop)
-                send_all(sock, payload, deadline_s, cancel, self._stop)
+                send_head_and_payload(sock, raw, payload, deadline_s, cancel, self._stop)
                 break
             except OSError as exc:  # reset, broken pipe, closed: reconnect, resend the chunk
                 self._drop_out(job, to, sock)

@@ -74,6 +74,23 @@ def test_a_malformed_outcome_is_an_error_naming_the_peer():
     assert outcome.decode("n1", outcome.encode(False, "x" * 5000))[1] == "x" * outcome.MAX_REASON
 
 
+def test_the_outcome_message_carries_its_call_and_any_reason_in_binary():
+    call = ("reduce_scatter", "max", -1)
+    body = outcome.encode(False, "n2: lost\0data é", call)
+    assert body.startswith(outcome.MAGIC) and b"{" not in body  # no JSON per call
+    assert outcome.decode("n1", memoryview(body)) == (False, "n2: lost\0data é", call)
+    assert outcome.decode("n1", outcome.encode(True)) == (True, "", None)
+    for cut in (outcome.MAGIC, body[:9], outcome.MAGIC + b"\1\1\0\0\0\0\xff"):
+        with pytest.raises(CollectiveError, match="malformed outcome message from n1"):
+            outcome.decode("n1", cut)
+
+
+def test_an_older_peers_json_outcome_is_still_read():
+    old = b'{"ok": true, "reason": "", "call": ["all_reduce", "sum", 0]}'
+    assert outcome.decode("n1", old) == (True, "", ("all_reduce", "sum", 0))
+    assert outcome.decode("n1", b'{"ok": false, "reason": "r"}') == (False, "r", None)
+
+
 def test_a_failure_reaches_the_peers_that_can_be_reached():
     # the first peer's agent is gone (nothing listens at its address): the second still hears
     a, b = StreamLink("n0", "127.0.0.1:0"), StreamLink("n1", "127.0.0.1:0")
