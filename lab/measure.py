@@ -71,7 +71,7 @@ def _rank_path(calls: jobs.Calls) -> dict[str, Any]:
     return {"rank_path": all(said)} if said else {}
 
 
-def guard_s(rig: Rig, job: str, nbytes: int) -> float:
+def retune_guards_s(rig: Rig, job: str, nbytes: int) -> float:
     """The retune guards (s) of the slots the controller gives `job` for `nbytes` now."""
     done = rig.oddl(rig.plan.controller, "schedule", "show", job, "--bytes", str(nbytes),
                     "--itemsize", str(ITEMSIZE), "--config", TESTBED, "--json")
@@ -85,7 +85,7 @@ def measure_size(rig: Rig, job: str, label: str, size_mb: int, ideal: bool
     nbytes = size_mb * 1_000_000
     tag = f"bench-{_slug(label)}-{size_mb}MB"
     summary = jobs.exact_allreduces(rig, job, tag, CALLS, nbytes // ITEMSIZE)
-    guards = 0.0 if ideal else guard_s(rig, job, nbytes)  # no laser on the ideal network
+    guards = 0.0 if ideal else retune_guards_s(rig, job, nbytes)  # no laser on the ideal network
     return timed_row(rig, label, size_mb, tag, summary, guards)
 
 

@@ -51,9 +51,7 @@ class Ranks:
 
     def __init__(self, to_job: list[int]):
         self.to_job = to_job
-        self.from_job = [0] * len(to_job)
-        for r, j in enumerate(to_job):
-            self.from_job[j] = r
+        self.from_job = sorted(range(len(to_job)), key=to_job.__getitem__)  # the inverse
         self.identity = to_job == list(range(len(to_job)))
 
     def job(self, rank: int) -> int:
@@ -62,6 +60,12 @@ class Ranks:
     def to_job_order(self, blocks: np.ndarray) -> np.ndarray:
         """(world, ...) blocks indexed by group rank -> indexed by job rank."""
         return blocks if self.identity else blocks[self.from_job]
+
+    def copy_to_job_order(self, blocks: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """`to_job_order(blocks)` written into `out`: one copy, also when reordering."""
+        for job_rank, group_rank in enumerate(self.from_job):
+            out[job_rank] = blocks[group_rank]
+        return out
 
     def to_group_order(self, blocks: np.ndarray) -> np.ndarray:
         """(world, ...) blocks indexed by job rank -> indexed by group rank."""
@@ -274,12 +278,11 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
 
 def _reduce_scatter_in_rank(path: RankPath | None, ranks: Ranks, a: np.ndarray, op: str
                             ) -> np.ndarray | None:
-    """This rank's reduced block of `a` (world, n) by group rank, reduced on the rank path;
-    None where the agent reduces it."""
+    """This rank's reduced block of `a` (world, n) by group rank, reduced on the rank path in
+    a copy (`a` stays as it was); None where the agent reduces it."""
     if path is None:
         return None
-    work = path.scratch("reduce_scatter", a.shape, a.dtype)
-    np.copyto(work, ranks.to_job_order(a))  # the input stays as it was
+    work = ranks.copy_to_job_order(a, path.scratch("reduce_scatter", a.shape, a.dtype))
     return work[path.rank] if path.run(work, "reduce_scatter", op) else None
 
 
