@@ -326,12 +326,13 @@ class ControllerLink:
         return jobs, peers
 
     def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
-                     timeout_s: float) -> pb.FlowGrant:
-        """The grant of a point-to-point flow to `dst` (the controller may retune first)."""
+                     timeout_s: float, lead_s: float = 0.0) -> pb.FlowGrant:
+        """The grant of a point-to-point flow to `dst` (the controller may retune first),
+        its window opening no sooner than `lead_s` after the grant."""
         try:
             return self.stub.RequestFlow(pb.RequestFlowRequest(
                 node_id=self.node_id, job_id=job_id, dst=dst, message_bytes=message_bytes,
-                tag=tag), timeout=max(timeout_s, RPC_TIMEOUT_S))
+                tag=tag, lead_us=round(lead_s * 1e6)), timeout=max(timeout_s, RPC_TIMEOUT_S))
         except grpc.RpcError as exc:
             raise rpc_error(exc, f"asking for a flow to {dst} (job {job_id})") from exc
 

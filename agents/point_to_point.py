@@ -8,8 +8,9 @@ on a stream of their own per tag: a flow up to `INLINE_BYTES` in one chunk, so t
 the wire inside its window or not at all, a bigger one as chunks of the flow's number. A
 sender that starts later than the margin after its window's start (where the next sender
 into the same receiver may begin: their light would collide there) leaves the window
-unused and asks for another. It returns once the data is on its way, as gloo's send does;
-the receiver does not take part in the grant.
+unused and asks for another, opening further ahead (`next_lead_s`): on a loaded host the
+grant's reply alone can take longer than the margin, every time. It returns once the data
+is on its way, as gloo's send does; the receiver does not take part in the grant.
 
 A receive takes the next flow from the sender on that tag, in order, into the caller's
 array: its header must name the array's bytes and dtype, or the receive fails naming both
@@ -51,6 +52,18 @@ wire inside its window or not at all (a header and a data chunk sent apart could
 the next sender's window into the same receiver, and the two collide there)."""
 WINDOW_TRIES = 10
 """How many windows a sender asks for before it gives a flow up as too late for each."""
+MAX_LEAD_S = 0.5
+"""The furthest ahead a sender asks a window to open (the controller takes up to 1 s)."""
+
+
+def next_lead_s(lead_s: float, late_s: float | None, slack_s: float) -> float:
+    """How far ahead of its grant the next window should open, after one that opened
+    `lead_s` ahead: a window missed by `late_s` s (None: kept) asks for twice the lead and
+    the lateness together, so a host late by a steady amount catches up in one or two
+    windows; a window kept with `slack_s` s to wait gives half that slack back."""
+    if late_s is not None:
+        return min(MAX_LEAD_S, 2.0 * (lead_s + late_s))
+    return max(0.0, lead_s - max(0.0, slack_s) / 2.0)
 
 
 def flow_label(job_id: str, session: str, tag: int) -> str:
@@ -68,8 +81,8 @@ class FlowControl(Protocol):
     """What a sender needs of the controller link."""
 
     def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
-                     timeout_s: float) -> pb.FlowGrant:
-        """The grant of a flow to `dst`."""
+                     timeout_s: float, lead_s: float) -> pb.FlowGrant:
+        """The grant of a flow to `dst`, its window opening no sooner than `lead_s` on."""
 
     @property
     def clock(self) -> Any:
@@ -89,6 +102,9 @@ class Flows:
         """What the controller leaves after each window before the next one into the same
         receiver (slot margin and clock skew): a sender starting later than this past its
         window's start may collide with the next sender, so it asks for a new window."""
+        self.lead_s = 0.0
+        """How far ahead of its grant this sender asks its next window to open
+        (`next_lead_s`, learned from the windows it kept and missed)."""
         self._expected: dict[tuple[str, str], int] = {}
         """Per (stream, sender): the number after the last flow taken from it."""
         self._lock = threading.Lock()
@@ -160,15 +176,20 @@ class Flows:
         start; a window missed (this node started later than the margin after it, where the
         next sender into `dst` may begin) is left unused and another asked for."""
         for _ in range(WINDOW_TRIES):
-            grant = self.control.request_flow(job.id, dst, nbytes, tag, timeout_s)
+            lead_s = self.lead_s
+            grant = self.control.request_flow(job.id, dst, nbytes, tag, timeout_s, lead_s)
             if grant.retuned:  # this node's laser moved: no standing schedule of it holds
                 for each in jobs:
                     each.standing.clear()
                 self.retuned += 1
             t0_local = grant.t0_ns / 1e9 - self.control.clock.offset_s
-            if t0_local > wallclock.now():  # a window after another flow's: wait on the gate
+            slack_s = t0_local - wallclock.now()
+            if slack_s > 0:  # a window after another flow's, or ahead as asked: wait for it
                 self.gate.wait_until(t0_local)
-            if not optical or wallclock.now() <= t0_local + self.margin_s:
+            late_s = wallclock.now() - t0_local
+            kept = not optical or late_s <= self.margin_s
+            self.lead_s = next_lead_s(lead_s, None if kept else late_s, slack_s)
+            if kept:
                 return int(grant.flow)
             self.missed_windows += 1  # its number is never sent: the receiver skips it
         raise CollectiveError(

@@ -30,6 +30,9 @@ from oddl.protos import oddl_pb2 as pb
 MAX_FLOW_BYTES = 1 << 36
 """Largest flow a sender may ask for (64 GiB): a bound against arithmetic overflow."""
 RETUNE_TIMEOUT_S = 2.0
+MAX_LEAD_US = 1_000_000
+"""Latest a sender may ask its window to open after the grant (1 s): a sender that needs
+longer to get going has a host too loaded for any window."""
 
 
 def check_request(request: pb.RequestFlowRequest, job_id: str, nodes: tuple[str, ...]) -> None:
@@ -41,6 +44,11 @@ def check_request(request: pb.RequestFlowRequest, job_id: str, nodes: tuple[str,
     if not 0 < request.message_bytes <= MAX_FLOW_BYTES:
         raise OperationRefused(f"a flow of {request.message_bytes} B; send 1 B to "
                                f"{MAX_FLOW_BYTES:,} B")
+    if request.lead_us > MAX_LEAD_US:
+        raise OperationRefused(
+            f"a flow from {request.node_id} asks for a window {request.lead_us} us ahead; "
+            f"ask for at most {MAX_LEAD_US} us (a host that needs longer to start a send "
+            "is too loaded to keep any window: free CPU for its agent)")
 
 
 class FlowDesk:
@@ -73,9 +81,10 @@ class FlowDesk:
                 guard_s = self._retune(job_id, src, dst, tx, channel)
                 retuned = True
             # the sender is the only one to tell, and it waits for this reply: its window may
-            # open now (a retune above is locked already); the book keeps it after the
-            # devices' previous windows, each with the slot margin and the clock skew
-            earliest = time.time()
+            # open as soon as the reply can reach it (the lead it asked for; a retune above is
+            # locked already); the book keeps it after the devices' previous windows, each
+            # with the slot margin and the clock skew
+            earliest = time.time() + request.lead_us / 1e6
             try:
                 window = self.book.book(
                     (job_id, src, dst, request.tag), tx, dst, earliest,

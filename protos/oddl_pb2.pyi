@@ -201,18 +201,20 @@ class StartStandingReply(_message.Message):
     def __init__(self) -> None: ...
 
 class RequestFlowRequest(_message.Message):
-    __slots__ = ("node_id", "job_id", "dst", "message_bytes", "tag")
+    __slots__ = ("node_id", "job_id", "dst", "message_bytes", "tag", "lead_us")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
+    LEAD_US_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     job_id: str
     dst: str
     message_bytes: int
     tag: int
-    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., dst: _Optional[str] = ..., message_bytes: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
+    lead_us: int
+    def __init__(self, node_id: _Optional[str] = ..., job_id: _Optional[str] = ..., dst: _Optional[str] = ..., message_bytes: _Optional[int] = ..., tag: _Optional[int] = ..., lead_us: _Optional[int] = ...) -> None: ...
 
 class FlowGrant(_message.Message):
     __slots__ = ("flow", "t0_ns", "hold_s", "channel", "retuned", "guard_s")

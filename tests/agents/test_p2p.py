@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -22,10 +22,13 @@ from helpers import EMULATED
 from oddl.agents.agent_jobs import AgentJob
 from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.client.every_rank import collective_all
-from oddl.agents.point_to_point import Flows
+from oddl.agents.point_to_point import MAX_LEAD_S, Flows, next_lead_s
 from oddl.agents.slot_gate import SlotGate
+from oddl.common.config import load_testbed
 from oddl.common.errors import CollectiveError, OperationRefused
 from oddl.controller.flow_book import MAX_NUMBER, FlowBook, FlowNumbersExhausted, next_number
+from oddl.controller.flows import FlowDesk
+from oddl.controller.testbed_model import timing_from_config, topology_from_config
 from oddl.launch.testbed import RunningTestbed, write_config
 from oddl.protos import oddl_pb2 as pb
 from oddl.protos import oddl_pb2_grpc as pb_grpc
@@ -65,6 +68,22 @@ def test_flow_numbers_only_grow_even_after_a_restart():
         next_number(MAX_NUMBER, 1.0)
 
 
+def test_a_window_opens_no_sooner_than_the_lead_its_sender_asked_for():
+    cfg = load_testbed(EMULATED)
+    # the ideal network moves no laser, so the desk needs no devices
+    desk = FlowDesk(cfg, topology_from_config(cfg), timing_from_config(cfg),
+                    cast(Any, None), lambda why: None)
+
+    def grant(src: str, dst: str, lead_us: int) -> float:
+        return desk.grant(pb.RequestFlowRequest(node_id=src, job_id="j", dst=dst,
+                                                message_bytes=8, lead_us=lead_us),
+                          "j", "ideal", time.time_ns()).t0_ns / 1e9
+
+    before = time.time()
+    assert grant("n0", "n1", 250_000) >= before + 0.25
+    assert before <= grant("n2", "n3", 0) <= time.time()  # free devices, no lead: at once
+
+
 # ---- a sender late for its window ---------------------------------------------------------
 class _Grants:
     """A controller link that grants windows starting at the given times (wall clock)."""
@@ -72,13 +91,30 @@ class _Grants:
     def __init__(self, starts: list[float]):
         self.starts = starts
         self.asked = 0
+        self.leads: list[float] = []
         self.clock = type("Clock", (), {"offset_s": 0.0})()
 
     def request_flow(self, job_id: str, dst: str, message_bytes: int, tag: int,
-                     timeout_s: float) -> pb.FlowGrant:
-        t0 = self.starts[self.asked]
+                     timeout_s: float, lead_s: float) -> pb.FlowGrant:
+        t0 = self.start(lead_s)
         self.asked += 1
+        self.leads.append(lead_s)
         return pb.FlowGrant(flow=100 + self.asked, t0_ns=round(t0 * 1e9), hold_s=1e-5)
+
+    def start(self, lead_s: float) -> float:
+        return self.starts[self.asked]
+
+
+class _SlowReplies(_Grants):
+    """Grants whose reply reaches the sender `delay_s` after the window opened as asked
+    (a loaded host where a grant's round trip alone outlasts the margin, every time)."""
+
+    def __init__(self, delay_s: float):
+        super().__init__([])
+        self.delay_s = delay_s
+
+    def start(self, lead_s: float) -> float:
+        return time.time() + lead_s - self.delay_s
 
 
 def test_a_sender_late_for_its_window_asks_for_another_and_sends_nothing_in_it():
@@ -100,6 +136,33 @@ def test_a_sender_late_for_its_window_asks_for_another_and_sends_nothing_in_it()
     late = Flows("n0", _Grants([now - 1.0] * 20), None, SlotGate(), margin_s=0.7e-3)
     with pytest.raises(CollectiveError, match="missed 10 windows in a row.*slot_margin_us"):
         late._window(job, "n1", 40, 0, 5.0, [job], optical=True)
+
+
+def test_a_sender_whose_grants_always_arrive_late_asks_its_windows_ahead():
+    # every reply arrives 0.2 s after the window it grants opens, twice the margin: a sender
+    # that only asked again would miss all ten; this one asks the next window to open
+    # further ahead than it was late, waits for it, and keeps it (0.1 s of margin for its
+    # wake-up, so a loaded machine does not decide the outcome)
+    job = AgentJob("job-1", ("n0", "n1"), 0, "optical", "ring")
+    grants = _SlowReplies(0.2)
+    flows = Flows("n0", grants, None, SlotGate(), margin_s=0.1)
+    assert flows._window(job, "n1", 40, 0, 5.0, [job], optical=True) == 102
+    assert flows.missed_windows == 1 and grants.leads[0] == 0.0
+    assert grants.leads[1] >= 0.4  # twice the lateness
+    # the lead it learned carries to its next flow, which keeps its first window
+    assert flows._window(job, "n1", 40, 0, 5.0, [job], optical=True) == 103
+    assert (grants.asked, flows.missed_windows) == (3, 1)
+    assert grants.leads[2] > 0.2  # still ahead of the replies' delay, though less than 0.4
+    assert grants.leads[2] < grants.leads[1]
+
+
+def test_the_lead_grows_with_each_miss_and_gives_slack_back():
+    assert next_lead_s(0.0, 0.003, 0.0) == pytest.approx(0.006)
+    assert next_lead_s(0.006, 0.001, 0.0) == pytest.approx(0.014)
+    assert next_lead_s(0.4, 0.2, 0.0) == MAX_LEAD_S  # never past what the controller takes
+    assert next_lead_s(0.010, None, 0.004) == pytest.approx(0.008)  # kept, 4 ms to spare
+    assert next_lead_s(0.001, None, 0.010) == 0.0
+    assert next_lead_s(0.010, None, -0.0002) == 0.010  # kept, though a little late
 
 
 # ---- end to end ----------------------------------------------------------------------------
@@ -233,11 +296,13 @@ def test_the_controller_refuses_a_flow_it_cannot_grant(testbed):
     cases = {("n0", job, "n0", 8): "must be another node of job",
              ("n0", job, "n9", 8): "must be another node of job",
              ("n0", "job-999", "n1", 8): "is not running",
-             ("n0", job, "n1", 0): "send 1 B"}
-    for (node, job_id, dst, nbytes), why in cases.items():
+             ("n0", job, "n1", 0): "send 1 B",
+             ("n0", job, "n1", 8, 1_000_001): "ask for at most 1000000 us"}
+    for (node, job_id, dst, nbytes, *lead_us), why in cases.items():
         with pytest.raises(grpc.RpcError) as err:
             stub.RequestFlow(pb.RequestFlowRequest(node_id=node, job_id=job_id, dst=dst,
-                                                   message_bytes=nbytes), timeout=10)
+                                                   message_bytes=nbytes,
+                                                   lead_us=sum(lead_us)), timeout=10)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert why in err.value.details()
 
