@@ -281,6 +281,21 @@ def _call_breakdown(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def _small_calls(r: dict[str, Any]) -> list[Row]:
+    def size(mb: str) -> str:
+        return f"{float(mb) * 1e3:g} kB" if float(mb) < 1 else f"{float(mb):g} MB"
+
+    text = "; ".join(
+        f"{size(mb)}: {m['in_rank']['wall_ms']:.2f} ms (×{m['in_rank']['wall_ms'] / m['gloo']['wall_ms']:.2f}),"
+        f" CPU {m['in_rank']['cpu_ms']:.2f} ms (×{m['in_rank']['cpu_ms'] / m['gloo']['cpu_ms']:.2f}),"
+        f" {m['in_rank']['vcsw']:.1f} context switches (gloo {m['gloo']['vcsw']:.1f})"
+        for mb, m in r["sizes"].items())
+    return [(f"`dist.all_reduce` back to back on the rank path, ring, direct links, "
+             f"{r['nodes']} ranks, {r['calls']} calls: wall and CPU per call of rank 0", text,
+             f"gloo, same ranks, same run (load {r['load_before']} → {r['load']})",
+             "`python benchmarks/bench_small_calls.py`")]
+
+
 SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
     ("scheduler", _scheduler),
     ("plans", _plans),
@@ -297,6 +312,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
     ("torch-backend", _torch_backend),
     ("torch-collectives", _torch_collectives),
     ("call-breakdown", _call_breakdown),
+    ("small-calls", _small_calls),
     ("topoopt", _topoopt),
 ]
 """Each benchmark's name in latest.json and its rows, in the table's order."""

@@ -61,6 +61,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "in-rank": (["bench_in_rank.py"], [], ["--sizes-mb", "0.004096,16", "--repeats", "3"]),
     "call-breakdown": (["bench_call_breakdown.py"], [], ["--sizes-mb", "0.004096,16",
                                                          "--repeats", "3"]),
+    "small-calls": (["bench_small_calls.py"], [], ["--calls", "300"]),
     "control-plane": (["bench_control_plane.py"], ["--sizes", "4,16,64,256,1024"],
                       ["--sizes", "4,64", "--steady-s", "3"]),
 }
