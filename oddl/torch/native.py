@@ -1,11 +1,11 @@
 """The oddl torch backend's collectives as the agent's native ones (`AgentClient.all_gather`,
-`reduce_scatter`, `broadcast`, `all_to_all`, `gather`, `scatter`, `allreduce(op=...)`).
+`reduce_scatter`, `broadcast`, `gather`, `scatter`, `allreduce(op=...)`; the all-to-all is
+`oddl.torch.all_to_all`).
 
 Each function runs on the channel's worker thread, reads the torch tensors as numpy arrays,
-makes one native call (two for an uneven all-to-all) and writes the result into the output
-tensors, counting the bytes handed to the agent. The agent orders blocks by job rank (the
-job's node order); c10d by group rank: `Ranks` maps one to the other (the identity when rank
-r runs on the job's r-th node, as the launchers start them).
+makes one native call and writes the result into the output tensors, counting the bytes handed to the agent. The agent orders blocks by job rank (the
+job's node order); c10d by group rank: `Ranks` maps one to the other (the identity when
+rank r runs on the job's r-th node, as the launchers start them).
 
 Collectives that only move bytes (gather, broadcast, all-to-all, scatter) carry any dtype:
 one numpy has no type for (bfloat16, bool, complex) travels as the unsigned integer of its
@@ -22,7 +22,6 @@ import torch
 import torch.distributed as dist
 
 from oddl.agents.client.agent_client import AgentClient
-from oddl.common.errors import CollectiveError
 from oddl.torch.adopt import array_of
 from oddl.torch.channel import Channel, UnsupportedCollective, as_numpy, count
 from oddl.torch.dtypes import (
@@ -35,9 +34,9 @@ from oddl.torch.dtypes import (
 )
 from oddl.torch.in_rank import RankPath
 
-__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "all_to_all",
-           "broadcast", "gather", "in_place", "raw", "recv", "recv_any", "reduce_",
-           "reduce_scatter", "rows", "scatter", "send", "store"]
+__all__ = ["OPS", "Ranks", "reduce_name", "all_gather", "all_gather_into", "broadcast", "gather",
+           "in_place", "rank_path_of", "raw", "recv", "recv_any", "reduce_", "reduce_scatter",
+           "rows", "scatter", "send", "store"]
 
 # torch's reduction name -> the agent's op (AVG is a sum divided by the world size,
 # integers truncated toward zero: oddl.torch.dtypes.average)
@@ -162,7 +161,7 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
         fallback.allreduce([t], opts).wait()
         count(f"{what}({name}) (fallback)", fallback=t.numel() * t.element_size())
         return
-    path = _rank_path(ch)
+    path = rank_path_of(ch)
     a = as_numpy(t, what, promote=path is None)  # the rank path needs no shared memory
     if a.size:
         if path is not None and path.run(a, "all_reduce", OPS[name]):
@@ -176,7 +175,7 @@ def reduce_(ch: Channel, t: torch.Tensor, name: str, world: int, what: str,
     count(f"{what}({name})", optical=a.nbytes)
 
 
-def _rank_path(ch: Channel) -> RankPath | None:
+def rank_path_of(ch: Channel) -> RankPath | None:
     """The group's rank path: the world group's, if its ranks leased it (decision record
     0040); its calls lay their work buffer out in job order, as the agent's client does."""
     return getattr(ch, "rank_path", None)
@@ -185,7 +184,7 @@ def _rank_path(ch: Channel) -> RankPath | None:
 def broadcast(ch: Channel, ranks: Ranks, t: torch.Tensor, root: int) -> None:
     a = raw(t, "broadcast")
     if a.size:
-        path = _rank_path(ch)
+        path = rank_path_of(ch)
         if path is not None and a.flags.writeable and path.run(a, "broadcast",
                                                                root=ranks.job(root)):
             res = a
@@ -201,7 +200,7 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
     count(what, optical=flat_in.nbytes * len(ranks.to_job))
     if flat_in.size == 0:
         return np.empty((len(ranks.to_job), 0), flat_in.dtype)
-    path = _rank_path(ch)
+    path = rank_path_of(ch)
     if path is not None:
         work = path.scratch("all_gather", (len(ranks.to_job), flat_in.size), flat_in.dtype)
         work[path.rank] = flat_in
@@ -220,7 +219,7 @@ def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torc
     world = len(ranks.to_job)
     direct = ranks.identity and output.is_contiguous() and output.device.type == "cpu" \
         and input.numel() > 0
-    path = _rank_path(ch)
+    path = rank_path_of(ch)
     if direct and path is None and ch.promoter is not None and ch.promoter.enabled:
         ch.promoter.before_in_place(output)  # none in a subgroup, none needed on the rank path
     flat = raw(input, what).reshape(-1)
@@ -268,7 +267,7 @@ def reduce_scatter(ch: Channel, ranks: Ranks, blocks: torch.Tensor, name: str,
     count(f"{what}({name})", optical=a.nbytes)
     if a.size == 0:
         return
-    mine = _reduce_scatter_in_rank(_rank_path(ch), ranks, a, OPS[name])
+    mine = _reduce_scatter_in_rank(rank_path_of(ch), ranks, a, OPS[name])
     if mine is None:
         mine = ch.client.reduce_scatter(ranks.to_job_order(a), op=OPS[name], job=ch.job)
     store(out, mine)
@@ -284,56 +283,6 @@ def _reduce_scatter_in_rank(path: RankPath | None, ranks: Ranks, a: np.ndarray, 
         return None
     work = ranks.copy_to_job_order(a, path.scratch("reduce_scatter", a.shape, a.dtype))
     return work[path.rank] if path.run(work, "reduce_scatter", op) else None
-
-
-def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
-               ins: list[torch.Tensor], what: str) -> None:
-    """Block j of `ins` to group rank j, outs[i] from group rank i. Uneven blocks travel
-    padded to the largest (found with a small all-reduce of the world × world sizes, which
-    also checks that every rank expects what the others send)."""
-    world = len(ranks.to_job)
-    if len(outs) != world or len(ins) != world:
-        raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
-                                    f"for a world of {world}")
-    arrays = [raw(t, what).reshape(-1) for t in ins]
-    dtypes = {a.dtype for a in arrays} | {raw(o[:0], what).dtype for o in outs}
-    if len(dtypes) != 1:
-        raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
-    sizes = np.zeros((world, world), dtype=np.int64)  # [i, j]: rank i sends to rank j
-    sizes[me] = [a.size for a in arrays]
-    ch.sum_(sizes)
-    count(f"{what} (sizes)", optical=sizes.nbytes)
-    for i in range(world):
-        if sizes[i, me] != outs[i].numel():
-            raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
-                                  f"{me}, which expects {outs[i].numel()}")
-    cap = int(sizes.max())
-    blocks = np.zeros((world, cap), dtype=dtypes.pop())
-    for j, a in enumerate(arrays):
-        blocks[j, :a.size] = a
-    count(what, optical=blocks.nbytes)
-    if cap == 0:
-        return
-    by_job = ranks.to_job_order(blocks)
-    got = _all_to_all_in_rank(_rank_path(ch), by_job)
-    if got is None:
-        got = ch.client.all_to_all(by_job, job=ch.job)
-    got = ranks.to_group_order(got)
-    for i, o in enumerate(outs):
-        store(o, got[i, :o.numel()])
-
-
-def _all_to_all_in_rank(path: RankPath | None, blocks: np.ndarray) -> np.ndarray | None:
-    """`blocks` (world, n) by job rank exchanged on the rank path: block i from job rank i;
-    None where the agent exchanges them. The work buffer is laid out as the agent's client
-    lays it out: the input blocks, then the output's, this rank's own already in place."""
-    if path is None:
-        return None
-    world = len(blocks)
-    work = path.scratch("all_to_all", (2 * world, blocks.shape[1]), blocks.dtype)
-    work[:world] = blocks
-    work[world + path.rank] = blocks[path.rank]
-    return work[world:] if path.run(work, "all_to_all") else None
 
 
 def gather(ch: Channel, ranks: Ranks, me: int, t: torch.Tensor, root: int,

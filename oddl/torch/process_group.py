@@ -24,6 +24,7 @@ import torch.distributed as dist
 from oddl.common.errors import CollectiveError
 from oddl.torch import native
 from oddl.torch import trace as torch_trace
+from oddl.torch.all_to_all import all_to_all
 from oddl.torch.channel import Channel, FutureWork, UnsupportedCollective, count
 from oddl.torch.dtypes import check_reduction
 from oddl.torch.eager import eager_under_compile
@@ -207,7 +208,7 @@ class OddlProcessGroup(dist.ProcessGroup):
         what = "all_to_all_single"
 
         def run() -> list[torch.Tensor]:
-            native.all_to_all(self._channel, self._ranks, self._rank,
+            all_to_all(self._channel, self._ranks, self._rank,
                               native.rows(output, output_split_sizes, self._world, what),
                               native.rows(input, input_split_sizes, self._world, what), what)
             return [output]
@@ -216,7 +217,7 @@ class OddlProcessGroup(dist.ProcessGroup):
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: Any = None) -> Any:
         def run() -> list[torch.Tensor]:
-            native.all_to_all(self._channel, self._ranks, self._rank, list(outputs),
+            all_to_all(self._channel, self._ranks, self._rank, list(outputs),
                               list(inputs), "all_to_all")
             return outputs
         return self._work("all_to_all", run, opts)
