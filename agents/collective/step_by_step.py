@@ -3,6 +3,11 @@
 Small collectives (one thread, inline sends, no hand-over per chunk) and plans whose steps
 receive into ranges they also send (from a snapshot) run this way. A step's sends go inline
 when small, else on the sender thread while this thread receives and reduces chunk by chunk.
+
+Without slots to keep (the ideal network), the leading steps whose sends read nothing an
+earlier step receives (`sends_ahead`: every step of an all-to-all, which sends its input and
+receives into its output) send at once, before any receive: the run waits for one hop, not
+one per step. Later steps keep their order, so each peer's chunks still arrive in step order.
 """
 
 from __future__ import annotations
@@ -67,24 +72,46 @@ def step_shapes(steps: tuple[StepSpec, ...], rank: int) -> tuple[StepShape, ...]
     return tuple(shapes)
 
 
+@lru_cache(maxsize=256)
+def sends_ahead(steps: tuple[StepSpec, ...], rank: int) -> int:
+    """How many leading steps may send before this rank receives anything (pure): none of
+    their send ranges is written by a receive of an earlier step. Only a prefix counts, so
+    the chunks a peer gets from this rank still come in step order."""
+    written: list[tuple[int, int]] = []
+    for k, shape in enumerate(step_shapes(steps, rank)):
+        if any(o < wo + wn and wo < o + n for _, segs in shape.sends for o, n in segs
+               for wo, wn in written):
+            return k
+        written += [(at, n) for _, segs in shape.recvs for at, n, _ in segs]
+    return len(steps)
+
+
 def run_steps(ctx: RunContext) -> None:
     """Run the collective's steps one after the other (see the module docstring)."""
-    for k, shape in enumerate(step_shapes(tuple(ctx.run.steps), ctx.run.rank)):
-        _run_step(ctx, k, shape)
+    run = ctx.run
+    shapes = step_shapes(tuple(run.steps), run.rank)
+    ahead = 0 if run.gated else sends_ahead(tuple(run.steps), run.rank)
+    for k in range(ahead):
+        if shapes[k].sends:
+            _send_step(ctx, k, [d for d, _ in shapes[k].sends], ctx.buf, dict(shapes[k].sends))
+    for k, shape in enumerate(shapes):
+        _run_step(ctx, k, shape, sent=k < ahead)
 
 
-def _run_step(ctx: RunContext, k: int, shape: StepShape) -> None:
+def _run_step(ctx: RunContext, k: int, shape: StepShape, sent: bool = False) -> None:
+    """Step k: its sends (unless `sent` already), then its receives, each applied."""
     run, buf = ctx.run, ctx.buf
-    source = buf.copy() if shape.overlap else buf  # snapshot: sends read the start
-    order = [d for d, _ in shape.sends]
-    if ctx.slot_of:  # slots: send in the order of their starts
-        order.sort(key=lambda d: ctx.slot_start(k, run.nodes[d]))
-    sends = dict(shape.sends)
     pending: Future[None] | None = None
-    if shape.send_elems * buf.itemsize > INLINE_SEND and shape.recvs:
-        pending = ctx.sender.submit(_send_step, ctx, k, order, source, sends)
-    else:
-        _send_step(ctx, k, order, source, sends)
+    if not sent:
+        source = buf.copy() if shape.overlap else buf  # snapshot: sends read the start
+        order = [d for d, _ in shape.sends]
+        if ctx.slot_of:  # slots: send in the order of their starts
+            order.sort(key=lambda d: ctx.slot_start(k, run.nodes[d]))
+        sends = dict(shape.sends)
+        if shape.send_elems * buf.itemsize > INLINE_SEND and shape.recvs:
+            pending = ctx.sender.submit(_send_step, ctx, k, order, source, sends)
+        else:
+            _send_step(ctx, k, order, source, sends)
     try:
         for s, segs in shape.recvs:
             src = run.nodes[s]
