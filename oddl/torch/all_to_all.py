@@ -3,7 +3,11 @@
 Block j of a rank's inputs goes to group rank j; output i comes from group rank i. Blocks of
 any dtype travel as bytes (`oddl.torch.native.raw`). Uneven blocks travel padded to the
 largest: the ranks first sum the world × world table of block sizes (a small all-reduce),
-which also checks that every rank expects what the others send it.
+which also checks that every rank expects what the others send it. An
+`all_to_all_single` without split sizes has equal blocks on every rank by c10d's contract,
+so it skips that round (half a small call's time): a rank that breaks the contract sends
+blocks at other offsets and lengths than its peers expect, and every rank's call fails
+(each chunk's offset and length are checked, then the outcome round), never a wrong result.
 
 On the rank path (decision record 0040) the inputs are written straight into the rank's
 work buffer in job order and the outputs read straight out of it: one copy in, one out, as
@@ -24,8 +28,9 @@ __all__ = ["all_to_all"]
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
-               ins: list[torch.Tensor], what: str) -> None:
-    """Block j of `ins` to group rank j, outs[i] from group rank i."""
+               ins: list[torch.Tensor], what: str, even: bool = False) -> None:
+    """Block j of `ins` to group rank j, outs[i] from group rank i; `even`: every rank's
+    blocks are of one size, as c10d promises for an all-to-all without split sizes."""
     world = len(ranks.to_job)
     if len(outs) != world or len(ins) != world:
         raise UnsupportedCollective(f"{what}: {len(ins)} inputs and {len(outs)} outputs "
@@ -35,7 +40,11 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
     if len(dtypes) != 1:
         raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
-    cap = _largest_block(ch, me, arrays, outs, what)
+    sizes = {a.size for a in arrays} | {o.numel() for o in outs}
+    if even and len(sizes) == 1:
+        cap = sizes.pop()
+    else:
+        cap = _largest_block(ch, me, arrays, outs, what)
     count(what, optical=world * cap * dtype.itemsize)
     if cap == 0:
         return

@@ -209,16 +209,17 @@ class OddlProcessGroup(dist.ProcessGroup):
 
         def run() -> list[torch.Tensor]:
             all_to_all(self._channel, self._ranks, self._rank,
-                              native.rows(output, output_split_sizes, self._world, what),
-                              native.rows(input, input_split_sizes, self._world, what), what)
+                       native.rows(output, output_split_sizes, self._world, what),
+                       native.rows(input, input_split_sizes, self._world, what), what,
+                       even=not output_split_sizes and not input_split_sizes)
             return [output]
         return self._work(what, run, opts)
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: Any = None) -> Any:
         def run() -> list[torch.Tensor]:
-            all_to_all(self._channel, self._ranks, self._rank, list(outputs),
-                              list(inputs), "all_to_all")
+            all_to_all(self._channel, self._ranks, self._rank, list(outputs), list(inputs),
+                       "all_to_all")
             return outputs
         return self._work("all_to_all", run, opts)
 

@@ -228,6 +228,8 @@ def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
                 me = r["rank"]  # rank i sent `me` + 1 rows of its input of that size
                 assert got[f"all_to_all/{tag}"] == [
                     _inputs(i, (me + 1) * n).tolist() for i in range(WORLD)], tag
+                assert got[f"all_to_all_single/{tag}"] == np.concatenate(
+                    [_inputs(i, WORLD * n)[me * n:(me + 1) * n] for i in range(WORLD)]).tolist(), tag
                 for op, fold in (("SUM", np.sum), ("MAX", np.max)):
                     key = f"scatter/{tag}/{op}"
                     if dtype == torch.int64 and op == "MAX":
@@ -246,7 +248,7 @@ def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]
     assert not any(r["leased"] for r in res)
     assert all(r["agent_done_after"] - r["agent_done_before"] == r["calls"] for r in res)
     alike = [{k: v for k, v in r["results"].items()
-              if not k.startswith(("scatter/", "all_to_all/"))}
+              if not k.startswith(("scatter/", "all_to_all/", "all_to_all_single/"))}
              for r in res]  # each rank's reduce-scatter block and all-to-all rows are its own
     assert alike[0] == alike[2]
     _other_kinds_exact(res)
@@ -262,3 +264,17 @@ def test_a_rank_that_leaves_fails_the_call_on_every_other_rank(apis: list[str]):
         assert r["error"], f"rank {r['rank']} returned a result without rank 3"
         assert r["took_s"] < 60, r
     assert any("n3" in r["error"] for r in survivors), [r["error"] for r in survivors]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_an_all_to_all_single_whose_blocks_differ_fails_on_every_rank(apis: list[str]):
+    """Without split sizes c10d promises equal blocks, so no sizes are summed first; a rank
+    that breaks the promise gets no result anywhere, never a wrong one."""
+    res = _world(apis, "broken-contract")
+    assert len(res) == WORLD and all(r["leased"] for r in res)
+    for r in res:
+        assert r["error"], f"rank {r['rank']} returned a result from blocks of other sizes"
+        assert r["took_s"] < 60, r
+    # each chunk's offset and length are checked: the call fails at once, naming why
+    assert any("the peers disagree on the plan" in r["error"] for r in res), res

@@ -8,7 +8,9 @@ ODDL_LOCAL_API, on a testbed with direct links and a job on the ideal network (d
   and what the agent counted meanwhile;
 - ``one-declines``: rank 1 runs with ODDL_IN_RANK=0, so no rank takes the lease;
 - ``crash``: rank 3 leaves (os._exit) before the third all-reduce; the others report how
-  their call ended and how long it took.
+  their call ended and how long it took;
+- ``broken-contract``: an `all_to_all_single` without split sizes where rank 3's blocks are
+  longer than the others' (c10d's contract broken); every rank reports how its call ended.
 """
 
 from __future__ import annotations
@@ -109,8 +111,12 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             outs = [torch.empty((rank + 1) * n, dtype=dtype) for _ in range(world)]
             dist.all_to_all(outs, ins)
             results[f"all_to_all/{tag}"] = [o.float().tolist() for o in outs]
+            # block j to rank j, even (all_to_all_single without split sizes: no sizes sum)
+            single = torch.empty(world * n, dtype=dtype)
+            dist.all_to_all_single(single, blocks)
+            results[f"all_to_all_single/{tag}"] = single.float().tolist()
             dist.barrier()
-            calls += 3 + 3
+            calls += 3 + 3 + 1
     return calls
 
 
@@ -133,6 +139,25 @@ def crash(rank: int) -> dict[str, Any]:
             "took_s": time.monotonic() - start}
 
 
+def broken_contract(rank: int) -> dict[str, Any]:
+    channel = oc._channel
+    assert channel is not None
+    world, n = dist.get_world_size(), 5 if rank == 3 else 3
+    out = torch.empty(world * n)
+    start = time.monotonic()
+    try:
+        dist.all_to_all_single(out, torch.arange(world * n, dtype=torch.float32))
+        error = ""
+    except Exception as exc:  # what the caller sees
+        error = f"{type(exc).__name__}: {exc}"
+    return {"leased": channel.rank_path is not None, "error": error,
+            "took_s": time.monotonic() - start}
+
+
+SCENARIOS = {"crash": crash, "broken-contract": broken_contract}
+"""The scenarios that end with the group broken (the others run `exact`)."""
+
+
 def main() -> None:
     scenario = sys.argv[1]
     rank = int(os.environ["RANK"])
@@ -141,13 +166,13 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("oddl", timeout=datetime.timedelta(seconds=120))
     try:
-        result = crash(rank) if scenario == "crash" else exact(rank)
+        result = SCENARIOS.get(scenario, exact)(rank)
     finally:
-        if scenario != "crash":
+        if scenario not in SCENARIOS:
             dist.destroy_process_group()
     print(json.dumps({"rank": rank, **result}), flush=True)
-    if scenario == "crash":
-        os._exit(0)  # a peer is gone: leave without the group's goodbyes
+    if scenario in SCENARIOS:
+        os._exit(0)  # a peer is gone or the group broken: leave without its goodbyes
 
 
 if __name__ == "__main__":
