@@ -187,8 +187,7 @@ def test_every_collective_and_point_to_point_is_exact_and_native(apis: list[str]
         assert kinds["all_reduce(SUM)"]["optical_bytes"] >= 1000 * 8
         assert kinds["all_gather"]["optical_bytes"] == WORLD * 7 * 4
         assert kinds["barrier"]["calls"] >= 1
-        # all_to_all hands the agent one block per rank; an uneven one sends its sizes ahead,
-        # summed, an all_to_all_single without split sizes (equal blocks) none
+        # one block per rank; sizes summed ahead only for uneven blocks
         assert kinds["all_to_all_single"]["optical_bytes"] == WORLD * 3 * 8
         assert "all_to_all_single (sizes)" not in kinds
         assert kinds["all_to_all (sizes)"]["optical_bytes"] == WORLD * WORLD * 8
