@@ -8,6 +8,8 @@ which also checks that every rank expects what the others send it. An
 so it skips that round (half a small call's time): a rank that breaks the contract sends
 blocks at other offsets and lengths than its peers expect, and every rank's call fails
 (each chunk's offset and length are checked, then the outcome round), never a wrong result.
+So does a call where some ranks pass split sizes and others none (legal for gloo): the
+error then says to pass them on every rank or on none (`MIXED_SPLITS`).
 
 On the rank path (decision record 0040) the inputs are written straight into the rank's
 work buffer in job order and the outputs read straight out of it: one copy in, one out, as
@@ -15,6 +17,9 @@ few as a single work buffer allows. Through the agent, the blocks go in one padd
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -24,7 +29,13 @@ from oddl.torch.channel import Channel, UnsupportedCollective, count
 from oddl.torch.in_rank import RankPath
 from oddl.torch.native import Ranks, rank_path_of, raw, store
 
-__all__ = ["all_to_all"]
+__all__ = ["MIXED_SPLITS", "all_to_all"]
+
+MIXED_SPLITS = ("if some ranks pass split sizes and others none, pass them on every rank or "
+                "on none: without them the block sizes are not summed first")
+"""The hint added to an all-to-all's failure where the ranks ran different calls."""
+_DIFFERENT_CALLS = ("disagree on the plan", "different calls at the ranks")
+"""What the executor's chunk check and the outcome round say when the ranks' calls differ."""
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
@@ -41,21 +52,33 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
         raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     sizes = {a.size for a in arrays} | {o.numel() for o in outs}
-    if even and len(sizes) == 1:
-        cap = sizes.pop()
-    else:
-        cap = _largest_block(ch, me, arrays, outs, what)
-    count(what, optical=world * cap * dtype.itemsize)
-    if cap == 0:
-        return
-    got = _in_rank(rank_path_of(ch), ranks, arrays, cap, dtype)
-    if got is None:
-        blocks = np.zeros((world, cap), dtype=dtype)
-        for j, a in enumerate(arrays):
-            blocks[ranks.job(j), :a.size] = a
-        got = ch.client.all_to_all(blocks, job=ch.job)
+    with _hinted(what):
+        if even and len(sizes) == 1:
+            cap = sizes.pop()
+        else:
+            cap = _largest_block(ch, me, arrays, outs, what)
+        count(what, optical=world * cap * dtype.itemsize)
+        if cap == 0:
+            return
+        got = _in_rank(rank_path_of(ch), ranks, arrays, cap, dtype)
+        if got is None:
+            blocks = np.zeros((world, cap), dtype=dtype)
+            for j, a in enumerate(arrays):
+                blocks[ranks.job(j), :a.size] = a
+            got = ch.client.all_to_all(blocks, job=ch.job)
     for i, o in enumerate(outs):
         store(o, got[ranks.job(i), :o.numel()])
+
+
+@contextmanager
+def _hinted(what: str) -> Iterator[None]:
+    """A CollectiveError that says the ranks ran different calls, with `MIXED_SPLITS`."""
+    try:
+        yield
+    except CollectiveError as exc:
+        if not any(words in str(exc) for words in _DIFFERENT_CALLS):
+            raise
+        raise CollectiveError(f"{exc} ({what}: {MIXED_SPLITS})") from exc
 
 
 def _largest_block(ch: Channel, me: int, arrays: list[np.ndarray], outs: list[torch.Tensor],

@@ -278,3 +278,17 @@ def test_an_all_to_all_single_whose_blocks_differ_fails_on_every_rank(apis: list
         assert r["took_s"] < 60, r
     # each chunk's offset and length are checked: the call fails at once, naming why
     assert any("the peers disagree on the plan" in r["error"] for r in res), res
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_an_all_to_all_single_with_split_sizes_on_some_ranks_only_names_the_fix(
+        apis: list[str]):
+    """gloo runs it; here the ranks with split sizes sum them first and the one without does
+    not, so their calls differ: every rank fails, and the error says what to change."""
+    res = _world(apis, "mixed-splits")
+    assert len(res) == WORLD and all(r["leased"] for r in res)
+    for r in res:
+        assert r["error"], f"rank {r['rank']} returned a result"
+        assert r["took_s"] < 60, r
+    assert any("pass them on every rank or on none" in r["error"] for r in res), res

@@ -10,7 +10,9 @@ ODDL_LOCAL_API, on a testbed with direct links and a job on the ideal network (d
 - ``crash``: rank 3 leaves (os._exit) before the third all-reduce; the others report how
   their call ended and how long it took;
 - ``broken-contract``: an `all_to_all_single` without split sizes where rank 3's blocks are
-  longer than the others' (c10d's contract broken); every rank reports how its call ended.
+  longer than the others' (c10d's contract broken); every rank reports how its call ended;
+- ``mixed-splits``: an even `all_to_all_single` where rank 0 passes no split sizes and the
+  others pass them; every rank reports how its call ended.
 """
 
 from __future__ import annotations
@@ -140,13 +142,24 @@ def crash(rank: int) -> dict[str, Any]:
 
 
 def broken_contract(rank: int) -> dict[str, Any]:
+    return _one_exchange(rank, 5 if rank == 3 else 3, False)
+
+
+def mixed_splits(rank: int) -> dict[str, Any]:
+    return _one_exchange(rank, 3, rank != 0)
+
+
+def _one_exchange(rank: int, n: int, with_splits: bool) -> dict[str, Any]:
+    """One `all_to_all_single` of blocks of `n`; how it ended and how long it took."""
     channel = oc._channel
     assert channel is not None
-    world, n = dist.get_world_size(), 5 if rank == 3 else 3
+    world = dist.get_world_size()
     out = torch.empty(world * n)
+    splits = [n] * world if with_splits else None
     start = time.monotonic()
     try:
-        dist.all_to_all_single(out, torch.arange(world * n, dtype=torch.float32))
+        dist.all_to_all_single(out, torch.arange(world * n, dtype=torch.float32), splits,
+                               splits)
         error = ""
     except Exception as exc:  # what the caller sees
         error = f"{type(exc).__name__}: {exc}"
@@ -154,7 +167,7 @@ def broken_contract(rank: int) -> dict[str, Any]:
             "took_s": time.monotonic() - start}
 
 
-SCENARIOS = {"crash": crash, "broken-contract": broken_contract}
+SCENARIOS = {"crash": crash, "broken-contract": broken_contract, "mixed-splits": mixed_splits}
 """The scenarios that end with the group broken (the others run `exact`)."""
 
 
