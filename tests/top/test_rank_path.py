@@ -266,18 +266,24 @@ def test_a_rank_that_leaves_fails_the_call_on_every_other_rank(apis: list[str]):
     assert any("n3" in r["error"] for r in survivors), [r["error"] for r in survivors]
 
 
+def _failed_on_every_rank(scenario: str, apis: list[str], because: str) -> None:
+    """Run `scenario`: every rank held the lease, its call failed within a minute, and at
+    least one rank's error says `because`."""
+    res = _world(apis, scenario)
+    assert len(res) == WORLD and all(r["leased"] for r in res)
+    for r in res:
+        assert r["error"], f"rank {r['rank']} returned a result"
+        assert r["took_s"] < 60, r
+    assert any(because in r["error"] for r in res), res
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(400)
 def test_an_all_to_all_single_whose_blocks_differ_fails_on_every_rank(apis: list[str]):
     """Without split sizes c10d promises equal blocks, so no sizes are summed first; a rank
-    that breaks the promise gets no result anywhere, never a wrong one."""
-    res = _world(apis, "broken-contract")
-    assert len(res) == WORLD and all(r["leased"] for r in res)
-    for r in res:
-        assert r["error"], f"rank {r['rank']} returned a result from blocks of other sizes"
-        assert r["took_s"] < 60, r
-    # each chunk's offset and length are checked: the call fails at once, naming why
-    assert any("the peers disagree on the plan" in r["error"] for r in res), res
+    that breaks the promise gets no result anywhere, never a wrong one: each chunk's offset
+    and length are checked, so the call fails at once, naming why."""
+    _failed_on_every_rank("broken-contract", apis, "the peers disagree on the plan")
 
 
 @pytest.mark.e2e
@@ -286,9 +292,4 @@ def test_an_all_to_all_single_with_split_sizes_on_some_ranks_only_names_the_fix(
         apis: list[str]):
     """gloo runs it; here the ranks with split sizes sum them first and the one without does
     not, so their calls differ: every rank fails, and the error says what to change."""
-    res = _world(apis, "mixed-splits")
-    assert len(res) == WORLD and all(r["leased"] for r in res)
-    for r in res:
-        assert r["error"], f"rank {r['rank']} returned a result"
-        assert r["took_s"] < 60, r
-    assert any("pass them on every rank or on none" in r["error"] for r in res), res
+    _failed_on_every_rank("mixed-splits", apis, "pass them on every rank or on none")
