@@ -292,7 +292,8 @@ def _small_calls(r: dict[str, Any]) -> list[Row]:
         for mb, m in r["sizes"].items())
     return [(f"`dist.all_reduce` back to back on the rank path, ring, direct links, "
              f"{r['nodes']} ranks, {r['calls']} calls: wall and CPU per call of rank 0", text,
-             f"gloo, same ranks, same run (load {r['load_before']} → {r['load']})",
+             f"gloo, same ranks, same run (load {r['load_before']} → {r['load']})"
+             + (f", run {r['ran']}" if "ran" in r else ""),
              "`python benchmarks/bench_small_calls.py`")]
 
 
