@@ -292,8 +292,7 @@ def _small_calls(r: dict[str, Any]) -> list[Row]:
         for mb, m in r["sizes"].items())
     return [(f"`dist.all_reduce` back to back on the rank path, ring, direct links, "
              f"{r['nodes']} ranks, {r['calls']} calls: wall and CPU per call of rank 0", text,
-             f"gloo, same ranks, same run (load {r['load_before']} → {r['load']})"
-             + (f", run {r['ran']}" if "ran" in r else ""),
+             f"gloo, same ranks, same run (load {r['load_before']} → {r['load']})",
              "`python benchmarks/bench_small_calls.py`")]
 
 
@@ -319,12 +318,17 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], list[Row]]]] = [
 """Each benchmark's name in latest.json and its rows, in the table's order."""
 
 
-def rows(results: dict[str, Any]) -> list[Row]:
-    """(what, result, baseline in the same run, command) for every benchmark that ran."""
+def rows(results: dict[str, Any], run_time: str = "") -> list[Row]:
+    """(what, result, baseline in the same run, command) for every benchmark that ran; a
+    result run apart from the run dated `run_time` (`run_all.py --only`) names its own time
+    beside its baseline."""
     out: list[Row] = []
     for name, section in SECTIONS:
-        if (r := _get(results, name)) is not None:
-            out += section(r)
+        if (r := _get(results, name)) is None:
+            continue
+        ran = results[name].get("ran", run_time)
+        out += [(what, result, base if ran == run_time else f"{base}; run {ran}", command)
+                for what, result, base, command in section(r)]
     return out
 
 
@@ -332,10 +336,11 @@ def bench_table(data: dict[str, Any]) -> list[str]:
     """The last `make bench` as markdown: its date, then one row per result."""
     lines = [f"### The last `make bench` ({LATEST.name})", "",
              f"Run {data['time']} on {data['cpus']} CPUs (Python {data.get('python', '?')}); "
-             "every baseline is from the same run.", "",
+             "every baseline is from the same run as its result; a row run later on its own "
+             "(`run_all.py --only`) names its time.", "",
              "| what | result | baseline in the same run | command |", "|---|---|---|---|"]
     lines += [f"| {what} | {result} | {base} | {cmd} |"
-              for what, result, base, cmd in rows(data["results"])]
+              for what, result, base, cmd in rows(data["results"], data["time"])]
     return lines
 
 

@@ -67,6 +67,11 @@ BENCHMARKS: dict[str, tuple[list[str], list[str], list[str]]] = {
 }
 
 
+def now() -> str:
+    """The local time as the results carry it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 def run_one(name: str, quick: bool) -> dict | None:
     """Run one benchmark with --json; None when its script does not exist."""
     target, args, quick_args = BENCHMARKS[name]
@@ -78,6 +83,7 @@ def run_one(name: str, quick: bool) -> dict | None:
     else:
         argv = [sys.executable, *target]
     argv += args + (quick_args if quick else []) + ["--json"]
+    ran = now()
     started = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -85,13 +91,15 @@ def run_one(name: str, quick: bool) -> dict | None:
     if proc.returncode != 0:
         print(f"[bench] {name} FAILED (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
               file=sys.stderr)
-        return {"ok": False, "exit": proc.returncode, "stderr": proc.stderr[-2000:]}
+        return {"ok": False, "ran": ran, "exit": proc.returncode,
+                "stderr": proc.stderr[-2000:]}
     out = proc.stdout.strip()
     try:
         result = json.loads(out)
     except ValueError:
         result = json.loads(out.splitlines()[-1])  # progress lines, then one JSON line
-    return {"ok": True, "seconds": elapsed, "command": " ".join(argv[1:]), "result": result}
+    return {"ok": True, "ran": ran, "seconds": elapsed, "command": " ".join(argv[1:]),
+            "result": result}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args(argv)
     names = args.only or list(BENCHMARKS)
-    out: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": platform.node(),
+    out: dict = {"time": now(), "machine": platform.node(),
                  "python": platform.python_version(), "cpus": os.cpu_count(), "results": {}}
     failed = False
     for name in names:
@@ -116,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     latest = RESULTS / "latest.json"
     if args.only and latest.exists():
-        # a partial run updates its benchmarks and keeps the others' last results
+        # a partial run updates its benchmarks and keeps the others' last results, and the
+        # date of the full run they came from: each result carries the time it ran
         previous = json.loads(latest.read_text(encoding="utf-8"))
         out["results"] = {**previous.get("results", {}), **out["results"]}
+        out["time"] = previous.get("time", out["time"])
     latest.write_text(json.dumps(out, indent=1), encoding="utf-8")
     print(f"[bench] results in {RESULTS / 'latest.json'}")
     return 1 if failed else 0
