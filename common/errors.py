@@ -55,6 +55,11 @@ class LostData(CollectiveError):
     """Chunks a collective needed did not arrive in time (a link, a light path or a peer)."""
 
 
+class CallsDiffer(CollectiveError):
+    """The ranks ran different calls in one collective (its kind, op, root, dtype or block
+    sizes differ): their results differ, so it fails on every rank."""
+
+
 class StepMismatch(CollectiveError):
     """The ranks handed in different calls for one collective (their step numbers differ):
     pairing them would reduce different training steps together, so nothing was run."""

@@ -24,7 +24,7 @@ from oddl.agents.links.stream_wire import CHUNK_BYTES, ChunkHead
 from oddl.agents.slot_gate import Cancel, SlotGate
 from oddl.common.call_marks import MARKS
 from oddl.common.collective_kinds import UFUNCS
-from oddl.common.errors import CollectiveError
+from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.protos.schedule_wire import (
     SlotSpec,
     StepSpec,
@@ -227,10 +227,10 @@ class RunContext:
             self.handoffs.confirm(self.run.seq, slot.index, src)
 
     def check_head(self, head: ChunkHead, src: str, step: int, offset: int, n: int) -> None:
-        """CollectiveError unless the chunk carries elements [offset, offset+n)."""
+        """CallsDiffer unless the chunk carries elements [offset, offset+n)."""
         item = self.buf.itemsize
         if head.offset != offset or head.nbytes != n * item:
-            raise CollectiveError(
+            raise CallsDiffer(
                 f"{self.run.me}: chunk from {src} step {step} of collective {self.run.seq} "
                 f"carries elements {head.offset}+{head.nbytes // item} ({head.nbytes} B), "
                 f"expected {offset}+{n} of {self.buf.dtype}; the peers disagree on the plan "

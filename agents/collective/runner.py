@@ -360,7 +360,7 @@ class CollectiveRunner:
         except CollectiveError as exc:
             ok, error = False, str(exc)
             if not isinstance(exc, PeerGaveUp):
-                outcome.tell_failure(self.links.link, job.id, seq, peers, str(exc))
+                outcome.tell_failure(self.links.link, job.id, seq, peers, exc)
             job.standing.clear()  # the next collective resynchronises at the barrier
             aborted = self._aborted(job, seq)
             if aborted is not None:

@@ -170,3 +170,17 @@ class Inbound:
             self.sock.close()
         except OSError:
             pass
+
+
+SUPERSEDE_S = 1.0
+"""How long an older stream from a sender that opened a newer one may stay idle before the
+receiver turns to the newer one (what the old one delivered in full comes first)."""
+
+
+def superseded(conn: Inbound) -> bool:
+    """Whether an older stream, with a newer one from the same sender behind it, is done: it
+    closed, or it has nothing queued and has been idle (its peer vanished without a reset: a
+    rebooted host, a cut link)."""
+    if conn.queue:
+        return False
+    return not conn.alive or time.monotonic() - conn.last_data > SUPERSEDE_S

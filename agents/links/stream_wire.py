@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from oddl.agents.slot_gate import Cancel
-from oddl.common.errors import CollectiveError
+from oddl.common.errors import CallsDiffer, CollectiveError
 
 CHUNK_BYTES = 1 << 20
 """Largest payload of one chunk: big enough that Python's per-chunk cost is small against the
@@ -127,6 +127,10 @@ def missing_data(node_id: str, job: str, src: str, seq: int, step: int, lost: st
 
 class PeerGaveUp(CollectiveError):
     """A peer announced that a collective failed at its end (`oddl.agents.collective.outcome`)."""
+
+
+class PeerCallsDiffer(PeerGaveUp, CallsDiffer):
+    """A peer announced that a collective failed at its end because the ranks' calls differ."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ import logging
 import socket
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
@@ -43,7 +42,7 @@ from oddl.agents.collective import outcome
 from oddl.agents.links.line_rate import LineRateMeter
 from oddl.agents.links.stream_auth import AuthError, PairAuth
 from oddl.agents.links.stream_hello import announce, prove_to_client
-from oddl.agents.links.stream_inbound import BufferPool, Inbound, Landing, Landings
+from oddl.agents.links.stream_inbound import BufferPool, Inbound, Landing, Landings, superseded
 from oddl.agents.links.stream_wire import (
     DONE_STEP,
     HELLO,
@@ -260,18 +259,7 @@ class StreamLink:
                 conns = self._in.get(key, [])
                 if conns:
                     conns[0].recycle()
-                while True:
-                    conns = self._in.get(key, [])
-                    while len(conns) > 1 and _superseded(conns[0]):
-                        conns.pop(0).close()  # a finished stream; its successor carries on
-                    if conns and conns[0].queue:
-                        break
-                    remaining = deadline - wallclock.now()
-                    if remaining <= 0 or (cancel is not None and cancel.is_set()) \
-                            or self._stop.is_set():
-                        raise self._missing_error(job, src, seq, step, lost, cancel)
-                    self._cond.wait(min(remaining, POLL_S))
-                conn = conns[0]
+                conn = self._await_chunk(job, src, seq, step, deadline, cancel, lost)
                 head, buf, arrived = conn.queue[0]
                 if head.seq > seq and step == READY_STEP:  # this node is behind; keep it
                     raise PeerAhead(
@@ -281,9 +269,9 @@ class StreamLink:
                 if head.seq == seq and head.step == DONE_STEP != step:
                     # the peer ended this collective without sending what this node waits
                     # for: it failed (its reason), or its chunk was lost on the way
-                    ok, reason, _call = outcome.decode(src, memoryview(buf)[:head.nbytes])
-                    if not ok:
-                        raise outcome.gave_up(self.node_id, src, job, seq, reason)
+                    said = outcome.decode(src, memoryview(buf)[:head.nbytes])
+                    if not said.ok:
+                        raise outcome.gave_up(self.node_id, src, job, seq, said)
                 if (head.seq, head.step) > (seq, step):  # from further ahead: keep it
                     raise LostData(missing_data(self.node_id, job, src, seq, step, lost, self.phy is None))
                 conn.queue.popleft()
@@ -305,6 +293,27 @@ class StreamLink:
                                "(misrouted circuit)", self.node_id, src)
                 continue
             return head, memoryview(buf)[:head.nbytes]
+
+    def _await_chunk(self, job: str, src: str, seq: int, step: int, deadline: float,
+                     cancel: Cancel | None, lost: str) -> Inbound:
+        """The stream from `src` once a chunk is queued on it (under the lock);
+        CollectiveError when another peer failed collective `seq` (`src`'s data may never
+        come), at the deadline or on cancel."""
+        while True:
+            conns = self._in.get((job, src), [])
+            while len(conns) > 1 and superseded(conns[0]):
+                conns.pop(0).close()  # a finished stream; its successor carries on
+            if conns and conns[0].queue:
+                return conns[0]
+            if failed := outcome.failure_queued(self.node_id, job, seq, (
+                    (p, c.queue) for (j, p), cs in self._in.items()
+                    if j == job and p != src for c in cs)):
+                raise failed
+            remaining = deadline - wallclock.now()
+            if remaining <= 0 or (cancel is not None and cancel.is_set()) \
+                    or self._stop.is_set():
+                raise self._missing_error(job, src, seq, step, lost, cancel)
+            self._cond.wait(min(remaining, POLL_S))
 
     def post_landing(self, job: str, src: str, chunk: Landing, into: memoryview) -> bool:
         """Let the chunk (seq, step, sender's offset) from `src` be read straight into
@@ -379,16 +388,3 @@ class StreamLink:
                 sock.close()
             self._out.clear()
 
-
-SUPERSEDE_S = 1.0
-"""How long an older stream from a sender that opened a newer one may stay idle before the
-receiver turns to the newer one (what the old one delivered in full comes first)."""
-
-
-def _superseded(conn: Inbound) -> bool:
-    """Whether an older stream, with a newer one from the same sender behind it, is done: it
-    closed, or it has nothing queued and has been idle (its peer vanished without a reset: a
-    rebooted host, a cut link)."""
-    if conn.queue:
-        return False
-    return not conn.alive or time.monotonic() - conn.last_data > SUPERSEDE_S

@@ -30,6 +30,7 @@ from oddl.common.collective_kinds import ALL_REDUCE, check_call
 from oddl.common.errors import (
     AgentRestarted,
     BucketUnavailable,
+    CallsDiffer,
     CollectiveError,
     ConfigError,
     LostData,
@@ -189,7 +190,7 @@ def unlink(address: str) -> None:
 # ---- replies -----------------------------------------------------------------------------
 REPLY_KINDS: tuple[tuple[type[OddlError], str], ...] = (
     (StepPassed, "step-passed"), (StepMismatch, "step-mismatch"), (LostData, "lost-data"),
-    (PeerDown, "peer-down"), (AgentRestarted, "restarted"))
+    (PeerDown, "peer-down"), (AgentRestarted, "restarted"), (CallsDiffer, "calls-differ"))
 """Error types that travel from the agent to the client by kind, most specific first; the
 rest travel as "collective" (a failed collective) or "refused" (a request refused unrun)."""
 

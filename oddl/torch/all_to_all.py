@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from oddl.common.errors import CollectiveError
+from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.torch.channel import Channel, UnsupportedCollective, count
 from oddl.torch.in_rank import RankPath
 from oddl.torch.native import Ranks, rank_path_of, raw, store
@@ -34,8 +34,6 @@ __all__ = ["MIXED_SPLITS", "all_to_all"]
 MIXED_SPLITS = ("if some ranks pass split sizes and others none, pass them on every rank or "
                 "on none: without them the block sizes are not summed first")
 """The hint added to an all-to-all's failure where the ranks ran different calls."""
-_DIFFERENT_CALLS = ("disagree on the plan", "different calls at the ranks")
-"""What the executor's chunk check and the outcome round say when the ranks' calls differ."""
 
 
 def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
@@ -72,13 +70,13 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
 
 @contextmanager
 def _hinted(what: str) -> Iterator[None]:
-    """A CollectiveError that says the ranks ran different calls, with `MIXED_SPLITS`."""
+    """`CallsDiffer` (the ranks ran different calls), with `MIXED_SPLITS`."""
     try:
         yield
-    except CollectiveError as exc:
-        if not any(words in str(exc) for words in _DIFFERENT_CALLS):
+    except CallsDiffer as exc:
+        if MIXED_SPLITS in str(exc):  # a peer's reason, hint and all
             raise
-        raise CollectiveError(f"{exc} ({what}: {MIXED_SPLITS})") from exc
+        raise CallsDiffer(f"{exc} ({what}: {MIXED_SPLITS})") from exc
 
 
 def _largest_block(ch: Channel, me: int, arrays: list[np.ndarray], outs: list[torch.Tensor],

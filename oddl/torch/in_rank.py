@@ -153,7 +153,7 @@ class RankPath:
         except CollectiveError as exc:
             self.failed += 1
             if not isinstance(exc, PeerGaveUp):
-                outcome.tell_failure(self.link, self.label, self.seq, peers, str(exc))
+                outcome.tell_failure(self.link, self.label, self.seq, peers, exc)
             raise
         self.calls += 1
         self.bytes += work.nbytes

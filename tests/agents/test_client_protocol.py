@@ -15,7 +15,7 @@ import zmq
 from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.local_api import wire as localapi
 from oddl.agents.local_api.server import LocalServer
-from oddl.common.errors import CollectiveError, OperationRefused
+from oddl.common.errors import CallsDiffer, CollectiveError, OperationRefused
 
 
 # ---- the client's side of the protocol ---------------------------------------------------
@@ -239,3 +239,15 @@ def test_the_agent_refuses_a_request_stamped_with_another_generation(private_run
         api.join(10)
         sock.close(0)
         server.close()
+
+
+def test_every_typed_failure_reaches_the_client_as_its_type():
+    """The agent sends a failure by kind (`REPLY_KINDS`); the client raises its type again,
+    so a caller can tell ranks whose calls differ from lost data without reading the text."""
+    from oddl.agents.local_api.server import _reply_kind
+
+    for cls, _kind in localapi.REPLY_KINDS:
+        back = localapi.error_of_kind(_reply_kind(cls("why")), "why")
+        assert type(back) is cls and str(back) == "why"
+    assert type(localapi.error_of_kind(_reply_kind(CallsDiffer("x")), "x")) is CallsDiffer
+    assert type(localapi.error_of_kind(_reply_kind(CollectiveError("x")), "x")) is CollectiveError

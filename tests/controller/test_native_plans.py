@@ -236,5 +236,5 @@ def test_the_broadcast_chain_is_a_pipeline_on_the_slots():
 
 def test_the_outcome_message_carries_the_call():
     body = outcome.encode(True, "", ("all_reduce", "max", 0))
-    assert outcome.decode("n1", body) == (True, "", ("all_reduce", "max", 0))
+    assert outcome.decode("n1", body).call == ("all_reduce", "max", 0)
     assert outcome.decode("n1", outcome.encode(True))[2] is None  # an older agent's says none
