@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pytest
+from loopback_ranks import loopback_links, on_every_rank, step_specs
 
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.plan_run import run_collective
-from oddl.agents.links.streams import StreamLink
 from oddl.agents.slot_gate import SlotGate
 from oddl.common.errors import CollectiveError
 from oddl.controller.scheduling import make_plan
-from oddl.protos.schedule_wire import StepSpec
-
-
-def _on_every_rank(n: int, go: Callable[[int], None], links: dict[str, StreamLink]) -> None:
-    """Run `go(rank)` for every rank at once, wait for all, then close the links."""
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for link in links.values():
-        link.close()
-
-def _steps(plan):
-    return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                          tuple(s.offset.tolist()), tuple(s.length.tolist())) for s in plan.steps)
 
 
 def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = frozenset(),
@@ -39,25 +21,14 @@ def _run_all(collective: str, arrays: list[np.ndarray], dead: frozenset[str] = f
     (their senders are given an address where nothing listens)."""
     n = len(arrays)
     nodes = tuple(f"n{i}" for i in range(n))
-    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
-    nowhere = StreamLink("nowhere", "127.0.0.1:0")
-    nowhere.close()
-    for link in links.values():
-        link.set_peers({p: (nowhere.address if p in dead else other.address)
-                        for p, other in links.items()})
-    plan = make_plan(collective, n, arrays[0].size)
-    outs: list[object] = [None] * n
+    steps = step_specs(make_plan(collective, n, arrays[0].size).steps)
+    with loopback_links(nodes, dead=dead) as links:
+        def go(r: int) -> object:
+            run = CollectiveRun("job-1", 1, r, nodes, steps, network="ideal",
+                                receive_timeout_s=timeout)
+            return run_collective(run, arrays[r], links[nodes[r]], SlotGate())
 
-    def go(r: int) -> None:
-        run = CollectiveRun("job-1", 1, r, nodes, _steps(plan), network="ideal",
-                            receive_timeout_s=timeout)
-        try:
-            outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate())
-        except CollectiveError as exc:
-            outs[r] = exc
-
-    _on_every_rank(n, go, links)
-    return outs
+        return on_every_rank(n, go)
 
 
 @pytest.mark.parametrize("collective,n", [("ring", 4), ("ring", 3), ("halving-doubling", 4),
@@ -181,22 +152,18 @@ def _run_gated(nodes, decoded, elems: int, circuits_standing: bool = False
     links from t0 = now + 0.2 s, check the exact sum at every node; return what each node
     waited for and confirmed, and t0."""
     seen = _Recorder(nodes)
-    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
-    for link in links.values():
-        link.set_peers({p: other.address for p, other in links.items()})
     arrays = [np.arange(elems, dtype=np.int64) * (r + 1) for r in range(len(nodes))]
-    outs: list[object] = [None] * len(nodes)
     t0 = time.time() + 0.2
+    with loopback_links(nodes) as links:
+        def go(r: int) -> object:
+            mine = decoded[nodes[r]] if isinstance(decoded, dict) else decoded
+            run = CollectiveRun("job-1", 1, r, nodes, mine.steps, mine.slots, t0_local=t0,
+                                receive_timeout_s=mine.receive_timeout_s,
+                                circuits_standing=circuits_standing)
+            return run_collective(run, arrays[r], links[nodes[r]], seen.gate(nodes[r]),
+                                  handoffs=seen.handoffs(nodes[r]))
 
-    def go(r: int) -> None:
-        mine = decoded[nodes[r]] if isinstance(decoded, dict) else decoded
-        run = CollectiveRun("job-1", 1, r, nodes, mine.steps, mine.slots, t0_local=t0,
-                            receive_timeout_s=mine.receive_timeout_s,
-                            circuits_standing=circuits_standing)
-        outs[r] = run_collective(run, arrays[r], links[nodes[r]], seen.gate(nodes[r]),
-                                 handoffs=seen.handoffs(nodes[r]))
-
-    _on_every_rank(len(nodes), go, links)
+        outs = on_every_rank(len(nodes), go)
     for out in outs:
         assert isinstance(out, np.ndarray) and np.array_equal(out, np.sum(arrays, axis=0))
     return seen, t0

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from loopback_ranks import loopback_links, on_every_rank, step_specs
 
 from oddl.agents.collective.chunks import chunk_plan
 from oddl.agents.collective.context import CollectiveRun
@@ -21,7 +21,6 @@ from oddl.agents.links.stream_wire import CHUNK_BYTES, HELLO, ChunkHead, node_ta
 from oddl.agents.links.streams import StreamLink
 from oddl.agents.slot_gate import SlotGate
 from oddl.controller.scheduling import make_plan
-from oddl.protos.schedule_wire import StepSpec
 
 
 @pytest.fixture
@@ -98,34 +97,20 @@ def test_the_ring_all_reduce_lands_its_all_gather_half_in_place():
     node posted it (it carries what this node sent in the reduce-scatter half), so each is
     read straight into the bucket, and the sum stays exact."""
     n, nodes = 4, tuple(f"n{i}" for i in range(4))
-    links = {nd: StreamLink(nd, "127.0.0.1:0") for nd in nodes}
-    for link in links.values():
-        link.set_peers({p: other.address for p, other in links.items()})
     plan = make_plan("ring", n, 3 * 2**17 + 5)
-    steps = tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                           tuple(s.offset.tolist()), tuple(s.length.tolist()))
-                  for s in plan.steps)
+    steps = step_specs(plan.steps)
     rng = np.random.default_rng(5)
     arrays = [rng.integers(-2**20, 2**20, plan.n_elems) for _ in range(n)]
-    outs: list[object] = [None] * n
+    with loopback_links(nodes) as links:
+        def go(r: int) -> object:
+            run = CollectiveRun("j", 1, r, nodes, steps, network="ideal", receive_timeout_s=30)
+            return run_collective(run, arrays[r], links[nodes[r]], SlotGate())
 
-    def go(r: int) -> None:
-        run = CollectiveRun("j", 1, r, nodes, steps, network="ideal", receive_timeout_s=30)
-        outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate())
-
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    try:
+        outs = on_every_rank(n, go)
         exact = np.sum(arrays, axis=0)
-        assert all(isinstance(o, np.ndarray) and np.array_equal(o, exact) for o in outs)
+        assert all(isinstance(o, np.ndarray) and np.array_equal(o, exact) for o in outs), outs
         chunk = CHUNK_BYTES // 8
         for r, nd in enumerate(nodes):
             plan_r = chunk_plan(steps, r, chunk)
             copies = sum(1 for op in plan_r.recvs if steps[op.step].op == "copy")
             assert links[nd].landed_chunks == copies > 0
-    finally:
-        for link in links.values():
-            link.close()

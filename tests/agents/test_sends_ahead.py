@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+from loopback_ranks import loopback_links, on_every_rank, step_specs
 
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.plan_run import run_collective
@@ -24,9 +25,7 @@ from oddl.protos.schedule_wire import StepSpec
 
 
 def _specs(plan) -> tuple[StepSpec, ...]:
-    return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                          tuple(s.offset.tolist()), tuple(s.length.tolist()),
-                          tuple(s.landing.tolist())) for s in plan.steps)
+    return step_specs(plan.steps)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
@@ -59,29 +58,15 @@ class _Recording(StreamLink):
 
 def _run(kind: str, n: int, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[list]]:
     nodes = tuple(f"n{i}" for i in range(n))
-    links = {nd: _Recording(nd) for nd in nodes}
-    for link in links.values():
-        link.set_peers({p: other.address for p, other in links.items()})
     steps = _specs(native_plan("ring", kind, n, arrays[0].size))
-    outs: list[np.ndarray] = [np.empty(0)] * n
-    errors: list[BaseException] = []
-
-    def go(r: int) -> None:
-        try:
+    with loopback_links(nodes, _Recording) as links:
+        def go(r: int) -> object:
             run = CollectiveRun("job-1", 1, r, nodes, steps, network="ideal",
                                 receive_timeout_s=5.0)
-            outs[r] = run_collective(run, arrays[r], links[nodes[r]], SlotGate())
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+            return run_collective(run, arrays[r], links[nodes[r]], SlotGate())
 
-    threads = [threading.Thread(target=go, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    for link in links.values():
-        link.close()
-    assert not errors, errors
+        outs = on_every_rank(n, go, timeout_s=30)
+    assert all(isinstance(o, np.ndarray) for o in outs), outs
     return outs, [links[nd].moves for nd in nodes]
 
 
