@@ -19,6 +19,13 @@ pytest.importorskip("expecttest")  # the suite's own import (the extra `oddl[tor
 import torch_suite  # noqa: E402  (tests/workers/torch_suite.py, after the skips)
 
 
+@pytest.fixture(autouse=True)
+def _forked_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks fork from a runner that imported torch and the suite once: the same tests,
+    ~5× faster than spawned ranks that each import them anew (`torch_suite.START`)."""
+    monkeypatch.setenv(torch_suite.START, "fork")
+
+
 def test_the_families_sort_the_suites_names():
     assert torch_suite.family_of("test_all_reduce_sum") == "all_reduce"
     assert torch_suite.family_of("test_all_reduce_group_max") == "*_group"

@@ -37,6 +37,10 @@ EMULATED = ROOT / "deploy" / "testbeds" / "emulated-4node.toml"
 PASSES = Path(__file__).resolve().parents[1] / "data" / "torch_suite_oddl_passes.json"
 LIFT_GATES = "ODDL_SUITE_LIFT_GATES"
 """Set to 1: torch_suite_spawn.py runs the gloo-gated tests oddl can run (`--lift-gates`)."""
+START = "ODDL_SUITE_START"
+"""How torch_suite_spawn.py starts the ranks: "spawn" (upstream's runner) or "fork"
+(`--start fork`: the ranks copy a process that imported torch and the suite once, so a test
+takes seconds, not ~18 s on two cores; `make test` runs so)."""
 BARRIER_TIMEOUTS = {"test_barrier_timeout_global": 4, "test_barrier_timeout_full_group": 4,
                     "test_barrier_timeout_group": 8}
 """The suite's barrier-timeout tests, gated to gloo by name, and the world each needs (the
@@ -294,10 +298,14 @@ def main(argv: list[str] | None = None) -> int:
                    "does too (timeouts: torch_suite_spawn.GLOO_GATES)")
     p.add_argument("--rank-path", action="store_true", help="an ideal-network job over direct "
                    "links: the ranks move their own bytes (decision record 0040)")
+    p.add_argument("--start", choices=("spawn", "fork"), default="spawn",
+                   help="how the ranks start: spawn, as upstream's runner, or fork (each rank "
+                   "a copy of a process that imported torch once: several times faster)")
     p.add_argument("--json", type=Path, help="write every outcome and the summary here")
     a = p.parse_args(argv)
     if a.lift_gates:
         os.environ[LIFT_GATES] = "1"  # read by the spawned suite, in every rank
+    os.environ[START] = a.start
     names = select(a.families.split(",") if a.families else None, a.fast,
                    a.tests.split(",") if a.tests else None, a.all_ddp)
     backends = a.backends.split(",")

@@ -30,6 +30,7 @@ import time
 import unittest
 from pathlib import Path
 
+import torch.multiprocessing
 from torch.testing._internal.common_distributed import DistTestCases
 
 import oddl.torch.backend  # noqa: F401  registers "oddl", in the spawned ranks too
@@ -42,6 +43,7 @@ if BACKEND == "oddl":
     for feature in ODDL_FEATURES:
         DistTestCases.backend_feature[feature].add("oddl")
 
+from torch.testing._internal.distributed import distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
@@ -70,12 +72,24 @@ if BACKEND == "oddl" and os.environ.get("ODDL_SUITE_LIFT_GATES") == "1":
     lift_gates(DistributedTest._DistTestBase)  # at import: the spawned ranks lift them too
 
 
+START = os.environ.get("ODDL_SUITE_START", "spawn")
+"""How the ranks start: "spawn" as upstream's runner (each rank imports torch and the suite
+anew, ~10 s of a test's time on two cores), or "fork" (each rank a copy of this process,
+which has imported them once)."""
+
+
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     """Upstream's test class, for whichever backend BACKEND names."""
 
     def setUp(self) -> None:
         super().setUp()
-        self._spawn_processes()
+        if START == "fork":
+            # a spawned rank imports the suite after setUp chose this test's INIT_METHOD (a
+            # file in its TEMP_DIR); a forked one has the module the runner imported before
+            distributed_test.INIT_METHOD = os.environ["INIT_METHOD"]
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
+        else:
+            self._spawn_processes()
 
 
 class _Recorder(unittest.TestResult):
