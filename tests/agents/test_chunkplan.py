@@ -7,6 +7,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from loopback_ranks import step_specs
 
 from oddl.agents.collective.chunks import busiest_port_bytes, chunk_plan
 from oddl.controller.scheduling import make_plan
@@ -14,8 +15,7 @@ from oddl.protos.schedule_wire import StepSpec
 
 
 def _steps(plan) -> tuple[StepSpec, ...]:
-    return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                          tuple(s.offset.tolist()), tuple(s.length.tolist())) for s in plan.steps)
+    return step_specs(plan.steps)
 
 
 def _simulate(steps: tuple[StepSpec, ...], arrays: list[np.ndarray], chunk: int

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loopback_ranks import step_specs
 
 from oddl.agents.collective.chunks import ChunkPlan, chunk_plan
 from oddl.agents.collective.direct_landing import direct_chunks
@@ -56,9 +57,7 @@ def _plans(n: int, e: int) -> list[Plan]:
 
 
 def _specs(steps: tuple[Step, ...] | list[Step]) -> tuple[StepSpec, ...]:
-    return tuple(StepSpec(str(s.op), tuple(s.src.tolist()), tuple(s.dst.tolist()),
-                          tuple(s.offset.tolist()), tuple(s.length.tolist()),
-                          tuple(s.landing.tolist())) for s in steps)
+    return step_specs(steps)
 
 
 @dataclass
