@@ -132,12 +132,14 @@ def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: floa
         raise SystemExit(f"{mode} {kind}: got {got}, want {want}")
 
 
-def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[str, Any]:
-    """Start the testbed (direct links) and `ranks` ranks; return the summary."""
+def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int,
+        collective: str = "ring") -> dict[str, Any]:
+    """Start the testbed (direct links), a job of `collective` and `ranks` ranks; return the
+    summary."""
     import os
 
-    results, _rate = ranks_on_direct_links(__file__, config, "bench-in-rank", "ring", "ideal",
-                                           sizes_mb, repeats, ranks)
+    results, _rate = ranks_on_direct_links(__file__, config, "bench-in-rank", collective,
+                                           "ideal", sizes_mb, repeats, ranks)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
     for kind in KINDS:
@@ -152,7 +154,7 @@ def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int) -> dict[s
                             for m in MODES},
                          "agent_x_gloo": med["agent"] / med["gloo"],
                          "in_rank_x_gloo": med["in_rank"] / med["gloo"]})
-    return {"bench": "in_rank", "collective": "ring", "links": "direct", "repeats": repeats,
+    return {"bench": "in_rank", "collective": collective, "links": "direct", "repeats": repeats,
             "nodes": ranks, "rows": rows, "load": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -162,13 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--ranks", type=int, default=4,
                         help="ranks on the testbed's first nodes (default %(default)s)")
+    parser.add_argument("--collective", default="ring", choices=("ring", "halving-doubling"),
+                        help="the job's collective (default %(default)s)")
     return rank_worker_main(parser, argv, rank_main, lambda a, sizes: run(
-        Path(a.config), sizes, a.repeats, a.ranks), table)
+        Path(a.config), sizes, a.repeats, a.ranks, a.collective), table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
-    return [f"ring on direct links, {summary['nodes']} ranks, float32, median of "
+    return [f"{summary['collective']} on direct links, {summary['nodes']} ranks, float32, median of "
             f"{summary['repeats']} (rank 0); load {summary['load']}",
             f"{'kind':>15}{'size':>10}{'gloo':>10}{'agent':>10}{'in rank':>10}{'agent/gloo':>12}"
             f"{'in rank/gloo':>14}{'rank CPU ms: gloo / in rank':>30}"

@@ -64,6 +64,26 @@ def _loop(calls: int, call: Any) -> dict[str, Any]:
             "ivcsw": (used.ru_nivcsw - usage.ru_nivcsw) / calls}
 
 
+PROFILE_DIR = "ODDL_BENCH_PROFILE"
+"""Set to a folder: each rank's loops run under cProfile, their statistics written there as
+`<mode>-<size>MB-rank<r>.pstats` (read them with `python -m pstats`). The profiler slows the
+calls: the timings of such a run are not the benchmark's."""
+
+
+def _profiled(name: str, fn: Any, *args: Any) -> Any:
+    """`fn(*args)`, under cProfile when `PROFILE_DIR` names a folder."""
+    folder = os.environ.get(PROFILE_DIR)
+    if not folder:
+        return fn(*args)
+    import cProfile
+
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(fn, *args)
+    finally:
+        profile.dump_stats(os.path.join(folder, f"{name}.pstats"))
+
+
 def rank_main(sizes_mb: list[float], calls: int) -> None:
     """One rank (RANK, WORLD_SIZE, MASTER_*, ODDL_LOCAL_API set by the parent)."""
     import torch
@@ -86,7 +106,8 @@ def rank_main(sizes_mb: list[float], calls: int) -> None:
                 for _ in range(20):  # warm-up: the lease, the buffers
                     dist.all_reduce(t.fill_(1.0), group=group)
                 dist.barrier(group=gloo)
-                out["sizes"][str(mb)][mode] = _loop(
+                out["sizes"][str(mb)][mode] = _profiled(
+                    f"{mode}-{mb}MB-rank{rank}", _loop,
                     calls, lambda g=group, x=t: dist.all_reduce(x, group=g))
                 t.fill_(float(rank + 1))
                 dist.all_reduce(t, group=group)
