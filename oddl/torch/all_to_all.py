@@ -74,8 +74,6 @@ def _hinted(what: str) -> Iterator[None]:
     try:
         yield
     except CallsDiffer as exc:
-        if MIXED_SPLITS in str(exc):  # a peer's reason, hint and all
-            raise
         raise CallsDiffer(f"{exc} ({what}: {MIXED_SPLITS})") from exc
 
 

@@ -74,7 +74,7 @@ if BACKEND == "oddl" and os.environ.get("ODDL_SUITE_LIFT_GATES") == "1":
 
 START = os.environ.get("ODDL_SUITE_START", "spawn")
 """How the ranks start: "spawn" as upstream's runner (each rank imports torch and the suite
-anew, ~10 s of a test's time on two cores), or "fork" (each rank a copy of this process,
+anew, ~14 of a test's ~18 s on two cores), or "fork" (each rank a copy of this process,
 which has imported them once)."""
 
 
