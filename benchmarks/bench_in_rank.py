@@ -21,7 +21,7 @@ and kind took over its median (a new tensor: the rank path leases the schedule t
 agent adopts the tensor's memory).
 
     python benchmarks/bench_in_rank.py [--sizes-mb 0.004096,1,16,64] [--repeats 9]
-        [--ranks 4] [--json]
+        [--ranks 4] [--kinds all_reduce,all_to_all] [--json]
 """
 
 from __future__ import annotations
@@ -38,6 +38,16 @@ from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_l
 
 MODES = ("gloo", "agent", "in_rank")
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+KINDS_ENV = "ODDL_BENCH_KINDS"
+"""The kinds the ranks time (comma-separated; `--kinds` sets it for them), default all."""
+
+
+def _kinds() -> tuple[str, ...]:
+    """The kinds this run times (`KINDS_ENV`, in `KINDS`' order)."""
+    import os
+
+    wanted = os.environ.get(KINDS_ENV, ",".join(KINDS)).split(",")
+    return tuple(k for k in KINDS if k in wanted)
 
 
 def rank_main(sizes_mb: list[float], repeats: int) -> None:
@@ -74,7 +84,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
     try:
         for mb in sizes_mb:
             n = max(world, int(mb * 1e6) // 4 // world * world)
-            for kind in KINDS:
+            for kind in _kinds():
                 tensors = {m: (torch.ones(n), torch.ones(n // world), torch.ones(n))
                            for m in MODES}
                 first = {}
@@ -133,16 +143,17 @@ def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: floa
 
 
 def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int,
-        collective: str = "ring") -> dict[str, Any]:
-    """Start the testbed (direct links), a job of `collective` and `ranks` ranks; return the
-    summary."""
+        collective: str = "ring", kinds: str = ",".join(KINDS)) -> dict[str, Any]:
+    """Start the testbed (direct links), a job of `collective` and `ranks` ranks; time
+    `kinds` (comma-separated); return the summary."""
     import os
 
+    os.environ[KINDS_ENV] = kinds
     results, _rate = ranks_on_direct_links(__file__, config, "bench-in-rank", collective,
                                            "ideal", sizes_mb, repeats, ranks)
     r0 = next(r for r in results if r["rank"] == 0)
     rows = []
-    for kind in KINDS:
+    for kind in _kinds():
         for mb in sizes_mb:
             med = {m: median(r0["sizes"][f"{kind} {mb}"][m]) for m in MODES}
             cpu = {m: median(r0["cpu"][f"{kind} {mb}"][m]) for m in MODES}
@@ -166,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="ranks on the testbed's first nodes (default %(default)s)")
     parser.add_argument("--collective", default="ring", choices=("ring", "halving-doubling"),
                         help="the job's collective (default %(default)s)")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="the kinds to time, comma-separated (default all)")
     return rank_worker_main(parser, argv, rank_main, lambda a, sizes: run(
-        Path(a.config), sizes, a.repeats, a.ranks, a.collective), table)
+        Path(a.config), sizes, a.repeats, a.ranks, a.collective, a.kinds), table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:

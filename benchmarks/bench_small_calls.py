@@ -9,7 +9,8 @@ by thread (the caller's, the stream readers', gloo's own threads), and its volun
 involuntary context switches (each a wake-up). On two shared cores four ranks' CPU and
 wake-ups are the call's latency. The last result of each mode is checked exact.
 
-    python benchmarks/bench_small_calls.py [--sizes-mb 0.004096,1] [--calls 1500] [--json]
+    python benchmarks/bench_small_calls.py [--sizes-mb 0.004096,1] [--calls 1500]
+        [--kind all_to_all] [--json]
 """
 
 from __future__ import annotations
@@ -84,6 +85,31 @@ def _profiled(name: str, fn: Any, *args: Any) -> Any:
         profile.dump_stats(os.path.join(folder, f"{name}.pstats"))
 
 
+KIND_ENV = "ODDL_BENCH_KIND"
+"""The call the ranks time (`--kind` sets it for them): ``all_reduce`` (default) or
+``all_to_all`` (`dist.all_to_all_single` of equal blocks)."""
+
+
+def _call(kind: str, t: Any, out: Any, group: Any) -> None:
+    """One call of `kind` on `t` (its result in `t`, or in `out` for the all-to-all)."""
+    import torch.distributed as dist
+
+    if kind == "all_to_all":
+        dist.all_to_all_single(out, t, group=group)
+    else:
+        dist.all_reduce(t, group=group)
+
+
+def _check(kind: str, mode: str, t: Any, out: Any, world: int) -> None:
+    """SystemExit unless the call on `t` filled with rank + 1 gave the exact result."""
+    if kind == "all_to_all":  # block i from rank i
+        got, want = [float(out[0]), float(out[-1])], [1.0, float(world)]
+    else:
+        got, want = [float(t[0]), float(t[-1])], [world * (world + 1) / 2] * 2
+    if got != want:
+        raise SystemExit(f"{mode} {kind}: got {got}, want {want}")
+
+
 def rank_main(sizes_mb: list[float], calls: int) -> None:
     """One rank (RANK, WORLD_SIZE, MASTER_*, ODDL_LOCAL_API set by the parent)."""
     import torch
@@ -91,6 +117,7 @@ def rank_main(sizes_mb: list[float], calls: int) -> None:
 
     import oddl.torch.channel as oc
 
+    kind = os.environ.get(KIND_ENV, "all_reduce")
     rank, gloo = join_oddl_and_gloo(rank_path=True)
     world = dist.get_world_size()
     if oc._channel is None or oc._channel.rank_path is None:
@@ -100,32 +127,35 @@ def rank_main(sizes_mb: list[float], calls: int) -> None:
     try:
         for mb in sizes_mb:
             t = torch.ones(max(world, int(mb * 1e6) // 4 // world * world))
+            result = torch.empty_like(t)
             out["sizes"][str(mb)] = {}
             for mode in MODES:
                 group = gloo if mode == "gloo" else None
                 for _ in range(20):  # warm-up: the lease, the buffers
-                    dist.all_reduce(t.fill_(1.0), group=group)
+                    _call(kind, t.fill_(1.0), result, group)
                 dist.barrier(group=gloo)
                 out["sizes"][str(mb)][mode] = _profiled(
                     f"{mode}-{mb}MB-rank{rank}", _loop,
-                    calls, lambda g=group, x=t: dist.all_reduce(x, group=g))
+                    calls, lambda g=group, x=t, y=result: _call(kind, x, y, g))
                 t.fill_(float(rank + 1))
-                dist.all_reduce(t, group=group)
-                if float(t[0]) != world * (world + 1) / 2 or float(t[-1]) != float(t[0]):
-                    raise SystemExit(f"{mode}: got {float(t[0])}, want "
-                                     f"{world * (world + 1) / 2}")
+                _call(kind, t, result, group)
+                _check(kind, mode, t, result, world)
     finally:
         dist.destroy_process_group()
     print(json.dumps(out), flush=True)
 
 
-def run(config: Path, sizes_mb: list[float], calls: int) -> dict[str, Any]:
-    """Start the testbed (direct links) and 4 ranks; return rank 0's summary."""
+def run(config: Path, sizes_mb: list[float], calls: int, kind: str = "all_reduce"
+        ) -> dict[str, Any]:
+    """Start the testbed (direct links) and 4 ranks timing `kind`; return rank 0's
+    summary."""
+    os.environ[KIND_ENV] = kind
     load_before = [round(x, 2) for x in os.getloadavg()]
     results, _rate = ranks_on_direct_links(__file__, config, "bench-small-calls", "ring",
                                            "ideal", sizes_mb, calls, 4)
     r0 = next(r for r in results if r["rank"] == 0)
-    return {"bench": "small_calls", "collective": "ring", "links": "direct", "calls": calls,
+    return {"bench": "small_calls", "kind": kind, "collective": "ring", "links": "direct",
+            "calls": calls,
             "nodes": 4, "sizes": r0["sizes"], "load_before": load_before,
             "load": [round(x, 2) for x in os.getloadavg()]}
 
@@ -135,13 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes-mb", default="0.004096,1")
     parser.add_argument("--calls", "--repeats", dest="repeats", type=int, default=1500,
                         help="calls per size and mode (default %(default)s)")
+    parser.add_argument("--kind", default="all_reduce", choices=("all_reduce", "all_to_all"),
+                        help="the call to time (default %(default)s)")
     return rank_worker_main(parser, argv, rank_main,
-                            lambda a, sizes: run(Path(a.config), sizes, a.repeats), table)
+                            lambda a, sizes: run(Path(a.config), sizes, a.repeats, a.kind),
+                            table)
 
 
 def table(summary: dict[str, Any]) -> list[str]:
     """The summary for people."""
-    lines = [f"all_reduce back to back, ring on direct links, 4 ranks, float32, "
+    lines = [f"{summary.get('kind', 'all_reduce')} back to back, ring on direct links, 4 ranks, float32, "
              f"{summary['calls']} calls (rank 0); load {summary['load_before']} -> "
              f"{summary['load']}",
              f"{'size MB':>9}{'mode':>9}{'wall ms':>9}{'CPU ms':>8}{'vcsw':>7}{'ivcsw':>7}"

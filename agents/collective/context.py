@@ -1,7 +1,7 @@
 """One collective invocation at one node: what it runs on, and what its two runners share.
 
 `CollectiveRun` is the invocation (the decoded schedule's steps and slots, this node's rank,
-the start on the local clock); `RunContext` is its state while it runs (the buffer, the link,
+the start on the local clock); `RunContext` is its state while it runs (its memory, the link,
 the gate, the hand-offs this node confirms and the slots it waits for) with the moves both
 runners (`oddl.agents.collective.pipelined`, `oddl.agents.collective.step_by_step`) make: gate a send into its slot,
 confirm an arrival, check a chunk's header, and say when a step's receives are due.
@@ -20,6 +20,7 @@ import numpy as np
 from oddl.agents.clock import wall as wallclock
 from oddl.agents.collective import step_marks
 from oddl.agents.collective.chunks import busiest_port_bytes
+from oddl.agents.collective.memory import Memory
 from oddl.agents.links.stream_wire import CHUNK_BYTES, ChunkHead
 from oddl.agents.slot_gate import Cancel, SlotGate
 from oddl.common.call_marks import MARKS
@@ -143,7 +144,8 @@ class RunContext:
     """A collective while it runs at this node (see the module docstring)."""
 
     run: CollectiveRun
-    buf: np.ndarray
+    memory: Memory
+    """The plan's layout and the arrays holding it (usually one: the bucket)."""
     link: ChunkLink
     gate: SlotGate
     cancel: threading.Event | None
@@ -179,7 +181,7 @@ class RunContext:
         self.step_end.clear()
         t, rate = 0.0, self.run.line_rate_bps
         for k, port_bytes in enumerate(busiest_port_bytes(tuple(self.run.steps),
-                                                          self.buf.itemsize)):
+                                                          self.memory.itemsize)):
             t += 8.0 * port_bytes / rate if rate > 0 else 0.0
             self.step_end[k] = t
         self.run = replace(self.run, t0_local=started)  # the caller's run keeps its t0
@@ -228,12 +230,12 @@ class RunContext:
 
     def check_head(self, head: ChunkHead, src: str, step: int, offset: int, n: int) -> None:
         """CallsDiffer unless the chunk carries elements [offset, offset+n)."""
-        item = self.buf.itemsize
+        item = self.memory.itemsize
         if head.offset != offset or head.nbytes != n * item:
             raise CallsDiffer(
                 f"{self.run.me}: chunk from {src} step {step} of collective {self.run.seq} "
                 f"carries elements {head.offset}+{head.nbytes // item} ({head.nbytes} B), "
-                f"expected {offset}+{n} of {self.buf.dtype}; the peers disagree on the plan "
+                f"expected {offset}+{n} of {self.memory.dtype}; the peers disagree on the plan "
                 "or the dtype")
 
     def due(self, k: int) -> float:

@@ -80,7 +80,7 @@ def run_pipelined(ctx: RunContext, plan: ChunkPlan) -> None:
 def _send_all(ctx: RunContext, plan: ChunkPlan, progress: _Progress) -> None:
     """The sender thread: each chunk once what it reads is in, the first of a transfer
     gated into its slot."""
-    run, buf, item = ctx.run, ctx.buf, ctx.buf.itemsize
+    run, memory, item = ctx.run, ctx.memory, ctx.memory.itemsize
     for op in plan.sends:
         dst = run.nodes[op.peer]
         if op.first and run.gated:
@@ -92,16 +92,16 @@ def _send_all(ctx: RunContext, plan: ChunkPlan, progress: _Progress) -> None:
             return
         ctx.link.send_chunk(run.job_id, dst, ChunkHead(run.seq, op.step, op.offset,
                                                        op.n * item, node_tag(dst)),
-                            buf[op.offset:op.offset + op.n].data.cast("B"),
+                            memory.view(op.offset, op.n).data.cast("B"),
                             run.receive_timeout_s, ctx.stop, run.on_light)
         progress.bump("sent")
 
 
 def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
     """Receive one chunk, confirm the flow's arrival when it is its last, apply it."""
-    run, buf = ctx.run, ctx.buf
+    run = ctx.run
     src = run.nodes[op.peer]
-    target = buf[op.landing:op.landing + op.n]
+    target = ctx.memory.view(op.landing, op.n)
     copy = run.steps[op.step].op != REDUCE
     head, payload = ctx.link.recv_chunk(run.job_id, src, run.seq, op.step, ctx.deadline(op.step),
                                         ctx.stop, target.data.cast("B") if copy else None)
@@ -110,5 +110,5 @@ def _receive_chunk(ctx: RunContext, op: ChunkOp) -> None:
         # the flow's light has done its work once its last chunk is in: confirm before
         # reducing it, so the controller's retune starts a reduction earlier
         ctx.confirm(op.step, src)
-    ctx.apply(target, np.frombuffer(payload, dtype=buf.dtype), run.steps[op.step].op)
+    ctx.apply(target, np.frombuffer(payload, dtype=target.dtype), run.steps[op.step].op)
     ctx.reduced()

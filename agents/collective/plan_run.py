@@ -39,6 +39,7 @@ from oddl.agents.collective.context import (
     RunContext,
 )
 from oddl.agents.collective.direct_landing import direct_chunks
+from oddl.agents.collective.memory import Memory
 from oddl.agents.collective.pipelined import run_pipelined
 from oddl.agents.collective.step_by_step import INLINE_SEND, run_steps, step_shapes
 from oddl.agents.collective.step_marks import MarkedLink
@@ -47,7 +48,7 @@ from oddl.agents.trace.events import RunTrace, TracedLink
 from oddl.common.call_marks import MARKS
 from oddl.common.tracing import TRACE
 
-__all__ = ["run_collective"]
+__all__ = ["run_collective", "run_in_memory"]
 
 DIRECT_LANDING = os.environ.get("ODDL_DIRECT_LANDING", "1") != "0"
 """Whether runs post their proved COPY chunks (decision record 0039); ``ODDL_DIRECT_LANDING=0``
@@ -82,31 +83,41 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
     """
     flat = np.ascontiguousarray(buffer).reshape(-1)
     buf = flat if inplace else flat.copy()
+    run_in_memory(run, Memory.whole(buf), link, gate, cancel, handoffs, sender=sender)
+    return buf.reshape(buffer.shape)
+
+
+def run_in_memory(run: CollectiveRun, memory: Memory, link: ChunkLink, gate: SlotGate,
+                  cancel: threading.Event | None = None, handoffs: Handoffs | None = None, *,
+                  sender: Executor | None = None) -> None:
+    """Execute `run` over `link` in place in `memory` (the plan's layout, held by one array
+    or by the caller's tensors apart: `oddl.agents.collective.memory`); see
+    `run_collective`."""
     wire = link
     own_sender = sender is None
     if sender is None:
         sender = ThreadPoolExecutor(1, thread_name_prefix=f"{run.me}-send")
-    trace = RunTrace(run, buf.nbytes, buf.itemsize) if TRACE.on else None
+    trace = RunTrace(run, memory.nbytes, memory.itemsize) if TRACE.on else None
     if trace is not None:
         link = TracedLink(link, trace)
     if MARKS.on:
         link = MarkedLink(link)
-    ctx = RunContext(run, buf, link, gate, cancel, handoffs, sender, CancelEither(cancel),
+    ctx = RunContext(run, memory, link, gate, cancel, handoffs, sender, CancelEither(cancel),
                      trace=trace)
     started = wallclock.now()
     if not run.gated:
         ctx.ideal_timing(started)
-    chunk = max(1, run.chunk_bytes // buf.itemsize)
+    chunk = max(1, run.chunk_bytes // memory.itemsize)
     # small collectives run step by step with inline sends: one thread, no hand-over per
     # chunk, and no chunk plan; large ones pipeline their chunks across steps on the sender
     # thread
     biggest = max((shape.send_elems for shape in step_shapes(tuple(run.steps), run.rank)),
-                  default=0) * buf.itemsize
+                  default=0) * memory.itemsize
     plan = None if biggest <= INLINE_SEND else chunk_plan(
         tuple(run.steps), run.rank, chunk, tuple(_send_order(ctx, k) for k in range(len(run.steps))))
     ok = posted = False
     try:
-        posted = plan is not None and _post_landings(run, buf, wire, plan, chunk)
+        posted = plan is not None and _post_landings(run, memory, wire, plan, chunk)
         if plan is not None and plan.pipelined:
             run_pipelined(ctx, plan)
         else:
@@ -122,12 +133,11 @@ def run_collective(run: CollectiveRun, buffer: np.ndarray, link: ChunkLink, gate
             trace.finished(run.collective, run.caller_step, ok)
     run.stats["duration_s"] = wallclock.now() - started
     run.stats["gate_error_max_s"] = ctx.worst_gate_s
-    return buf.reshape(buffer.shape)
 
 
-def _post_landings(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, plan: ChunkPlan,
+def _post_landings(run: CollectiveRun, memory: Memory, link: ChunkLink, plan: ChunkPlan,
                    chunk: int) -> bool:
-    """Post every COPY chunk the proof lets land straight in `buf` (decision record 0039);
+    """Post every COPY chunk the proof lets land straight in `memory` (decision record 0039);
     False when none was posted (a link that cannot, emulated optics, a plan too big to
     prove)."""
     if not DIRECT_LANDING or not isinstance(link, LandingLink) \
@@ -137,7 +147,7 @@ def _post_landings(run: CollectiveRun, buf: np.ndarray, link: ChunkLink, plan: C
     posted = False
     for j in sorted(direct_chunks(run.steps, len(run.nodes), run.rank, chunk)):
         op = plan.recvs[j]
-        into = buf[op.landing:op.landing + op.n].data.cast("B")
+        into = memory.view(op.landing, op.n).data.cast("B")
         if not link.post_landing(run.job_id, run.nodes[op.peer], (run.seq, op.step, op.offset),
                                  into):
             return posted

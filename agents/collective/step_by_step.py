@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from oddl.agents.collective.context import RunContext
+from oddl.agents.collective.memory import Memory
 from oddl.agents.links.stream_wire import ChunkHead, node_tag
 from oddl.protos.schedule_wire import StepSpec
 
@@ -93,22 +94,23 @@ def run_steps(ctx: RunContext) -> None:
     ahead = 0 if run.gated else sends_ahead(tuple(run.steps), run.rank)
     for k in range(ahead):
         if shapes[k].sends:
-            _send_step(ctx, k, [d for d, _ in shapes[k].sends], ctx.buf, dict(shapes[k].sends))
+            _send_step(ctx, k, [d for d, _ in shapes[k].sends], ctx.memory,
+                       dict(shapes[k].sends))
     for k, shape in enumerate(shapes):
         _run_step(ctx, k, shape, sent=k < ahead)
 
 
 def _run_step(ctx: RunContext, k: int, shape: StepShape, sent: bool = False) -> None:
     """Step k: its sends (unless `sent` already), then its receives, each applied."""
-    run, buf = ctx.run, ctx.buf
+    run, memory = ctx.run, ctx.memory
     pending: Future[None] | None = None
     if not sent:
-        source = buf.copy() if shape.overlap else buf  # snapshot: sends read the start
+        source = memory.snapshot() if shape.overlap else memory  # sends read the start
         order = [d for d, _ in shape.sends]
         if ctx.slot_of:  # slots: send in the order of their starts
             order.sort(key=lambda d: ctx.slot_start(k, run.nodes[d]))
         sends = dict(shape.sends)
-        if shape.send_elems * buf.itemsize > INLINE_SEND and shape.recvs:
+        if shape.send_elems * memory.itemsize > INLINE_SEND and shape.recvs:
             pending = ctx.sender.submit(_send_step, ctx, k, order, source, sends)
         else:
             _send_step(ctx, k, order, source, sends)
@@ -126,7 +128,7 @@ def _run_step(ctx: RunContext, k: int, shape: StepShape, sent: bool = False) -> 
         pending.result()
 
 
-def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
+def _send_step(ctx: RunContext, k: int, order: list[int], source: Memory,
                sends: dict[int, tuple[tuple[int, int], ...]]) -> None:
     """Send step k to each peer in slot order, each gated into its slot."""
     run = ctx.run
@@ -141,7 +143,7 @@ def _send_step(ctx: RunContext, k: int, order: list[int], source: np.ndarray,
                 m = min(chunk, off + n - o)
                 ctx.link.send_chunk(run.job_id, dst, ChunkHead(run.seq, k, o, m * source.itemsize,
                                                                tag),
-                                    source[o:o + m].data.cast("B"), run.receive_timeout_s,
+                                    source.view(o, m).data.cast("B"), run.receive_timeout_s,
                                     ctx.stop, run.gated)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s seq %d step %d: sent to %s", run.me, run.seq, k, dst)
@@ -152,15 +154,15 @@ def _receive(ctx: RunContext, k: int, src: str, segs: tuple[tuple[int, int, int]
     """Receive one peer's segments of step k chunk by chunk and apply each to the buffer,
     each chunk due by `RunContext.due` plus the receive timeout (the schedule, not how far
     this node has got)."""
-    run, buf = ctx.run, ctx.buf
-    chunk = max(1, run.chunk_bytes // buf.itemsize)
+    run, memory = ctx.run, ctx.memory
+    chunk = max(1, run.chunk_bytes // memory.itemsize)
     for at, n, off in segs:
         for o in range(at, at + n, chunk):
             m = min(chunk, at + n - o)
             head, payload = ctx.link.recv_chunk(run.job_id, src, run.seq, k, ctx.deadline(k),
                                                 ctx.stop)
             ctx.check_head(head, src, k, off + o - at, m)
-            ctx.apply(buf[o:o + m], np.frombuffer(payload, dtype=buf.dtype), op)
+            ctx.apply(memory.view(o, m), np.frombuffer(payload, dtype=memory.dtype), op)
             ctx.reduced()
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s seq %d step %d: received from %s", run.me, run.seq, k, src)

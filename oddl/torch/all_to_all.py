@@ -11,9 +11,12 @@ blocks at other offsets and lengths than its peers expect, and every rank's call
 So does a call where some ranks pass split sizes and others none (legal for gloo): the
 error then says to pass them on every rank or on none (`MIXED_SPLITS`).
 
-On the rank path (decision record 0040) the inputs are written straight into the rank's
-work buffer in job order and the outputs read straight out of it: one copy in, one out, as
-few as a single work buffer allows. Through the agent, the blocks go in one padded array.
+On the rank path (decision record 0040) the blocks of equal size travel straight from the
+input tensors and land straight in the outputs (the work buffer's layout held by the tensors
+themselves, `oddl.agents.collective.memory`): no copy but this rank's own block. Uneven
+blocks, outputs that are not contiguous or that share memory with an input are written into
+the rank's work buffer in job order and read out of it: one copy in, one out. Through the
+agent, the blocks go in one padded array.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from oddl.agents.collective.memory import Memory
 from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.torch.channel import Channel, UnsupportedCollective, count
 from oddl.torch.in_rank import RankPath
-from oddl.torch.native import Ranks, rank_path_of, raw, store
+from oddl.torch.native import Ranks, in_place, rank_path_of, raw, rows, store
 
-__all__ = ["MIXED_SPLITS", "all_to_all"]
+__all__ = ["MIXED_SPLITS", "all_to_all", "all_to_all_even"]
 
 MIXED_SPLITS = ("if some ranks pass split sizes and others none, pass them on every rank or "
                 "on none: without them the block sizes are not summed first")
@@ -58,7 +62,12 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
         count(what, optical=world * cap * dtype.itemsize)
         if cap == 0:
             return
-        got = _in_rank(rank_path_of(ch), ranks, arrays, cap, dtype)
+        path = rank_path_of(ch)
+        targets = None if path is None else _targets(outs, cap, what)
+        if path is not None and targets is not None \
+                and _apart_in_rank(path, ranks, me, arrays, targets, cap):
+            return
+        got = _in_rank(path, ranks, arrays, cap, dtype)
         if got is None:
             blocks = np.zeros((world, cap), dtype=dtype)
             for j, a in enumerate(arrays):
@@ -110,3 +119,69 @@ def _in_rank(path: RankPath | None, ranks: Ranks, arrays: list[np.ndarray], cap:
         row[a.size:] = 0
     work[world + path.rank] = work[path.rank]
     return work[world:] if path.run(work, "all_to_all") else None
+
+
+def all_to_all_even(ch: Channel, ranks: Ranks, me: int, output: torch.Tensor,
+                    input: torch.Tensor, what: str) -> None:  # noqa: A002
+    """`all_to_all_single` without split sizes: equal blocks along the first dimension.
+    Contiguous tensors of the process's memory on the rank path go block by block straight
+    from `input` into `output` (`_apart_in_rank`) with no more Python per block than a
+    row view; anything else takes `all_to_all` with the blocks split apart."""
+    world = len(ranks.to_job)
+    path = rank_path_of(ch)
+    if path is not None and output.is_contiguous() and output.device.type == "cpu" \
+            and output.shape[:1] == input.shape[:1] and output.numel() == input.numel() \
+            and output.numel() and output.shape[0] % world == 0:
+        flat_in, flat_out = raw(input, what).reshape(-1), raw(output, what).reshape(-1)
+        if flat_in.dtype == flat_out.dtype and in_place(flat_out, output):
+            with _hinted(what):
+                done = _apart_in_rank(path, ranks, me, list(flat_in.reshape(world, -1)),
+                                      list(flat_out.reshape(world, -1)), flat_in.size // world)
+            if done:
+                count(what, optical=flat_in.nbytes)
+                return
+    all_to_all(ch, ranks, me, rows(output, [], world, what), rows(input, [], world, what),
+               what, even=True)
+
+
+def _targets(outs: list[torch.Tensor], cap: int, what: str) -> list[np.ndarray] | None:
+    """The outputs as flat numpy views of their own memory, when every one is a contiguous
+    tensor of the process's memory of `cap` elements; else None."""
+    targets = []
+    for o in outs:
+        if not o.is_contiguous() or o.device.type != "cpu":
+            return None
+        view = raw(o, what).reshape(-1)
+        if view.size != cap or not in_place(view, o):
+            return None
+        targets.append(view)
+    return targets
+
+
+def _apart_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarray],
+                   targets: list[np.ndarray], cap: int) -> bool:
+    """Exchange the blocks on the rank path straight from the inputs into the outputs (the
+    work buffer's layout held by the arrays themselves: `Memory.apart`), when every block
+    is `cap` elements and no output shares memory with an input; False, with nothing sent,
+    where that does not hold or the agent keeps the call (the caller then copies through
+    the work buffer)."""
+    world = len(arrays)
+    if any(a.size != cap for a in arrays) or not _disjoint(arrays, targets):
+        return False
+    targets[me][...] = arrays[me]  # this rank's own block moves no further
+    regions = [(ranks.job(j) * cap, a) for j, a in enumerate(arrays)]
+    regions += [((world + ranks.job(i)) * cap, t) for i, t in enumerate(targets)]
+    return path.run(Memory.apart(regions), "all_to_all")
+
+
+def _disjoint(ins: list[np.ndarray], outs: list[np.ndarray]) -> bool:
+    """Whether no array of `outs` shares a byte with one of `ins` (an all-to-all in place:
+    its sends would read blocks its receives overwrite)."""
+    spans = sorted((a.__array_interface__["data"][0], a.nbytes, side)
+                   for side, arrays in enumerate((ins, outs)) for a in arrays if a.nbytes)
+    reach: dict[int, int] = {0: 0, 1: 0}  # the furthest byte each side's spans reach so far
+    for start, nbytes, side in spans:
+        if start < reach[1 - side]:
+            return False
+        reach[side] = max(reach[side], start + nbytes)
+    return True

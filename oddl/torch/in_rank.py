@@ -40,7 +40,8 @@ from oddl.agents.clock import wall
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.lease import NAMESPACE, PlanKey
-from oddl.agents.collective.plan_run import run_collective
+from oddl.agents.collective.memory import Memory
+from oddl.agents.collective.plan_run import run_in_memory
 from oddl.agents.links.stream_auth import JobKeys
 from oddl.agents.links.stream_wire import PeerGaveUp
 from oddl.agents.links.streams import StreamLink
@@ -129,13 +130,14 @@ class RankPath:
         self._scratch: OrderedDict[tuple[str, tuple[int, ...], str], np.ndarray] = OrderedDict()
         self._reporter: _Reporter | None = None
 
-    def run(self, work: np.ndarray, kind: str, op: str = "sum", root: int = 0) -> bool:
+    def run(self, work: np.ndarray | Memory, kind: str, op: str = "sum", root: int = 0) -> bool:
         """Run the collective `kind` (`LEASED_KINDS`) on the work buffer `work` (contiguous,
         writable, laid out as the agent's client lays it out:
-        `oddl.common.collective_kinds.work_blocks`; `root` a job rank) in place across the
-        job; False, with nothing sent, when this call's schedule stays with the agent (every
-        rank alike)."""
-        plan = self._plan(work, kind, root)
+        `oddl.common.collective_kinds.work_blocks`, or that layout held by the call's own
+        tensors: `Memory.apart`; `root` a job rank) in place across the job; False, with
+        nothing sent, when this call's schedule stays with the agent (every rank alike)."""
+        memory = work if isinstance(work, Memory) else Memory.whole(work.reshape(-1))
+        plan = self._plan(memory, kind, root)
         if plan is None:
             return False
         steps, receive_timeout_s, collective = plan
@@ -146,7 +148,7 @@ class RankPath:
                             collective=collective, chunk_bytes=RANK_CHUNK_BYTES)
         me, peers = self.nodes[self.rank], [n for n in self.nodes if n != self.nodes[self.rank]]
         try:
-            run_collective(run, work, self.link, SlotGate(), inplace=True, sender=self._sender)
+            run_in_memory(run, memory, self.link, SlotGate(), sender=self._sender)
             outcome.agree_outcome(self.link, me, self.label, self.seq, peers,
                                   wall.now() + max(2 * receive_timeout_s, 5.0), None,
                                   (kind, op, root))
@@ -156,7 +158,7 @@ class RankPath:
                 outcome.tell_failure(self.link, self.label, self.seq, peers, exc)
             raise
         self.calls += 1
-        self.bytes += work.nbytes
+        self.bytes += memory.nbytes
         return True
 
     def scratch(self, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -172,10 +174,15 @@ class RankPath:
             self._scratch.popitem(last=False)
         return buf
 
-    def _plan(self, work: np.ndarray, kind: str, root: int
+    def kept(self, kind: str) -> list[tuple[tuple[int, ...], str]]:
+        """The shapes and dtypes (`numpy.dtype.str`) of the work buffers kept for calls of
+        `kind` (`scratch`)."""
+        return [(shape, dtype) for k, shape, dtype in self._scratch if k == kind]
+
+    def _plan(self, work: Memory, kind: str, root: int
               ) -> tuple[tuple[StepSpec, ...], float, str] | None:
-        """This call's steps, receive timeout and collective, leased once per size, kind and
-        root (None: the agent keeps them)."""
+        """This call's steps, receive timeout and collective, leased once per layout size,
+        dtype, kind and root (None: the agent keeps them)."""
         key = (work.size, work.dtype.str, kind, root)
         if key not in self._plans:
             info = self.client.ask_world(self.job, lease={

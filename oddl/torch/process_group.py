@@ -24,7 +24,7 @@ import torch.distributed as dist
 from oddl.common.errors import CollectiveError
 from oddl.torch import native
 from oddl.torch import trace as torch_trace
-from oddl.torch.all_to_all import all_to_all
+from oddl.torch.all_to_all import all_to_all, all_to_all_even
 from oddl.torch.channel import Channel, FutureWork, UnsupportedCollective, count
 from oddl.torch.dtypes import check_reduction
 from oddl.torch.eager import eager_under_compile
@@ -208,10 +208,12 @@ class OddlProcessGroup(dist.ProcessGroup):
         what = "all_to_all_single"
 
         def run() -> list[torch.Tensor]:
-            all_to_all(self._channel, self._ranks, self._rank,
-                       native.rows(output, output_split_sizes, self._world, what),
-                       native.rows(input, input_split_sizes, self._world, what), what,
-                       even=not output_split_sizes and not input_split_sizes)
+            if not output_split_sizes and not input_split_sizes:
+                all_to_all_even(self._channel, self._ranks, self._rank, output, input, what)
+            else:
+                all_to_all(self._channel, self._ranks, self._rank,
+                           native.rows(output, output_split_sizes, self._world, what),
+                           native.rows(input, input_split_sizes, self._world, what), what)
             return [output]
         return self._work(what, run, opts)
 

@@ -228,8 +228,14 @@ def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
                 me = r["rank"]  # rank i sent `me` + 1 rows of its input of that size
                 assert got[f"all_to_all/{tag}"] == [
                     _inputs(i, (me + 1) * n).tolist() for i in range(WORLD)], tag
-                assert got[f"all_to_all_single/{tag}"] == np.concatenate(
-                    [_inputs(i, WORLD * n)[me * n:(me + 1) * n] for i in range(WORLD)]).tolist(), tag
+                exchanged = np.concatenate(
+                    [_inputs(i, WORLD * n)[me * n:(me + 1) * n] for i in range(WORLD)]).tolist()
+                assert got[f"all_to_all_single/{tag}"] == exchanged, tag
+                assert got[f"all_to_all-even/{tag}"] == exchanged, tag
+                assert got[f"all_to_all_single-in-place/{tag}"] == exchanged, tag
+                # the even ones went from the inputs' memory into the outputs' (the uneven
+                # one's blocks are larger)
+                assert got[f"all_to_all-work-buffers/{tag}"] == [], tag
                 for op, fold in (("SUM", np.sum), ("MAX", np.max)):
                     key = f"scatter/{tag}/{op}"
                     if dtype == torch.int64 and op == "MAX":

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 import oddl.torch.backend  # noqa: F401  (registers the backend)
 import oddl.torch.channel as oc
+from oddl.torch.native import raw
 
 SIZES = (1, 7, 1000, 300_001)
 """Elements: one, an odd few, small, and more than one 1 MB chunk of float32 per step."""
@@ -113,13 +114,31 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             outs = [torch.empty((rank + 1) * n, dtype=dtype) for _ in range(world)]
             dist.all_to_all(outs, ins)
             results[f"all_to_all/{tag}"] = [o.float().tolist() for o in outs]
-            # block j to rank j, even (all_to_all_single without split sizes: no sizes sum)
+            # block j to rank j, even (all_to_all_single without split sizes: no sizes sum),
+            # straight from the input's blocks into the output's; then the same in lists
             single = torch.empty(world * n, dtype=dtype)
             dist.all_to_all_single(single, blocks)
             results[f"all_to_all_single/{tag}"] = single.float().tolist()
+            listed_out = list(torch.empty(world * n, dtype=dtype).split(n))
+            dist.all_to_all(listed_out, list(blocks.split(n)))
+            results[f"all_to_all-even/{tag}"] = torch.cat(listed_out).float().tolist()
+            results[f"all_to_all-work-buffers/{tag}"] = _a2a_work_buffers(blocks, n)
+            # in place: the output is the input, so the blocks go through the work buffer
+            same = blocks.clone()
+            dist.all_to_all_single(same, same)
+            results[f"all_to_all_single-in-place/{tag}"] = same.float().tolist()
             dist.barrier()
-            calls += 3 + 3 + 1
+            calls += 3 + 3 + 2 + 1 + 1
     return calls
+
+
+def _a2a_work_buffers(blocks: torch.Tensor, n: int) -> list[list[int]]:
+    """The all-to-all work buffers for blocks of `n` elements of `blocks`' dtype this rank's
+    path kept: none where the blocks went straight from the inputs into the outputs."""
+    path = oc._channel.rank_path if oc._channel else None
+    dtype = raw(blocks, "all_to_all").dtype.str
+    return [list(shape) for shape, kept in path.kept("all_to_all")
+            if shape[-1] == n and kept == dtype] if path else []
 
 
 def crash(rank: int) -> dict[str, Any]:
