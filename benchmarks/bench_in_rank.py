@@ -37,16 +37,22 @@ from typing import Any
 from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 MODES = ("gloo", "agent", "in_rank")
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_splits")
+"""What can be timed; ``all_to_all_splits`` is `all_to_all_single` given (equal) split sizes,
+as a mixture-of-experts layer calls it."""
+DEFAULT_KINDS = KINDS[:4]
 KINDS_ENV = "ODDL_BENCH_KINDS"
-"""The kinds the ranks time (comma-separated; `--kinds` sets it for them), default all."""
+"""The kinds the ranks time (comma-separated; `--kinds` sets it for them)."""
 
 
 def _kinds() -> tuple[str, ...]:
     """The kinds this run times (`KINDS_ENV`, in `KINDS`' order)."""
     import os
 
-    wanted = os.environ.get(KINDS_ENV, ",".join(KINDS)).split(",")
+    wanted = os.environ.get(KINDS_ENV, ",".join(DEFAULT_KINDS)).split(",")
+    unknown = set(wanted) - set(KINDS)
+    if unknown:
+        raise SystemExit(f"unknown kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
     return tuple(k for k in KINDS if k in wanted)
 
 
@@ -78,7 +84,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         _collective(kind, whole, block, exchanged, group)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
         faults = _minor_faults() - faults
-        _check(kind, mode, exchanged if kind == "all_to_all" else whole, block, world, total)
+        _check(kind, mode, exchanged if kind.startswith("all_to_all") else whole, block, world,
+               total)
         return took, cpu, faults
 
     try:
@@ -117,8 +124,11 @@ def _collective(kind: str, whole: Any, block: Any, exchanged: Any, group: Any) -
         dist.all_gather_into_tensor(whole, block, group=group)
     elif kind == "reduce_scatter":
         dist.reduce_scatter_tensor(block, whole, group=group)
-    else:
+    elif kind == "all_to_all":
         dist.all_to_all_single(exchanged, whole, group=group)
+    else:
+        splits = [whole.numel() // dist.get_world_size(group)] * dist.get_world_size(group)
+        dist.all_to_all_single(exchanged, whole, splits, splits, group=group)
 
 
 def _minor_faults() -> int:
@@ -131,7 +141,7 @@ def _minor_faults() -> int:
 
 def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: float) -> None:
     """SystemExit unless the call's result is exact (spot checks at both ends and inside)."""
-    if kind in ("all_gather", "all_to_all"):  # block i from rank i
+    if kind in ("all_gather", "all_to_all", "all_to_all_splits"):  # block i from rank i
         got = [float(whole[i]) for i in (0, len(whole) // 2, len(whole) - 1)]
         want = [1.0, float(world // 2 + 1), float(world)]
     else:
@@ -143,7 +153,7 @@ def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: floa
 
 
 def run(config: Path, sizes_mb: list[float], repeats: int, ranks: int,
-        collective: str = "ring", kinds: str = ",".join(KINDS)) -> dict[str, Any]:
+        collective: str = "ring", kinds: str = ",".join(DEFAULT_KINDS)) -> dict[str, Any]:
     """Start the testbed (direct links), a job of `collective` and `ranks` ranks; time
     `kinds` (comma-separated); return the summary."""
     import os
@@ -177,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="ranks on the testbed's first nodes (default %(default)s)")
     parser.add_argument("--collective", default="ring", choices=("ring", "halving-doubling"),
                         help="the job's collective (default %(default)s)")
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help="the kinds to time, comma-separated (default all)")
+    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                        help=f"the kinds to time, comma-separated, of {', '.join(KINDS)} "
+                             "(default %(default)s)")
     return rank_worker_main(parser, argv, rank_main, lambda a, sizes: run(
         Path(a.config), sizes, a.repeats, a.ranks, a.collective, a.kinds), table)
 

@@ -1,22 +1,26 @@
 """The oddl torch backend's all-to-all (`dist.all_to_all`, `dist.all_to_all_single`).
 
 Block j of a rank's inputs goes to group rank j; output i comes from group rank i. Blocks of
-any dtype travel as bytes (`oddl.torch.native.raw`). Uneven blocks travel padded to the
-largest: the ranks first sum the world × world table of block sizes (a small all-reduce),
-which also checks that every rank expects what the others send it. An
-`all_to_all_single` without split sizes has equal blocks on every rank by c10d's contract,
-so it skips that round (half a small call's time): a rank that breaks the contract sends
-blocks at other offsets and lengths than its peers expect, and every rank's call fails
-(each chunk's offset and length are checked, then the outcome round), never a wrong result.
-So does a call where some ranks pass split sizes and others none (legal for gloo): the
-error then says to pass them on every rank or on none (`MIXED_SPLITS`).
+any dtype travel as bytes (`oddl.torch.native.raw`).
 
-On the rank path (decision record 0040) the blocks of equal size travel straight from the
-input tensors and land straight in the outputs (the work buffer's layout held by the tensors
-themselves, `oddl.agents.collective.memory`): no copy but this rank's own block. Uneven
-blocks, outputs that are not contiguous or that share memory with an input are written into
-the rank's work buffer in job order and read out of it: one copy in, one out. Through the
-agent, the blocks go in one padded array.
+On the rank path (decision record 0040, record 0045):
+- an `all_to_all_single` without split sizes has equal blocks on every rank by c10d's
+  contract: they travel straight from the input tensor and land straight in the output (the
+  work buffer's layout held by the tensors themselves, `oddl.agents.collective.memory`), no
+  copy but this rank's own block; an output that is not contiguous or shares memory with
+  the input goes through the rank's work buffer (one copy in, one out);
+- blocks of any sizes (split sizes, `dist.all_to_all`'s tensors) travel each at its own size
+  and place (`oddl.agents.collective.exchange`): no round that sums the sizes first, no
+  padding, and straight from the inputs into the outputs where they allow it.
+Through the agent, or where the job's all-to-all forwards blocks, uneven blocks travel padded
+to the largest: the ranks first sum the world × world table of block sizes (a small
+all-reduce), which also checks that every rank expects what the others send it.
+
+A rank that breaks c10d's contract, or whose sizes disagree with a peer's, sends chunks at
+other offsets and lengths than its peers expect, and every rank's call fails (each chunk's
+offset and length are checked, then the outcome round), never a wrong result. So does a call
+where some ranks pass split sizes and others none (legal for gloo): the error then says to
+pass them on every rank or on none (`MIXED_SPLITS`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from oddl.agents.collective.exchange import place
 from oddl.agents.collective.memory import Memory
 from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.torch.channel import Channel, UnsupportedCollective, count
@@ -36,7 +41,8 @@ from oddl.torch.native import Ranks, in_place, rank_path_of, raw, rows, store
 __all__ = ["MIXED_SPLITS", "all_to_all", "all_to_all_even"]
 
 MIXED_SPLITS = ("if some ranks pass split sizes and others none, pass them on every rank or "
-                "on none: without them the block sizes are not summed first")
+                "on none: with them each block travels at a place of its own size, without "
+                "them all blocks are of one size")
 """The hint added to an all-to-all's failure where the ranks ran different calls."""
 
 
@@ -54,15 +60,19 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
         raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     sizes = {a.size for a in arrays} | {o.numel() for o in outs}
+    path = rank_path_of(ch)
     with _hinted(what):
         if even and len(sizes) == 1:
             cap = sizes.pop()
+        elif path is not None and path.sizes_all_to_all(dtype):
+            _sized_in_rank(path, ranks, me, arrays, outs, what)
+            count(what, optical=sum(a.nbytes for a in arrays))
+            return
         else:
             cap = _largest_block(ch, me, arrays, outs, what)
         count(what, optical=world * cap * dtype.itemsize)
         if cap == 0:
             return
-        path = rank_path_of(ch)
         targets = None if path is None else _targets(outs, cap, what)
         if path is not None and targets is not None \
                 and _apart_in_rank(path, ranks, me, arrays, targets, cap):
@@ -172,6 +182,41 @@ def _apart_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
     regions = [(ranks.job(j) * cap, a) for j, a in enumerate(arrays)]
     regions += [((world + ranks.job(i)) * cap, t) for i, t in enumerate(targets)]
     return path.run(Memory.apart(regions), "all_to_all")
+
+
+def _sized_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarray],
+                   outs: list[torch.Tensor], what: str) -> None:
+    """Exchange blocks of the sizes this rank's tensors have, each at its own place
+    (`oddl.agents.collective.exchange`): straight from the inputs into the outputs where
+    they are contiguous tensors of the process's memory and share none with an input,
+    through copies where not. A rank whose own block is of another size in than out fails
+    the call on every rank, naming both."""
+    world, dtype = len(arrays), arrays[0].dtype
+    targets, kept = [], []
+    for o in outs:
+        view = raw(o, what).reshape(-1)  # a copy where `o` is not contiguous
+        own = o.is_contiguous() and in_place(view, o)
+        targets.append(view if own else np.empty_like(view))
+        kept.append(own)
+    if targets[me].size != arrays[me].size:
+        path.give_up(CollectiveError(
+            f"{what}: rank {me} sends itself {arrays[me].size} elements and expects "
+            f"{targets[me].size}; its split sizes for itself must agree"))
+    if not _disjoint(arrays, targets):  # in place: the sends read a copy of the input
+        arrays = [a.copy() for a in arrays]
+    targets[me][...] = arrays[me]  # this rank's own block moves no further
+    dummy = np.zeros(1, dtype)
+    regions = [(place(ranks.job(j), a.size), a if a.size else dummy.copy())
+               for j, a in enumerate(arrays)]
+    regions += [(place(world + ranks.job(i), t.size), t if t.size else dummy.copy())
+                for i, t in enumerate(targets)]
+    sent, received = [0] * world, [0] * world
+    for j in range(world):
+        sent[ranks.job(j)], received[ranks.job(j)] = arrays[j].size, targets[j].size
+    path.run_sized_all_to_all(Memory.apart(regions), tuple(sent), tuple(received))
+    for own, o, t in zip(kept, outs, targets, strict=True):
+        if not own:
+            store(o, t)
 
 
 def _disjoint(ins: list[np.ndarray], outs: list[np.ndarray]) -> bool:

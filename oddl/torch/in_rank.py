@@ -31,7 +31,7 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from oddl.agents.client.agent_client import AgentClient
 from oddl.agents.clock import wall
 from oddl.agents.collective import outcome
 from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.exchange import one_element_blocks, sized_steps
 from oddl.agents.collective.lease import NAMESPACE, PlanKey
 from oddl.agents.collective.memory import Memory
 from oddl.agents.collective.plan_run import run_in_memory
@@ -137,10 +138,45 @@ class RankPath:
         tensors: `Memory.apart`; `root` a job rank) in place across the job; False, with
         nothing sent, when this call's schedule stays with the agent (every rank alike)."""
         memory = work if isinstance(work, Memory) else Memory.whole(work.reshape(-1))
-        plan = self._plan(memory, kind, root)
+        plan = self._plan(memory.size, memory.dtype, kind, root)
         if plan is None:
             return False
         steps, receive_timeout_s, collective = plan
+        self._execute(memory, steps, receive_timeout_s, collective, kind, op, root)
+        return True
+
+    def sizes_all_to_all(self, dtype: np.dtype) -> bool:
+        """Whether an all-to-all of `dtype` runs with each block at its own size
+        (`run_sized_all_to_all`): the agent leases the job's all-to-all and it moves every
+        block straight to its receiver. Every rank alike: it depends on the job's plan."""
+        world = len(self.nodes)
+        plan = self._plan(2 * world, dtype, "all_to_all", 0)
+        return plan is not None and one_element_blocks(plan[0], world)
+
+    def run_sized_all_to_all(self, memory: Memory, sent: tuple[int, ...],
+                             received: tuple[int, ...]) -> None:
+        """An all-to-all whose blocks have the sizes this rank knows (`sent[j]` elements to
+        job rank j, `received[i]` from job rank i), in `memory` laid out sparsely
+        (`oddl.agents.collective.exchange`): no sizes round, no padding. Only where
+        `sizes_all_to_all` said so."""
+        plan = self._plan(2 * len(self.nodes), memory.dtype, "all_to_all", 0)
+        assert plan is not None, "sizes_all_to_all said the agent keeps it"
+        steps = sized_steps(plan[0], self.rank, sent, received)
+        self._execute(memory, steps, plan[1], plan[2], "all_to_all", "sum", 0)
+
+    def give_up(self, failure: CollectiveError) -> NoReturn:
+        """Fail the group's next call before it runs (this rank found its own call wrong):
+        its peers, waiting for this rank's chunks, hear why at once."""
+        self.seq += 1
+        self.failed += 1
+        me = self.nodes[self.rank]
+        outcome.tell_failure(self.link, self.label, self.seq,
+                             [n for n in self.nodes if n != me], failure)
+        raise failure
+
+    def _execute(self, memory: Memory, steps: tuple[StepSpec, ...], receive_timeout_s: float,
+                 collective: str, kind: str, op: str, root: int) -> None:
+        """Run `steps` as the group's next call, then the outcome round (record 0016)."""
         self.seq += 1
         run = CollectiveRun(self.label, self.seq, self.rank, self.nodes, steps,
                             network="ideal", receive_timeout_s=receive_timeout_s,
@@ -159,7 +195,6 @@ class RankPath:
             raise
         self.calls += 1
         self.bytes += memory.nbytes
-        return True
 
     def scratch(self, kind: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A work buffer for a call of `kind` that lays one out of its own (its contents
@@ -179,18 +214,18 @@ class RankPath:
         `kind` (`scratch`)."""
         return [(shape, dtype) for k, shape, dtype in self._scratch if k == kind]
 
-    def _plan(self, work: Memory, kind: str, root: int
+    def _plan(self, n: int, dtype: np.dtype, kind: str, root: int
               ) -> tuple[tuple[StepSpec, ...], float, str] | None:
-        """This call's steps, receive timeout and collective, leased once per layout size,
-        dtype, kind and root (None: the agent keeps them)."""
-        key = (work.size, work.dtype.str, kind, root)
+        """This call's steps, receive timeout and collective, leased once per layout size
+        `n`, dtype, kind and root (None: the agent keeps them)."""
+        key = (n, dtype.str, kind, root)
         if key not in self._plans:
             info = self.client.ask_world(self.job, lease={
-                "n": work.size, "dtype": work.dtype.str, "itemsize": work.dtype.itemsize,
+                "n": n, "dtype": dtype.str, "itemsize": dtype.itemsize,
                 "kind": kind, "root": root})["lease"]
             if not info.get("granted") or "schedule" not in info:
-                logger.info("oddl: %s of %d x %s stays with the agent: %s", kind, work.size,
-                            work.dtype, info.get("why", "no schedule leased"))
+                logger.info("oddl: %s of %d x %s stays with the agent: %s", kind, n, dtype,
+                            info.get("why", "no schedule leased"))
                 self._plans[key] = None
             else:
                 schedule = pb.Schedule.FromString(base64.b64decode(info["schedule"]))

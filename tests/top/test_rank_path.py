@@ -233,6 +233,14 @@ def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
                 assert got[f"all_to_all_single/{tag}"] == exchanged, tag
                 assert got[f"all_to_all-even/{tag}"] == exchanged, tag
                 assert got[f"all_to_all_single-in-place/{tag}"] == exchanged, tag
+                # rank i sent (me + i) % WORLD rows of n, its input's rows after those it
+                # sent to ranks before `me`
+                split = []
+                for i in range(WORLD):
+                    rows = [(j + i) % WORLD * n for j in range(WORLD)]
+                    start = sum(rows[:me])
+                    split += _inputs(i, sum(rows))[start:start + rows[me]].tolist()
+                assert got[f"all_to_all_single-splits/{tag}"] == split, tag
                 # the even ones went from the inputs' memory into the outputs' (the uneven
                 # one's blocks are larger)
                 assert got[f"all_to_all-work-buffers/{tag}"] == [], tag
@@ -254,7 +262,7 @@ def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]
     assert not any(r["leased"] for r in res)
     assert all(r["agent_done_after"] - r["agent_done_before"] == r["calls"] for r in res)
     alike = [{k: v for k, v in r["results"].items()
-              if not k.startswith(("scatter/", "all_to_all/", "all_to_all_single/"))}
+              if not k.startswith(("scatter/", "all_to_all"))}
              for r in res]  # each rank's reduce-scatter block and all-to-all rows are its own
     assert alike[0] == alike[2]
     _other_kinds_exact(res)
@@ -291,6 +299,15 @@ def test_an_all_to_all_single_whose_blocks_differ_fails_on_every_rank(apis: list
     that breaks the promise gets no result anywhere, never a wrong one: each chunk's offset
     and length are checked, so the call fails at once, naming why."""
     _failed_on_every_rank("broken-contract", apis, "the peers disagree on the plan")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_split_sizes_that_disagree_fail_on_every_rank(apis: list[str]):
+    """Each block travels at its own size with no sizes summed first; a sender and a
+    receiver that disagree on one (3 sent where 2 are expected; none sent where 1 is) fail
+    every rank's call at once, naming why, never with a wrong result."""
+    _failed_on_every_rank("sizes-disagree", apis, "the peers disagree on the plan")
 
 
 @pytest.mark.e2e

@@ -87,8 +87,10 @@ def exact(rank: int) -> dict[str, Any]:
 
 def other_kinds(rank: int, results: dict[str, Any]) -> int:
     """All-gathers, reduce-scatters, broadcasts, all-to-alls and barriers of `KIND_SIZES` x
-    `KIND_DTYPES` into `results`; how many calls they made (an all-to-all makes two)."""
+    `KIND_DTYPES` into `results`; how many calls they made."""
     world, calls = dist.get_world_size(), 0
+    # through the agents, an all-to-all of lists or with split sizes sums its sizes first
+    sizes_round = int(oc._channel is None or oc._channel.rank_path is None)
     for n in KIND_SIZES:
         for dtype in KIND_DTYPES:
             mine, tag = inputs(rank, n, dtype), f"{n}/{dtype}"
@@ -108,8 +110,8 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             results[f"scatter-input-kept/{tag}"] = bool(torch.equal(blocks, kept))
             dist.broadcast(mine, src=2)
             results[f"broadcast/{tag}"] = mine.float().tolist()
-            # block j to rank j, uneven: rank r sends j + 1 rows of n to rank j (a sum of
-            # the sizes, then the exchange)
+            # block j to rank j, uneven: rank r sends j + 1 rows of n to rank j (each block
+            # at its own size: no sizes summed first)
             ins = [inputs(rank, (j + 1) * n, dtype) for j in range(world)]
             outs = [torch.empty((rank + 1) * n, dtype=dtype) for _ in range(world)]
             dist.all_to_all(outs, ins)
@@ -127,8 +129,15 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             same = blocks.clone()
             dist.all_to_all_single(same, same)
             results[f"all_to_all_single-in-place/{tag}"] = same.float().tolist()
+            # split sizes with empty blocks: rank r sends (j + r) % world rows of n to rank j
+            rows_to = [(j + rank) % world * n for j in range(world)]
+            rows_from = [(rank + i) % world * n for i in range(world)]
+            split_in = inputs(rank, sum(rows_to), dtype)
+            split_out = torch.empty(sum(rows_from), dtype=dtype)
+            dist.all_to_all_single(split_out, split_in, rows_from, rows_to)
+            results[f"all_to_all_single-splits/{tag}"] = split_out.float().tolist()
             dist.barrier()
-            calls += 3 + 3 + 2 + 1 + 1
+            calls += 3 + 1 + 1 + 1 + 1 + 1 + 1 + 3 * sizes_round
     return calls
 
 
@@ -168,6 +177,28 @@ def mixed_splits(rank: int) -> dict[str, Any]:
     return _one_exchange(rank, 3, rank != 0)
 
 
+def sizes_disagree(rank: int) -> dict[str, Any]:
+    """Split sizes whose pairs disagree: rank 1 expects 2 elements from rank 0, which sends
+    it 3; rank 3 expects 1 element from rank 2, which sends it none."""
+    world = dist.get_world_size()
+    to = [3] * world
+    got = [3] * world
+    if rank == 1:
+        got[0] = 2
+    if rank == 2:
+        to[3] = 0
+    if rank == 3:
+        got[2] = 1
+    start = time.monotonic()
+    try:
+        dist.all_to_all_single(torch.empty(sum(got)), torch.ones(sum(to)), got, to)
+        error = ""
+    except Exception as exc:  # what the caller sees
+        error = f"{type(exc).__name__}: {exc}"
+    return {"leased": oc._channel is not None and oc._channel.rank_path is not None,
+            "error": error, "took_s": time.monotonic() - start}
+
+
 def _one_exchange(rank: int, n: int, with_splits: bool) -> dict[str, Any]:
     """One `all_to_all_single` of blocks of `n`; how it ended and how long it took."""
     channel = oc._channel
@@ -186,7 +217,8 @@ def _one_exchange(rank: int, n: int, with_splits: bool) -> dict[str, Any]:
             "took_s": time.monotonic() - start}
 
 
-SCENARIOS = {"crash": crash, "broken-contract": broken_contract, "mixed-splits": mixed_splits}
+SCENARIOS = {"crash": crash, "broken-contract": broken_contract, "mixed-splits": mixed_splits,
+             "sizes-disagree": sizes_disagree}
 """The scenarios that end with the group broken (the others run `exact`)."""
 
 

@@ -1,0 +1,91 @@
+"""An all-to-all of blocks of any sizes as each rank's own plan
+(`oddl.agents.collective.exchange`): the pure plan first, then the executor on real stream
+links on loopback — exact blocks, empty ones included, and sizes that disagree failing the
+ranks that see it with `CallsDiffer` instead of a result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from loopback_ranks import loopback_links, on_every_rank, step_specs
+
+from oddl.agents.collective.context import CollectiveRun
+from oddl.agents.collective.exchange import STRIDE, one_element_blocks, place, sized_steps
+from oddl.agents.collective.memory import Memory
+from oddl.agents.collective.plan_run import run_in_memory
+from oddl.agents.slot_gate import SlotGate
+from oddl.common.errors import CallsDiffer
+from oddl.controller.scheduling.native import native_plan
+from oddl.protos.schedule_wire import StepSpec
+
+
+def _job_plan(world: int) -> tuple[StepSpec, ...]:
+    return step_specs(native_plan("ring", "all_to_all", world, 2 * world).steps)
+
+
+def test_the_jobs_all_to_all_moves_each_block_straight_and_once():
+    for world in (2, 3, 4, 8):
+        assert one_element_blocks(_job_plan(world), world)
+    steps = _job_plan(4)
+    forwarded = (StepSpec("copy", (0,), (1,), (2,), (1,), (5,)),) + steps  # 0's block for 2
+    assert not one_element_blocks(forwarded, 4)
+    assert not one_element_blocks(steps[:-1], 4), "a pair never exchanged"
+    assert not one_element_blocks(step_specs(native_plan("ring", "all_to_all", 4, 16).steps), 4)
+
+
+def test_a_rank_fills_in_only_the_sizes_it_knows():
+    steps = sized_steps(_job_plan(3), 0, sent=(4, 5, 0), received=(4, 7, 2))
+    mine = {(s, d): (off, n, at) for step in steps
+            for s, d, off, n, at in zip(step.src, step.dst, step.offset, step.length,
+                                        step.landing, strict=True)}
+    assert mine[(0, 1)] == (STRIDE, 5, 3 * STRIDE)  # input block 1 -> their output block 0
+    assert mine[(0, 2)] == (3 * STRIDE - 1, 1, 4 * STRIDE - 1)  # empty: one element at the end
+    assert mine[(1, 0)] == (0, 7, 4 * STRIDE)  # their input block 0 -> my output block 1
+    assert mine[(2, 0)] == (0, 2, 5 * STRIDE)
+    assert mine[(1, 2)][1] == mine[(2, 1)][1] == 0  # between others: nothing in my plan
+    assert place(2, 0) == 3 * STRIDE - 1 and place(2, 9) == 2 * STRIDE
+
+
+def _exchange(sent: list[list[int]], received: list[list[int]]) -> tuple[list[object],
+                                                                         list[list[np.ndarray]]]:
+    """Every rank's sized all-to-all on loopback: sent[r][j] elements from r to j (rank r's
+    block j holds 1000·r + j + 0, 1, ...); what each run returned and each rank's outputs."""
+    world = len(sent)
+    nodes = tuple(f"n{i}" for i in range(world))
+    ins = [[1000 * r + j + np.arange(sent[r][j], dtype=np.float64) for j in range(world)]
+           for r in range(world)]
+    outs = [[np.full(received[r][i], -1.0) for i in range(world)] for r in range(world)]
+    with loopback_links(nodes) as links:
+        def go(r: int) -> object:
+            steps = sized_steps(_job_plan(world), r, tuple(sent[r]), tuple(received[r]))
+            run = CollectiveRun("job-1", 1, r, nodes, steps, network="ideal",
+                                receive_timeout_s=10.0, chunk_bytes=64 << 10)
+            regions = [(place(j, a.size), a if a.size else np.zeros(1))
+                       for j, a in enumerate(ins[r])]
+            regions += [(place(world + i, o.size), o if o.size else np.zeros(1))
+                        for i, o in enumerate(outs[r]) if i != r]
+            return run_in_memory(run, Memory.apart(regions), links[nodes[r]], SlotGate())
+
+        return on_every_rank(world, go, timeout_s=60), outs
+
+
+@pytest.mark.parametrize("scale", [1, 40_000])  # step by step; pipelined, landing directly
+def test_blocks_of_any_size_land_exactly_where_each_receiver_wants_them(scale):
+    sizes = [[0, 3, 0, 1], [2, 0, 5, 0], [7, 1, 0, 4], [0, 0, 6, 2]]
+    sent = [[n * scale for n in row] for row in sizes]
+    received = [[sent[i][r] for i in range(4)] for r in range(4)]
+    ran, outs = _exchange(sent, received)
+    assert ran == [None] * 4
+    for r in range(4):
+        for i in range(4):
+            if i != r:  # block i is rank i's block r, whole
+                want = 1000 * i + r + np.arange(sent[i][r], dtype=np.float64)
+                np.testing.assert_array_equal(outs[r][i], want)
+
+
+def test_sizes_that_disagree_fail_where_they_are_found():
+    sent = [[0, 3, 3], [3, 0, 0], [3, 3, 0]]
+    received = [[0, 3, 3], [2, 0, 3], [3, 1, 0]]  # n1 expects 2 of n0's 3; n2 expects 1 of none
+    ran, _ = _exchange(sent, received)
+    assert isinstance(ran[1], CallsDiffer) and "expected" in str(ran[1]), ran
+    assert isinstance(ran[2], CallsDiffer) and "expected" in str(ran[2]), ran
