@@ -101,6 +101,11 @@ class CollectiveRun:
     chunk_bytes: int = CHUNK_BYTES
     """The largest chunk a transfer is cut into; the same at every rank of a run (the
     receivers check each chunk's place against their own plan)."""
+    exchange_once: bool = False
+    """The plan is an all-to-all with this one call's block sizes filled in
+    (`oddl.agents.collective.exchange`): its chunks are worked out without the plan caches
+    (it would only push out plans that repeat), and every receive lands in an output block
+    no send reads, so each may land straight in its place with no proof."""
     circuits_standing: bool = False
     """Every circuit the slots use is up before the run and none changes during it (a
     standing schedule that retunes nothing, decision record 0022): no send waits for a slot

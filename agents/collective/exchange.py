@@ -5,13 +5,15 @@ step. A rank that knows the sizes of its call — what it sends to each peer and
 expects from each, as `all_to_all_single`'s split sizes and `all_to_all`'s tensors say —
 fills them in (`sized_steps`): no round that sums the sizes first, no block padded to the
 largest. Each block has a place of its own in a sparse layout (`place`): input block j at
-j·`STRIDE`, output block i at (N + i)·`STRIDE`, so the offset in a chunk's header names the
-block it belongs to. The receiver checks that offset and the chunk's length against what it
-expects from that sender, as for every plan; where the two ranks' sizes differ the call
-fails on every rank (`CallsDiffer`), never with a wrong result. An empty block travels as one
-element at its block's last place (`STRIDE` − 1 in): a receiver that expects nothing and a
-sender that sends one element still tell each other apart, and a sender that sends nothing
-where something is expected is found at once, not by a receive timeout. Pure.
+j·`STRIDE`, output block i at (N + i)·`STRIDE`, each block flush with the end of its
+stretch, so the offset in a chunk's header names the block it belongs to and, in its first
+chunk, the block's size. The receiver checks each chunk's offset and length against what it
+expects from that sender, as for every plan; where the two ranks' sizes differ the first
+chunk already differs and the call fails on every rank (`CallsDiffer`), never with a wrong
+result — also where the receiver expects a whole number of chunks of a longer block. An
+empty block travels as one element at its stretch's start: a receiver that expects nothing
+and a sender that sends one element still tell each other apart, and a sender that sends
+nothing where something is expected is found at once, not by a receive timeout. Pure.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ STRIDE = 1 << 40
 
 def place(block: int, n: int) -> int:
     """Where block `block` (input blocks 0..N−1, output blocks N..2N−1) of `n` elements
-    starts in the sparse layout; an empty block's one element sits at the block's end."""
-    return block * STRIDE + (STRIDE - 1 if n == 0 else 0)
+    starts in the sparse layout: flush with the end of its stretch, so its first chunk's
+    offset says its size; an empty block's one element at the stretch's start."""
+    return block * STRIDE if n == 0 else (block + 1) * STRIDE - n
 
 
 def one_element_blocks(steps: tuple[StepSpec, ...], world: int) -> bool:

@@ -59,7 +59,7 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
     if len(dtypes) != 1:
         raise UnsupportedCollective(f"{what}: one dtype, not {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
-    sizes = {a.size for a in arrays} | {o.numel() for o in outs}
+    sizes = {a.size for a in arrays} | {_elements(o) for o in outs}
     path = rank_path_of(ch)
     with _hinted(what):
         if even and len(sizes) == 1:
@@ -84,7 +84,12 @@ def all_to_all(ch: Channel, ranks: Ranks, me: int, outs: list[torch.Tensor],
                 blocks[ranks.job(j), :a.size] = a
             got = ch.client.all_to_all(blocks, job=ch.job)
     for i, o in enumerate(outs):
-        store(o, got[ranks.job(i), :o.numel()])
+        store(o, got[ranks.job(i), :_elements(o)])
+
+
+def _elements(t: torch.Tensor) -> int:
+    """How many elements `t` travels as (`raw`: a complex number as two reals)."""
+    return t.numel() * (2 if t.is_complex() else 1)
 
 
 @contextmanager
@@ -107,9 +112,9 @@ def _largest_block(ch: Channel, me: int, arrays: list[np.ndarray], outs: list[to
     ch.sum_(sizes)
     count(f"{what} (sizes)", optical=sizes.nbytes)
     for i in range(world):
-        if sizes[i, me] != outs[i].numel():
+        if sizes[i, me] != _elements(outs[i]):
             raise CollectiveError(f"{what}: rank {i} sends {sizes[i, me]} elements to rank "
-                                  f"{me}, which expects {outs[i].numel()}")
+                                  f"{me}, which expects {_elements(outs[i])}")
     return int(sizes.max())
 
 

@@ -162,7 +162,7 @@ class RankPath:
         plan = self._plan(2 * len(self.nodes), memory.dtype, "all_to_all", 0)
         assert plan is not None, "sizes_all_to_all said the agent keeps it"
         steps = sized_steps(plan[0], self.rank, sent, received)
-        self._execute(memory, steps, plan[1], plan[2], "all_to_all", "sum", 0)
+        self._execute(memory, steps, plan[1], plan[2], "all_to_all", "sum", 0, once=True)
 
     def give_up(self, failure: CollectiveError) -> NoReturn:
         """Fail the group's next call before it runs (this rank found its own call wrong):
@@ -175,13 +175,15 @@ class RankPath:
         raise failure
 
     def _execute(self, memory: Memory, steps: tuple[StepSpec, ...], receive_timeout_s: float,
-                 collective: str, kind: str, op: str, root: int) -> None:
-        """Run `steps` as the group's next call, then the outcome round (record 0016)."""
+                 collective: str, kind: str, op: str, root: int, once: bool = False) -> None:
+        """Run `steps` as the group's next call, then the outcome round (record 0016);
+        `once`: a sized all-to-all's plan (`CollectiveRun.exchange_once`)."""
         self.seq += 1
         run = CollectiveRun(self.label, self.seq, self.rank, self.nodes, steps,
                             network="ideal", receive_timeout_s=receive_timeout_s,
                             line_rate_bps=self.line_rate_bps, reduce_op=op, kind=kind,
-                            collective=collective, chunk_bytes=RANK_CHUNK_BYTES)
+                            collective=collective, chunk_bytes=RANK_CHUNK_BYTES,
+                            exchange_once=once)
         me, peers = self.nodes[self.rank], [n for n in self.nodes if n != self.nodes[self.rank]]
         try:
             run_in_memory(run, memory, self.link, SlotGate(), sender=self._sender)

@@ -201,6 +201,7 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
                 expect = expect.float().to(torch.bfloat16)
             np.testing.assert_array_equal(np.array(got), expect.float().numpy(), err_msg=key)
             assert all(r["results"][key] == got for r in res), f"{key}: every rank alike"
+    _complex_exact(res)
     strided = np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0)
     assert res[0]["results"]["strided"] == strided.astype(np.float32).tolist()
     _other_kinds_exact(res)
@@ -209,6 +210,15 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
         assert r["rank_path_calls"] == r["calls"] > 4 * 5 + 1
         # ...and heard of every one from the rank's reports (for `oddl status`)
         assert r["in_ranks_after"] - r["in_ranks_before"] == r["rank_path_calls"], r
+
+
+def _complex_exact(res: list[dict[str, Any]]) -> None:
+    """complex64 all-to-alls (pairs of reals on the wire), even, with split sizes and in
+    lists: every rank got every block exactly (the worker checks against every rank's
+    inputs)."""
+    for r in res:
+        assert [r["results"][f"complex/{form}"] for form in ("single", "splits", "list")] \
+            == [True] * 3, r["rank"]
 
 
 def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
@@ -266,6 +276,7 @@ def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]
              for r in res]  # each rank's reduce-scatter block and all-to-all rows are its own
     assert alike[0] == alike[2]
     _other_kinds_exact(res)
+    _complex_exact(res)
 
 
 @pytest.mark.e2e

@@ -78,7 +78,8 @@ def exact(rank: int) -> dict[str, Any]:
     strided = inputs(rank, 2000, torch.float32)[::2]  # not contiguous: a copy goes and returns
     dist.all_reduce(strided)
     out["results"]["strided"] = strided.tolist()
-    out["calls"] = len(SIZES) * 5 + 1 + other_kinds(rank, out["results"])
+    out["calls"] = len(SIZES) * 5 + 1 + other_kinds(rank, out["results"]) \
+        + complex_exchanges(rank, out["results"])
     out["agent_done_after"] = _agent_done(channel)
     out["rank_path_calls"] = calls = channel.rank_path.calls if channel.rank_path else 0
     out["in_ranks_after"] = _reported(channel, out["in_ranks_before"] + calls)
@@ -139,6 +140,31 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             dist.barrier()
             calls += 3 + 1 + 1 + 1 + 1 + 1 + 1 + 3 * sizes_round
     return calls
+
+
+def complex_exchanges(rank: int, results: dict[str, Any]) -> int:
+    """complex64 all-to-alls (each number travels as two reals): even, with split sizes and
+    in lists; whether each got every rank's blocks exactly, into `results`; the calls made."""
+    world, n = dist.get_world_size(), 5
+
+    def of(r: int, m: int) -> torch.Tensor:
+        return torch.complex(inputs(r, m, torch.float32), inputs(r + 50, m, torch.float32))
+
+    single = torch.empty(world * n, dtype=torch.complex64)
+    dist.all_to_all_single(single, of(rank, world * n))
+    want = torch.cat([of(i, world * n)[rank * n:(rank + 1) * n] for i in range(world)])
+    results["complex/single"] = bool(torch.equal(single, want))
+    sizes = [j + 1 for j in range(world)]  # rank r sends j + 1 numbers to rank j
+    split = torch.empty(world * (rank + 1), dtype=torch.complex64)
+    dist.all_to_all_single(split, of(rank, sum(sizes)), [rank + 1] * world, sizes)
+    want = torch.cat([of(i, sum(sizes))[sum(sizes[:rank]):sum(sizes[:rank + 1])]
+                      for i in range(world)])
+    results["complex/splits"] = bool(torch.equal(split, want))
+    outs = [torch.empty(rank + 1, dtype=torch.complex64) for _ in range(world)]
+    dist.all_to_all(outs, list(of(rank, sum(sizes)).split(sizes)))
+    results["complex/list"] = bool(torch.equal(torch.cat(outs), want))
+    sizes_round = int(oc._channel is None or oc._channel.rank_path is None)
+    return 3 + 2 * sizes_round
 
 
 def _a2a_work_buffers(blocks: torch.Tensor, n: int) -> list[list[int]]:
