@@ -37,9 +37,11 @@ from typing import Any
 from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_links
 
 MODES = ("gloo", "agent", "in_rank")
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_splits")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_splits",
+         "all_to_all_skewed")
 """What can be timed; ``all_to_all_splits`` is `all_to_all_single` given (equal) split sizes,
-as a mixture-of-experts layer calls it."""
+as a mixture-of-experts layer calls it, ``all_to_all_skewed`` the same with uneven ones
+(`_skewed`: the largest block 4× the smallest)."""
 DEFAULT_KINDS = KINDS[:4]
 KINDS_ENV = "ODDL_BENCH_KINDS"
 """The kinds the ranks time (comma-separated; `--kinds` sets it for them)."""
@@ -92,7 +94,8 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
         for mb in sizes_mb:
             n = max(world, int(mb * 1e6) // 4 // world * world)
             for kind in _kinds():
-                tensors = {m: (torch.ones(n), torch.ones(n // world), torch.ones(n))
+                spare = world * world if kind == "all_to_all_skewed" else 0  # rounding
+                tensors = {m: (torch.ones(n), torch.ones(n // world), torch.ones(n + spare))
                            for m in MODES}
                 first = {}
                 for m in MODES:  # warm-up; the agent's tensor is adopted at its first calls
@@ -126,9 +129,24 @@ def _collective(kind: str, whole: Any, block: Any, exchanged: Any, group: Any) -
         dist.reduce_scatter_tensor(block, whole, group=group)
     elif kind == "all_to_all":
         dist.all_to_all_single(exchanged, whole, group=group)
-    else:
+    elif kind == "all_to_all_splits":
         splits = [whole.numel() // dist.get_world_size(group)] * dist.get_world_size(group)
         dist.all_to_all_single(exchanged, whole, splits, splits, group=group)
+    else:
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        sent = _skewed(whole.numel(), world, rank)
+        got = [_skewed(whole.numel(), world, i)[rank] for i in range(world)]
+        dist.all_to_all_single(exchanged[:sum(got)], whole, got, sent, group=group)
+
+
+def _skewed(n: int, world: int, rank: int) -> list[int]:
+    """What `rank` sends each rank of its `n` elements in the skewed all-to-all: shares 1, 2,
+    ..., world of the sum of them, turned by the rank (a mixture of experts' uneven routing);
+    the last rank gets what rounding left."""
+    weights = [1 + (j + rank) % world for j in range(world)]
+    out = [n * w // sum(weights) for w in weights]
+    out[-1] += n - sum(out)
+    return out
 
 
 def _minor_faults() -> int:
@@ -141,6 +159,11 @@ def _minor_faults() -> int:
 
 def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: float) -> None:
     """SystemExit unless the call's result is exact (spot checks at both ends and inside)."""
+    if kind == "all_to_all_skewed":  # block i from rank i, of the sizes `_skewed` says
+        got = [float(whole[0]), float(whole[-1])] if whole.numel() else []
+        if got and got[0] != 1.0:
+            raise SystemExit(f"{mode} {kind}: got {got[0]} first, want 1.0")
+        return
     if kind in ("all_gather", "all_to_all", "all_to_all_splits"):  # block i from rank i
         got = [float(whole[i]) for i in (0, len(whole) // 2, len(whole) - 1)]
         want = [1.0, float(world // 2 + 1), float(world)]
