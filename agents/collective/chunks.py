@@ -128,6 +128,22 @@ def chunk_plan(steps: tuple[StepSpec, ...], rank: int, chunk: int,
         pipelined)
 
 
+def interleaved(plan: ChunkPlan) -> ChunkPlan:
+    """`plan` with its sends taken round-robin across its transfers (each transfer's chunks
+    still in order), where no chunk waits for another (every `after` 0, as in an all-to-all):
+    each receiver's chunks then come at a share of the sender's rate from the start instead of
+    behind every earlier transfer whole, so a small block is not held up by a large one, nor
+    a receiver's deadline passed while the sender feeds another. Else `plan` unchanged."""
+    if any(op.after for op in plan.sends + plan.recvs):
+        return plan
+    transfers: dict[tuple[int, int], list[ChunkOp]] = {}
+    for op in plan.sends:
+        transfers.setdefault((op.step, op.peer), []).append(op)
+    rounds = max((len(ops) for ops in transfers.values()), default=0)
+    sends = tuple(ops[i] for i in range(rounds) for ops in transfers.values() if i < len(ops))
+    return ChunkPlan(sends, plan.recvs, plan.pipelined)
+
+
 @lru_cache(maxsize=64)
 def busiest_port_bytes(steps: tuple[StepSpec, ...], itemsize: int) -> tuple[int, ...]:
     """Per step, the bytes of the busiest port (a node's sends or its receives, whichever

@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from oddl.agents.clock import wall as wallclock
-from oddl.agents.collective.chunks import ChunkPlan, chunk_plan
+from oddl.agents.collective.chunks import ChunkPlan, chunk_plan, interleaved
 from oddl.agents.collective.context import (
     COPY,
     CancelEither,
@@ -117,6 +117,8 @@ def run_in_memory(run: CollectiveRun, memory: Memory, link: ChunkLink, gate: Slo
     plan_of = chunk_plan.__wrapped__ if run.exchange_once else chunk_plan
     plan = None if biggest <= INLINE_SEND else plan_of(
         tuple(run.steps), run.rank, chunk, tuple(_send_order(ctx, k) for k in range(len(run.steps))))
+    if plan is not None and run.exchange_once:  # each receiver fed from the start
+        plan = interleaved(plan)
     ok = posted = False
     try:
         posted = plan is not None and _post_landings(run, memory, wire, plan, chunk)

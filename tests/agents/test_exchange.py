@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from loopback_ranks import loopback_links, on_every_rank, step_specs
 
+from oddl.agents.collective.chunks import chunk_plan, interleaved
 from oddl.agents.collective.context import CollectiveRun
 from oddl.agents.collective.exchange import STRIDE, one_element_blocks, place, sized_steps
 from oddl.agents.collective.memory import Memory
@@ -59,6 +60,17 @@ class _Posting(StreamLink):
         ok = super().post_landing(job, src, chunk, into)
         self.posted += ok
         return ok
+
+
+def test_a_sized_plans_sends_take_turns_across_its_receivers():
+    """Rank 0's blocks of 3, 1 and 2 chunks go a chunk to each receiver in turn, each
+    receiver's in order; a plan whose chunks wait for others (a ring) keeps its order."""
+    steps = sized_steps(_job_plan(4), 0, sent=(0, 12, 4, 8), received=(0, 4, 4, 4))
+    plan = interleaved(chunk_plan(steps, 0, 4))
+    assert [(op.peer, op.offset - place(op.peer, (0, 12, 4, 8)[op.peer])) for op in plan.sends] \
+        == [(1, 0), (2, 0), (3, 0), (1, 4), (3, 4), (1, 8)]
+    ring = step_specs(native_plan("ring", "all_reduce", 4, 64).steps)
+    assert interleaved(chunk_plan(ring, 0, 4)) == chunk_plan(ring, 0, 4)
 
 
 def _exchange(sent: list[list[int]], received: list[list[int]], chunk_bytes: int = 64 << 10
