@@ -38,10 +38,11 @@ from bench_common import join_oddl_and_gloo, rank_worker_main, ranks_on_direct_l
 
 MODES = ("gloo", "agent", "in_rank")
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_all_splits",
-         "all_to_all_skewed")
+         "all_to_all_skewed", "all_gather_list")
 """What can be timed; ``all_to_all_splits`` is `all_to_all_single` given (equal) split sizes,
 as a mixture-of-experts layer calls it, ``all_to_all_skewed`` the same with uneven ones
-(`_skewed`: the largest block 4× the smallest)."""
+(`_skewed`: the largest block 4× the smallest), ``all_gather_list`` `dist.all_gather` into
+a list of tensors (the blocks of S)."""
 DEFAULT_KINDS = KINDS[:4]
 KINDS_ENV = "ODDL_BENCH_KINDS"
 """The kinds the ranks time (comma-separated; `--kinds` sets it for them)."""
@@ -78,7 +79,7 @@ def rank_main(sizes_mb: list[float], repeats: int) -> None:
 
     def call(kind: str, mode: str, whole: torch.Tensor, block: torch.Tensor,
              exchanged: torch.Tensor) -> tuple[float, float, int]:
-        (block if kind == "all_gather" else whole).fill_(float(rank + 1))
+        (block if kind.startswith("all_gather") else whole).fill_(float(rank + 1))
         channel.rank_path = path if mode == "in_rank" else None  # as users get each
         group = gloo if mode == "gloo" else None
         dist.barrier(group=gloo)
@@ -125,6 +126,8 @@ def _collective(kind: str, whole: Any, block: Any, exchanged: Any, group: Any) -
         dist.all_reduce(whole, group=group)
     elif kind == "all_gather":
         dist.all_gather_into_tensor(whole, block, group=group)
+    elif kind == "all_gather_list":
+        dist.all_gather(list(whole.split(block.numel())), block, group=group)
     elif kind == "reduce_scatter":
         dist.reduce_scatter_tensor(block, whole, group=group)
     elif kind == "all_to_all":
@@ -164,7 +167,8 @@ def _check(kind: str, mode: str, whole: Any, block: Any, world: int, total: floa
         if got and got[0] != 1.0:
             raise SystemExit(f"{mode} {kind}: got {got[0]} first, want 1.0")
         return
-    if kind in ("all_gather", "all_to_all", "all_to_all_splits"):  # block i from rank i
+    if kind in ("all_gather", "all_gather_list", "all_to_all",
+                "all_to_all_splits"):  # block i from rank i
         got = [float(whole[i]) for i in (0, len(whole) // 2, len(whole) - 1)]
         want = [1.0, float(world // 2 + 1), float(world)]
     else:

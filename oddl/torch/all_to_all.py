@@ -36,7 +36,7 @@ from oddl.agents.collective.memory import Memory
 from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.torch.channel import Channel, UnsupportedCollective, count
 from oddl.torch.in_rank import RankPath
-from oddl.torch.native import Ranks, in_place, rank_path_of, raw, rows, store
+from oddl.torch.native import Ranks, in_place, overlap, rank_path_of, raw, rows, store
 
 __all__ = ["MIXED_SPLITS", "all_to_all", "all_to_all_even"]
 
@@ -181,7 +181,7 @@ def _apart_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
     where that does not hold or the agent keeps the call (the caller then copies through
     the work buffer)."""
     world = len(arrays)
-    if any(a.size != cap for a in arrays) or not _disjoint(arrays, targets):
+    if any(a.size != cap for a in arrays) or overlap(arrays, targets):
         return False
     targets[me][...] = arrays[me]  # this rank's own block moves no further
     regions = [(ranks.job(j) * cap, a) for j, a in enumerate(arrays)]
@@ -207,7 +207,7 @@ def _sized_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
         path.give_up(CollectiveError(
             f"{what}: rank {me} sends itself {arrays[me].size} elements and expects "
             f"{targets[me].size}; its split sizes for itself must agree"))
-    if not _disjoint(arrays, targets):  # in place: the sends read a copy of the input
+    if overlap(arrays, targets):  # in place: the sends read a copy of the input
         arrays = [a.copy() for a in arrays]
     targets[me][...] = arrays[me]  # this rank's own block moves no further
     dummy = np.zeros(1, dtype)
@@ -222,16 +222,3 @@ def _sized_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
     for own, o, t in zip(kept, outs, targets, strict=True):
         if not own:
             store(o, t)
-
-
-def _disjoint(ins: list[np.ndarray], outs: list[np.ndarray]) -> bool:
-    """Whether no array of `outs` shares a byte with one of `ins` (an all-to-all in place:
-    its sends would read blocks its receives overwrite)."""
-    spans = sorted((a.__array_interface__["data"][0], a.nbytes, side)
-                   for side, arrays in enumerate((ins, outs)) for a in arrays if a.nbytes)
-    reach: dict[int, int] = {0: 0, 1: 0}  # the furthest byte each side's spans reach so far
-    for start, nbytes, side in spans:
-        if start < reach[1 - side]:
-            return False
-        reach[side] = max(reach[side], start + nbytes)
-    return True

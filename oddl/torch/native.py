@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from oddl.agents.client.agent_client import AgentClient
+from oddl.agents.collective.memory import Memory
 from oddl.torch.adopt import array_of
 from oddl.torch.channel import Channel, UnsupportedCollective, as_numpy, count
 from oddl.torch.dtypes import (
@@ -207,6 +208,50 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
         if path.run(work, "all_gather"):
             return ranks.to_group_order(work)
     return ranks.to_group_order(ch.client.all_gather(flat_in, job=ch.job))
+
+
+def all_gather_apart(ch: Channel, ranks: Ranks, outs: list[torch.Tensor], t: torch.Tensor,
+                     what: str) -> bool:
+    """Every group rank's `t` into `outs` (`dist.all_gather`'s list), straight into the
+    outputs' memory on the rank path (the all-gather's buffer held by the outputs
+    themselves, `Memory.apart`: no work buffer, no copy out) when each is a contiguous
+    tensor of the process's memory of `t`'s size and no two share memory; False, with
+    nothing sent, where not (or where the agent keeps the call)."""
+    path = rank_path_of(ch)
+    flat = raw(t, what).reshape(-1)
+    if path is None or flat.size == 0 or len(outs) != len(ranks.to_job):
+        return False
+    views = []
+    for o in outs:
+        if not o.is_contiguous() or o.device.type != "cpu":
+            return False
+        view = raw(o, what).reshape(-1)
+        if view.size != flat.size or view.dtype != flat.dtype or not in_place(view, o):
+            return False
+        views.append(view)
+    if overlap(views):
+        return False
+    views[ranks.from_job[path.rank]][...] = flat  # this rank's own block, in place
+    n = flat.size
+    if not path.run(Memory.apart([(ranks.job(r) * n, v) for r, v in enumerate(views)]),
+                    "all_gather"):
+        return False
+    count(what, optical=flat.nbytes * len(views))
+    return True
+
+
+def overlap(first: list[np.ndarray], second: list[np.ndarray] | None = None) -> bool:
+    """Whether an array of `first` shares a byte with one of `second` (None: with another
+    array of `first`)."""
+    sides = (first,) if second is None else (first, second)
+    spans = sorted((a.__array_interface__["data"][0], a.nbytes, side)
+                   for side, arrays in enumerate(sides) for a in arrays if a.nbytes)
+    reach = [0, 0]  # the furthest byte each side's spans reach so far
+    for start, nbytes, side in spans:
+        if start < reach[side if second is None else 1 - side]:
+            return True
+        reach[side] = max(reach[side], start + nbytes)
+    return False
 
 
 def all_gather_into(ch: Channel, ranks: Ranks, output: torch.Tensor, input: torch.Tensor,

@@ -166,6 +166,8 @@ class OddlProcessGroup(dist.ProcessGroup):
                 if len(outs) != self._world:
                     raise UnsupportedCollective(f"all_gather: {len(outs)} outputs for a world "
                                                 f"of {self._world}")
+                if native.all_gather_apart(self._channel, self._ranks, outs, t, "all_gather"):
+                    continue
                 total = self._gathered(native.raw(t, "all_gather").reshape(-1), "all_gather")
                 for r, o in enumerate(outs):
                     native.store(o, total[r])

@@ -233,6 +233,7 @@ def _other_kinds_exact(res: list[dict[str, Any]]) -> None:
                 got = r["results"]
                 assert got[f"gather/{tag}"] == np.concatenate(ins).tolist(), tag
                 assert got[f"gather-list/{tag}"] == got[f"gather/{tag}"], tag
+                assert got[f"gather-list-work-buffers/{tag}"] == [], tag  # no copy out
                 assert got[f"broadcast/{tag}"] == ins[2].tolist(), tag
                 assert got[f"scatter-input-kept/{tag}"], f"{tag}: the input was written"
                 me = r["rank"]  # rank i sent `me` + 1 rows of its input of that size

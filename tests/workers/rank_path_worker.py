@@ -98,7 +98,8 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             whole = torch.empty(world * n, dtype=dtype)
             dist.all_gather_into_tensor(whole, mine)  # straight into the output's memory
             listed = [torch.empty(n, dtype=dtype) for _ in range(world)]
-            dist.all_gather(listed, mine)  # through a work buffer of its own
+            dist.all_gather(listed, mine)  # straight into the list's tensors
+            results[f"gather-list-work-buffers/{tag}"] = _work_buffers("all_gather", mine, n)
             results[f"gather/{tag}"] = whole.float().tolist()
             results[f"gather-list/{tag}"] = torch.cat(listed).float().tolist()
             blocks = inputs(rank, world * n, dtype)
@@ -125,7 +126,7 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             listed_out = list(torch.empty(world * n, dtype=dtype).split(n))
             dist.all_to_all(listed_out, list(blocks.split(n)))
             results[f"all_to_all-even/{tag}"] = torch.cat(listed_out).float().tolist()
-            results[f"all_to_all-work-buffers/{tag}"] = _a2a_work_buffers(blocks, n)
+            results[f"all_to_all-work-buffers/{tag}"] = _work_buffers("all_to_all", blocks, n)
             # in place: the output is the input, so the blocks go through the work buffer
             same = blocks.clone()
             dist.all_to_all_single(same, same)
@@ -167,12 +168,12 @@ def complex_exchanges(rank: int, results: dict[str, Any]) -> int:
     return 3 + 2 * sizes_round
 
 
-def _a2a_work_buffers(blocks: torch.Tensor, n: int) -> list[list[int]]:
-    """The all-to-all work buffers for blocks of `n` elements of `blocks`' dtype this rank's
-    path kept: none where the blocks went straight from the inputs into the outputs."""
+def _work_buffers(kind: str, like: torch.Tensor, n: int) -> list[list[int]]:
+    """The work buffers for calls of `kind` of blocks of `n` elements of `like`'s dtype this
+    rank's path kept: none where the blocks went straight between the call's tensors."""
     path = oc._channel.rank_path if oc._channel else None
-    dtype = raw(blocks, "all_to_all").dtype.str
-    return [list(shape) for shape, kept in path.kept("all_to_all")
+    dtype = raw(like, kind).dtype.str
+    return [list(shape) for shape, kept in path.kept(kind)
             if shape[-1] == n and kept == dtype] if path else []
 
 
