@@ -13,7 +13,10 @@ same barrier, `--repeats` times each:
 - in_rank: the call on the rank path: the job's schedule, leased once per size and kind,
   run by the agents' executor and outcome round in the rank, over its own stream link.
 The calls are `dist.all_reduce(t)`, `dist.all_gather_into_tensor(whole, block)`,
-`dist.reduce_scatter_tensor(block, whole)` and `dist.all_to_all_single(out, whole)`. Every result is checked exact. Prints rank 0's
+`dist.reduce_scatter_tensor(block, whole)` and `dist.all_to_all_single(out, whole)`; with
+`--kinds` also `dist.all_gather` into a list (`all_gather_list`) and `all_to_all_single`
+with equal or skewed split sizes (`all_to_all_splits`, `all_to_all_skewed`: `KINDS`).
+Every result is checked exact. Prints rank 0's
 medians, the ratios to gloo, the CPU time rank 0's process spent in a gloo call and in a
 call on the rank path (all its threads; the agent path's work is in the agent, not counted
 there) and the minor page faults it took in each, and what each mode's first call of a size
