@@ -41,8 +41,8 @@ from oddl.torch.native import Ranks, in_place, overlap, rank_path_of, raw, rows,
 __all__ = ["MIXED_SPLITS", "all_to_all", "all_to_all_even"]
 
 MIXED_SPLITS = ("if some ranks pass split sizes and others none, pass them on every rank or "
-                "on none: with them each block travels at a place of its own size, without "
-                "them all blocks are of one size")
+                "on none: with them each block travels at its own size and place, without "
+                "them every block at one size")
 """The hint added to an all-to-all's failure where the ranks ran different calls."""
 
 
