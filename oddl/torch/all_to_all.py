@@ -36,7 +36,7 @@ from oddl.agents.collective.memory import Memory
 from oddl.common.errors import CallsDiffer, CollectiveError
 from oddl.torch.channel import Channel, UnsupportedCollective, count
 from oddl.torch.in_rank import RankPath
-from oddl.torch.native import Ranks, in_place, overlap, rank_path_of, raw, rows, store
+from oddl.torch.native import Ranks, overlap, own_view, rank_path_of, raw, rows, store
 
 __all__ = ["MIXED_SPLITS", "all_to_all", "all_to_all_even"]
 
@@ -144,11 +144,12 @@ def all_to_all_even(ch: Channel, ranks: Ranks, me: int, output: torch.Tensor,
     row view; anything else takes `all_to_all` with the blocks split apart."""
     world = len(ranks.to_job)
     path = rank_path_of(ch)
-    if path is not None and output.is_contiguous() and output.device.type == "cpu" \
-            and output.shape[:1] == input.shape[:1] and output.numel() == input.numel() \
-            and output.numel() and output.shape[0] % world == 0:
-        flat_in, flat_out = raw(input, what).reshape(-1), raw(output, what).reshape(-1)
-        if flat_in.dtype == flat_out.dtype and in_place(flat_out, output):
+    flat_out = None if path is None else own_view(output, what)
+    if path is not None and flat_out is not None and output.shape[:1] == input.shape[:1] \
+            and output.numel() == input.numel() and output.numel() \
+            and output.shape[0] % world == 0:
+        flat_in = raw(input, what).reshape(-1)
+        if flat_in.dtype == flat_out.dtype:
             with _hinted(what):
                 done = _apart_in_rank(path, ranks, me, list(flat_in.reshape(world, -1)),
                                       list(flat_out.reshape(world, -1)), flat_in.size // world)
@@ -160,14 +161,12 @@ def all_to_all_even(ch: Channel, ranks: Ranks, me: int, output: torch.Tensor,
 
 
 def _targets(outs: list[torch.Tensor], cap: int, what: str) -> list[np.ndarray] | None:
-    """The outputs as flat numpy views of their own memory, when every one is a contiguous
-    tensor of the process's memory of `cap` elements; else None."""
+    """The outputs' own memory (`own_view`), when every one has it and `cap` elements; else
+    None."""
     targets = []
     for o in outs:
-        if not o.is_contiguous() or o.device.type != "cpu":
-            return None
-        view = raw(o, what).reshape(-1)
-        if view.size != cap or not in_place(view, o):
+        view = own_view(o, what)
+        if view is None or view.size != cap:
             return None
         targets.append(view)
     return targets
@@ -197,12 +196,9 @@ def _sized_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
     through copies where not. A rank whose own block is of another size in than out fails
     the call on every rank, naming both."""
     world, dtype = len(arrays), arrays[0].dtype
-    targets, kept = [], []
-    for o in outs:
-        view = raw(o, what).reshape(-1)  # a copy where `o` is not contiguous
-        own = o.is_contiguous() and in_place(view, o)
-        targets.append(view if own else np.empty_like(view))
-        kept.append(own)
+    views = [own_view(o, what) for o in outs]  # the rest land in arrays of their own
+    targets = [v if v is not None else np.empty(_elements(o), dtype)
+               for v, o in zip(views, outs, strict=True)]
     if targets[me].size != arrays[me].size:
         path.give_up(CollectiveError(
             f"{what}: rank {me} sends itself {arrays[me].size} elements and expects "
@@ -219,6 +215,6 @@ def _sized_in_rank(path: RankPath, ranks: Ranks, me: int, arrays: list[np.ndarra
     for j in range(world):
         sent[ranks.job(j)], received[ranks.job(j)] = arrays[j].size, targets[j].size
     path.run_sized_all_to_all(Memory.apart(regions), tuple(sent), tuple(received))
-    for own, o, t in zip(kept, outs, targets, strict=True):
-        if not own:
+    for v, o, t in zip(views, outs, targets, strict=True):
+        if v is None:
             store(o, t)

@@ -210,6 +210,15 @@ def all_gather(ch: Channel, ranks: Ranks, flat_in: np.ndarray, what: str) -> np.
     return ranks.to_group_order(ch.client.all_gather(flat_in, job=ch.job))
 
 
+def own_view(t: torch.Tensor, what: str) -> np.ndarray | None:
+    """A flat numpy view of `t`'s own memory, into which a collective may write its result
+    straight: for a contiguous tensor in this process's memory; None for any other."""
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return None
+    view = raw(t, what).reshape(-1)
+    return view if in_place(view, t) else None
+
+
 def all_gather_apart(ch: Channel, ranks: Ranks, outs: list[torch.Tensor], t: torch.Tensor,
                      what: str) -> bool:
     """Every group rank's `t` into `outs` (`dist.all_gather`'s list), straight into the
@@ -223,10 +232,8 @@ def all_gather_apart(ch: Channel, ranks: Ranks, outs: list[torch.Tensor], t: tor
         return False
     views = []
     for o in outs:
-        if not o.is_contiguous() or o.device.type != "cpu":
-            return False
-        view = raw(o, what).reshape(-1)
-        if view.size != flat.size or view.dtype != flat.dtype or not in_place(view, o):
+        view = own_view(o, what)
+        if view is None or view.size != flat.size or view.dtype != flat.dtype:
             return False
         views.append(view)
     if overlap(views):
