@@ -146,12 +146,11 @@ class DeviceManager:
                                      devices, now)
 
     def close(self) -> None:
-        """Release every driver (optical state is left as it is) and the worker pool."""
-        for drv in self.drivers.values():
-            try:
-                drv.close()
-            except Exception:  # closing must never raise during shutdown
-                logger.exception("closing a driver failed")
+        """Release every driver (optical state is left as it is) and the worker pool; the
+        drivers at once (pyserial's ``socket://`` close waits 0.3 s for the device's side)."""
+        if self.drivers:
+            with ThreadPoolExecutor(len(self.drivers), thread_name_prefix="close") as pool:
+                list(pool.map(_close_quietly, self.drivers.values()))
         for link in self.host_links.values():
             link.close()
         self._pool.shutdown(wait=False)
@@ -392,3 +391,10 @@ class DeviceManager:
         (logger.info if ok else logger.warning)("device %s: %s %s %s", device, action,
                                                 "ok" if ok else "FAILED", detail)
 
+
+def _close_quietly(driver: Any) -> None:
+    """Close `driver`, logging what fails: closing must never raise during shutdown."""
+    try:
+        driver.close()
+    except Exception:
+        logger.exception("closing a driver failed")

@@ -79,6 +79,10 @@ class TcpEmulatorServer:
     def close(self) -> None:
         """Stop accepting, close every connection and wait for the accept thread."""
         self._stop.set()
+        try:  # wakes the accept thread now rather than at its next timeout (Linux)
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._sock.close()
         except OSError:

@@ -7,6 +7,7 @@ them in order) and are killed by the kernel if the parent dies (PR_SET_PDEATHSIG
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import logging
 import os
@@ -16,8 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from oddl.common.errors import OddlError
 
@@ -75,6 +77,9 @@ class ManagedProcess:
             env={**os.environ, **(env or {}),
                  **({} if detach else {PARENT_ENV: str(os.getpid())})})
         self.info: dict[str, Any] = {}
+        self.together: int | None = None
+        """The `ProcessGroup.start_together` call that started it (None: alone): a group
+        stops those started together at once."""
 
     def _first_line(self, timeout: float) -> bytes:
         if self.detached:
@@ -93,9 +98,12 @@ class ManagedProcess:
         reader.join(timeout)
         return line[0] if line else b""
 
-    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait for the child's ready line; raise with the log's tail if it fails or stalls."""
-        line = [self._first_line(timeout)]
+    def wait_ready(self, timeout: float = 30.0, deadline: float | None = None
+                   ) -> dict[str, Any]:
+        """Wait for the child's ready line (`timeout` s, or until the monotonic `deadline`
+        of children started with it); raise with the log's tail if it fails or stalls."""
+        wait = timeout if deadline is None else max(deadline - time.monotonic(), 0.0)
+        line = [self._first_line(wait)]
         if not line[0]:
             self.stop()
             raise OddlError(f"{self.name} did not become ready within {timeout:.0f} s "
@@ -122,14 +130,26 @@ class ManagedProcess:
 
     def stop(self, grace: float = 5.0) -> int | None:
         """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
+        self.ask_to_stop()
+        return self.reap(time.monotonic() + grace, grace)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM, if the child still runs (`reap` waits for it)."""
         if self.proc.poll() is None:
             try:
                 self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                logger.warning("%s did not stop within %.0f s; killing it", self.name, grace)
-                self.proc.kill()
-                self.proc.wait(5)
+            except ProcessLookupError:
+                pass
+
+    def reap(self, deadline: float, grace: float) -> int | None:
+        """Wait for the child to exit until the monotonic `deadline` (`grace` s after its
+        SIGTERM), then SIGKILL; release this side's handles; the exit code."""
+        try:
+            self.proc.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            logger.warning("%s did not stop within %.0f s; killing it", self.name, grace)
+            self.proc.kill()
+            self.proc.wait(5)
         self.release()
         return self.proc.returncode
 
@@ -142,8 +162,17 @@ class ManagedProcess:
         self._log.close()
 
 
+class Child(NamedTuple):
+    """A child to start: its name (and log file's), argv and environment added."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+
+
 class ProcessGroup:
-    """Processes started in order and stopped in reverse, also on errors and Ctrl-C."""
+    """Processes started in order and stopped in reverse, also on errors and Ctrl-C; peers
+    started together are stopped together."""
 
     def __init__(self, log_dir: Path, grace: float = 5.0):
         self.log_dir = log_dir
@@ -151,6 +180,7 @@ class ProcessGroup:
         """Seconds each child gets to stop after SIGTERM (one that writes its trace may need
         more) before SIGKILL."""
         self.procs: list[ManagedProcess] = []
+        self._starts = itertools.count()
 
     def start(self, name: str, argv: list[str], timeout: float = 30.0,
               detach: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -160,10 +190,34 @@ class ProcessGroup:
         self.procs.append(p)
         return p.wait_ready(timeout)
 
+    def start_together(self, children: Sequence[Child], timeout: float = 30.0,
+                       detach: bool = False) -> list[dict[str, Any]]:
+        """Start peers that need nothing of each other (a testbed's agents) at once, and
+        wait until each is ready, all within `timeout`; their ready lines, in order. They
+        are stopped together too. One that fails raises; those started stay in the group."""
+        together = next(self._starts)
+        started = []
+        for child in children:
+            p = ManagedProcess(child.name, child.argv, self.log_dir, env=child.env,
+                               detach=detach)
+            p.together = together
+            self.procs.append(p)
+            started.append(p)
+        deadline = time.monotonic() + timeout
+        return [p.wait_ready(timeout, deadline) for p in started]
+
     def stop_all(self) -> None:
-        """Stop every child, newest first."""
+        """Stop every child, newest first; those started together at once."""
         while self.procs:
-            self.procs.pop().stop(self.grace)
+            batch = [self.procs.pop()]
+            while (self.procs and batch[0].together is not None
+                   and self.procs[-1].together == batch[0].together):
+                batch.append(self.procs.pop())
+            for p in batch:
+                p.ask_to_stop()
+            deadline = time.monotonic() + self.grace
+            for p in batch:
+                p.reap(deadline, self.grace)
 
     def __enter__(self) -> ProcessGroup:
         return self

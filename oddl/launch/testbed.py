@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from oddl.common.config import TestbedConfig, load_testbed
 from oddl.common.errors import ConfigError
 from oddl.controller.testbed_model import topology_from_config
-from oddl.launch.processes import ProcessGroup, oddl_command
+from oddl.launch.processes import Child, ProcessGroup, oddl_command
 from oddl.launch.shipped import shipped_testbed
 
 if TYPE_CHECKING:  # imported where used: `oddl testbed up` needs neither
@@ -48,7 +48,8 @@ LOCAL = "127.0.0.1:0"
 
 Progress = Callable[[int, int, str], None]
 """Called before each process starts: (step from 1, steps in all, what starts), what being
-``emulated devices and fabric``, ``controller`` or ``agent <node>``."""
+``emulated devices and fabric``, ``controller`` or the agents, started together (``agents
+n0, n1, n2, n3``; ``agent n0`` alone; ``40 agents, n0 to n39``)."""
 
 
 # ---- the three commands ---------------------------------------------------------------------
@@ -130,7 +131,7 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     """
     cfg = load_testbed(config)  # a broken file fails here, before any start
     topology_from_config(cfg)  # and one the controller cannot schedule
-    total = 2 + len(cfg.nodes)
+    total = 3
     say = progress or (lambda step, steps, what: None)
     resolved = workdir / resolved_name
     say(1, total, "emulated devices and fabric")
@@ -142,13 +143,23 @@ def launch_emulated(group: ProcessGroup, config: Path, workdir: Path, *,
     ctl = group.start("controller", controller_command(resolved, state=state) + rec,
                       timeout=timeout, detach=detach)
     cfg = load_testbed(resolved)
-    agents = {}
-    for i, node in enumerate(cfg.nodes):
-        say(3 + i, total, f"agent {node.id}")
-        agents[node.id] = group.start(f"agent-{node.id}", agent_command(
-            resolved, node.id, ctl["address"], verbose_agents) + rec, timeout=timeout, detach=detach,
-            env=(agent_env or {}).get(node.id))
-    return Launched(resolved, cfg, ctl["address"], agents, emulators, ctl)
+    ids = [node.id for node in cfg.nodes]
+    say(3, total, _agents_named(ids))
+    ready = group.start_together(
+        [Child(f"agent-{node}", agent_command(resolved, node, ctl["address"], verbose_agents)
+               + rec, (agent_env or {}).get(node)) for node in ids],
+        timeout=timeout, detach=detach)
+    return Launched(resolved, cfg, ctl["address"], dict(zip(ids, ready, strict=True)),
+                    emulators, ctl)
+
+
+def _agents_named(ids: list[str]) -> str:
+    """The agents of `ids` as the progress names them."""
+    if len(ids) == 1:
+        return f"agent {ids[0]}"
+    if len(ids) <= 8:
+        return f"agents {', '.join(ids)}"
+    return f"{len(ids)} agents, {ids[0]} to {ids[-1]}"
 
 
 def start_device_hosts(group: ProcessGroup, resolved: Path, *, timeout: float = 30.0,
