@@ -5,7 +5,8 @@ ODDL_LOCAL_API, on a testbed with direct links and a job on the ideal network (d
 0040); joins `init_process_group("oddl")`, runs the scenario and prints one JSON line.
 - ``exact``: all-reduces of several sizes, dtypes and reductions (integers, exact in every
   dtype), then all-gathers (into one tensor and into a list), reduce-scatters and broadcasts,
-  and what the agent counted meanwhile;
+  and what the agent counted meanwhile; each result reported as its fingerprint
+  (tests/support/fingerprints.py), which the test compares with the expected values';
 - ``one-declines``: rank 1 runs with ODDL_IN_RANK=0, so no rank takes the lease;
 - ``crash``: rank 3 leaves (os._exit) before the third all-reduce; the others report how
   their call ended and how long it took;
@@ -22,6 +23,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,11 +34,19 @@ import oddl.torch.backend  # noqa: F401  (registers the backend)
 import oddl.torch.channel as oc
 from oddl.torch.native import raw
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from fingerprints import fingerprint  # noqa: E402  (tests/support, beside this folder)
+
 SIZES = (1, 7, 1000, 300_001)
 """Elements: one, an odd few, small, and more than one 1 MB chunk of float32 per step."""
 KIND_SIZES = (1, 1000, 300_001)
 """Elements per rank of the all-gathers, reduce-scatters and broadcasts."""
 KIND_DTYPES = (torch.int64, torch.float32, torch.bfloat16)
+
+
+def _fp(t: torch.Tensor) -> dict[str, Any]:
+    """What the rank reports of a result: its fingerprint as float32 (not its values)."""
+    return fingerprint(t.float().numpy())
 
 
 def inputs(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -74,10 +84,10 @@ def exact(rank: int) -> dict[str, Any]:
                           (torch.float32, "AVG"), (torch.bfloat16, "SUM")):
             t = inputs(rank, n, dtype)
             dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
-            out["results"][f"{n}/{dtype}/{op}"] = t.float().tolist()
+            out["results"][f"{n}/{dtype}/{op}"] = _fp(t)
     strided = inputs(rank, 2000, torch.float32)[::2]  # not contiguous: a copy goes and returns
     dist.all_reduce(strided)
-    out["results"]["strided"] = strided.tolist()
+    out["results"]["strided"] = _fp(strided)
     out["calls"] = len(SIZES) * 5 + 1 + other_kinds(rank, out["results"]) \
         + complex_exchanges(rank, out["results"])
     out["agent_done_after"] = _agent_done(channel)
@@ -100,44 +110,44 @@ def other_kinds(rank: int, results: dict[str, Any]) -> int:
             listed = [torch.empty(n, dtype=dtype) for _ in range(world)]
             dist.all_gather(listed, mine)  # straight into the list's tensors
             results[f"gather-list-work-buffers/{tag}"] = _work_buffers("all_gather", mine, n)
-            results[f"gather/{tag}"] = whole.float().tolist()
-            results[f"gather-list/{tag}"] = torch.cat(listed).float().tolist()
+            results[f"gather/{tag}"] = _fp(whole)
+            results[f"gather-list/{tag}"] = _fp(torch.cat(listed))
             blocks = inputs(rank, world * n, dtype)
             kept = blocks.clone()
             for op in ("SUM", "MAX") if dtype != torch.int64 else ("SUM",):
                 part = torch.empty(n, dtype=dtype)
                 dist.reduce_scatter_tensor(part, blocks, op=getattr(dist.ReduceOp, op))
-                results[f"scatter/{tag}/{op}"] = part.float().tolist()
+                results[f"scatter/{tag}/{op}"] = _fp(part)
                 calls += 1
             results[f"scatter-input-kept/{tag}"] = bool(torch.equal(blocks, kept))
             dist.broadcast(mine, src=2)
-            results[f"broadcast/{tag}"] = mine.float().tolist()
+            results[f"broadcast/{tag}"] = _fp(mine)
             # block j to rank j, uneven: rank r sends j + 1 rows of n to rank j (each block
             # at its own size: no sizes summed first)
             ins = [inputs(rank, (j + 1) * n, dtype) for j in range(world)]
             outs = [torch.empty((rank + 1) * n, dtype=dtype) for _ in range(world)]
             dist.all_to_all(outs, ins)
-            results[f"all_to_all/{tag}"] = [o.float().tolist() for o in outs]
+            results[f"all_to_all/{tag}"] = [_fp(o) for o in outs]
             # block j to rank j, even (all_to_all_single without split sizes: no sizes sum),
             # straight from the input's blocks into the output's; then the same in lists
             single = torch.empty(world * n, dtype=dtype)
             dist.all_to_all_single(single, blocks)
-            results[f"all_to_all_single/{tag}"] = single.float().tolist()
+            results[f"all_to_all_single/{tag}"] = _fp(single)
             listed_out = list(torch.empty(world * n, dtype=dtype).split(n))
             dist.all_to_all(listed_out, list(blocks.split(n)))
-            results[f"all_to_all-even/{tag}"] = torch.cat(listed_out).float().tolist()
+            results[f"all_to_all-even/{tag}"] = _fp(torch.cat(listed_out))
             results[f"all_to_all-work-buffers/{tag}"] = _work_buffers("all_to_all", blocks, n)
             # in place: the output is the input, so the blocks go through the work buffer
             same = blocks.clone()
             dist.all_to_all_single(same, same)
-            results[f"all_to_all_single-in-place/{tag}"] = same.float().tolist()
+            results[f"all_to_all_single-in-place/{tag}"] = _fp(same)
             # split sizes with empty blocks: rank r sends (j + r) % world rows of n to rank j
             rows_to = [(j + rank) % world * n for j in range(world)]
             rows_from = [(rank + i) % world * n for i in range(world)]
             split_in = inputs(rank, sum(rows_to), dtype)
             split_out = torch.empty(sum(rows_from), dtype=dtype)
             dist.all_to_all_single(split_out, split_in, rows_from, rows_to)
-            results[f"all_to_all_single-splits/{tag}"] = split_out.float().tolist()
+            results[f"all_to_all_single-splits/{tag}"] = _fp(split_out)
             dist.barrier()
             calls += 3 + 1 + 1 + 1 + 1 + 1 + 1 + 3 * sizes_round
     return calls
