@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 help:
 	@echo "make demo    - run the emulated four-node testbed end to end"
-	@echo "make test    - run the whole test suite (make lint included)"
+	@echo "make test    - run the whole test suite (make lint included; TEST_WORKERS=2)"
 	@echo "make lint    - ruff, stale generated code, the layer contracts (import-linter), mypy"
 	@echo "make bench   - run the benchmarks and write benchmarks/results/"
 	@echo "make fuzz    - coverage-guided fuzzing of every parser (FUZZ_ARGS=--runs 1000000)"
@@ -36,8 +36,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/oddl demo
 
+# the suite on TEST_WORKERS processes (pytest-xdist), each taking whole files, so a module's
+# testbed is started once (docs/decisions/0046-the-suite-runs-on-two-workers.md)
+TEST_WORKERS ?= 2
 test: $(TORCH_STAMP) lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # style, the generated code, the floors (docs/decisions/0011-the-house.md) and the types
 lint: $(STAMP)
