@@ -98,12 +98,9 @@ class ManagedProcess:
         reader.join(timeout)
         return line[0] if line else b""
 
-    def wait_ready(self, timeout: float = 30.0, deadline: float | None = None
-                   ) -> dict[str, Any]:
-        """Wait for the child's ready line (`timeout` s, or until the monotonic `deadline`
-        of children started with it); raise with the log's tail if it fails or stalls."""
-        wait = timeout if deadline is None else max(deadline - time.monotonic(), 0.0)
-        line = [self._first_line(wait)]
+    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait for the child's ready line; raise with the log's tail if it fails or stalls."""
+        line = [self._first_line(timeout)]
         if not line[0]:
             self.stop()
             raise OddlError(f"{self.name} did not become ready within {timeout:.0f} s "
@@ -193,8 +190,10 @@ class ProcessGroup:
     def start_together(self, children: Sequence[Child], timeout: float = 30.0,
                        detach: bool = False) -> list[dict[str, Any]]:
         """Start peers that need nothing of each other (a testbed's agents) at once, and
-        wait until each is ready, all within `timeout`; their ready lines, in order. They
-        are stopped together too. One that fails raises; those started stay in the group."""
+        wait until each is ready, each within `timeout` of the wait for it (as if started
+        one by one: forty agents importing on two cores take longer together than one);
+        their ready lines, in order. They are stopped together too. One that fails raises;
+        those started stay in the group."""
         together = next(self._starts)
         started = []
         for child in children:
@@ -203,8 +202,7 @@ class ProcessGroup:
             p.together = together
             self.procs.append(p)
             started.append(p)
-        deadline = time.monotonic() + timeout
-        return [p.wait_ready(timeout, deadline) for p in started]
+        return [p.wait_ready(timeout) for p in started]
 
     def stop_all(self) -> None:
         """Stop every child, newest first; those started together at once."""
