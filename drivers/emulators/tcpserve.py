@@ -87,6 +87,7 @@ class TcpEmulatorServer:
             self._sock.close()
         except OSError:
             pass
+        self._thread.join(timeout=2)  # first: a connection it accepted last is closed too
         with self._lock:
             conns = list(self._conns)
         for c in conns:
@@ -95,7 +96,6 @@ class TcpEmulatorServer:
             except OSError:
                 pass
             c.close()
-        self._thread.join(timeout=2)
 
     def __enter__(self) -> TcpEmulatorServer:
         return self

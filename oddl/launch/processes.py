@@ -69,7 +69,7 @@ class ManagedProcess:
         self.log_path = log_dir / f"{name}.log"
         self.out_path = log_dir / f"{name}.out"
         self.detached = detach
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop); a restart appends
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in release); a restart appends
         self._out = open(self.out_path, "wb") if detach else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv, stdout=self._out if detach else subprocess.PIPE, stderr=self._log,
@@ -214,8 +214,14 @@ class ProcessGroup:
             for p in batch:
                 p.ask_to_stop()
             deadline = time.monotonic() + self.grace
-            for p in batch:
-                p.reap(deadline, self.grace)
+            try:
+                for p in batch:
+                    p.reap(deadline, self.grace)
+            finally:  # an error or Ctrl-C above: the rest of the batch is out of the group
+                for p in batch:
+                    if p.proc.returncode is None:
+                        p.proc.kill()
+                        p.release()
 
     def __enter__(self) -> ProcessGroup:
         return self

@@ -47,7 +47,7 @@ LOCAL = "127.0.0.1:0"
 """Listen on loopback, on a port the kernel picks."""
 
 Progress = Callable[[int, int, str], None]
-"""Called before each process starts: (step from 1, steps in all, what starts), what being
+"""Called before each step of the start: (step from 1, steps in all, what starts), what being
 ``emulated devices and fabric``, ``controller`` or the agents, started together (``agents
 n0, n1, n2, n3``; ``agent n0`` alone; ``40 agents, n0 to n39``)."""
 

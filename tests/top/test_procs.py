@@ -59,6 +59,8 @@ CHILD = textwrap.dedent("""
     # a child of a ProcessGroup, in folder argv[1], named argv[2], with peers argv[3:]
     import json, os, signal, sys, time
     from pathlib import Path
+    from oddl.launch.processes import request_parent_death_signal
+    request_parent_death_signal()  # a failed test leaves none behind
     folder, me, peers = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 
     def wait_for(names, what):
@@ -83,6 +85,8 @@ FIRST = textwrap.dedent("""
     # started alone before the peers argv[3:]: on SIGTERM, exit 0 only if they all exited
     import json, os, signal, sys, time
     from pathlib import Path
+    from oddl.launch.processes import request_parent_death_signal
+    request_parent_death_signal()
     folder, peers = Path(sys.argv[1]), sys.argv[3:]
     signal.signal(signal.SIGTERM, lambda *_: os._exit(
         0 if all((folder / f"exited-{n}").exists() for n in peers) else 3))
@@ -99,25 +103,29 @@ def test_peers_started_together_start_and_stop_at_once_after_those_before(tmp_pa
     from oddl.launch.processes import Child, ProcessGroup
 
     names = ["a", "b", "c"]
-    group = ProcessGroup(tmp_path, grace=60.0)
-    group.start("first", [sys.executable, "-c", FIRST, str(tmp_path), "first", *names])
-    ready = group.start_together(
-        [Child(n, [sys.executable, "-c", CHILD, str(tmp_path), n,
-                   *(p for p in names if p != n)]) for n in names], timeout=120)
-    assert [r["name"] for r in ready] == names
-    procs = list(group.procs)
-    group.stop_all()
-    assert [p.proc.returncode for p in procs] == [0, 0, 0, 0]
-    assert not group.procs
+    with ProcessGroup(tmp_path, grace=60.0) as group:
+        group.start("first", [sys.executable, "-c", FIRST, str(tmp_path), "first", *names])
+        ready = group.start_together(
+            [Child(n, [sys.executable, "-c", CHILD, str(tmp_path), n,
+                       *(p for p in names if p != n)]) for n in names], timeout=120)
+        assert [r["name"] for r in ready] == names
+        procs = list(group.procs)
+        group.stop_all()
+        assert [p.proc.returncode for p in procs] == [0, 0, 0, 0]
+        assert not group.procs
 
 
 def test_a_peer_that_never_gets_ready_fails_the_start_and_is_stopped(tmp_path):
     from oddl.common.errors import OddlError
     from oddl.launch.processes import Child, ProcessGroup
 
-    group = ProcessGroup(tmp_path, grace=5.0)
-    silent = [sys.executable, "-c", "import time; time.sleep(600)"]
-    with pytest.raises(OddlError, match="mute did not become ready within 2 s"):
-        group.start_together([Child("mute", silent), Child("mute2", silent)], timeout=2)
-    group.stop_all()  # the one still waited for is stopped as the caller stops the group
-    assert not group.procs
+    silent = [sys.executable, "-c", "from oddl.launch.processes import "
+              "request_parent_death_signal as r; r(); import time; time.sleep(600)"]
+    with ProcessGroup(tmp_path, grace=5.0) as group:
+        with pytest.raises(OddlError, match="mute did not become ready within 2 s"):
+            group.start_together([Child("mute", silent), Child("mute2", silent)], timeout=2)
+        procs = list(group.procs)
+        assert [p.name for p in procs] == ["mute", "mute2"]  # both still in the group
+        group.stop_all()  # as a caller stops the group: the one not waited for too
+        assert all(p.proc.returncode is not None for p in procs)
+        assert not group.procs

@@ -190,27 +190,33 @@ def test_the_ranks_reduce_exactly_without_the_agent_in_the_way(apis: list[str]):
     res = _world(apis, "exact")
     assert all(r["leased"] for r in res), "every rank took the lease"
     assert {r["auth"] for r in res} == {"NoneType"}, "unauthenticated agents, plain streams"
-    for n in (1, 7, 1000, 300_001):
-        stacked = np.stack([_inputs(r, n) for r in range(WORLD)])
-        want = {"SUM": stacked.sum(0), "MAX": stacked.max(0), "AVG": stacked.sum(0) / WORLD}
-        for key, got in res[0]["results"].items():
-            if not key.startswith(f"{n}/"):
-                continue
-            op = key.rsplit("/", 1)[1]
-            expect = torch.from_numpy(want[op])
-            if "bfloat16" in key:  # summed as float32, rounded once (oddl.torch.native)
-                expect = expect.float().to(torch.bfloat16)
-            assert got == fingerprint(expect.float().numpy()), key
-            assert all(r["results"][key] == got for r in res), f"{key}: every rank alike"
+    _all_reduces_exact(res)
     _complex_exact(res)
-    strided = np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0)
-    assert res[0]["results"]["strided"] == fingerprint(strided)
     _other_kinds_exact(res)
     for r in res:  # the agents ran none of them (the handshake's sums came before)...
         assert r["agent_done_after"] == r["agent_done_before"], r
         assert r["rank_path_calls"] == r["calls"] > 4 * 5 + 1
         # ...and heard of every one from the rank's reports (for `oddl status`)
         assert r["in_ranks_after"] - r["in_ranks_before"] == r["rank_path_calls"], r
+
+
+def _all_reduces_exact(res: list[dict[str, Any]]) -> None:
+    """The worker's all-reduces of every size, dtype and op, and of a strided tensor: the
+    reduction of the inputs, on every rank."""
+    for n in (1, 7, 1000, 300_001):
+        stacked = np.stack([_inputs(r, n) for r in range(WORLD)])
+        want = {"SUM": stacked.sum(0), "MAX": stacked.max(0), "AVG": stacked.sum(0) / WORLD}
+        keys = [key for key in res[0]["results"] if key.startswith(f"{n}/")]
+        assert len(keys) == 5, keys
+        for key in keys:
+            op = key.rsplit("/", 1)[1]
+            expect = torch.from_numpy(want[op])
+            if "bfloat16" in key:  # summed as float32, rounded once (oddl.torch.native)
+                expect = expect.float().to(torch.bfloat16)
+            want_fp = fingerprint(expect.float().numpy())
+            assert all(r["results"][key] == want_fp for r in res), f"{key}: on every rank"
+    strided = fingerprint(np.stack([_inputs(r, 2000)[::2] for r in range(WORLD)]).sum(0))
+    assert all(r["results"]["strided"] == strided for r in res)
 
 
 def _complex_exact(res: list[dict[str, Any]]) -> None:
@@ -278,6 +284,7 @@ def test_one_rank_that_declines_keeps_every_rank_with_the_agents(apis: list[str]
               if not k.startswith(("scatter/", "all_to_all"))}
              for r in res]  # each rank's reduce-scatter block and all-to-all rows are its own
     assert alike[0] == alike[2]
+    _all_reduces_exact(res)
     _other_kinds_exact(res)
     _complex_exact(res)
 

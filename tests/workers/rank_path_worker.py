@@ -34,7 +34,7 @@ import oddl.torch.backend  # noqa: F401  (registers the backend)
 import oddl.torch.channel as oc
 from oddl.torch.native import raw
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "support"))
 from fingerprints import fingerprint  # noqa: E402  (tests/support, beside this folder)
 
 SIZES = (1, 7, 1000, 300_001)
