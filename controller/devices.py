@@ -149,8 +149,7 @@ class DeviceManager:
         """Release every driver (optical state is left as it is) and the worker pool; the
         drivers at once (pyserial's ``socket://`` close waits 0.3 s for the device's side)."""
         if self.drivers:
-            with ThreadPoolExecutor(min(32, len(self.drivers)),
-                                    thread_name_prefix="close") as pool:
+            with ThreadPoolExecutor(min(32, len(self.drivers))) as pool:
                 list(pool.map(_close_quietly, self.drivers.values()))
         for link in self.host_links.values():
             link.close()
