@@ -118,10 +118,9 @@ class DeviceHost:
         return tb.resources[dev.id]
 
     def _close_emulators(self) -> None:
-        """Stop the emulators at once (each waits for its accept thread's next tick)."""
-        if self._emulated:
-            with ThreadPoolExecutor(len(self._emulated)) as pool:
-                list(pool.map(lambda tb: tb.close(), self._emulated))
+        """Stop the emulators (each server wakes its accept thread at once)."""
+        for tb in self._emulated:
+            tb.close()
         self._emulated.clear()
 
     # ---- serving ----------------------------------------------------------------------
